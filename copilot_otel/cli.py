@@ -1,0 +1,179 @@
+"""Commands and flags: every --flag also reads COPILOT_OTEL_FLAG; builds a Config; exit codes."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from . import __version__
+from .config import (
+    DEFAULT_MAX_LINE_BYTES,
+    DEFAULT_METRICS_ADDRESS,
+    DEFAULT_STUCK_AFTER,
+    ENV_COPILOT_HOME,
+    Config,
+    ConfigError,
+    OtlpSettings,
+    capture_content_from_env,
+    default_copilot_home,
+    default_state_dir,
+    env_flag,
+    parse_address,
+)
+
+EXIT_OK = 0
+EXIT_EXPORT_FAILED = 1
+EXIT_USAGE = 2
+
+log = logging.getLogger("copilot_otel")
+
+
+def _option(name: str, **kwargs):
+    """A --name option that also reads COPILOT_OTEL_NAME (plus any extra envvar given)."""
+    extra = kwargs.pop("also_env", None)
+    envvar = [env_flag(name)] + ([extra] if extra else [])
+    return click.option(f"--{name}", envvar=envvar, show_envvar=True, **kwargs)
+
+
+def common_options(func):
+    """Options shared by every command that reads sessions and exports traces."""
+    for decorator in reversed(
+        [
+            _option("copilot-home", type=click.Path(path_type=Path), default=None, also_env=ENV_COPILOT_HOME,
+                    help="Copilot's home folder (default ~/.copilot)."),
+            _option("state-dir", type=click.Path(path_type=Path), default=None,
+                    help="Where copilot-otel keeps its checkpoint and default trace file "
+                         "(default ~/.local/state/copilot-otel)."),
+            _option("traces-file", type=click.Path(path_type=Path), default=None,
+                    help="Write traces as OTLP JSON lines to this file instead of OTLP."),
+            _option("max-line-bytes", type=click.IntRange(min=1024), default=DEFAULT_MAX_LINE_BYTES,
+                    help="Lines longer than this are counted and skipped."),
+            _option("log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info"),
+        ]
+    ):
+        func = decorator(func)
+    return func
+
+
+def build_config(copilot_home, state_dir, traces_file, max_line_bytes, **extra) -> Config:
+    """One validated Config from flags and environment; a ConfigError says what to fix."""
+    return Config(
+        copilot_home=(copilot_home or default_copilot_home()).expanduser(),
+        state_dir=(state_dir or default_state_dir()).expanduser(),
+        traces_file=traces_file,
+        otlp=OtlpSettings.from_env(),
+        capture_content=capture_content_from_env(),
+        max_line_bytes=max_line_bytes,
+        **extra,
+    )
+
+
+def _setup_logging(level: str) -> None:
+    logging.basicConfig(level=level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+def _fail(message: str, code: int = EXIT_USAGE) -> None:
+    click.echo(f"copilot-otel: {message}", err=True)
+    sys.exit(code)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="copilot-otel")
+def main() -> None:
+    """Turn GitHub Copilot CLI session events into OpenTelemetry traces and Prometheus metrics."""
+
+
+@main.command()
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path, allow_dash=True))
+@common_options
+def replay(paths, log_level, **options) -> None:
+    """Export the traces of session folders, events.jsonl files, a COPILOT_HOME, or - (stdin)."""
+    from .replay import SourceError, replay_files, resolve
+    from .traces import ExportError, make_sink
+
+    _setup_logging(log_level)
+    try:
+        config = build_config(**options)
+        files = resolve(paths)
+        sink = make_sink(traces_file=config.traces_file, otlp=config.otlp, default_file=config.default_traces_file)
+    except (ConfigError, SourceError) as exc:
+        _fail(str(exc))
+        return
+    model_options = {"capture_content": config.capture_content, "content_max_chars": config.content_max_chars}
+    interactive = sys.stderr.isatty()
+    try:
+        with Progress(TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                      TimeElapsedColumn(), disable=not interactive, transient=True) as progress:
+            task = progress.add_task("replaying sessions", total=len(files))
+            stats = replay_files(files, sink, on_file=lambda _path: progress.advance(task),
+                                 max_line_bytes=config.max_line_bytes, **model_options)
+        sink.shutdown()
+    except ExportError as exc:
+        _fail(f"export failed: {exc}", EXIT_EXPORT_FAILED)
+        return
+    rejected = sum(stats.rejected.values())
+    click.echo(f"copilot-otel: exported {stats.spans} spans from {stats.files} session(s), "
+               f"{stats.events} events" + (f", {rejected} malformed line(s) skipped" if rejected else "")
+               + f" -> {sink.description}", err=True)
+
+
+@main.command()
+@click.argument("session")
+@common_options
+def inspect(session, log_level, **options) -> None:
+    """Print one session (an id, a session folder or an events.jsonl) as a tree."""
+    from .liveness import session_alive
+    from .replay import SourceError, find_event_files, session_id_of
+    from .tree import inspect_session
+
+    _setup_logging(log_level)
+    config = build_config(**options)
+    candidate = Path(session).expanduser()
+    if not candidate.exists():
+        candidate = config.copilot_home / "session-state" / session
+    try:
+        files = find_event_files(candidate)
+    except SourceError:
+        _fail(f"{session}: not a session id under {config.copilot_home / 'session-state'}, "
+              "nor a session folder or events.jsonl")
+        return
+    if len(files) != 1:
+        _fail(f"{session}: holds {len(files)} sessions; name one")
+        return
+    path = files[0]
+    inspect_session(path, session_id_of(path), console=Console(), running=session_alive(path.parent))
+
+
+@main.command()
+@common_options
+@_option("metrics-address", default=DEFAULT_METRICS_ADDRESS, show_default=True,
+         help="HOST:PORT for /metrics and /healthz.")
+@_option("stuck-after", type=float, default=DEFAULT_STUCK_AFTER, show_default=True,
+         help="Seconds without events before a working session counts as stuck.")
+@_option("poll", is_flag=True, default=False, help="Do not use inotify; find changes by rescanning only.")
+@_option("rescan-interval", type=float, default=10.0, show_default=True,
+         help="Seconds between rescans that back up the file watcher.")
+@_option("from-end", is_flag=True, default=False,
+         help="On first start, skip the history already in the files.")
+def run(log_level, metrics_address, stuck_after, poll, rescan_interval, from_end, **options) -> None:
+    """The daemon: follow every session under COPILOT_HOME, export spans, serve /metrics."""
+    from .daemon import run_daemon
+
+    _setup_logging(log_level)
+    try:
+        config = build_config(metrics_address=parse_address(metrics_address), stuck_after=stuck_after, poll=poll,
+                              rescan_interval=rescan_interval, from_start=not from_end, **options)
+    except ConfigError as exc:
+        _fail(str(exc))
+        return
+    sys.exit(run_daemon(config))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,344 @@
+"""The daemon: wiring and lifecycle. Discover -> tail -> session model -> export queue / metrics."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from .checkpoint import Checkpoint, FilePosition
+from .config import Config, ConfigError
+from .discover import Discoverer
+from .events import DecodeError
+from .liveness import lock_pids, pid_alive
+from .metrics import LiveSession, Metrics
+from .records import MetricUpdate, SpanRecord
+from .replay import SESSION_STATE
+from .sessions import END_INCOMPLETE, IDLE, WAITING_TOOL, WORKING, SessionModel
+from .tail import FileTail
+from .traces import SpanSink, make_sink
+from .export import ExportQueue
+
+log = logging.getLogger(__name__)
+
+TICK = 0.2  # seconds between housekeeping passes (idle confirmation, liveness)
+LIVENESS_EVERY = 1.0
+ABANDONED_RETENTION = 3600.0  # how long a dead session stays visible as abandoned
+
+
+class RateLimitedLog:
+    """At most ``burst`` warnings per ``window`` seconds; the rest are summarised."""
+
+    def __init__(self, logger: logging.Logger, *, burst: int = 20, window: float = 60.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._log, self._burst, self._window, self._clock = logger, burst, window, clock
+        self._start = clock()
+        self._count = 0
+        self._suppressed = 0
+
+    def warning(self, message: str, *args) -> None:
+        """Log, unless this window's budget is spent."""
+        now = self._clock()
+        if now - self._start >= self._window:
+            if self._suppressed:
+                self._log.warning("%d more skipped line(s) not logged in the last %.0f s", self._suppressed,
+                                  self._window)
+            self._start, self._count, self._suppressed = now, 0, 0
+        if self._count < self._burst:
+            self._count += 1
+            self._log.warning(message, *args)
+        else:
+            self._suppressed += 1
+
+
+@dataclass
+class Session:
+    """One followed session log and everything the daemon knows about it."""
+
+    path: Path
+    tail: FileTail
+    model: SessionModel
+    floor: int = 0  # outputs of events before this offset were already delivered before a restart
+    pids: list[int] = field(default_factory=list)
+    abandoned_at: float | None = None  # wall time the session was found dead mid-turn
+
+    @property
+    def session_id(self) -> str:
+        return self.model.session_id
+
+
+class Daemon:
+    """Follows every session under COPILOT_HOME/session-state; exports spans; keeps metrics."""
+
+    def __init__(self, config: Config, *, sink: SpanSink | None = None, metrics: Metrics | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.config = config
+        self.root = config.copilot_home / SESSION_STATE
+        self.clock = clock
+        self.metrics = metrics or Metrics()
+        self.metrics.add_live_sessions(self.live_sessions)
+        config.state_dir.mkdir(parents=True, exist_ok=True)
+        self.checkpoint = Checkpoint(config.state_dir / "checkpoint.sqlite")
+        self.sink = sink or make_sink(traces_file=config.traces_file, otlp=config.otlp,
+                                      default_file=config.default_traces_file)
+        self.queue = ExportQueue(
+            self.sink, self.checkpoint, max_spans=config.max_buffered_spans,
+            on_exported=self.metrics.spans_exported.inc, on_failed=self.metrics.spans_failed.inc,
+            on_commit=self.metrics.checkpoint_commits.inc)
+        self.discoverer = Discoverer(self.root, poll=config.poll, rescan_interval=config.rescan_interval)
+        self.sessions: dict[Path, Session] = {}
+        self._restored = self.checkpoint.load()
+        self._skip_history: set[Path] = set()
+        self._stop = threading.Event()
+        self._bad_lines = RateLimitedLog(log)
+        self._last_loop = time.monotonic()
+        self._next_liveness = 0.0
+
+    # ------------------------------------------------------------ lifecycle
+
+    def request_stop(self, *_args) -> None:
+        """Ask the loop to stop (signal handler)."""
+        self._stop.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    def health(self) -> tuple[bool, str]:
+        """Healthy while the reader loop turns; says whether exports succeed."""
+        stalled = time.monotonic() - self._last_loop
+        if stalled > 30:
+            return False, f"reader loop stalled for {stalled:.0f} s"
+        if not self.queue.healthy:
+            return True, f"ok (trace export failing, {self.queue.depth} spans queued)"
+        return True, "ok"
+
+    def run(self, ready: threading.Event | None = None) -> None:
+        """Run until stopped; flush and commit before returning."""
+        if not self.config.from_start and self.root.is_dir():
+            # --from-end: history present at the first start is skipped (a checkpoint still wins).
+            self._skip_history = set(self.root.glob("*/events.jsonl"))
+        self.queue.start()
+        self.discoverer.start()
+        if ready is not None:
+            ready.set()
+        try:
+            while not self._stop.is_set():
+                files, lock_dirs = self.discoverer.wait(TICK)
+                self._last_loop = time.monotonic()
+                for path in sorted(files):
+                    if self._stop.is_set():
+                        break
+                    self._read(path)
+                for folder in lock_dirs:
+                    session = self.sessions.get(folder / "events.jsonl")
+                    if session is not None:
+                        session.pids = lock_pids(folder)
+                self._housekeeping()
+                self.metrics.files_watched.set(len(self.sessions))
+                self.metrics.export_queue.set(self.queue.depth)
+        finally:
+            self.discoverer.stop()
+            flushed = self.queue.stop(timeout=5.0)
+            if not flushed:
+                log.warning("stopped with %d spans not yet exported; they will be re-read on the next start",
+                            self.queue.depth)
+            self.checkpoint.close()
+            self.sink.shutdown()
+
+    # ------------------------------------------------------------ reading
+
+    def _session_for(self, path: Path) -> Session | None:
+        session = self.sessions.get(path)
+        if session is not None:
+            return session
+        if not path.is_file():
+            return None
+        key = str(path)
+        restored = self._restored.pop(key, None)
+        tail = FileTail(path, max_line_bytes=self.config.max_line_bytes)
+        floor = 0
+        if restored is not None:
+            tail.identity = restored.identity
+            tail.offset, tail.line = restored.resume_offset, restored.resume_line
+            floor = restored.offset
+        elif path in self._skip_history:
+            floor = _last_newline_end(path)
+            tail.offset = floor
+        model = SessionModel(path.parent.name, capture_content=self.config.capture_content,
+                             content_max_chars=self.config.content_max_chars)
+        session = Session(path, tail, model, floor, lock_pids(path.parent))
+        self.sessions[path] = session
+        return session
+
+    def _read(self, path: Path) -> None:
+        session = self._session_for(path)
+        if session is None:
+            self._forget(path)
+            return
+        while not self._stop.is_set():
+            result = session.tail.read(max_bytes=8 << 20)
+            if result.gone:
+                self._forget(path)
+                return
+            if result.restarted:
+                log.info("%s was %s; reading it again from the start", path, result.restarted)
+                self._deliver(session, session.model.finish(), None)
+                session.model = SessionModel(session.model.session_id, capture_content=self.config.capture_content,
+                                             content_max_chars=self.config.content_max_chars)
+                session.floor = 0
+            if not result.items:
+                break
+            spans: list[SpanRecord] = []
+            for item in result.items:
+                if isinstance(item, DecodeError):
+                    if item.offset >= session.floor:
+                        self.metrics.lines_rejected.labels(item.reason).inc()
+                        self._bad_lines.warning("%s:%d: skipped line (%s): %s", path, item.line, item.reason,
+                                                item.detail)
+                    continue
+                outputs = session.model.feed(item)
+                if item.offset < session.floor:
+                    continue  # delivered before the restart; re-read only to rebuild open spans
+                self.metrics.events_read.labels(item.type).inc()
+                if item.timestamp_ns > self.metrics.newest_event_ns:
+                    self.metrics.newest_event_ns = item.timestamp_ns
+                self._split(outputs, spans)
+            session.abandoned_at = None
+            self.queue.put_spans(spans, should_stop=self._stop.is_set)
+            self._mark(session)
+
+    def _split(self, outputs, spans: list[SpanRecord]) -> None:
+        for out in outputs:
+            if isinstance(out, SpanRecord):
+                spans.append(out)
+            else:
+                self._apply(out)
+
+    def _apply(self, update: MetricUpdate) -> None:
+        try:
+            self.metrics.apply(update)
+        except Exception:  # a metric bug must not stop the reader
+            log.exception("cannot apply %s", update)
+
+    def _deliver(self, session: Session, outputs, _reason: str | None) -> None:
+        spans: list[SpanRecord] = []
+        self._split(outputs, spans)
+        self.queue.put_spans(spans, should_stop=self._stop.is_set)
+        self._mark(session)
+
+    def _mark(self, session: Session) -> None:
+        tail = session.tail
+        if tail.identity is None or tail.offset < session.floor:
+            return
+        resume = session.model.open_interaction_start
+        resume_offset, resume_line = resume if resume is not None else (tail.offset, tail.line)
+        self.queue.put_marker(FilePosition(str(session.path), tail.identity, tail.offset, tail.line,
+                                           resume_offset, resume_line))
+
+    def _forget(self, path: Path) -> None:
+        session = self.sessions.pop(path, None)
+        if session is not None:
+            log.info("%s was deleted; finishing session %s", path, session.session_id)
+            spans: list[SpanRecord] = []
+            self._split(session.model.finish(), spans)
+            self.queue.put_spans(spans, should_stop=self._stop.is_set)
+        self._restored.pop(str(path), None)
+        self.checkpoint.forget(str(path))
+
+    # ------------------------------------------------------------ housekeeping
+
+    def _housekeeping(self) -> None:
+        now = self.clock()
+        now_ns = int(now * 1e9)
+        quiet_ns = int(self.config.idle_quiet * 1e9)
+        check_liveness = time.monotonic() >= self._next_liveness
+        if check_liveness:
+            self._next_liveness = time.monotonic() + LIVENESS_EVERY
+        for session in list(self.sessions.values()):
+            model = session.model
+            if model.ended is not None:
+                continue
+            outputs = model.tick(now_ns, quiet_ns)
+            if outputs:
+                self._deliver(session, outputs, "idle")
+            if check_liveness and model.mid_turn and not self._alive(session):
+                self._abandon(session, now)
+
+    def _alive(self, session: Session) -> bool:
+        session.pids = lock_pids(session.path.parent)
+        return any(pid_alive(pid) for pid in session.pids)
+
+    def _abandon(self, session: Session, now: float) -> None:
+        """The process that held a session died mid-turn: end its open spans as incomplete."""
+        if now - session.model.last_event_ns / 1e9 < ABANDONED_RETENTION:
+            session.abandoned_at = now
+            log.warning("session %s was abandoned mid-turn (its CLI process is gone)", session.session_id)
+        self._deliver(session, session.model.finish(END_INCOMPLETE), "abandoned")
+
+    def live_sessions(self) -> list[LiveSession]:
+        """Scrape-time states of the sessions that are live now (or recently abandoned)."""
+        now = self.clock()
+        stuck_after = self.config.stuck_after
+        out = []
+        for session in list(self.sessions.values()):
+            model = session.model
+            stalled = max(0.0, now - model.last_event_ns / 1e9)
+            if session.abandoned_at is not None:
+                if now - session.abandoned_at < ABANDONED_RETENTION:
+                    out.append(LiveSession(session.session_id, "abandoned", stalled))
+                continue
+            if model.ended is not None or not any(pid_alive(pid) for pid in session.pids):
+                continue
+            state = model.state
+            if state in (WORKING, WAITING_TOOL) and stalled > stuck_after:
+                out.append(LiveSession(session.session_id, "stuck", stalled))
+            else:
+                out.append(LiveSession(session.session_id, state if state else IDLE))
+        return out
+
+
+def _last_newline_end(path: Path) -> int:
+    """Offset just past the last newline of a file (where complete lines end)."""
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(0, 2)
+            size = handle.tell()
+            start = max(0, size - (1 << 20))
+            handle.seek(start)
+            tail = handle.read()
+    except OSError:
+        return 0
+    index = tail.rfind(b"\n")
+    return start + index + 1 if index >= 0 else 0
+
+
+def run_daemon(config: Config) -> int:
+    """`copilot-otel run`: start, serve until SIGTERM/SIGINT, flush, exit 0."""
+    from .server import MetricsServer
+
+    try:
+        daemon = Daemon(config)
+        server = MetricsServer(config.metrics_address, daemon.metrics.registry, daemon.health)
+    except ConfigError as exc:
+        log.error("%s", exc)
+        return 2
+    except OSError as exc:
+        log.error("cannot start: %s (is --state-dir %s writable?)", exc, config.state_dir)
+        return 2
+    signal.signal(signal.SIGTERM, daemon.request_stop)
+    signal.signal(signal.SIGINT, daemon.request_stop)
+    server.start()
+    host, port = server.address
+    log.info("following %s; metrics on http://%s:%d/metrics; traces to %s", daemon.root, host, port,
+             daemon.sink.description)
+    try:
+        daemon.run()
+    finally:
+        server.stop()
+    log.info("stopped")
+    return 0

@@ -1,0 +1,99 @@
+"""Pure decoding: the bytes of one line -> an :class:`Event` or a :class:`DecodeError`."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from functools import lru_cache
+
+import orjson
+
+from .events import DecodeError, Event
+
+# Reasons a line is rejected: the label values of copilot_otel_lines_rejected_total.
+NOT_JSON = "not_json"
+INVALID_UTF8 = "invalid_utf8"
+NOT_OBJECT = "not_object"
+BAD_TYPE = "bad_type"
+BAD_TIMESTAMP = "bad_timestamp"
+BAD_DATA = "bad_data"
+TOO_LONG = "too_long"
+NUL_BYTE = "nul_byte"
+REASONS = (NOT_JSON, INVALID_UTF8, NOT_OBJECT, BAD_TYPE, BAD_TIMESTAMP, BAD_DATA, TOO_LONG, NUL_BYTE)
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+@lru_cache(maxsize=4096)
+def _whole_seconds(prefix: str) -> int:
+    """Epoch seconds of a 'YYYY-MM-DDTHH:MM:SS' prefix read as UTC (cached: events share seconds)."""
+    return int((datetime.fromisoformat(prefix).replace(tzinfo=timezone.utc) - _EPOCH).total_seconds())
+
+
+def parse_timestamp(value: object) -> int | None:
+    """ISO-8601 with a time zone -> nanoseconds since the epoch; None when unusable."""
+    if not isinstance(value, str) or len(value) < 20:
+        return None
+    try:
+        # Fast path for the CLI's own form: 2026-12-02T18:15:16.733Z
+        if value[-1] == "Z" and value[19] == "." and value[10] == "T":
+            fraction = value[20:-1]
+            if fraction.isdigit() and len(fraction) <= 9:
+                return _whole_seconds(value[:19]) * 1_000_000_000 + int(fraction.ljust(9, "0"))
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    if parsed.tzinfo is None:
+        return None
+    delta = parsed - _EPOCH
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000_000 + delta.microseconds * 1_000
+
+
+def decode_object(obj: object, *, offset: int = -1, line: int = 0) -> Event | DecodeError:
+    """Validate an already-parsed JSON value as an event."""
+    if not isinstance(obj, dict):
+        return DecodeError(NOT_OBJECT, f"a JSON {type(obj).__name__}, not an object", offset, line)
+    event_type = obj.get("type")
+    if not isinstance(event_type, str) or not event_type:
+        return DecodeError(BAD_TYPE, "missing or non-string 'type'", offset, line)
+    timestamp = parse_timestamp(obj.get("timestamp"))
+    if timestamp is None:
+        return DecodeError(BAD_TIMESTAMP, f"{event_type}: missing or unusable 'timestamp' (ISO-8601 with zone)", offset, line)
+    data = obj.get("data")
+    if data is None:
+        data = {}
+    elif not isinstance(data, dict):
+        return DecodeError(BAD_DATA, f"{event_type}: 'data' is not an object", offset, line)
+    event_id = obj.get("id")
+    if not isinstance(event_id, str) or not event_id:
+        # An id is what span ids are derived from; fall back to where the line sits.
+        event_id = f"@{offset}" if offset >= 0 else f"@line{line}"
+    parent_id = obj.get("parentId")
+    agent_id = obj.get("agentId")
+    return Event(
+        type=event_type,
+        timestamp_ns=timestamp,
+        id=event_id,
+        data=data,
+        parent_id=parent_id if isinstance(parent_id, str) else None,
+        agent_id=agent_id if isinstance(agent_id, str) and agent_id else None,
+        ephemeral=obj.get("ephemeral") is True,
+        offset=offset,
+        line=line,
+    )
+
+
+def decode_line(raw: bytes, *, offset: int = -1, line: int = 0, max_bytes: int = 0) -> Event | DecodeError:
+    """Decode one line (without its newline) into an event, or say why it is unusable."""
+    if max_bytes and len(raw) > max_bytes:
+        return DecodeError(TOO_LONG, f"line of {len(raw)} bytes exceeds the {max_bytes}-byte limit", offset, line)
+    if b"\x00" in raw:
+        return DecodeError(NUL_BYTE, "line contains NUL bytes", offset, line)
+    try:
+        obj = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        try:
+            raw.decode("utf-8")
+        except UnicodeDecodeError:
+            return DecodeError(INVALID_UTF8, "line is not valid UTF-8", offset, line)
+        return DecodeError(NOT_JSON, f"not JSON: {exc}", offset, line)
+    return decode_object(obj, offset=offset, line=line)

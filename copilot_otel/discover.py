@@ -1,0 +1,157 @@
+"""Finds session logs that changed: one recursive watchdog watch, backed by a periodic rescan.
+
+The watcher makes changes visible within milliseconds; the rescan makes a missed
+inotify event, an exhausted watch limit or a network filesystem cost a delay, never
+data. Both feed one set of "look at this path" hints that the daemon drains.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from pathlib import Path
+
+from watchdog.events import FileSystemEvent, FileSystemEventHandler
+from watchdog.observers import Observer
+from watchdog.observers.polling import PollingObserver
+
+from .liveness import LOCK_PREFIX, LOCK_SUFFIX
+
+log = logging.getLogger(__name__)
+
+EVENTS_FILE = "events.jsonl"
+
+
+class _Handler(FileSystemEventHandler):
+    def __init__(self, discoverer: "Discoverer") -> None:
+        self._discoverer = discoverer
+
+    def on_any_event(self, event: FileSystemEvent) -> None:
+        for raw in (event.src_path, getattr(event, "dest_path", "")):
+            if raw:
+                self._discoverer.hint(Path(os.fsdecode(raw)), is_directory=event.is_directory)
+
+
+class Discoverer:
+    """Watches ``root`` (COPILOT_HOME/session-state) and says which logs and folders changed."""
+
+    def __init__(self, root: Path, *, poll: bool = False, rescan_interval: float = 10.0,
+                 clock=time.monotonic) -> None:
+        self.root = Path(root)
+        self.poll = poll
+        self.rescan_interval = rescan_interval
+        self._clock = clock
+        self._cond = threading.Condition()
+        self._files: set[Path] = set()
+        self._lock_dirs: set[Path] = set()
+        self._known: dict[Path, tuple[int, int]] = {}  # events file -> (inode, size) at the last rescan
+        self._observer = None
+        self._next_rescan = 0.0
+        self._warned_missing = False
+        self.rescans = 0
+
+    # ---------------------------------------------------------------- hints
+
+    def hint(self, path: Path, *, is_directory: bool = False) -> None:
+        """Note a changed path from the watcher (or a test)."""
+        name = path.name
+        with self._cond:
+            if name == EVENTS_FILE:
+                self._files.add(path)
+            elif name.startswith(LOCK_PREFIX) and name.endswith(LOCK_SUFFIX):
+                self._lock_dirs.add(path.parent)
+            elif is_directory and path.parent == self.root:
+                # A new session folder: its log may be written before the watch on it exists.
+                self._files.add(path / EVENTS_FILE)
+                self._lock_dirs.add(path)
+            else:
+                return
+            self._cond.notify()
+
+    def wait(self, timeout: float) -> tuple[set[Path], set[Path]]:
+        """Block up to ``timeout`` for hints; return (changed event files, folders whose locks changed)."""
+        if self._clock() >= self._next_rescan:
+            self.rescan()
+        with self._cond:
+            if not self._files and not self._lock_dirs:
+                self._cond.wait(min(timeout, max(0.0, self._next_rescan - self._clock())))
+            files, dirs = self._files, self._lock_dirs
+            self._files, self._lock_dirs = set(), set()
+        return files, dirs
+
+    # ---------------------------------------------------------------- rescan
+
+    def rescan(self) -> None:
+        """Stat every session log; hint those that are new, grew, shrank, changed inode or vanished."""
+        self._next_rescan = self._clock() + (self.rescan_interval if self.rescan_interval > 0 else 3600.0)
+        self.rescans += 1
+        if not self.root.is_dir():
+            if not self._warned_missing:
+                log.warning("%s does not exist yet; waiting for the Copilot CLI to create it", self.root)
+                self._warned_missing = True
+            return
+        if self._warned_missing:
+            log.info("%s appeared; following it", self.root)
+            self._warned_missing = False
+        if self._observer is None and not self.poll:
+            self._start_observer()
+        seen: dict[Path, tuple[int, int]] = {}
+        changed: set[Path] = set()
+        try:
+            entries = list(os.scandir(self.root))
+        except OSError as exc:
+            log.warning("cannot list %s: %s", self.root, exc)
+            return
+        for entry in entries:
+            path = Path(entry.path, EVENTS_FILE)
+            try:
+                st = os.stat(path, follow_symlinks=False)
+            except OSError:
+                continue
+            key = (st.st_ino, st.st_size)
+            seen[path] = key
+            if self._known.get(path) != key:
+                changed.add(path)
+        changed.update(p for p in self._known if p not in seen)
+        self._known = seen
+        if changed:
+            with self._cond:
+                self._files |= changed
+                self._cond.notify()
+
+    @property
+    def known_files(self) -> int:
+        """How many session logs the last rescan saw."""
+        return len(self._known)
+
+    # ---------------------------------------------------------------- lifecycle
+
+    def _start_observer(self) -> None:
+        observer = Observer()
+        try:
+            observer.schedule(_Handler(self), str(self.root), recursive=True)
+            observer.start()
+        except OSError as exc:
+            # inotify watch limit, unsupported filesystem...: rescans alone still find everything.
+            log.warning("file watching unavailable on %s (%s); relying on rescans every %.0f s",
+                        self.root, exc, self.rescan_interval)
+            observer = None
+        self._observer = observer
+
+    def start(self) -> None:
+        """Start watching (or, when the root does not exist yet, wait for it)."""
+        self.rescan()
+
+    def stop(self) -> None:
+        """Stop the watcher thread."""
+        observer, self._observer = self._observer, None
+        if observer is not None:
+            observer.stop()
+            observer.join(timeout=5)
+        with self._cond:
+            self._cond.notify_all()
+
+
+__all__ = ["Discoverer", "PollingObserver"]

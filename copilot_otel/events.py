@@ -1,0 +1,57 @@
+"""Typed, frozen records for Copilot CLI session events.
+
+Every line of an ``events.jsonl`` becomes one :class:`Event`. Only the fields that
+the session model keys on are lifted out of ``data``; everything else stays in
+``data`` untouched, so unknown event types and new fields are ordinary input.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+MAIN_AGENT = "main"
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One session event, as written by the CLI (or streamed live)."""
+
+    type: str
+    timestamp_ns: int
+    id: str
+    data: Mapping[str, Any] = field(repr=False)
+    parent_id: str | None = None
+    agent_id: str | None = None
+    ephemeral: bool = False
+    # Where the event came from: byte offset of its line and its 1-based line number.
+    offset: int = -1
+    line: int = 0
+
+    @property
+    def interaction_id(self) -> str | None:
+        """The interaction the event belongs to, when the CLI says so."""
+        value = self.data.get("interactionId")
+        return value if isinstance(value, str) else None
+
+    @property
+    def turn_id(self) -> str | None:
+        """The turn id within its (agent, interaction), when present."""
+        value = self.data.get("turnId")
+        return str(value) if isinstance(value, (str, int)) else None
+
+    @property
+    def tool_call_id(self) -> str | None:
+        """The tool call this event is about, when present."""
+        value = self.data.get("toolCallId")
+        return value if isinstance(value, str) else None
+
+
+@dataclass(frozen=True, slots=True)
+class DecodeError:
+    """A line that is not a usable event, with the reason it was rejected."""
+
+    reason: str
+    detail: str
+    offset: int = -1
+    line: int = 0

@@ -1,0 +1,66 @@
+"""Plain output records of the session model: finished spans and metric updates."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from hashlib import blake2b
+from typing import Any, Mapping
+
+# OTel span kinds, as their OTLP enum values.
+KIND_INTERNAL = 1
+KIND_CLIENT = 3
+
+STATUS_UNSET = 0
+STATUS_OK = 1
+STATUS_ERROR = 2
+
+
+@dataclass(frozen=True, slots=True)
+class SpanEvent:
+    """A timestamped annotation on a span (e.g. an autopilot nudge)."""
+
+    name: str
+    time_ns: int
+    attributes: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class SpanRecord:
+    """One finished span, ready to be encoded for any exporter."""
+
+    trace_id: int
+    span_id: int
+    parent_span_id: int | None
+    name: str
+    kind: int
+    start_ns: int
+    end_ns: int
+    attributes: Mapping[str, Any]
+    status: int = STATUS_UNSET
+    status_message: str = ""
+    events: tuple[SpanEvent, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class MetricUpdate:
+    """Add ``value`` to a counter, or observe it in a histogram, of the given name."""
+
+    name: str
+    labels: tuple[tuple[str, str], ...]
+    value: float = 1.0
+    observe: bool = False  # True: a histogram observation; False: a counter increment
+
+
+def _digest_int(text: str, size: int) -> int:
+    value = int.from_bytes(blake2b(text.encode("utf-8", "surrogatepass"), digest_size=size).digest(), "big")
+    return value or 1  # an all-zero id is invalid in OTel
+
+
+def trace_id_for(session_id: str, interaction_id: str) -> int:
+    """Deterministic 128-bit trace id of one interaction."""
+    return _digest_int(f"trace\x00{session_id}\x00{interaction_id}", 16)
+
+
+def span_id_for(session_id: str, event_id: str) -> int:
+    """Deterministic 64-bit span id from the session and the span's first event."""
+    return _digest_int(f"span\x00{session_id}\x00{event_id}", 8)

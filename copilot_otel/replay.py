@@ -1,0 +1,117 @@
+"""One-shot export: session folders, events.jsonl files, a whole COPILOT_HOME, or a stream."""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable, Iterator
+
+from .events import DecodeError, Event
+from .records import MetricUpdate, SpanRecord
+from .sessions import SessionModel
+from .tail import read_all
+from .traces import SpanSink
+
+log = logging.getLogger(__name__)
+
+EVENTS_FILE = "events.jsonl"
+SESSION_STATE = "session-state"
+BATCH = 512
+
+
+class SourceError(ValueError):
+    """A path given to replay or inspect that is not a session log."""
+
+
+@dataclass
+class ReplayStats:
+    """What one replay read, rejected and exported."""
+
+    files: int = 0
+    events: int = 0
+    spans: int = 0
+    rejected: Counter = field(default_factory=Counter)
+    metrics: list[MetricUpdate] = field(default_factory=list)
+
+
+def session_id_of(path: Path) -> str:
+    """A session's id: the name of the folder that holds its events.jsonl."""
+    return path.parent.name if path.name == EVENTS_FILE else path.stem
+
+
+def find_event_files(path: Path) -> list[Path]:
+    """Expand one argument (COPILOT_HOME, session-state, a session folder, a file) to event logs."""
+    if not path.exists():
+        raise SourceError(f"{path}: no such file or directory")
+    if path.is_file():
+        return [path]
+    for candidate in (path / EVENTS_FILE,):
+        if candidate.is_file():
+            return [candidate]
+    root = path / SESSION_STATE if (path / SESSION_STATE).is_dir() else path
+    files = sorted(p for p in root.glob(f"*/{EVENTS_FILE}") if p.is_file())
+    if not files:
+        raise SourceError(f"{path}: no {EVENTS_FILE} found (expected COPILOT_HOME, its {SESSION_STATE}/, "
+                          f"a session folder or an {EVENTS_FILE})")
+    return files
+
+
+def resolve(paths: Iterable[Path]) -> list[Path]:
+    """All event logs named by the arguments, each once, in order."""
+    seen: dict[Path, None] = {}
+    for path in paths:
+        for found in find_event_files(Path(path).expanduser()):
+            seen.setdefault(found.resolve(), None)
+    return list(seen)
+
+
+def log_rejected(source: str, error: DecodeError) -> None:
+    """Say which line of which file was skipped, and why."""
+    log.warning("%s:%d: skipped line (%s): %s", source, error.line, error.reason, error.detail)
+
+
+def model_outputs(session_id: str, items: Iterable[Event | DecodeError], stats: ReplayStats, *, source: str,
+                  **model_options) -> Iterator[SpanRecord]:
+    """Feed decoded lines to a fresh model; yield its spans, keep its metric updates in ``stats``."""
+    model = SessionModel(session_id, **model_options)
+    for item in items:
+        if isinstance(item, DecodeError):
+            stats.rejected[item.reason] += 1
+            log_rejected(source, item)
+            continue
+        stats.events += 1
+        outputs = model.feed(item)
+        for out in outputs:
+            if isinstance(out, SpanRecord):
+                yield out
+            else:
+                stats.metrics.append(out)
+    for out in model.finish():
+        if isinstance(out, SpanRecord):
+            yield out
+        else:
+            stats.metrics.append(out)
+
+
+def replay_files(files: list[Path], sink: SpanSink, *, on_file: Callable[[Path], None] | None = None,
+                 max_line_bytes: int = 16 * 1024 * 1024, **model_options) -> ReplayStats:
+    """Export every file's spans through ``sink``; raise ExportError if delivery fails."""
+    stats = ReplayStats()
+    batch: list[SpanRecord] = []
+    for path in files:
+        items = read_all(path, max_line_bytes=max_line_bytes)
+        for span in model_outputs(session_id_of(path), items, stats, source=str(path), **model_options):
+            batch.append(span)
+            if len(batch) >= BATCH:
+                sink.export(batch)
+                stats.spans += len(batch)
+                batch = []
+        stats.files += 1
+        if on_file is not None:
+            on_file(path)
+    if batch:
+        sink.export(batch)
+        stats.spans += len(batch)
+    return stats

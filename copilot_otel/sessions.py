@@ -1,0 +1,621 @@
+"""The pure session state machine: one event in -> finished spans and metric updates out.
+
+A :class:`SessionModel` follows one Copilot session. It knows which interaction,
+turn, LLM call, tool and sub-agent are open, closes their spans from the events'
+own timestamps, infers the end of the agent loop (the file never holds
+``assistant.idle``) and reports the session's live state. It touches no clock,
+file or socket: callers pass ``now`` in.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Union
+
+from . import attrs as A
+from .events import MAIN_AGENT, Event
+from .records import (
+    KIND_CLIENT,
+    KIND_INTERNAL,
+    STATUS_ERROR,
+    STATUS_OK,
+    MetricUpdate,
+    SpanEvent,
+    SpanRecord,
+    span_id_for,
+    trace_id_for,
+)
+
+Output = Union[SpanRecord, MetricUpdate]
+
+# Live states, the label values of copilot_sessions{state} that the model itself knows.
+WORKING = "working"
+WAITING_TOOL = "waiting_tool"
+WAITING_USER = "waiting_user"
+IDLE = "idle"
+
+# How an interaction ended (copilot.interaction.end, and `inspect`).
+END_IDLE = "idle"
+END_TASK_COMPLETE = "task_complete"
+END_ERROR = "error"
+END_SHUTDOWN = "shutdown"
+END_INCOMPLETE = "incomplete"
+
+INCOMPLETE = "incomplete"
+
+
+@dataclass(slots=True)
+class _OpenSpan:
+    trace_id: int
+    span_id: int
+    parent_span_id: int | None
+    name: str
+    kind: int
+    start_ns: int
+    attributes: dict[str, Any]
+    events: list[SpanEvent] = field(default_factory=list)
+
+    def close(self, end_ns: int, *, status: int = 0, message: str = "", error_type: str | None = None) -> SpanRecord:
+        if error_type is not None:
+            self.attributes[A.ERROR_TYPE] = error_type
+            status = STATUS_ERROR
+        return SpanRecord(
+            trace_id=self.trace_id,
+            span_id=self.span_id,
+            parent_span_id=self.parent_span_id,
+            name=self.name,
+            kind=self.kind,
+            start_ns=self.start_ns,
+            end_ns=max(end_ns, self.start_ns),
+            attributes=self.attributes,
+            status=status,
+            status_message=message,
+            events=tuple(self.events),
+        )
+
+
+@dataclass(slots=True)
+class _Turn:
+    span: _OpenSpan
+    agent: str
+    requested_tools: bool = False
+    errored: str | None = None
+
+
+@dataclass(slots=True)
+class _Agent:
+    """The main agent or one sub-agent: where its turns hang, and its open turn."""
+
+    name: str  # "main" or the sub-agent's name (a metric label)
+    invoke_span: _OpenSpan | None  # the span its turns hang under
+    turn: _Turn | None = None
+
+
+@dataclass(slots=True)
+class _Interaction:
+    id: str
+    root: _OpenSpan
+    start_offset: int
+    start_line: int
+    last_end_ns: int
+    autopilot: bool = False  # opened by an autopilot nudge
+    # Set when the loop looks finished (final answer, task_complete, error); confirmed later.
+    pending_end: str | None = None
+    error_type: str | None = None
+    summary: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class InteractionSummary:
+    """What `inspect` and the daemon need to know about a finished or running interaction."""
+
+    interaction_id: str
+    trace_id: int
+    start_ns: int
+    end: str | None  # one of the END_* values, None while running
+    autopilot: bool
+    summary: str | None
+
+
+class SessionModel:
+    """Follows one session's events and turns them into spans and metric updates."""
+
+    def __init__(self, session_id: str, *, capture_content: bool = False, content_max_chars: int = 4096,
+                 live_idle: bool = False) -> None:
+        self.session_id = session_id
+        self.capture_content = capture_content
+        self.content_max_chars = content_max_chars
+        # With a live subscriber the real session.idle / assistant.idle ends the loop.
+        self.live_idle = live_idle
+        self.model: str | None = None
+        self.cwd: str | None = None
+        self.cli_version: str | None = None
+        self.last_event_ns = 0
+        self.ended: str | None = None  # END_SHUTDOWN or END_INCOMPLETE once the session is over
+        self.interactions: list[InteractionSummary] = []
+        self._current: _Interaction | None = None
+        self._agents: dict[str | None, _Agent] = {None: _Agent(MAIN_AGENT, None)}
+        self._tools: dict[str, tuple[_OpenSpan, str]] = {}  # toolCallId -> (span, agent)
+        self._subagents: dict[str, _OpenSpan] = {}  # toolCallId of the task call -> invoke_agent span
+        self._permissions: set[str] = set()
+        self._out: list[Output] = []
+
+    # ------------------------------------------------------------ public
+
+    def feed(self, event: Event) -> list[Output]:
+        """Apply one event; return the spans it closed and the metric updates it causes."""
+        self._out = []
+        if self.ended is not None and event.type != "session.shutdown":
+            self.ended = None  # resumed after a shutdown or a crash
+        if event.timestamp_ns > self.last_event_ns:
+            self.last_event_ns = event.timestamp_ns
+        handler = _HANDLERS.get(event.type)
+        if handler is not None:
+            handler(self, event)
+        return self._out
+
+    def tick(self, now_ns: int, quiet_ns: int) -> list[Output]:
+        """Confirm an end of the agent loop after ``quiet_ns`` without events."""
+        self._out = []
+        current = self._current
+        if self.live_idle:
+            return self._out  # the live stream says when the loop really ended
+        if current is not None and current.pending_end and now_ns - self.last_event_ns >= quiet_ns:
+            self._end_interaction(current.pending_end)
+        return self._out
+
+    def finish(self, reason: str = END_INCOMPLETE) -> list[Output]:
+        """The session is over (end of a replayed file, or its process is gone): close everything.
+
+        A loop that looked finished ends normally; anything still open ends as incomplete.
+        """
+        self._out = []
+        if self.ended is not None:
+            return self._out
+        current = self._current
+        if current is not None and current.pending_end:
+            self._end_interaction(current.pending_end)
+        self._close_everything(reason)
+        return self._out
+
+    @property
+    def state(self) -> str:
+        """The session's live state: waiting_user, waiting_tool, working or idle."""
+        if self._permissions:
+            return WAITING_USER
+        if self._tools:
+            return WAITING_TOOL
+        if any(agent.turn is not None for agent in self._agents.values()):
+            return WORKING
+        return IDLE
+
+    @property
+    def mid_turn(self) -> bool:
+        """True while a turn or tool is open (a process dying now abandons work)."""
+        return self.state in (WORKING, WAITING_TOOL, WAITING_USER)
+
+    @property
+    def open_interaction_start(self) -> tuple[int, int] | None:
+        """(byte offset, line number - 1) of the first event of the interaction still running, if any."""
+        current = self._current
+        if current is None or current.start_offset < 0:
+            return None
+        return current.start_offset, current.start_line - 1
+
+    # ------------------------------------------------------------ helpers
+
+    def _metric(self, name: str, value: float = 1.0, *, observe: bool = False, **labels: str) -> None:
+        self._out.append(MetricUpdate(name, tuple(labels.items()), value, observe))
+
+    def _content(self, value: Any) -> str | None:
+        if not self.capture_content or value is None:
+            return None
+        text = value if isinstance(value, str) else _json(value)
+        return text[: self.content_max_chars]
+
+    def _base_attrs(self, operation: str) -> dict[str, Any]:
+        return {
+            A.GEN_AI_OPERATION_NAME: operation,
+            A.GEN_AI_PROVIDER_NAME: A.PROVIDER,
+            A.GEN_AI_CONVERSATION_ID: self.session_id,
+        }
+
+    def _agent(self, event: Event) -> _Agent:
+        """The agent an event belongs to, creating a sub-agent's context on first sight."""
+        agent = self._agents.get(event.agent_id)
+        if agent is None:
+            parent_call = event.data.get("parentToolCallId")
+            span = self._subagents.get(parent_call) if isinstance(parent_call, str) else None
+            name = str(span.attributes.get(A.GEN_AI_AGENT_NAME, "subagent")) if span else "subagent"
+            agent = _Agent(name, span)
+            self._agents[event.agent_id] = agent
+        return agent
+
+    def _interaction_for(self, event: Event) -> _Interaction:
+        """The running interaction, or one opened implicitly when the log starts mid-way."""
+        current = self._current
+        if current is None:
+            current = self._open_interaction(event, event.interaction_id or f"implicit-{event.id}")
+        return current
+
+    def _open_interaction(self, event: Event, interaction_id: str) -> _Interaction:
+        attributes = self._base_attrs(A.OP_INVOKE_AGENT)
+        attributes[A.GEN_AI_AGENT_NAME] = A.AGENT_NAME
+        attributes[A.COPILOT_INTERACTION_ID] = interaction_id
+        if self.model:
+            attributes[A.GEN_AI_REQUEST_MODEL] = self.model
+        if self.cwd:
+            attributes[A.COPILOT_CWD] = self.cwd
+        if self.cli_version:
+            attributes[A.COPILOT_CLI_VERSION] = self.cli_version
+        prompt = self._content(event.data.get("content")) if event.type == "user.message" else None
+        if prompt is not None:
+            attributes[A.GEN_AI_INPUT_MESSAGES] = prompt
+        trace_id = trace_id_for(self.session_id, interaction_id)
+        root = _OpenSpan(trace_id, span_id_for(self.session_id, event.id), None, f"{A.OP_INVOKE_AGENT} {A.AGENT_NAME}",
+                         KIND_INTERNAL, event.timestamp_ns, attributes)
+        interaction = _Interaction(interaction_id, root, event.offset, event.line, event.timestamp_ns)
+        self._current = interaction
+        self._agents[None].invoke_span = root
+        return interaction
+
+    def _end_interaction(self, how: str) -> None:
+        current = self._current
+        if current is None:
+            return
+        self._current = None
+        root = current.root
+        root.attributes[A.COPILOT_INTERACTION_END] = how
+        if how in (END_IDLE, END_TASK_COMPLETE, END_ERROR):
+            self._metric("completion_signals", signal=END_IDLE)
+        if how == END_ERROR:
+            self._out.append(root.close(current.last_end_ns, error_type=current.error_type or "session_error"))
+        elif how == END_INCOMPLETE:
+            self._out.append(root.close(max(current.last_end_ns, self.last_event_ns), error_type=INCOMPLETE))
+        else:
+            self._out.append(root.close(current.last_end_ns, status=STATUS_OK))
+        self.interactions.append(InteractionSummary(current.id, root.trace_id, root.start_ns, how, current.autopilot,
+                                                    current.summary))
+
+    def _close_everything(self, reason: str) -> None:
+        end_ns = self.last_event_ns
+        for call_id, (span, agent) in list(self._tools.items()):
+            self._out.append(span.close(end_ns, error_type=INCOMPLETE))
+        self._tools.clear()
+        for call_id, span in list(self._subagents.items()):
+            self._out.append(span.close(end_ns, error_type=INCOMPLETE))
+        self._subagents.clear()
+        for agent in self._agents.values():
+            if agent.turn is not None:
+                self._out.append(agent.turn.span.close(end_ns, error_type=INCOMPLETE))
+                agent.turn = None
+        self._permissions.clear()
+        if self._current is not None:
+            self._end_interaction(END_INCOMPLETE if reason == END_INCOMPLETE else reason)
+        self.ended = reason
+
+    # ------------------------------------------------------------ handlers
+
+    def _on_session_start(self, event: Event) -> None:
+        data = event.data
+        self.model = _str(data.get("selectedModel")) or self.model
+        context = data.get("context")
+        if isinstance(context, dict):
+            self.cwd = _str(context.get("cwd")) or self.cwd
+        self.cli_version = _str(data.get("copilotVersion")) or self.cli_version
+        if event.type == "session.start":
+            self._metric("sessions_started")
+
+    def _on_model_change(self, event: Event) -> None:
+        if event.agent_id is not None:
+            return
+        self.model = _str(event.data.get("newModel")) or _str(event.data.get("model")) or self.model
+
+    def _on_user_message(self, event: Event) -> None:
+        if event.agent_id is not None or (_str(event.data.get("source")) or "").startswith("agent-"):
+            return  # a sub-agent's prompt: its work hangs under the task call, not a new interaction
+        nudge = event.data.get("isAutopilotContinuation") is True or event.data.get("source") == "autopilot"
+        interaction_id = event.interaction_id or f"implicit-{event.id}"
+        current = self._current
+        if current is not None:
+            if current.id == interaction_id:
+                return
+            # A new message (a nudge included: the CLI gives it its own interaction) ends the previous loop.
+            self._end_interaction(current.pending_end or END_INCOMPLETE)
+        interaction = self._open_interaction(event, interaction_id)
+        if nudge:
+            self._metric("autopilot_nudges")
+            interaction.autopilot = True
+            interaction.root.attributes[A.COPILOT_AUTOPILOT_CONTINUATION] = True
+
+    def _on_turn_start(self, event: Event) -> None:
+        agent = self._agent(event)
+        interaction = self._interaction_for(event)
+        if agent.turn is not None:  # a turn that never ended
+            self._out.append(agent.turn.span.close(event.timestamp_ns, error_type=INCOMPLETE))
+        if event.agent_id is None:
+            interaction.pending_end = None
+        parent = agent.invoke_span or interaction.root
+        turn_id = event.turn_id or "?"
+        attributes = {
+            A.GEN_AI_CONVERSATION_ID: self.session_id,
+            A.GEN_AI_AGENT_NAME: A.AGENT_NAME if agent.name == MAIN_AGENT else agent.name,
+            A.COPILOT_TURN_ID: turn_id,
+            A.COPILOT_INTERACTION_ID: event.interaction_id or interaction.id,
+        }
+        if interaction.autopilot and event.agent_id is None:
+            attributes[A.COPILOT_AUTOPILOT_CONTINUATION] = True
+        span = _OpenSpan(parent.trace_id, span_id_for(self.session_id, event.id), parent.span_id,
+                         f"turn {turn_id}", KIND_INTERNAL, event.timestamp_ns, attributes)
+        agent.turn = _Turn(span, agent.name)
+        self._metric("turns", agent=agent.name)
+
+    def _on_turn_end(self, event: Event) -> None:
+        agent = self._agent(event)
+        turn = agent.turn
+        if turn is None:
+            self._metric("out_of_order", type=event.type)
+            return
+        agent.turn = None
+        if turn.errored:
+            self._out.append(turn.span.close(event.timestamp_ns, error_type=turn.errored))
+        else:
+            self._out.append(turn.span.close(event.timestamp_ns))
+        seconds = max(0, event.timestamp_ns - turn.span.start_ns) / 1e9
+        self._metric("turn_duration", seconds, observe=True, agent=agent.name)
+        current = self._current
+        if event.agent_id is None and current is not None:
+            current.last_end_ns = max(current.last_end_ns, event.timestamp_ns)
+            if not turn.requested_tools and current.pending_end is None:
+                current.pending_end = END_IDLE
+
+    def _on_usage_record(self, event: Event) -> None:
+        usage = event.data.get("usage")
+        if not isinstance(usage, dict):
+            return
+        agent = self._agent(event)
+        model = _str(usage.get("model")) or self.model or "unknown"
+        duration_ms = _num(usage.get("duration"))
+        parent = agent.turn.span if agent.turn else (agent.invoke_span or self._interaction_for(event).root)
+        attributes = self._base_attrs(A.OP_CHAT)
+        attributes[A.GEN_AI_REQUEST_MODEL] = model
+        attributes[A.GEN_AI_RESPONSE_MODEL] = model
+        if agent.name != MAIN_AGENT:
+            attributes[A.GEN_AI_AGENT_NAME] = agent.name
+        tokens = {}
+        for key, attr, label in A.USAGE_TOKENS:
+            value = usage.get(key)
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                attributes[attr] = int(value)
+                tokens[label] = int(value)
+        finish = usage.get("finishReason")
+        if isinstance(finish, str):
+            attributes[A.GEN_AI_RESPONSE_FINISH_REASONS] = (finish,)
+        for key, attr in A.USAGE_EXTRAS:
+            value = usage.get(key)
+            if isinstance(value, (int, float, str)) and not isinstance(value, bool):
+                attributes[attr] = value
+        if agent.turn is not None:
+            attributes[A.COPILOT_TURN_ID] = agent.turn.span.attributes[A.COPILOT_TURN_ID]
+        # The CLI times the call from before it logs turn_start; never start before the parent.
+        start = max(event.timestamp_ns - int(duration_ms * 1_000_000), parent.start_ns)
+        span = _OpenSpan(parent.trace_id, span_id_for(self.session_id, event.id), parent.span_id,
+                         f"{A.OP_CHAT} {model}", KIND_CLIENT, start, attributes)
+        self._out.append(span.close(event.timestamp_ns))
+        self._metric("llm_calls", model=model, outcome="success")
+        self._metric("llm_call_duration", duration_ms / 1000.0, observe=True, model=model)
+        for label, value in tokens.items():
+            if value:
+                self._metric("tokens", value, model=model, type=label)
+
+    def _on_assistant_message(self, event: Event) -> None:
+        agent = self._agent(event)
+        if agent.turn is None:
+            return
+        requests = event.data.get("toolRequests")
+        if isinstance(requests, list) and requests:
+            agent.turn.requested_tools = True
+        text = self._content(event.data.get("content"))
+        if text:
+            agent.turn.span.attributes[A.GEN_AI_OUTPUT_MESSAGES] = text
+
+    def _on_tool_start(self, event: Event) -> None:
+        call_id = event.tool_call_id
+        if call_id is None:
+            return
+        agent = self._agent(event)
+        parent = agent.turn.span if agent.turn else (agent.invoke_span or self._interaction_for(event).root)
+        tool = _str(event.data.get("toolName")) or "unknown"
+        attributes = self._base_attrs(A.OP_EXECUTE_TOOL)
+        attributes[A.GEN_AI_TOOL_NAME] = tool
+        attributes[A.GEN_AI_TOOL_CALL_ID] = call_id
+        attributes[A.GEN_AI_TOOL_TYPE] = "function"
+        if agent.name != MAIN_AGENT:
+            attributes[A.GEN_AI_AGENT_NAME] = agent.name
+        arguments = self._content(event.data.get("arguments"))
+        if arguments is not None:
+            attributes[A.GEN_AI_TOOL_CALL_ARGUMENTS] = arguments
+        span = _OpenSpan(parent.trace_id, span_id_for(self.session_id, event.id), parent.span_id,
+                         f"{A.OP_EXECUTE_TOOL} {tool}", KIND_INTERNAL, event.timestamp_ns, attributes)
+        self._tools[call_id] = (span, agent.name)
+
+    def _on_tool_complete(self, event: Event) -> None:
+        call_id = event.tool_call_id
+        entry = self._tools.pop(call_id, None) if call_id else None
+        if entry is None:
+            self._metric("out_of_order", type=event.type)
+            return
+        span, _agent_name = entry
+        data = event.data
+        tool = str(span.attributes[A.GEN_AI_TOOL_NAME])
+        shell = data.get("shellExecution")
+        if isinstance(shell, dict) and isinstance(shell.get("exitCode"), int):
+            span.attributes[A.PROCESS_EXIT_CODE] = shell["exitCode"]
+        result = self._content(data.get("result"))
+        if result is not None:
+            span.attributes[A.GEN_AI_TOOL_CALL_RESULT] = result
+        success = data.get("success") is not False
+        if success:
+            self._out.append(span.close(event.timestamp_ns, status=STATUS_OK))
+        else:
+            error = data.get("error")
+            code = _str(error.get("code")) if isinstance(error, dict) else None
+            message = self._content(error.get("message")) if isinstance(error, dict) else None
+            self._out.append(span.close(event.timestamp_ns, message=message or "", error_type=code or "tool_error"))
+        self._metric("tool_calls", tool=tool, outcome="success" if success else "failure")
+        self._metric("tool_duration", max(0, event.timestamp_ns - span.start_ns) / 1e9, observe=True, tool=tool)
+
+    def _on_subagent_started(self, event: Event) -> None:
+        call_id = event.tool_call_id
+        if call_id is None:
+            return
+        tool = self._tools.get(call_id)
+        name = _str(event.data.get("agentName")) or _str(event.data.get("agentDisplayName")) or "subagent"
+        if tool is not None:
+            parent = tool[0]
+        else:
+            interaction = self._interaction_for(event)
+            parent = interaction.root
+        attributes = self._base_attrs(A.OP_INVOKE_AGENT)
+        attributes[A.GEN_AI_AGENT_NAME] = name
+        attributes[A.GEN_AI_TOOL_CALL_ID] = call_id
+        span = _OpenSpan(parent.trace_id, span_id_for(self.session_id, event.id), parent.span_id,
+                         f"{A.OP_INVOKE_AGENT} {name}", KIND_INTERNAL, event.timestamp_ns, attributes)
+        self._subagents[call_id] = span
+        if event.agent_id is not None:
+            known = self._agents.get(event.agent_id)
+            if known is None:
+                self._agents[event.agent_id] = _Agent(name, span)
+            else:  # its events came first
+                known.invoke_span, known.name = span, name
+
+    def _on_subagent_end(self, event: Event) -> None:
+        call_id = event.tool_call_id
+        span = self._subagents.pop(call_id, None) if call_id else None
+        if span is None:
+            self._metric("out_of_order", type=event.type)
+            return
+        for key, attr in (("totalTokens", A.COPILOT_SUBAGENT_TOTAL_TOKENS), ("totalToolCalls", A.COPILOT_SUBAGENT_TOOL_CALLS)):
+            value = event.data.get(key)
+            if isinstance(value, int):
+                span.attributes[attr] = value
+        for agent_id, agent in list(self._agents.items()):
+            if agent.invoke_span is span:
+                if agent.turn is not None:
+                    self._out.append(agent.turn.span.close(event.timestamp_ns, error_type=INCOMPLETE))
+                del self._agents[agent_id]
+        if event.type == "subagent.failed":
+            self._out.append(span.close(event.timestamp_ns, message=self._content(event.data.get("error")) or "",
+                                        error_type=_str(event.data.get("errorType")) or "subagent_failed"))
+        else:
+            self._out.append(span.close(event.timestamp_ns, status=STATUS_OK))
+
+    def _on_task_complete(self, event: Event) -> None:
+        if event.agent_id is not None:
+            return
+        self._metric("completion_signals", signal=END_TASK_COMPLETE)
+        current = self._current
+        if current is not None:
+            current.pending_end = END_TASK_COMPLETE
+            current.summary = _str(event.data.get("summary"))
+            summary = self._content(current.summary)
+            if summary is not None:
+                current.root.attributes[A.COPILOT_TASK_SUMMARY] = summary
+            if event.data.get("success") is False:
+                current.root.attributes[A.COPILOT_TASK_SUCCESS] = False
+
+    def _on_session_error(self, event: Event) -> None:
+        data = event.data
+        error_type = _str(data.get("errorType")) or "session_error"
+        self._metric("completion_signals", signal=END_ERROR)
+        status = data.get("statusCode")
+        if event.agent_id is None:
+            self._metric("llm_calls", model=self.model or "unknown", outcome="error")
+        agent = self._agent(event)
+        if agent.turn is not None:
+            agent.turn.errored = error_type
+            if isinstance(status, int):
+                agent.turn.span.attributes[A.HTTP_RESPONSE_STATUS_CODE] = status
+        current = self._current
+        if current is not None and event.agent_id is None:
+            current.pending_end = END_ERROR
+            current.error_type = error_type
+            current.last_end_ns = max(current.last_end_ns, event.timestamp_ns)
+            if isinstance(status, int):
+                current.root.attributes[A.HTTP_RESPONSE_STATUS_CODE] = status
+
+    def _on_permission_requested(self, event: Event) -> None:
+        request_id = _str(event.data.get("requestId")) or event.id
+        self._permissions.add(request_id)
+
+    def _on_permission_completed(self, event: Event) -> None:
+        request_id = _str(event.data.get("requestId"))
+        if request_id:
+            self._permissions.discard(request_id)
+        else:
+            self._permissions.clear()
+
+    def _on_shutdown(self, event: Event) -> None:
+        current = self._current
+        if current is not None and current.pending_end:
+            self._end_interaction(current.pending_end)
+        self._metric("completion_signals", signal=END_SHUTDOWN)
+        self._close_everything(END_SHUTDOWN)
+
+    def _on_live_idle(self, event: Event) -> None:
+        if not self.live_idle or event.agent_id is not None:
+            return
+        current = self._current
+        if current is not None:
+            self._end_interaction(current.pending_end or END_IDLE)
+
+
+def _str(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def _num(value: Any) -> float:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0.0
+
+
+def _json(value: Any) -> str:
+    import orjson
+
+    try:
+        return orjson.dumps(value, default=str).decode()
+    except TypeError:
+        return str(value)
+
+
+_HANDLERS = {
+    "session.start": SessionModel._on_session_start,
+    "session.resume": SessionModel._on_session_start,
+    "session.model_change": SessionModel._on_model_change,
+    "user.message": SessionModel._on_user_message,
+    "assistant.turn_start": SessionModel._on_turn_start,
+    "assistant.turn_end": SessionModel._on_turn_end,
+    "session.usage_record": SessionModel._on_usage_record,
+    "assistant.message": SessionModel._on_assistant_message,
+    "tool.execution_start": SessionModel._on_tool_start,
+    "tool.execution_complete": SessionModel._on_tool_complete,
+    "subagent.started": SessionModel._on_subagent_started,
+    "subagent.completed": SessionModel._on_subagent_end,
+    "subagent.failed": SessionModel._on_subagent_end,
+    "session.task_complete": SessionModel._on_task_complete,
+    "session.error": SessionModel._on_session_error,
+    "permission.requested": SessionModel._on_permission_requested,
+    "permission.completed": SessionModel._on_permission_completed,
+    "session.shutdown": SessionModel._on_shutdown,
+    "session.idle": SessionModel._on_live_idle,
+    "assistant.idle": SessionModel._on_live_idle,
+}
+
+
+def replay_events(session_id: str, events: Iterable[Event], **options: Any) -> tuple[SessionModel, list[Output]]:
+    """Run a whole finished log through a fresh model, closing what is left open at the end."""
+    model = SessionModel(session_id, **options)
+    out: list[Output] = []
+    for event in events:
+        out.extend(model.feed(event))
+    out.extend(model.finish())
+    return model, out

@@ -1,0 +1,156 @@
+"""Follows one events.jsonl: offset, identity, partial lines, truncation, replacement, deletion.
+
+A :class:`FileTail` opens the file only while it reads, so thousands of idle sessions
+hold no file descriptors. Each ``read`` returns the complete lines appended since the
+last one, decoded; a partial last line waits for its newline.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from .decode import TOO_LONG, decode_line
+from .events import DecodeError, Event
+
+CHUNK = 1 << 20
+FINGERPRINT_BYTES = 256
+
+
+@dataclass(frozen=True, slots=True)
+class FileIdentity:
+    """What makes a file the same file: device, inode and a hash of its first bytes."""
+
+    device: int
+    inode: int
+    fingerprint: str  # hex digest of the first FINGERPRINT_BYTES bytes ('' while shorter)
+    fingerprint_len: int
+
+
+def fingerprint_of(path: Path, stat: os.stat_result | None = None) -> FileIdentity | None:
+    """The identity of the file at ``path`` now, or None if it is gone."""
+    try:
+        with open(path, "rb") as handle:
+            st = stat or os.fstat(handle.fileno())
+            head = handle.read(FINGERPRINT_BYTES)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    return FileIdentity(st.st_dev, st.st_ino, hashlib.blake2b(head, digest_size=8).hexdigest(), len(head))
+
+
+@dataclass(slots=True)
+class ReadResult:
+    """What one read produced, and whether the file restarted (a new generation)."""
+
+    items: list[Event | DecodeError]
+    restarted: str | None = None  # 'truncated' or 'replaced' when reading began again at 0
+    gone: bool = False
+
+
+class FileTail:
+    """Reads the complete new lines of one file, remembering where it stopped."""
+
+    def __init__(self, path: Path, *, offset: int = 0, line: int = 0, identity: FileIdentity | None = None,
+                 max_line_bytes: int = 16 * 1024 * 1024) -> None:
+        self.path = Path(path)
+        self.offset = offset  # end of the last complete line handed out
+        self.line = line  # number of complete lines handed out
+        self.identity = identity
+        self.max_line_bytes = max_line_bytes
+        self.generation = 0
+
+    def _same_file(self, handle, st: os.stat_result) -> str | None:
+        """None if this is the file we were reading; else why it is not."""
+        ident = self.identity
+        if ident is None:
+            return None
+        if (st.st_dev, st.st_ino) != (ident.device, ident.inode):
+            return "replaced"
+        if st.st_size < self.offset:
+            return "truncated"
+        if ident.fingerprint_len:
+            head = handle.read(ident.fingerprint_len)
+            handle.seek(0)
+            if len(head) < ident.fingerprint_len or hashlib.blake2b(head, digest_size=8).hexdigest() != ident.fingerprint:
+                return "truncated"
+        return None
+
+    def read(self, *, max_bytes: int = 64 * CHUNK) -> ReadResult:
+        """Decode the complete lines appended since the last read (up to about ``max_bytes``)."""
+        try:
+            handle = open(self.path, "rb")
+        except (FileNotFoundError, NotADirectoryError):
+            return ReadResult([], gone=True)
+        with handle:
+            st = os.fstat(handle.fileno())
+            restarted = self._same_file(handle, st)
+            if restarted:
+                self.offset = 0
+                self.line = 0
+                self.generation += 1
+            if self.identity is None or restarted or self.identity.fingerprint_len < min(FINGERPRINT_BYTES, st.st_size):
+                head = handle.read(FINGERPRINT_BYTES)
+                self.identity = FileIdentity(st.st_dev, st.st_ino, hashlib.blake2b(head, digest_size=8).hexdigest(),
+                                             len(head))
+            if st.st_size <= self.offset:
+                return ReadResult([], restarted)
+            handle.seek(self.offset)
+            return ReadResult(self._read_lines(handle, max_bytes), restarted)
+
+    def _read_lines(self, handle, max_bytes: int) -> list[Event | DecodeError]:
+        items: list[Event | DecodeError] = []
+        limit = self.max_line_bytes
+        pending = b""
+        pending_start = self.offset
+        skipping = False  # inside a line already known to be too long
+        skipped = 0
+        consumed = 0
+        while consumed < max_bytes or pending or skipping:  # stop only between lines
+            chunk = handle.read(CHUNK)
+            if not chunk:
+                break
+            consumed += len(chunk)
+            start = 0
+            while True:
+                newline = chunk.find(b"\n", start)
+                if newline < 0:
+                    rest = chunk[start:]
+                    if skipping:
+                        skipped += len(rest)
+                    elif len(pending) + len(rest) > limit:
+                        skipping, skipped, pending = True, len(pending) + len(rest), b""
+                    else:
+                        pending += rest
+                    break
+                piece = chunk[start:newline]
+                self.line += 1
+                line_end = pending_start + (skipped if skipping else len(pending)) + len(piece) + 1
+                if skipping:
+                    size = skipped + len(piece)
+                    items.append(DecodeError(TOO_LONG, f"line of {size} bytes exceeds the {limit}-byte limit",
+                                             pending_start, self.line))
+                    skipping, skipped = False, 0
+                else:
+                    raw = pending + piece if pending else piece
+                    if raw.endswith(b"\r"):
+                        raw = raw[:-1]
+                    if raw.strip():
+                        items.append(decode_line(raw, offset=pending_start, line=self.line, max_bytes=limit))
+                pending = b""
+                pending_start = line_end
+                self.offset = line_end
+                start = newline + 1
+        return items
+
+
+def read_all(path: Path, *, max_line_bytes: int = 16 * 1024 * 1024) -> list[Event | DecodeError]:
+    """Every complete line of a file, decoded (a partial last line is left out)."""
+    tail = FileTail(path, max_line_bytes=max_line_bytes)
+    items: list[Event | DecodeError] = []
+    while True:
+        before = tail.offset
+        items.extend(tail.read().items)
+        if tail.offset == before:
+            return items

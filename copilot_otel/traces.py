@@ -1,0 +1,231 @@
+"""Span records -> OpenTelemetry: OTLP JSON lines, or the SDK's OTLP exporters (gRPC, HTTP)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from pathlib import Path
+from typing import Any, Iterable, Protocol, Sequence
+
+import orjson
+from opentelemetry.sdk.resources import SERVICE_INSTANCE_ID, SERVICE_NAME, SERVICE_VERSION, Resource
+from opentelemetry.sdk.trace import Event as OTelEvent
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export import SpanExportResult
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
+
+from . import __version__
+from .config import ENV_OTLP_TRACES_ENDPOINT, OtlpSettings
+from .records import KIND_CLIENT, STATUS_ERROR, STATUS_OK, SpanRecord
+
+log = logging.getLogger(__name__)
+
+SCOPE_NAME = "copilot-otel"
+DEFAULT_SERVICE_NAME = "copilot-otel"
+_SCOPE = InstrumentationScope(SCOPE_NAME, __version__)
+_KINDS = {KIND_CLIENT: SpanKind.CLIENT}
+_STATUS = {STATUS_OK: StatusCode.OK, STATUS_ERROR: StatusCode.ERROR}
+
+
+class ExportError(RuntimeError):
+    """Spans could not be delivered to their destination."""
+
+
+def build_resource() -> Resource:
+    """Our resource, honouring OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES."""
+    resource = Resource.create({SERVICE_VERSION: __version__})
+    if SERVICE_INSTANCE_ID not in os.environ.get("OTEL_RESOURCE_ATTRIBUTES", ""):
+        # The SDK invents a random one per process; ours must be the same on every replay.
+        resource = Resource({k: v for k, v in resource.attributes.items() if k != SERVICE_INSTANCE_ID},
+                            resource.schema_url)
+    if str(resource.attributes.get(SERVICE_NAME, "")).startswith("unknown_service"):
+        resource = resource.merge(Resource({SERVICE_NAME: DEFAULT_SERVICE_NAME}))
+    return resource
+
+
+# ---------------------------------------------------------------- OTLP JSON
+
+def _any_value(value: Any) -> dict[str, Any]:
+    if isinstance(value, bool):
+        return {"boolValue": value}
+    if isinstance(value, int):
+        return {"intValue": str(value)}
+    if isinstance(value, float):
+        return {"doubleValue": value}
+    if isinstance(value, (list, tuple)):
+        return {"arrayValue": {"values": [_any_value(v) for v in value]}}
+    return {"stringValue": str(value)}
+
+
+def _key_values(attributes: Any) -> list[dict[str, Any]]:
+    return [{"key": key, "value": _any_value(value)} for key, value in attributes.items()]
+
+
+def span_to_otlp_json(record: SpanRecord) -> dict[str, Any]:
+    """One span in the OTLP/JSON encoding (hex ids, nanosecond strings)."""
+    span: dict[str, Any] = {
+        "traceId": f"{record.trace_id:032x}",
+        "spanId": f"{record.span_id:016x}",
+        "name": record.name,
+        "kind": record.kind,
+        "startTimeUnixNano": str(record.start_ns),
+        "endTimeUnixNano": str(record.end_ns),
+        "attributes": _key_values(record.attributes),
+        "status": {"code": record.status, **({"message": record.status_message} if record.status_message else {})},
+    }
+    if record.parent_span_id is not None:
+        span["parentSpanId"] = f"{record.parent_span_id:016x}"
+    if record.events:
+        span["events"] = [
+            {"timeUnixNano": str(e.time_ns), "name": e.name, "attributes": _key_values(e.attributes)}
+            for e in record.events
+        ]
+    return span
+
+
+def otlp_json_request(records: Sequence[SpanRecord], resource: Resource) -> bytes:
+    """One ExportTraceServiceRequest as a JSON line (the Collector file exporter's format)."""
+    request = {
+        "resourceSpans": [
+            {
+                "resource": {"attributes": _key_values(resource.attributes)},
+                "scopeSpans": [
+                    {
+                        "scope": {"name": _SCOPE.name, "version": _SCOPE.version},
+                        "spans": [span_to_otlp_json(r) for r in records],
+                    }
+                ],
+            }
+        ]
+    }
+    return orjson.dumps(request) + b"\n"
+
+
+# ---------------------------------------------------------------- SDK spans
+
+def to_readable_span(record: SpanRecord, resource: Resource) -> ReadableSpan:
+    """A span record as the SDK's ReadableSpan, for the stock OTLP exporters."""
+    flags = TraceFlags(TraceFlags.SAMPLED)
+    parent = (
+        SpanContext(record.trace_id, record.parent_span_id, is_remote=False, trace_flags=flags)
+        if record.parent_span_id is not None
+        else None
+    )
+    return ReadableSpan(
+        name=record.name,
+        context=SpanContext(record.trace_id, record.span_id, is_remote=False, trace_flags=flags),
+        parent=parent,
+        resource=resource,
+        attributes=dict(record.attributes),
+        events=[OTelEvent(e.name, dict(e.attributes), e.time_ns) for e in record.events],
+        kind=_KINDS.get(record.kind, SpanKind.INTERNAL),
+        status=Status(_STATUS[record.status], record.status_message or None)
+        if record.status in _STATUS
+        else Status(StatusCode.UNSET),
+        start_time=record.start_ns,
+        end_time=record.end_ns,
+        instrumentation_scope=_SCOPE,
+    )
+
+
+# ---------------------------------------------------------------- sinks
+
+class SpanSink(Protocol):
+    """Where finished spans go. ``export`` raises ExportError when delivery failed."""
+
+    description: str
+
+    def export(self, records: Sequence[SpanRecord]) -> None: ...
+
+    def shutdown(self) -> None: ...
+
+
+class FileSink:
+    """Appends OTLP JSON lines to a file, one ExportTraceServiceRequest per batch."""
+
+    def __init__(self, path: Path, *, resource: Resource | None = None) -> None:
+        self.path = Path(path)
+        self.description = str(self.path)
+        self._resource = resource or build_resource()
+        self._lock = threading.Lock()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = open(self.path, "ab")
+
+    def export(self, records: Sequence[SpanRecord]) -> None:
+        """Write the batch as one line and flush it to the OS."""
+        if not records:
+            return
+        line = otlp_json_request(records, self._resource)
+        try:
+            with self._lock:
+                self._file.write(line)
+                self._file.flush()
+        except OSError as exc:
+            raise ExportError(f"cannot write traces to {self.path}: {exc}") from exc
+
+    def shutdown(self) -> None:
+        """Flush to disk and close."""
+        with self._lock:
+            if not self._file.closed:
+                self._file.flush()
+                os.fsync(self._file.fileno())
+                self._file.close()
+
+
+class OtlpSink:
+    """Sends spans with the SDK's OTLP exporter over gRPC or HTTP/protobuf."""
+
+    def __init__(self, settings: OtlpSettings, *, resource: Resource | None = None, timeout: float = 10.0) -> None:
+        if not settings.endpoint:
+            raise ValueError("OtlpSink needs an endpoint")
+        self._resource = resource or build_resource()
+        endpoint = settings.endpoint
+        if settings.protocol == "grpc":
+            from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as Exporter
+        else:
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as Exporter
+
+            # The generic endpoint is a base URL; the signal-specific one is used as given.
+            if not os.environ.get(ENV_OTLP_TRACES_ENDPOINT):
+                endpoint = endpoint.rstrip("/") + "/v1/traces"
+        self._exporter = Exporter(endpoint=endpoint, timeout=timeout)
+        self.description = f"{endpoint} ({settings.protocol})"
+
+    def export(self, records: Sequence[SpanRecord]) -> None:
+        """Send one batch; raise ExportError unless the backend accepted it."""
+        if not records:
+            return
+        spans = [to_readable_span(r, self._resource) for r in records]
+        try:
+            result = self._exporter.export(spans)
+        except Exception as exc:  # the exporter should not raise, but a sink must not crash the caller
+            raise ExportError(f"OTLP export to {self.description} raised {type(exc).__name__}") from exc
+        if result is not SpanExportResult.SUCCESS:
+            raise ExportError(f"OTLP export to {self.description} failed")
+
+    def shutdown(self) -> None:
+        """Close the exporter's channel."""
+        self._exporter.shutdown()
+
+
+def make_sink(*, traces_file: Path | None, otlp: OtlpSettings, default_file: Path) -> SpanSink:
+    """The destination the configuration names; a JSON-lines file when nothing is configured."""
+    if traces_file is not None:
+        return FileSink(traces_file)
+    if otlp.endpoint:
+        return OtlpSink(otlp)
+    return FileSink(default_file)
+
+
+def chunked(records: Iterable[SpanRecord], size: int) -> Iterable[list[SpanRecord]]:
+    """Batches of at most ``size`` records."""
+    batch: list[SpanRecord] = []
+    for record in records:
+        batch.append(record)
+        if len(batch) >= size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch

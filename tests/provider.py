@@ -1,0 +1,574 @@
+"""A scripted OpenAI-compatible chat-completions server for driving the real Copilot CLI.
+
+The Copilot CLI (``COPILOT_OFFLINE=true``, ``COPILOT_PROVIDER_BASE_URL=http://127.0.0.1:<port>/v1``)
+calls ``GET /v1/models`` and streams ``POST /v1/chat/completions``. This server answers
+those calls from a *script*, so the CLI performs real tool calls, spawns real sub-agents,
+gets real HTTP errors, ... and writes a real ``events.jsonl``.
+
+Which script runs is chosen by a marker in the conversation: ``[scenario:<name>]`` or
+``[scenario:<name>:<arg>]`` anywhere in a user message. The *last* user message that holds
+a marker starts the current interaction; the reply is decided only from the messages after
+it (how many assistant turns, tool results and autopilot nudges there already are). So the
+reply to a request depends only on the request, never on timing or on other requests, and
+one server can serve any number of concurrent CLI runs.
+
+    with ScriptedProvider() as provider:
+        run_cli(prompt=prompt_for("plain"), base_url=provider.base_url, ...)
+
+Each scenario is a function ``(Ctx) -> Reply`` registered in ``SCENARIOS``. Every scripted
+LLM call has its own, scenario-specific token usage (see ``usage_for``), so tests can
+predict the exact numbers that must reach ``session.usage_record``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from dataclasses import dataclass, field, replace
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Callable
+
+MODEL = "test-model"
+THREAD_PREFIX = "scripted-provider"  # names of the server's threads (serving + per request)
+
+MARKER_RE = re.compile(r"\[scenario:([A-Za-z0-9_\-]+)(?::([^\]\s]*))?\]")
+
+
+def marker(name: str, arg: object | None = None) -> str:
+    """The marker text that selects scenario ``name`` (optionally with an argument)."""
+    return f"[scenario:{name}]" if arg is None else f"[scenario:{name}:{arg}]"
+
+
+# ---------------------------------------------------------------------------------------
+# Replies
+
+
+@dataclass(frozen=True)
+class Usage:
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int = 0
+
+    def as_openai(self) -> dict:
+        u = {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "total_tokens": self.prompt_tokens + self.completion_tokens,
+        }
+        if self.cached_tokens:
+            u["prompt_tokens_details"] = {"cached_tokens": self.cached_tokens}
+        return u
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    name: str
+    arguments: dict
+    id: str = ""  # filled in by the server when empty
+
+
+@dataclass(frozen=True)
+class Reply:
+    """One scripted answer to a chat-completions request."""
+
+    content: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    usage: Usage | None = None  # None: derived from the scenario and step (usage_for)
+    http_status: int = 200  # != 200: answer with this HTTP error instead of a stream
+    headers: tuple[tuple[str, str], ...] = ()  # extra response headers (e.g. retry-after)
+
+    @property
+    def finish_reason(self) -> str:
+        return "tool_calls" if self.tool_calls else "stop"
+
+
+@dataclass
+class Ctx:
+    """What a scenario function knows about the request it answers."""
+
+    scenario: str
+    arg: str | None
+    interaction: int  # 1-based count of user messages holding a marker (resume => 2)
+    step: int  # assistant messages since the marker message: 0 for the first LLM call
+    tool_results: list[dict]  # role=tool messages since the marker message
+    nudges: int  # user messages (without marker) since the marker message
+    tool_names: list[str]  # tools offered in the request
+    body: dict = field(repr=False, default_factory=dict)
+
+
+def usage_for(scenario: str, interaction: int, step: int) -> Usage:
+    """Deterministic, scenario-specific token usage for one LLM call.
+
+    Numbers differ by scenario, interaction and step, so a test that checks them cannot
+    pass by accident (e.g. by taking the wrong record). ``cached_tokens`` is set on
+    every call so cacheReadTokens is never just zero.
+    """
+    h = sum((i + 1) * ord(c) for i, c in enumerate(scenario)) % 97
+    prompt = 1000 + 100 * h + 37 * step + 500 * (interaction - 1)
+    completion = 11 + 3 * h % 40 + 7 * step
+    cached = 100 + 13 * step + h
+    return Usage(prompt_tokens=prompt, completion_tokens=completion, cached_tokens=cached)
+
+
+def _text(content) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):  # [{"type":"text","text":...}, ...]
+        return "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    return str(content)
+
+
+# ---------------------------------------------------------------------------------------
+# Scenarios
+
+Scenario = Callable[[Ctx], Reply]
+SCENARIOS: dict[str, Scenario] = {}
+
+
+def scenario(name: str):
+    def register(fn: Scenario) -> Scenario:
+        SCENARIOS[name] = fn
+        return fn
+
+    return register
+
+
+def bash(command: str, description: str = "run a command", **extra) -> ToolCall:
+    return ToolCall("bash", {"command": command, "description": description, **extra})
+
+
+# Constants the scripts use; tests compare the events against them.
+PLAIN_ECHO = "hello-from-plain"
+MULTI_ECHO = ("multi-one", "multi-two")
+MULTI_VIEW_NAME = "multi_view.txt"  # the fixture creates it in the run's cwd
+MULTI_VIEW_TEXT = "a file the multi_tools scenario views\n"
+FAILING_MISSING_NAME = "missing-file.txt"  # never created: view fails "Path does not exist"
+FAILING_DENIED_PATH = "/nonexistent/copilot-otel/outside-cwd.txt"  # outside cwd: permission denied
+FAILING_EXIT_CODE = 3  # bash exiting non-zero is still success=true (exitCode 3)
+CHILD_ECHO = "hello-from-subagent"
+SUBAGENT_NAME = "scripted-helper"  # task(name=...) -> subagent.*.agentDisplayName
+SUBAGENT_TYPE = "general-purpose"  # task(agent_type=...) -> subagent.*.agentName
+TURN_ECHO = ("turn-one", "turn-two")
+AUTOPILOT_NUDGES = 2
+TASK_COMPLETE_SUMMARY = "Scripted autopilot task finished."
+FINAL_ANSWER = "All done."
+RESUME_ECHO = "hello-after-resume"
+
+
+@scenario("plain")
+def _plain(c: Ctx) -> Reply:
+    """One bash call, then the answer (2 LLM calls, 2 turns)."""
+    if c.step == 0:
+        return Reply(tool_calls=(bash(f"echo {PLAIN_ECHO}", "say hello"),))
+    return Reply(content=FINAL_ANSWER)
+
+
+@scenario("multi_turn")
+def _multi_turn(c: Ctx) -> Reply:
+    """bash in turn 0, bash in turn 1, answer in turn 2."""
+    if c.step < len(TURN_ECHO):
+        return Reply(tool_calls=(bash(f"echo {TURN_ECHO[c.step]}", f"turn {c.step}"),))
+    return Reply(content=FINAL_ANSWER)
+
+
+def multi_tools_calls(cwd: str) -> tuple[ToolCall, ...]:
+    return (
+        bash(f"echo {MULTI_ECHO[0]}", "first echo"),
+        bash(f"echo {MULTI_ECHO[1]}", "second echo"),
+        ToolCall("view", {"path": f"{cwd.rstrip('/')}/{MULTI_VIEW_NAME}"}),
+    )
+
+
+@scenario("multi_tools")
+def _multi_tools(c: Ctx) -> Reply:
+    """Three tools in one turn (two bash, one view of an existing file), then the answer.
+    arg: the run's cwd (absolute), which holds MULTI_VIEW_NAME."""
+    if c.step == 0:
+        return Reply(tool_calls=multi_tools_calls(c.arg or "/"))
+    return Reply(content=FINAL_ANSWER)
+
+
+def failing_tool_calls(cwd: str) -> tuple[ToolCall, ...]:
+    """(call, expected success) in request order."""
+    return (
+        ToolCall("view", {"path": f"{cwd.rstrip('/')}/{FAILING_MISSING_NAME}"}),  # fails: no such file
+        ToolCall("view", {"path": FAILING_DENIED_PATH}),  # fails: permission denied (unattended)
+        bash(f"exit {FAILING_EXIT_CODE}", "exit non-zero"),  # success=true, exitCode=3
+        bash("echo still-fine", "a tool that works"),  # success
+    )
+
+
+FAILING_EXPECTED_SUCCESS = (False, False, True, True)
+
+
+@scenario("failing_tool")
+def _failing_tool(c: Ctx) -> Reply:
+    """Four tools in one turn: two fail (missing file; permission denied), two succeed
+    (one of them with a non-zero exit code), then the answer. arg: the run's cwd."""
+    if c.step == 0:
+        return Reply(tool_calls=failing_tool_calls(c.arg or "/"))
+    return Reply(content="Two tools failed, two worked.")
+
+
+def task_call(child_scenario: str, text: str = "Please echo a greeting.") -> ToolCall:
+    return ToolCall(
+        "task",
+        {
+            "description": "Run helper task",
+            "prompt": f"{marker(child_scenario)} {text}",
+            "agent_type": SUBAGENT_TYPE,
+            "name": SUBAGENT_NAME,
+        },
+    )
+
+
+@scenario("subagent")
+def _subagent(c: Ctx) -> Reply:
+    """The main agent calls `task`; the sub-agent (subagent-child) runs bash and answers;
+    then the main agent answers."""
+    if c.step == 0:
+        return Reply(tool_calls=(task_call("subagent-child"),))
+    return Reply(content="The sub-agent finished.")
+
+
+@scenario("subagent-child")
+def _subagent_child(c: Ctx) -> Reply:
+    if c.step == 0:
+        return Reply(tool_calls=(bash(f"echo {CHILD_ECHO}", "child greeting"),))
+    return Reply(content="Sub-agent done: greeted.")
+
+
+@scenario("subagent_failed")
+def _subagent_failed(c: Ctx) -> Reply:
+    """The main agent calls `task`; the sub-agent's first LLM call gets HTTP 400 (not
+    retried), so the sub-agent fails; then the main agent answers."""
+    if c.step == 0:
+        return Reply(tool_calls=(task_call("subagent-child-error", "This sub-agent will fail."),))
+    return Reply(content="The sub-agent failed; giving up on it.")
+
+
+@scenario("subagent-child-error")
+def _subagent_child_error(c: Ctx) -> Reply:
+    return Reply(http_status=400)
+
+
+@scenario("autopilot")
+def _autopilot(c: Ctx) -> Reply:
+    """Run with --autopilot: answer without task_complete until nudged AUTOPILOT_NUDGES
+    times, then call task_complete."""
+    if c.nudges < AUTOPILOT_NUDGES:
+        return Reply(content=f"Still working (answer {c.nudges + 1}).")
+    return Reply(tool_calls=(ToolCall("task_complete", {"summary": TASK_COMPLETE_SUMMARY}),))
+
+
+@scenario("provider_error")
+def _provider_error(c: Ctx) -> Reply:
+    """Every chat completion answers HTTP 500: the CLI retries 5 times (about 15 s of
+    backoff, which no response header shortens), then writes session.error."""
+    return Reply(http_status=500)
+
+
+@scenario("provider_bad_request")
+def _provider_bad_request(c: Ctx) -> Reply:
+    """HTTP 400: not retried, session.error at once."""
+    return Reply(http_status=400)
+
+
+@scenario("tool_then_error")
+def _tool_then_error(c: Ctx) -> Reply:
+    """A bash call succeeds, then the next LLM call gets HTTP 400: session.error after a
+    completed turn, mid-interaction."""
+    if c.step == 0:
+        return Reply(tool_calls=(bash("echo before-error", "works before the error"),))
+    return Reply(http_status=400)
+
+
+@scenario("sleep_tool")
+def _sleep_tool(c: Ctx) -> Reply:
+    """bash sleeps <arg> seconds (default 3), then the answer."""
+    seconds = c.arg or "3"
+    if c.step == 0:
+        wait = max(30, int(float(seconds)) + 30)
+        return Reply(tool_calls=(bash(f"sleep {seconds}; echo slept", "sleep a while", initial_wait=wait),))
+    return Reply(content=f"Slept {seconds} seconds.")
+
+
+@scenario("resume")
+def _resume(c: Ctx) -> Reply:
+    """The prompt of a resumed session (the first interaction ran `plain`)."""
+    if c.step == 0:
+        return Reply(tool_calls=(bash(f"echo {RESUME_ECHO}", "after resume"),))
+    return Reply(content="Resumed and done.")
+
+
+# ---------------------------------------------------------------------------------------
+# Request analysis
+
+
+def analyse(body: dict) -> Ctx | None:
+    """Find the scenario and progress of a chat-completions request (None: no marker)."""
+    msgs = body.get("messages") or []
+    start = None
+    found = None
+    interaction = 0
+    for i, m in enumerate(msgs):
+        if m.get("role") != "user":
+            continue
+        mm = MARKER_RE.search(_text(m.get("content")))
+        if mm:
+            start, found = i, mm
+            interaction += 1
+    if found is None:
+        return None
+    after = msgs[start + 1 :]
+    tools = [t.get("function", {}).get("name", "") for t in body.get("tools") or []]
+    return Ctx(
+        scenario=found.group(1),
+        arg=found.group(2),
+        interaction=interaction,
+        step=sum(1 for m in after if m.get("role") == "assistant"),
+        tool_results=[m for m in after if m.get("role") == "tool"],
+        nudges=sum(1 for m in after if m.get("role") == "user"),
+        tool_names=tools,
+        body=body,
+    )
+
+
+def decide(body: dict) -> tuple[Ctx | None, Reply]:
+    """The scripted reply to one chat-completions request body."""
+    ctx = analyse(body)
+    if ctx is None:
+        return None, Reply(content="No scenario marker found.", usage=Usage(1, 1))
+    fn = SCENARIOS.get(ctx.scenario)
+    if fn is None:
+        return ctx, Reply(content=f"Unknown scenario {ctx.scenario!r}.", usage=Usage(1, 1))
+    reply = fn(ctx)
+    calls = tuple(
+        tc if tc.id else ToolCall(tc.name, tc.arguments, tool_call_id(ctx.scenario, ctx.interaction, ctx.step, i))
+        for i, tc in enumerate(reply.tool_calls)
+    )
+    return ctx, replace(
+        reply,
+        tool_calls=calls,
+        usage=reply.usage or usage_for(ctx.scenario, ctx.interaction, ctx.step),
+    )
+
+
+def completion_id(scenario: str, interaction: int, step: int) -> str:
+    """The completion id of a step; the CLI records it as usage_record.usage.apiCallId
+    and assistant.message.apiCallId."""
+    return f"chatcmpl-{scenario}-{interaction}-{step}"
+
+
+def parse_completion_id(api_call_id: str) -> tuple[str, int, int]:
+    """Inverse of completion_id: (scenario, interaction, step)."""
+    head, interaction, step = api_call_id.removeprefix("chatcmpl-").rsplit("-", 2)
+    return head, int(interaction), int(step)
+
+
+def tool_call_id(scenario: str, interaction: int, step: int, index: int) -> str:
+    """The id the server gives the index-th tool call of a step (deterministic)."""
+    return f"call_{scenario}_{interaction}_{step}_{index}"
+
+
+# ---------------------------------------------------------------------------------------
+# Server
+
+
+@dataclass
+class Served:
+    """One request the server answered (for debugging and for tests)."""
+
+    path: str
+    scenario: str | None
+    arg: str | None
+    interaction: int
+    step: int
+    status: int
+    usage: Usage | None
+    tool_calls: tuple[ToolCall, ...]
+    body: dict = field(repr=False)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: "_Server"
+
+    def setup(self) -> None:
+        threading.current_thread().name = THREAD_PREFIX + "-request"
+        super().setup()
+
+    def log_message(self, *args) -> None:  # quiet
+        pass
+
+    def _json(self, status: int, obj: dict, headers: tuple[tuple[str, str], ...] = ()) -> None:
+        data = json.dumps(obj).encode()
+        self.send_response(status)
+        for k, v in headers:
+            self.send_header(k, v)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.wfile.write(data)
+        self.close_connection = True
+
+    def do_GET(self) -> None:
+        if self.path.rstrip("/").endswith("/models"):
+            self._json(200, {"object": "list", "data": [{"id": MODEL, "object": "model", "created": 0, "owned_by": "copilot-otel-tests"}]})
+        else:
+            self._json(404, {"error": {"message": "not found", "type": "invalid_request_error"}})
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else b"{}"
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            self._json(400, {"error": {"message": "bad json", "type": "invalid_request_error"}})
+            return
+        if not self.path.rstrip("/").endswith("/chat/completions"):
+            self._json(404, {"error": {"message": "not found", "type": "invalid_request_error"}})
+            return
+        ctx, reply = decide(body)
+        self.server.owner._record(
+            Served(
+                path=self.path,
+                scenario=ctx.scenario if ctx else None,
+                arg=ctx.arg if ctx else None,
+                interaction=ctx.interaction if ctx else 0,
+                step=ctx.step if ctx else 0,
+                status=reply.http_status,
+                usage=reply.usage,
+                tool_calls=reply.tool_calls,
+                body=body,
+            )
+        )
+        if reply.http_status != 200:
+            self._json(
+                reply.http_status,
+                {"error": {"message": f"scripted HTTP {reply.http_status}", "type": "server_error", "code": None}},
+                reply.headers,
+            )
+            return
+        self._stream(body.get("model") or MODEL, reply, ctx)
+
+    def _stream(self, model: str, reply: Reply, ctx: Ctx | None) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        ident = completion_id(ctx.scenario, ctx.interaction, ctx.step) if ctx else "chatcmpl-none"
+        base = {"id": ident, "object": "chat.completion.chunk", "created": int(time.time()), "model": model}
+
+        def send(delta: dict, finish: str | None = None, usage: dict | None = None) -> None:
+            chunk = dict(base, choices=[{"index": 0, "delta": delta, "finish_reason": finish}])
+            if usage is not None:
+                chunk["usage"] = usage
+            self.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+            self.wfile.flush()
+
+        if reply.content:
+            send({"role": "assistant", "content": reply.content})
+        if reply.tool_calls:
+            send(
+                {
+                    "role": "assistant",
+                    "tool_calls": [
+                        {
+                            "index": i,
+                            "id": tc.id,
+                            "type": "function",
+                            "function": {"name": tc.name, "arguments": json.dumps(tc.arguments)},
+                        }
+                        for i, tc in enumerate(reply.tool_calls)
+                    ],
+                }
+            )
+        assert reply.usage is not None
+        send({}, reply.finish_reason, reply.usage.as_openai())
+        self.wfile.write(b"data: [DONE]\n\n")
+        self.wfile.flush()
+        self.close_connection = True
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    owner: "ScriptedProvider"
+
+
+class ScriptedProvider:
+    """The scripted provider on 127.0.0.1:<ephemeral port>, served from a daemon thread.
+
+    Use as a context manager (or call start()/close()); close() stops the serving thread
+    and joins it, so nothing is left behind.
+    """
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
+        self._addr = (host, port)
+        self._server: _Server | None = None
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self.served: list[Served] = []
+
+    # lifecycle -----------------------------------------------------------------------
+    def start(self) -> "ScriptedProvider":
+        if self._server is not None:
+            return self
+        server = _Server(self._addr, _Handler)
+        server.owner = self
+        self._server = server
+        self._thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1}, name=THREAD_PREFIX, daemon=True)
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        server, thread = self._server, self._thread
+        self._server = self._thread = None
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+        if thread is not None:
+            thread.join(timeout=5)
+
+    def __enter__(self) -> "ScriptedProvider":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # info ----------------------------------------------------------------------------
+    @property
+    def port(self) -> int:
+        assert self._server is not None, "provider not started"
+        return self._server.server_address[1]
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def _record(self, served: Served) -> None:
+        with self._lock:
+            self.served.append(served)
+
+    def requests_for(self, scenario: str) -> list[Served]:
+        with self._lock:
+            return [s for s in self.served if s.scenario == scenario]
+
+
+if __name__ == "__main__":  # manual probing: python tests/provider.py [port]
+    import sys
+
+    with ScriptedProvider(port=int(sys.argv[1]) if len(sys.argv) > 1 else 0) as p:
+        print(p.base_url, flush=True)
+        try:
+            while True:
+                time.sleep(3600)
+        except KeyboardInterrupt:
+            pass

@@ -1,0 +1,256 @@
+"""`copilot-otel replay`: real CLI event logs become spans shaped as design.md §2 says.
+
+Every expectation here is derived from the event log itself (or from the CLI's own OTel
+output), never copied from what copilot-otel printed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from tests.copilot_cli import CORPUS_SCENARIOS
+from tests.otlp_json import iso_ns, read_spans
+
+EXE = [sys.executable, "-m", "copilot_otel.cli"]
+
+
+def run_replay(*args: str, env: dict | None = None, stdin: bytes | None = None) -> subprocess.CompletedProcess:
+    """Run the real command line in a subprocess."""
+    environment = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "COPILOT_OTEL_"))}
+    environment.update(env or {})
+    return subprocess.run([*EXE, "replay", *args], capture_output=True, env=environment, input=stdin, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def exported(cli_corpus, tmp_path_factory):
+    """Each scenario replayed once to its own OTLP JSON file: scenario -> (run, spans)."""
+    out = {}
+    root = tmp_path_factory.mktemp("replay")
+    for name, run in cli_corpus.items():
+        target = root / f"{name}.jsonl"
+        result = run_replay(str(run.session_dir), "--traces-file", str(target))
+        assert result.returncode == 0, result.stderr.decode()
+        out[name] = (run, read_spans(target))
+    return out
+
+
+def by_op(spans, op):
+    return [s for s in spans if s.attributes.get("gen_ai.operation.name") == op]
+
+
+def turn_spans(spans):
+    return [s for s in spans if s.name.startswith("turn ")]
+
+
+@pytest.mark.parametrize("scenario", CORPUS_SCENARIOS)
+def test_one_span_per_turn_llm_call_and_tool(exported, scenario):
+    """Turn, chat and tool spans match the log one for one, with the events' own timestamps."""
+    run, spans = exported[scenario]
+    events = run.events()
+    starts = [e for e in events if e["type"] == "assistant.turn_start"]
+    usages = [e for e in events if e["type"] == "session.usage_record"]
+    tools = [e for e in events if e["type"] == "tool.execution_start"]
+    turns = turn_spans(spans)
+    assert sorted(s.start_time_unix_nano for s in turns) == sorted(iso_ns(e["timestamp"]) for e in starts)
+    chats = by_op(spans, "chat")
+    assert sorted(s.end_time_unix_nano for s in chats) == sorted(iso_ns(e["timestamp"]) for e in usages)
+    # A chat lasts usage.duration, clamped so it never starts before its turn.
+    turn_start = {(e.get("agentId"), e["data"]["interactionId"], e["data"]["turnId"]): iso_ns(e["timestamp"]) for e in starts}
+    expected = []
+    for usage in usages:
+        agent = usage.get("agentId")
+        opened = [t for (a, _i, _t), t in turn_start.items() if a == agent and t <= iso_ns(usage["timestamp"])]
+        end = iso_ns(usage["timestamp"])
+        expected.append(end - max(end - usage["data"]["usage"]["duration"] * 1_000_000, max(opened)))
+    assert sorted(s.duration_ns for s in chats) == sorted(expected)
+    tool_spans = by_op(spans, "execute_tool")
+    assert sorted(s.attributes["gen_ai.tool.call.id"] for s in tool_spans) == sorted(e["data"]["toolCallId"] for e in tools)
+    completes = {e["data"]["toolCallId"]: e for e in events if e["type"] == "tool.execution_complete"}
+    for span in tool_spans:
+        done = completes[span.attributes["gen_ai.tool.call.id"]]
+        assert span.end_time_unix_nano == iso_ns(done["timestamp"])
+        assert (span.status_code == "ERROR") == (done["data"]["success"] is False)
+        if done["data"]["success"] is False:
+            assert span.attributes["error.type"] == done["data"]["error"]["code"]
+
+
+@pytest.mark.parametrize("scenario", CORPUS_SCENARIOS)
+def test_tree_shape(exported, scenario):
+    """One trace per interaction under an invoke_agent root; chats and tools under their turn."""
+    run, spans = exported[scenario]
+    events = run.events()
+    by_id = {s.span_id: s for s in spans}
+    roots = [s for s in spans if s.parent_span_id is None]
+    main_messages = [e for e in events if e["type"] == "user.message" and not e.get("agentId")]
+    assert len(roots) == len(main_messages)
+    assert {r.trace_id for r in roots} == {s.trace_id for s in spans}
+    assert len({r.trace_id for r in roots}) == len(roots)
+    for root in roots:
+        assert root.name == "invoke_agent copilot"
+        assert root.attributes["gen_ai.operation.name"] == "invoke_agent"
+        assert root.attributes["gen_ai.provider.name"] == "github"
+        assert root.attributes["gen_ai.conversation.id"] == run.session_id
+    for span in spans:
+        if span.parent_span_id is not None:
+            parent = by_id[span.parent_span_id]  # every parent was exported
+            assert parent.trace_id == span.trace_id
+            assert parent.start_time_unix_nano <= span.start_time_unix_nano
+    for turn in turn_spans(spans):
+        assert by_id[turn.parent_span_id].attributes["gen_ai.operation.name"] == "invoke_agent"
+    # A chat's parent is the turn of the same agent and turn id.
+    for chat in by_op(spans, "chat"):
+        parent = by_id[chat.parent_span_id]
+        assert parent.name == f"turn {chat.attributes['copilot.turn.id']}"
+    # Tools hang under the turn they were called in.
+    starts = {e["data"]["toolCallId"]: e for e in events if e["type"] == "tool.execution_start"}
+    for tool in by_op(spans, "execute_tool"):
+        parent = by_id[tool.parent_span_id]
+        assert parent.name == f"turn {starts[tool.attributes['gen_ai.tool.call.id']]['data']['turnId']}"
+
+
+@pytest.mark.parametrize("scenario", ["subagent", "subagent_failed"])
+def test_subagent_nested_under_its_task_call(exported, scenario):
+    """A sub-agent's invoke_agent span sits under the task tool span, its turns under it."""
+    run, spans = exported[scenario]
+    events = run.events()
+    by_id = {s.span_id: s for s in spans}
+    started = [e for e in events if e["type"] == "subagent.started"]
+    assert started, "the scenario spawns a sub-agent"
+    for event in started:
+        sub = [s for s in spans if s.name == f"invoke_agent {event['data']['agentName']}"]
+        assert len(sub) == 1
+        parent = by_id[sub[0].parent_span_id]
+        assert parent.attributes["gen_ai.tool.name"] == "task"
+        assert parent.attributes["gen_ai.tool.call.id"] == event["data"]["toolCallId"]
+        agent_turns = [e for e in events if e["type"] == "assistant.turn_start" and e.get("agentId") == event["agentId"]]
+        children = [s for s in turn_spans(spans) if s.parent_span_id == sub[0].span_id]
+        assert len(children) == len(agent_turns)
+        failed = any(e["type"] == "subagent.failed" for e in events)
+        assert (sub[0].status_code == "ERROR") == failed
+
+
+def test_autopilot_nudges_marked(exported):
+    """Each autopilot nudge starts a trace marked as a continuation; task_complete ends the last."""
+    run, spans = exported["autopilot"]
+    nudges = [e for e in run.events() if e["type"] == "user.message" and e["data"].get("isAutopilotContinuation")]
+    roots = sorted((s for s in spans if s.parent_span_id is None), key=lambda s: s.start_time_unix_nano)
+    marked = [r for r in roots if r.attributes.get("copilot.autopilot.continuation") is True]
+    assert len(marked) == len(nudges) == 2
+    assert {r.attributes["copilot.interaction.id"] for r in marked} == {e["data"]["interactionId"] for e in nudges}
+    assert roots[-1].attributes["copilot.interaction.end"] == "task_complete"
+
+
+def test_provider_error_is_an_error(exported):
+    """A session.error ends the interaction with status ERROR and its error type."""
+    run, spans = exported["provider_error"]
+    error = [e for e in run.events() if e["type"] == "session.error"][0]
+    root = [s for s in spans if s.parent_span_id is None][0]
+    assert root.status_code == "ERROR"
+    assert root.attributes["error.type"] == error["data"]["errorType"]
+    assert root.attributes["http.response.status_code"] == error["data"]["statusCode"]
+
+
+def test_ids_are_stable_across_replays(cli_corpus, tmp_path):
+    """Replaying the same logs twice gives identical spans (ids, times, attributes)."""
+    first, second = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    for target in (first, second):
+        result = run_replay(str(cli_corpus.home_all), "--traces-file", str(target))
+        assert result.returncode == 0, result.stderr.decode()
+    a, b = read_spans(first), read_spans(second)
+    assert len(a) > 50
+    assert sorted(map(repr, a)) == sorted(map(repr, b))
+
+
+@pytest.mark.parametrize("scenario", CORPUS_SCENARIOS)
+def test_agrees_with_the_cli_own_otel(exported, scenario):
+    """Same LLM calls, tool executions, tool names, outcomes and tokens as the CLI's own OTel."""
+    run, spans = exported[scenario]
+    theirs = [s for s in run.otel() if s.get("type") == "span"]
+    their_chats = [s for s in theirs if s["attributes"].get("gen_ai.operation.name") == "chat"]
+    their_tools = [s for s in theirs if s["attributes"].get("gen_ai.operation.name") == "execute_tool"]
+    ours_chats, ours_tools = by_op(spans, "chat"), by_op(spans, "execute_tool")
+    # The CLI also records failed attempts as chat spans (status ERROR); the log has only the successes.
+    their_ok_chats = [s for s in their_chats if s["status"]["code"] != 2]
+    assert len(ours_chats) == len(their_ok_chats)
+    for key in ("gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens"):
+        assert sum(s.attributes.get(key, 0) for s in ours_chats) == sum(s["attributes"].get(key, 0) for s in their_ok_chats)
+    assert Counter(s.attributes["gen_ai.tool.name"] for s in ours_tools) == Counter(
+        s["attributes"]["gen_ai.tool.name"] for s in their_tools)
+    assert Counter((s.attributes["gen_ai.tool.call.id"], s.status_code == "ERROR") for s in ours_tools) == Counter(
+        (s["attributes"]["gen_ai.tool.call.id"], s["status"]["code"] == 2) for s in their_tools)
+
+
+def _all_strings(spans) -> str:
+    return json.dumps([s.to_dict() for s in spans], default=str)
+
+
+def test_no_content_unless_opted_in(cli_corpus, tmp_path):
+    """Prompts, arguments and results stay out of spans unless content capture is on."""
+    run = cli_corpus["plain"]
+    prompt = next(e for e in run.events() if e["type"] == "user.message")["data"]["content"]
+    command = next(e for e in run.events() if e["type"] == "tool.execution_start")["data"]["arguments"]["command"]
+    off, on = tmp_path / "off.jsonl", tmp_path / "on.jsonl"
+    assert run_replay(str(run.session_dir), "--traces-file", str(off)).returncode == 0
+    assert run_replay(str(run.session_dir), "--traces-file", str(on),
+                      env={"OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "true"}).returncode == 0
+    text_off, text_on = _all_strings(read_spans(off)), _all_strings(read_spans(on))
+    assert prompt not in text_off and command not in text_off
+    assert prompt in text_on and command in text_on
+
+
+def test_malformed_lines_reported_and_skipped(cli_corpus, tmp_path):
+    """Bad lines are named by file and line number; the good lines around them still export."""
+    run = cli_corpus["plain"]
+    lines = run.events_path.read_bytes().splitlines(keepends=True)
+    folder = tmp_path / "session-state" / run.session_id
+    folder.mkdir(parents=True)
+    bad = [b"this is not json\n", b'["an", "array"]\n', b'{"type": "x", "data": {}}\n', b"\xff\xfe\xfa\n"]
+    mixed = lines[:2] + bad[:2] + lines[2:4] + bad[2:] + lines[4:]
+    (folder / "events.jsonl").write_bytes(b"".join(mixed))
+    clean_out, mixed_out = tmp_path / "clean.jsonl", tmp_path / "mixed.jsonl"
+    assert run_replay(str(run.session_dir), "--traces-file", str(clean_out)).returncode == 0
+    result = run_replay(str(folder), "--traces-file", str(mixed_out))
+    assert result.returncode == 0
+    stderr = result.stderr.decode()
+    for number in (3, 4, 7, 8):  # 1-based line numbers of the planted lines
+        assert f"events.jsonl:{number}:" in stderr
+    assert "4 malformed line(s) skipped" in stderr
+    assert sorted(map(repr, read_spans(clean_out))) == sorted(map(repr, read_spans(mixed_out)))
+
+
+def test_missing_path_is_a_clear_error(tmp_path):
+    """A path that does not exist: exit 2 and a message naming it."""
+    result = run_replay(str(tmp_path / "nope"), "--traces-file", str(tmp_path / "t.jsonl"))
+    assert result.returncode == 2
+    assert "nope: no such file or directory" in result.stderr.decode()
+
+
+def test_export_failure_exits_non_zero(cli_corpus, unused_port):
+    """When the OTLP backend cannot be reached, replay says so and exits 1."""
+    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{unused_port}",
+           "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf", "OTEL_EXPORTER_OTLP_TIMEOUT": "2"}
+    result = run_replay(str(cli_corpus["plain"].session_dir), env=env)
+    assert result.returncode == 1
+    assert "export failed" in result.stderr.decode()
+
+
+def test_default_destination_is_announced(cli_corpus, tmp_path):
+    """With nothing configured, traces go to a file in the state dir and replay says where."""
+    result = run_replay(str(cli_corpus["plain"].session_dir), "--state-dir", str(tmp_path / "state"))
+    assert result.returncode == 0
+    target = tmp_path / "state" / "traces.jsonl"
+    assert str(target) in result.stderr.decode()
+    assert len(read_spans(target)) == len(read_spans_of(cli_corpus["plain"], tmp_path))
+
+
+def read_spans_of(run, tmp_path: Path):
+    target = tmp_path / "reference.jsonl"
+    assert run_replay(str(run.events_path), "--traces-file", str(target)).returncode == 0
+    return read_spans(target)
