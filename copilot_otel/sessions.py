@@ -527,11 +527,12 @@ class SessionModel:
     def _on_session_error(self, event: Event) -> None:
         data = event.data
         error_type = _str(data.get("errorType")) or "session_error"
-        self._metric("completion_signals", signal=END_ERROR)
         status = data.get("statusCode")
-        if event.agent_id is None:
-            self._metric("llm_calls", model=self.model or "unknown", outcome="error")
         agent = self._agent(event)
+        if not self.live_idle:  # live, each failed attempt arrives as model.call_failure
+            self._metric("llm_calls", model=self.model or "unknown", outcome="error")
+        if event.agent_id is None:  # a sub-agent's error is its parent's failed task call, not a loop end
+            self._metric("completion_signals", signal=END_ERROR)
         if agent.turn is not None:
             agent.turn.errored = error_type
             if isinstance(status, int):

@@ -254,3 +254,28 @@ def read_spans_of(run, tmp_path: Path):
     target = tmp_path / "reference.jsonl"
     assert run_replay(str(run.events_path), "--traces-file", str(target)).returncode == 0
     return read_spans(target)
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http/protobuf"])
+def test_otlp_export_reaches_a_real_receiver(cli_corpus, tmp_path, protocol):
+    """Over OTLP/gRPC and OTLP/HTTP, a real receiver (Rotel) gets the same spans as the file."""
+    from tests.otlp_receiver import OtlpReceiver
+
+    reference = tmp_path / "reference.jsonl"
+    assert run_replay(str(cli_corpus.home_all), "--traces-file", str(reference)).returncode == 0
+    expected = read_spans(reference)
+    with OtlpReceiver() as receiver:
+        endpoint = receiver.grpc_endpoint if protocol == "grpc" else receiver.http_base
+        result = run_replay(str(cli_corpus.home_all), env={"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint,
+                                                           "OTEL_EXPORTER_OTLP_PROTOCOL": protocol,
+                                                           "OTEL_SERVICE_NAME": "agents-under-test"})
+        assert result.returncode == 0, result.stderr.decode()
+        received = receiver.wait_for_spans(len(expected), timeout=20)
+    assert len(received) == len(expected)
+
+    def key(span):
+        return (span.trace_id, span.span_id, span.parent_span_id, span.name, span.kind, span.start_time_unix_nano,
+                span.end_time_unix_nano, span.status_code, json.dumps(span.attributes, sort_keys=True, default=str))
+
+    assert sorted(map(key, received)) == sorted(map(key, expected))
+    assert {s.resource["service.name"] for s in received} == {"agents-under-test"}
