@@ -161,14 +161,17 @@ def inspect(session, log_level, **options) -> None:
          help="Seconds between rescans that back up the file watcher.")
 @_option("from-end", is_flag=True, default=False,
          help="On first start, skip the history already in the files.")
-def run(log_level, metrics_address, stuck_after, poll, rescan_interval, from_end, **options) -> None:
+@_option("idle-quiet", type=click.FloatRange(min=0.05), default=2.0, show_default=True,
+         help="Seconds of silence after a final answer that confirm the agent loop went idle.")
+def run(log_level, metrics_address, stuck_after, poll, rescan_interval, from_end, idle_quiet, **options) -> None:
     """The daemon: follow every session under COPILOT_HOME, export spans, serve /metrics."""
     from .daemon import run_daemon
 
     _setup_logging(log_level)
     try:
         config = build_config(metrics_address=parse_address(metrics_address), stuck_after=stuck_after, poll=poll,
-                              rescan_interval=rescan_interval, from_start=not from_end, **options)
+                              rescan_interval=rescan_interval, from_start=not from_end, idle_quiet=idle_quiet,
+                              **options)
     except ConfigError as exc:
         _fail(str(exc))
         return

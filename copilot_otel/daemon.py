@@ -64,6 +64,7 @@ class Session:
     model: SessionModel
     floor: int = 0  # outputs of events before this offset were already delivered before a restart
     pids: list[int] = field(default_factory=list)
+    last_read: float = 0.0  # monotonic time new events were last read
     abandoned_at: float | None = None  # wall time the session was found dead mid-turn
 
     @property
@@ -171,6 +172,8 @@ class Daemon:
             tail.offset = floor
         model = SessionModel(path.parent.name, capture_content=self.config.capture_content,
                              content_max_chars=self.config.content_max_chars)
+        if tail.offset > 0:
+            _prime(model, path, tail.offset, self.config.max_line_bytes)
         session = Session(path, tail, model, floor, lock_pids(path.parent))
         self.sessions[path] = session
         return session
@@ -209,6 +212,7 @@ class Daemon:
                     self.metrics.newest_event_ns = item.timestamp_ns
                 self._split(outputs, spans)
             session.abandoned_at = None
+            session.last_read = time.monotonic()
             self.queue.put_spans(spans, should_stop=self._stop.is_set)
             self._mark(session)
 
@@ -255,18 +259,20 @@ class Daemon:
     def _housekeeping(self) -> None:
         now = self.clock()
         now_ns = int(now * 1e9)
-        quiet_ns = int(self.config.idle_quiet * 1e9)
-        check_liveness = time.monotonic() >= self._next_liveness
+        monotonic = time.monotonic()
+        check_liveness = monotonic >= self._next_liveness
         if check_liveness:
-            self._next_liveness = time.monotonic() + LIVENESS_EVERY
+            self._next_liveness = monotonic + LIVENESS_EVERY
         for session in list(self.sessions.values()):
             model = session.model
             if model.ended is not None:
                 continue
-            outputs = model.tick(now_ns, quiet_ns)
-            if outputs:
-                self._deliver(session, outputs, "idle")
-            if check_liveness and model.mid_turn and not self._alive(session):
+            # Quiet is measured on our clock: a backlog read late must not look quiet.
+            if model.awaiting_confirmation and monotonic - session.last_read >= self.config.idle_quiet:
+                self._deliver(session, model.confirm_end(), "idle")
+            # A short grace period: a CLI that is starting may write before its lock exists.
+            if (check_liveness and model.mid_turn and now_ns - model.last_event_ns > 1e9
+                    and not self._alive(session)):
                 self._abandon(session, now)
 
     def _alive(self, session: Session) -> bool:
@@ -300,6 +306,25 @@ class Daemon:
             else:
                 out.append(LiveSession(session.session_id, state if state else IDLE))
         return out
+
+
+_SESSION_FACTS = (b'"session.start"', b'"session.resume"', b'"session.model_change"')
+
+
+def _prime(model: SessionModel, path: Path, end: int, max_line_bytes: int) -> None:
+    """Teach a model resuming mid-file the session facts (model, cwd, CLI version) written before ``end``."""
+    from .decode import decode_line
+
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read(end)
+    except OSError:
+        return
+    for raw in data.split(b"\n"):
+        if len(raw) <= max_line_bytes and any(marker in raw for marker in _SESSION_FACTS):
+            event = decode_line(raw.rstrip(b"\r"))
+            if not isinstance(event, DecodeError) and event.type.startswith("session."):
+                model.feed(event)
 
 
 def _last_newline_end(path: Path) -> int:

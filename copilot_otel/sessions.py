@@ -154,14 +154,20 @@ class SessionModel:
             handler(self, event)
         return self._out
 
-    def tick(self, now_ns: int, quiet_ns: int) -> list[Output]:
-        """Confirm an end of the agent loop after ``quiet_ns`` without events."""
-        self._out = []
+    @property
+    def awaiting_confirmation(self) -> bool:
+        """The loop looks finished (final answer, task_complete, error) and nothing is open."""
         current = self._current
+        return (current is not None and current.pending_end is not None and not self._tools
+                and self._agents[None].turn is None)
+
+    def confirm_end(self) -> list[Output]:
+        """The caller saw no new event for a quiet period: the agent loop really went idle."""
+        self._out = []
         if self.live_idle:
             return self._out  # the live stream says when the loop really ended
-        if current is not None and current.pending_end and now_ns - self.last_event_ns >= quiet_ns:
-            self._end_interaction(current.pending_end)
+        if self.awaiting_confirmation:
+            self._end_interaction(self._current.pending_end)
         return self._out
 
     def finish(self, reason: str = END_INCOMPLETE) -> list[Output]:
@@ -172,9 +178,8 @@ class SessionModel:
         self._out = []
         if self.ended is not None:
             return self._out
-        current = self._current
-        if current is not None and current.pending_end:
-            self._end_interaction(current.pending_end)
+        if self.awaiting_confirmation:
+            self._end_interaction(self._current.pending_end)
         self._close_everything(reason)
         return self._out
 
@@ -557,9 +562,8 @@ class SessionModel:
             self._permissions.clear()
 
     def _on_shutdown(self, event: Event) -> None:
-        current = self._current
-        if current is not None and current.pending_end:
-            self._end_interaction(current.pending_end)
+        if self.awaiting_confirmation:
+            self._end_interaction(self._current.pending_end)
         self._metric("completion_signals", signal=END_SHUTDOWN)
         self._close_everything(END_SHUTDOWN)
 

@@ -1,0 +1,333 @@
+"""`copilot-otel run`: follows live sessions and keeps design.md §4's promises.
+
+The daemon runs as a real subprocess. Event logs are real CLI logs, either written live by
+the CLI or replayed line by line into new session folders (a folder's name is its session
+id, so each copy yields distinct span ids). What must arrive is computed by replaying the
+final files (replay itself is checked against the events in test_replay.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from copilot_otel.replay import replay_files
+from tests.copilot_cli import prompt_for
+from tests.daemon_harness import DaemonProcess, complete_lines_spans, value, wait_until
+from tests.otlp_receiver import OtlpReceiver
+
+FAST = ("--idle-quiet", "0.3", "--rescan-interval", "1")
+
+
+class ListSink:
+    """Collects span records in memory (the reference export, not the thing under test)."""
+
+    description = "memory"
+
+    def __init__(self):
+        self.records = []
+
+    def export(self, records):
+        self.records.extend(records)
+
+    def shutdown(self):
+        pass
+
+
+def key(span):
+    return (span.trace_id, span.span_id, span.parent_span_id, span.name, span.start_time_unix_nano,
+            span.end_time_unix_nano, span.status_code, json.dumps(span.attributes, sort_keys=True, default=str))
+
+
+def record_key(record):
+    status = {0: "UNSET", 1: "OK", 2: "ERROR"}[record.status]
+    return (f"{record.trace_id:032x}", f"{record.span_id:016x}",
+            None if record.parent_span_id is None else f"{record.parent_span_id:016x}", record.name,
+            record.start_ns, record.end_ns, status, json.dumps(dict(record.attributes), sort_keys=True, default=str))
+
+
+def expected_keys(paths) -> list:
+    sink = ListSink()
+    replay_files([Path(p) for p in paths], sink)
+    return sorted(record_key(r) for r in sink.records)
+
+
+def lines_of(run) -> list[bytes]:
+    return run.events_path.read_bytes().splitlines(keepends=True)
+
+
+def new_session(home: Path, name: str) -> Path:
+    """A session folder held by a live process, as the CLI does it (the holder is this test)."""
+    folder = home / "session-state" / name
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"inuse.{os.getpid()}.lock").write_text(str(os.getpid()))
+    return folder / "events.jsonl"
+
+
+def append(path: Path, data: bytes) -> None:
+    with open(path, "ab") as handle:
+        handle.write(data)
+
+
+def spans_now(traces: Path) -> list:
+    return sorted(key(s) for s in complete_lines_spans(traces))
+
+
+def wait_for_keys(traces: Path, expected: list, timeout: float = 20.0) -> list:
+    """Wait until the set of exported spans equals ``expected``; return all exported (duplicates too)."""
+    wanted = set(expected)
+    wait_until(lambda: set(spans_now(traces)) >= wanted, timeout=timeout,
+               what=f"{len(wanted)} spans in {traces}")
+    got = spans_now(traces)
+    assert set(got) == wanted
+    return got
+
+
+# ------------------------------------------------------------------------ live, real CLI
+
+def test_live_sessions_end_to_end(cli, provider, tmp_path):
+    """While the real CLI works (two sessions at once, one sleeping in a tool), every span
+    reaches a real OTLP receiver exactly once, identical to a replay of the final logs."""
+    home = tmp_path / "home"
+    (home / "session-state").mkdir(parents=True)
+    cwd = tmp_path / "work"
+    cwd.mkdir()
+    with OtlpReceiver() as receiver:
+        env = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.grpc_endpoint, "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}
+        with DaemonProcess(home, tmp_path / "state", env=env, args=FAST) as daemon:
+            first = cli.run(prompt_for("plain"), home=home, port=provider.port, cwd=cwd)
+            sleeping = cli.start(prompt_for("sleep_tool", 2), home=home, port=provider.port, cwd=cwd)
+            sub = cli.start(prompt_for("subagent"), home=home, port=provider.port, cwd=cwd)
+            # While the tool sleeps, its turn is open: the turn span has not been exported yet.
+            wait_until(lambda: sleeping.events_path.exists() and b'"tool.execution_start"' in
+                       sleeping.events_path.read_bytes(), what="the sleeping tool to start")
+            assert value(daemon.scrape(), "copilot_sessions", state="waiting_tool") >= 0
+            runs = [first, sleeping.wait(), sub.wait(),
+                    cli.run(prompt_for("failing_tool", str(cwd)), home=home, port=provider.port, cwd=cwd)]
+            expected = expected_keys(r.events_path for r in runs)
+            received = receiver.wait_for_spans(len(expected), timeout=30)
+            time.sleep(1.0)  # anything extra (a duplicate) would arrive now
+            received = receiver.spans()
+            samples = daemon.scrape()
+        assert sorted(key(s) for s in received) == expected
+        assert value(samples, "copilot_otel_spans_exported_total") == len(expected)
+
+
+# ------------------------------------------------------------------------ file faults
+
+def test_line_written_in_two_pieces(cli_corpus, tmp_path):
+    """A partial line waits for its newline: no error, no span, then the span."""
+    lines = lines_of(cli_corpus["plain"])
+    home, traces = tmp_path / "home", tmp_path / "traces.jsonl"
+    path = new_session(home, "two-pieces")
+    cut = next(i for i, l in enumerate(lines) if b'"tool.execution_complete"' in l)
+    with DaemonProcess(home, tmp_path / "state", traces_file=traces, args=FAST) as daemon:
+        append(path, b"".join(lines[:cut]))
+        half = len(lines[cut]) // 2
+        append(path, lines[cut][:half])
+        wait_until(lambda: value(daemon.scrape(), "copilot_otel_events_read_total", type="tool.execution_start"),
+                   what="the lines before the split one")
+        time.sleep(0.5)
+        assert not [s for s in complete_lines_spans(traces) if s.name.startswith("execute_tool")]
+        append(path, lines[cut][half:] + b"".join(lines[cut + 1:]))
+        wait_for_keys(traces, expected_keys([path]))
+        assert sum(v for (n, _l), v in daemon.scrape().items() if n == "copilot_otel_lines_rejected_total") == 0
+
+
+def test_restart_with_partial_last_line(cli_corpus, tmp_path):
+    """Stopped while a line is half written, restarted after it completes: exported once."""
+    lines = lines_of(cli_corpus["multi_tools"])
+    home, traces, state = tmp_path / "home", tmp_path / "traces.jsonl", tmp_path / "state"
+    path = new_session(home, "partial-restart")
+    cut = len(lines) // 2
+    with DaemonProcess(home, state, traces_file=traces, args=FAST) as daemon:
+        append(path, b"".join(lines[:cut]) + lines[cut][:10])
+        wait_until(lambda: daemon.scrape().get(("copilot_otel_checkpoint_commits_total", ())), what="a commit")
+    append(path, lines[cut][10:] + b"".join(lines[cut + 1:]))
+    with DaemonProcess(home, state, traces_file=traces, args=FAST):
+        got = wait_for_keys(traces, expected_keys([path]))
+        time.sleep(0.5)
+    assert len(spans_now(traces)) == len(got) == len(set(got))
+
+
+def test_restart_between_export_and_checkpoint(cli_corpus, tmp_path):
+    """Commits lost after an export: the restart re-sends, with identical ids, and loses nothing."""
+    lines = lines_of(cli_corpus["subagent"])
+    home, traces, state = tmp_path / "home", tmp_path / "traces.jsonl", tmp_path / "state"
+    path = new_session(home, "lost-commit")
+    cut = next(i for i, l in enumerate(lines) if b'"subagent.started"' in l)
+    with DaemonProcess(home, state, traces_file=traces, args=FAST) as daemon:
+        append(path, b"".join(lines[:cut]))
+        wait_until(lambda: value(daemon.scrape(), "copilot_otel_events_read_total", type="subagent.started") == 0
+                   and value(daemon.scrape(), "copilot_otel_checkpoint_commits_total"), what="a commit")
+    saved = tmp_path / "checkpoint-before"
+    shutil.copytree(state, saved)
+    append(path, b"".join(lines[cut:]))
+    with DaemonProcess(home, state, traces_file=traces, args=FAST):
+        wait_for_keys(traces, expected_keys([path]))
+    shutil.rmtree(state)
+    shutil.copytree(saved, state)  # as if every commit after the first export never happened
+    with DaemonProcess(home, state, traces_file=traces, args=FAST):
+        wait_until(lambda: len(spans_now(traces)) > len(set(spans_now(traces))), what="the re-sent spans")
+        time.sleep(0.5)
+    got = spans_now(traces)
+    assert set(got) == set(expected_keys([path]))  # duplicates are byte-identical spans, nothing lost
+
+
+def test_kill9_in_a_busy_stream(cli_corpus, tmp_path):
+    """kill -9 twice while many sessions are written: after restarts nothing is lost and every
+    re-sent span is identical to the first copy."""
+    sources = [lines_of(run) for run in cli_corpus.values()]
+    home, traces, state = tmp_path / "home", tmp_path / "traces.jsonl", tmp_path / "state"
+    paths = [new_session(home, f"busy-{i:02d}") for i in range(24)]
+    rng = random.Random(7)
+    done = threading.Event()
+
+    def writer():
+        cursors = [0] * len(paths)
+        while any(c < len(sources[i % len(sources)]) for i, c in enumerate(cursors)):
+            i = rng.randrange(len(paths))
+            src = sources[i % len(sources)]
+            if cursors[i] < len(src):
+                append(paths[i], src[cursors[i]])
+                cursors[i] += 1
+                time.sleep(0.001)
+        done.set()
+
+    thread = threading.Thread(target=writer)
+    daemon = DaemonProcess(home, state, traces_file=traces, args=FAST).start()
+    thread.start()
+    try:
+        for _ in range(2):
+            time.sleep(rng.uniform(0.3, 0.8))
+            daemon.kill9()
+            daemon = DaemonProcess(home, state, traces_file=traces, args=FAST).start()
+        thread.join(timeout=120)
+        assert done.is_set()
+        wait_for_keys(traces, expected_keys(paths), timeout=30)
+    finally:
+        thread.join(timeout=120)
+        daemon.stop()
+
+
+def test_truncate_then_write(cli_corpus, tmp_path):
+    """A truncated file is read again from the start: both generations are exported."""
+    home, traces = tmp_path / "home", tmp_path / "traces.jsonl"
+    path = new_session(home, "truncated")
+    first, second = cli_corpus["plain"].events_path, cli_corpus["failing_tool"].events_path
+    with DaemonProcess(home, tmp_path / "state", traces_file=traces, args=FAST):
+        path.write_bytes(first.read_bytes())
+        wait_for_keys(traces, expected_keys([path]))
+        before = set(spans_now(traces))
+        with open(path, "r+b") as handle:
+            handle.truncate(0)
+        time.sleep(0.3)
+        append(path, second.read_bytes())
+        wait_for_keys(traces, sorted(before | set(expected_keys([path]))))
+
+
+def test_file_replaced_by_a_new_one(cli_corpus, tmp_path):
+    """A new file (new inode) under the same name is read from its start."""
+    home, traces = tmp_path / "home", tmp_path / "traces.jsonl"
+    path = new_session(home, "replaced")
+    with DaemonProcess(home, tmp_path / "state", traces_file=traces, args=FAST):
+        path.write_bytes(cli_corpus["multi_turn"].events_path.read_bytes())
+        wait_for_keys(traces, expected_keys([path]))
+        before = set(spans_now(traces))
+        fresh = path.with_name("events.jsonl.new")
+        fresh.write_bytes(cli_corpus["autopilot"].events_path.read_bytes())
+        os.replace(fresh, path)
+        wait_for_keys(traces, sorted(before | set(expected_keys([path]))))
+
+
+def test_deleted_empty_blank_and_crlf(cli_corpus, tmp_path):
+    """A file deleted before it is read, an empty file written later, blank and CRLF lines:
+    no crash, no rejected line, every span of the surviving logs."""
+    home, traces = tmp_path / "home", tmp_path / "traces.jsonl"
+    gone = new_session(home, "deleted")
+    empty = new_session(home, "empty-then-written")
+    crlf = new_session(home, "crlf")
+    with DaemonProcess(home, tmp_path / "state", traces_file=traces, args=FAST) as daemon:
+        gone.write_bytes(cli_corpus["plain"].events_path.read_bytes())
+        gone.unlink()
+        empty.write_bytes(b"")
+        text = cli_corpus["multi_tools"].events_path.read_bytes()
+        crlf.write_bytes(b"\n\n" + text.replace(b"\n", b"\r\n\n"))
+        time.sleep(0.5)
+        append(empty, cli_corpus["plain"].events_path.read_bytes())
+        wait_for_keys(traces, expected_keys([empty, crlf]))
+        samples = daemon.scrape()
+        assert sum(v for (n, _l), v in samples.items() if n == "copilot_otel_lines_rejected_total") == 0
+        assert value(samples, "copilot_otel_files_watched") == 2
+
+
+def test_corrupt_checkpoint_is_recovered(cli_corpus, tmp_path):
+    """A checkpoint database full of garbage is set aside with a warning; export goes on."""
+    home, traces, state = tmp_path / "home", tmp_path / "traces.jsonl", tmp_path / "state"
+    path = new_session(home, "corrupt-checkpoint")
+    path.write_bytes(cli_corpus["plain"].events_path.read_bytes())
+    state.mkdir()
+    (state / "checkpoint.sqlite").write_bytes(b"this is not a database" * 100)
+    with DaemonProcess(home, state, traces_file=traces, args=FAST) as daemon:
+        wait_for_keys(traces, expected_keys([path]))
+    assert "is unreadable" in daemon.log_text()
+    assert list(state.glob("checkpoint.sqlite.corrupt-*"))
+
+
+def test_backend_down_then_back(cli_corpus, tmp_path):
+    """With the OTLP backend down, metrics are still served and spans wait; once it is back,
+    everything is delivered, exactly once."""
+    home = tmp_path / "home"
+    path = new_session(home, "backend-outage")
+    lines = lines_of(cli_corpus["subagent"])
+    with OtlpReceiver() as receiver:
+        env = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.http_base, "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+               "OTEL_EXPORTER_OTLP_TIMEOUT": "1"}
+        with DaemonProcess(home, tmp_path / "state", env=env, args=FAST) as daemon:
+            receiver.down()
+            append(path, b"".join(lines))
+            wait_until(lambda: value(daemon.scrape(), "copilot_otel_spans_failed_total") > 0,
+                       what="a failed export")
+            samples = daemon.scrape()
+            assert value(samples, "copilot_turns_total", agent="main") > 0  # metrics go on
+            receiver.up()
+            expected = expected_keys([path])
+            receiver.wait_for_spans(len(expected), timeout=60)
+            time.sleep(0.5)
+            assert sorted(key(s) for s in receiver.spans()) == expected
+
+
+def test_rescan_finds_what_no_watch_reported(cli_corpus, tmp_path):
+    """Without inotify (--poll), the periodic rescan alone finds new folders and appends."""
+    home, traces = tmp_path / "home", tmp_path / "traces.jsonl"
+    with DaemonProcess(home, tmp_path / "state", traces_file=traces,
+                       args=("--poll", "--rescan-interval", "0.3", "--idle-quiet", "0.3")):
+        path = new_session(home, "polled")
+        path.write_bytes(cli_corpus["plain"].events_path.read_bytes())
+        wait_for_keys(traces, expected_keys([path]))
+
+
+def test_sigterm_flushes_and_exits_promptly(cli_corpus, tmp_path):
+    """SIGTERM: exit 0 within a few seconds, with every span written and committed."""
+    home, traces, state = tmp_path / "home", tmp_path / "traces.jsonl", tmp_path / "state"
+    path = new_session(home, "sigterm")
+    daemon = DaemonProcess(home, state, traces_file=traces, args=FAST).start()
+    path.write_bytes(cli_corpus["failing_tool"].events_path.read_bytes())
+    wait_for_keys(traces, expected_keys([path]))
+    started = time.monotonic()
+    assert daemon.stop(signal.SIGTERM) == 0
+    assert time.monotonic() - started < 5
+    # A restart finds nothing new to send.
+    count = len(spans_now(traces))
+    with DaemonProcess(home, state, traces_file=traces, args=FAST) as again:
+        wait_until(lambda: value(again.scrape(), "copilot_otel_files_watched") == 1, what="the file")
+        time.sleep(0.5)
+    assert len(spans_now(traces)) == count
