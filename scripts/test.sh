@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything the tests need on a fresh machine, then runs them.
 #   Python packages (pinned in pyproject.toml) into .venv, the Copilot CLI 1.0.102 from npm
-#   into tests/cli, Prometheus (promtool) from Debian's packages; then pytest.
+#   into tests/cli, Prometheus and systemd-analyze from Debian's packages; then pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -11,10 +11,14 @@ python3 -m venv .venv
 
 npm install --prefix tests/cli --no-audit --no-fund --no-package-lock --loglevel=error
 
-if ! command -v promtool >/dev/null 2>&1 || ! command -v prometheus >/dev/null 2>&1; then
+# Debian packages: prometheus (prometheus, promtool), systemd (systemd-analyze for the unit file).
+missing=""
+command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1 || missing="$missing prometheus"
+command -v systemd-analyze >/dev/null 2>&1 || missing="$missing systemd"
+if [ -n "$missing" ]; then
     SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
     $SUDO apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $missing >/dev/null
 fi
 
 exec .venv/bin/python -m pytest "$@"
