@@ -1,0 +1,87 @@
+"""A real Prometheus (Debian's package) on loopback, scraping targets every second."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+from tests.daemon_harness import free_port, wait_until
+from tests.deploy_helpers import require_tool
+
+
+class Prometheus:
+    """`prometheus` with its own port and fresh TSDB, stopped by its pid."""
+
+    def __init__(self, workdir: Path, targets: list[str], *, rule_files: list[Path] = (), job: str = "copilot-otel"):
+        self.workdir = Path(workdir)
+        self.targets = targets
+        self.rule_files = [Path(p) for p in rule_files]
+        self.job = job
+        self.port = free_port()
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> "Prometheus":
+        binary = require_tool("prometheus", "prometheus")
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        config = self.workdir / "prometheus.yml"
+        config.write_text(json.dumps({  # JSON is YAML
+            "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+            "rule_files": [str(p) for p in self.rule_files],
+            "scrape_configs": [{"job_name": self.job, "static_configs": [{"targets": self.targets}]}],
+        }))
+        log = open(self.workdir / "prometheus.log", "wb")
+        try:
+            self.proc = subprocess.Popen(
+                [binary, f"--config.file={config}", f"--storage.tsdb.path={self.workdir / 'data'}",
+                 f"--web.listen-address=127.0.0.1:{self.port}", "--storage.tsdb.retention.time=1h"],
+                stdout=log, stderr=log, stdin=subprocess.DEVNULL)
+        finally:
+            log.close()
+        wait_until(self._ready, timeout=30, what="prometheus /-/ready")
+        return self
+
+    def _ready(self) -> bool:
+        if self.proc.poll() is not None:
+            raise AssertionError(f"prometheus exited: {(self.workdir / 'prometheus.log').read_text()[-2000:]}")
+        try:
+            with urllib.request.urlopen(f"{self.url}/-/ready", timeout=1) as response:
+                return response.status == 200
+        except OSError:
+            return False
+
+    def query(self, expr: str) -> list[dict]:
+        """An instant query; returns the result vector (raises on a PromQL error)."""
+        url = f"{self.url}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
+        with urllib.request.urlopen(url, timeout=10) as response:
+            body = json.load(response)
+        assert body["status"] == "success", body
+        return body["data"]["result"]
+
+    def values(self, expr: str, label: str | None = None) -> dict:
+        """{label value (or ''): float} of an instant query."""
+        return {(r["metric"].get(label, "") if label else ""): float(r["value"][1]) for r in self.query(expr)}
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.kill(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(timeout=5)
+
+    def __enter__(self) -> "Prometheus":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
