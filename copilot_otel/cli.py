@@ -12,6 +12,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from . import __version__
 from .config import (
+    DEFAULT_CONTENT_MAX_CHARS,
     DEFAULT_MAX_LINE_BYTES,
     DEFAULT_METRICS_ADDRESS,
     DEFAULT_STUCK_AFTER,
@@ -53,6 +54,9 @@ def common_options(func):
                     help="Write traces as OTLP JSON lines to this file instead of OTLP."),
             _option("max-line-bytes", type=click.IntRange(min=1024), default=DEFAULT_MAX_LINE_BYTES,
                     help="Lines longer than this are counted and skipped."),
+            _option("content-max-chars", type=click.IntRange(min=1), default=DEFAULT_CONTENT_MAX_CHARS,
+                    help="With OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true, truncate each "
+                         "captured prompt, argument or result to this many characters."),
             _option("log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info"),
         ]
     ):
@@ -60,7 +64,7 @@ def common_options(func):
     return func
 
 
-def build_config(copilot_home, state_dir, traces_file, max_line_bytes, **extra) -> Config:
+def build_config(copilot_home, state_dir, traces_file, max_line_bytes, content_max_chars, **extra) -> Config:
     """One validated Config from flags and environment; a ConfigError says what to fix."""
     return Config(
         copilot_home=(copilot_home or default_copilot_home()).expanduser(),
@@ -69,6 +73,7 @@ def build_config(copilot_home, state_dir, traces_file, max_line_bytes, **extra) 
         otlp=OtlpSettings.from_env(),
         capture_content=capture_content_from_env(),
         max_line_bytes=max_line_bytes,
+        content_max_chars=content_max_chars,
         **extra,
     )
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import logging
+import os
 import signal
+import sqlite3
 import threading
 import time
 from dataclasses import dataclass, field
@@ -94,6 +96,9 @@ class Daemon:
         self.sessions: dict[Path, Session] = {}
         self._restored = self.checkpoint.load()
         self._skip_history: set[Path] = set()
+        self._unreadable: set[Path] = set()  # retried at every rescan
+        self._outside: set[Path] = set()  # symlinks out of the tree, reported once
+        self._root_real = self.root.resolve()
         self._stop = threading.Event()
         self._bad_lines = RateLimitedLog(log)
         self._last_loop = time.monotonic()
@@ -129,7 +134,10 @@ class Daemon:
             ready.set()
         try:
             while not self._stop.is_set():
+                rescans = self.discoverer.rescans
                 files, lock_dirs = self.discoverer.wait(TICK)
+                if self.discoverer.rescans != rescans:
+                    files |= self._unreadable
                 self._last_loop = time.monotonic()
                 for path in sorted(files):
                     if self._stop.is_set():
@@ -159,6 +167,8 @@ class Daemon:
             return session
         if not path.is_file():
             return None
+        if not self._inside_tree(path):
+            return None
         key = str(path)
         restored = self._restored.pop(key, None)
         tail = FileTail(path, max_line_bytes=self.config.max_line_bytes)
@@ -178,6 +188,17 @@ class Daemon:
         self.sessions[path] = session
         return session
 
+    def _inside_tree(self, path: Path) -> bool:
+        """False (said once) for a log that resolves outside COPILOT_HOME/session-state."""
+        try:
+            inside = path.resolve().is_relative_to(self._root_real)
+        except OSError:
+            inside = False
+        if not inside and path not in self._outside:
+            self._outside.add(path)
+            log.warning("%s leads outside %s; not following it", path, self.root)
+        return inside
+
     def _read(self, path: Path) -> None:
         session = self._session_for(path)
         if session is None:
@@ -188,6 +209,14 @@ class Daemon:
             if result.gone:
                 self._forget(path)
                 return
+            if result.error:
+                if path not in self._unreadable:
+                    log.warning("cannot read %s: %s; will retry", path, result.error)
+                self._unreadable.add(path)
+                return
+            if path in self._unreadable:
+                self._unreadable.discard(path)
+                log.info("%s is readable again", path)
             if result.restarted:
                 log.info("%s was %s; reading it again from the start", path, result.restarted)
                 self._deliver(session, session.model.finish(), None)
@@ -342,18 +371,31 @@ def _last_newline_end(path: Path) -> int:
     return start + index + 1 if index >= 0 else 0
 
 
+def _check_state_dir(state_dir: Path) -> None:
+    """The state directory must exist (we create it) and be writable, or start-up stops here."""
+    try:
+        state_dir.mkdir(parents=True, exist_ok=True)
+        probe = state_dir / f".write-test-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise ConfigError(f"state directory {state_dir} is not writable ({exc.strerror or exc}); "
+                          "choose another with --state-dir or COPILOT_OTEL_STATE_DIR") from None
+
+
 def run_daemon(config: Config) -> int:
     """`copilot-otel run`: start, serve until SIGTERM/SIGINT, flush, exit 0."""
     from .server import MetricsServer
 
     try:
+        _check_state_dir(config.state_dir)
         daemon = Daemon(config)
         server = MetricsServer(config.metrics_address, daemon.metrics.registry, daemon.health)
     except ConfigError as exc:
         log.error("%s", exc)
         return 2
-    except OSError as exc:
-        log.error("cannot start: %s (is --state-dir %s writable?)", exc, config.state_dir)
+    except (OSError, sqlite3.Error) as exc:
+        log.error("cannot start: %s", exc)
         return 2
     signal.signal(signal.SIGTERM, daemon.request_stop)
     signal.signal(signal.SIGINT, daemon.request_stop)

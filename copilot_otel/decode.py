@@ -18,7 +18,10 @@ BAD_TIMESTAMP = "bad_timestamp"
 BAD_DATA = "bad_data"
 TOO_LONG = "too_long"
 NUL_BYTE = "nul_byte"
-REASONS = (NOT_JSON, INVALID_UTF8, NOT_OBJECT, BAD_TYPE, BAD_TIMESTAMP, BAD_DATA, TOO_LONG, NUL_BYTE)
+FUTURE_TIMESTAMP = "future_timestamp"
+DUPLICATE_ID = "duplicate_id"
+REASONS = (NOT_JSON, INVALID_UTF8, NOT_OBJECT, BAD_TYPE, BAD_TIMESTAMP, BAD_DATA, TOO_LONG, NUL_BYTE, FUTURE_TIMESTAMP,
+           DUPLICATE_ID)
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
@@ -48,8 +51,8 @@ def parse_timestamp(value: object) -> int | None:
     return (delta.days * 86_400 + delta.seconds) * 1_000_000_000 + delta.microseconds * 1_000
 
 
-def decode_object(obj: object, *, offset: int = -1, line: int = 0) -> Event | DecodeError:
-    """Validate an already-parsed JSON value as an event."""
+def decode_object(obj: object, *, offset: int = -1, line: int = 0, not_after_ns: int = 0) -> Event | DecodeError:
+    """Validate an already-parsed JSON value as an event (``not_after_ns``: latest believable time)."""
     if not isinstance(obj, dict):
         return DecodeError(NOT_OBJECT, f"a JSON {type(obj).__name__}, not an object", offset, line)
     event_type = obj.get("type")
@@ -58,6 +61,9 @@ def decode_object(obj: object, *, offset: int = -1, line: int = 0) -> Event | De
     timestamp = parse_timestamp(obj.get("timestamp"))
     if timestamp is None:
         return DecodeError(BAD_TIMESTAMP, f"{event_type}: missing or unusable 'timestamp' (ISO-8601 with zone)", offset, line)
+    if not_after_ns and timestamp > not_after_ns:
+        return DecodeError(FUTURE_TIMESTAMP, f"{event_type}: timestamp {obj.get('timestamp')} is in the future",
+                           offset, line)
     data = obj.get("data")
     if data is None:
         data = {}
@@ -82,7 +88,8 @@ def decode_object(obj: object, *, offset: int = -1, line: int = 0) -> Event | De
     )
 
 
-def decode_line(raw: bytes, *, offset: int = -1, line: int = 0, max_bytes: int = 0) -> Event | DecodeError:
+def decode_line(raw: bytes, *, offset: int = -1, line: int = 0, max_bytes: int = 0,
+                not_after_ns: int = 0) -> Event | DecodeError:
     """Decode one line (without its newline) into an event, or say why it is unusable."""
     if max_bytes and len(raw) > max_bytes:
         return DecodeError(TOO_LONG, f"line of {len(raw)} bytes exceeds the {max_bytes}-byte limit", offset, line)
@@ -96,4 +103,4 @@ def decode_line(raw: bytes, *, offset: int = -1, line: int = 0, max_bytes: int =
         except UnicodeDecodeError:
             return DecodeError(INVALID_UTF8, "line is not valid UTF-8", offset, line)
         return DecodeError(NOT_JSON, f"not JSON: {exc}", offset, line)
-    return decode_object(obj, offset=offset, line=line)
+    return decode_object(obj, offset=offset, line=line, not_after_ns=not_after_ns)

@@ -124,6 +124,7 @@ class Metrics:
             "completion_signals": self.completion_signals,
             "tokens": self.tokens,
             "out_of_order": self.events_out_of_order,
+            "rejected": self.lines_rejected,
         }
         self._histograms = {
             "turn_duration": self.turn_duration,

@@ -86,6 +86,10 @@ def model_outputs(session_id: str, items: Iterable[Event | DecodeError], stats: 
         for out in outputs:
             if isinstance(out, SpanRecord):
                 yield out
+            elif out.name == "rejected":
+                stats.rejected[dict(out.labels)["reason"]] += 1
+                log.warning("%s:%d: skipped line (%s): event id %s seen before", source, item.line,
+                            dict(out.labels)["reason"], item.id)
             else:
                 stats.metrics.append(out)
     for out in model.finish():

@@ -138,6 +138,7 @@ class SessionModel:
         self._tools: dict[str, tuple[_OpenSpan, str]] = {}  # toolCallId -> (span, agent)
         self._subagents: dict[str, _OpenSpan] = {}  # toolCallId of the task call -> invoke_agent span
         self._permissions: set[str] = set()
+        self._seen: set[int] = set()  # hashes of event ids, forgotten when the session ends
         self._out: list[Output] = []
 
     # ------------------------------------------------------------ public
@@ -145,6 +146,11 @@ class SessionModel:
     def feed(self, event: Event) -> list[Output]:
         """Apply one event; return the spans it closed and the metric updates it causes."""
         self._out = []
+        key = hash(event.id)
+        if key in self._seen:  # the same event twice (a log copied into itself, a replayed stream)
+            self._metric("rejected", reason="duplicate_id")
+            return self._out
+        self._seen.add(key)
         if self.ended is not None and event.type != "session.shutdown":
             self.ended = None  # resumed after a shutdown or a crash
         if event.timestamp_ns > self.last_event_ns:
@@ -298,6 +304,7 @@ class SessionModel:
         if self._current is not None:
             self._end_interaction(END_INCOMPLETE if reason == END_INCOMPLETE else reason)
         self.ended = reason
+        self._seen = set()
 
     # ------------------------------------------------------------ handlers
 

@@ -9,14 +9,18 @@ from __future__ import annotations
 
 import hashlib
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from .decode import TOO_LONG, decode_line
 from .events import DecodeError, Event
 
 CHUNK = 1 << 20
 FINGERPRINT_BYTES = 256
+# Events stamped further ahead of our clock than this are not believed.
+FUTURE_TOLERANCE_S = 3600.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,14 +51,16 @@ class ReadResult:
     items: list[Event | DecodeError]
     restarted: str | None = None  # 'truncated' or 'replaced' when reading began again at 0
     gone: bool = False
+    error: str | None = None  # the file exists but cannot be read (permissions, I/O)
 
 
 class FileTail:
     """Reads the complete new lines of one file, remembering where it stopped."""
 
     def __init__(self, path: Path, *, offset: int = 0, line: int = 0, identity: FileIdentity | None = None,
-                 max_line_bytes: int = 16 * 1024 * 1024) -> None:
+                 max_line_bytes: int = 16 * 1024 * 1024, clock: Callable[[], float] = time.time) -> None:
         self.path = Path(path)
+        self.clock = clock
         self.offset = offset  # end of the last complete line handed out
         self.line = line  # number of complete lines handed out
         self.identity = identity
@@ -83,25 +89,34 @@ class FileTail:
             handle = open(self.path, "rb")
         except (FileNotFoundError, NotADirectoryError):
             return ReadResult([], gone=True)
-        with handle:
-            st = os.fstat(handle.fileno())
-            restarted = self._same_file(handle, st)
-            if restarted:
-                self.offset = 0
-                self.line = 0
-                self.generation += 1
-            if self.identity is None or restarted or self.identity.fingerprint_len < min(FINGERPRINT_BYTES, st.st_size):
-                head = handle.read(FINGERPRINT_BYTES)
-                self.identity = FileIdentity(st.st_dev, st.st_ino, hashlib.blake2b(head, digest_size=8).hexdigest(),
-                                             len(head))
-            if st.st_size <= self.offset:
-                return ReadResult([], restarted)
-            handle.seek(self.offset)
-            return ReadResult(self._read_lines(handle, max_bytes), restarted)
+        except OSError as exc:
+            return ReadResult([], error=exc.strerror or str(exc))
+        try:
+            with handle:
+                return self._read_open(handle, max_bytes)
+        except OSError as exc:
+            return ReadResult([], error=exc.strerror or str(exc))
+
+    def _read_open(self, handle, max_bytes: int) -> ReadResult:
+        st = os.fstat(handle.fileno())
+        restarted = self._same_file(handle, st)
+        if restarted:
+            self.offset = 0
+            self.line = 0
+            self.generation += 1
+        if self.identity is None or restarted or self.identity.fingerprint_len < min(FINGERPRINT_BYTES, st.st_size):
+            head = handle.read(FINGERPRINT_BYTES)
+            self.identity = FileIdentity(st.st_dev, st.st_ino, hashlib.blake2b(head, digest_size=8).hexdigest(),
+                                         len(head))
+        if st.st_size <= self.offset:
+            return ReadResult([], restarted)
+        handle.seek(self.offset)
+        return ReadResult(self._read_lines(handle, max_bytes), restarted)
 
     def _read_lines(self, handle, max_bytes: int) -> list[Event | DecodeError]:
         items: list[Event | DecodeError] = []
         limit = self.max_line_bytes
+        not_after = int((self.clock() + FUTURE_TOLERANCE_S) * 1e9)
         pending = b""
         pending_start = self.offset
         skipping = False  # inside a line already known to be too long
@@ -137,7 +152,8 @@ class FileTail:
                     if raw.endswith(b"\r"):
                         raw = raw[:-1]
                     if raw.strip():
-                        items.append(decode_line(raw, offset=pending_start, line=self.line, max_bytes=limit))
+                        items.append(decode_line(raw, offset=pending_start, line=self.line, max_bytes=limit,
+                                                 not_after_ns=not_after))
                 pending = b""
                 pending_start = line_end
                 self.offset = line_end
