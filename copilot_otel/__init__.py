@@ -2,4 +2,18 @@
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__"]
+__all__ = ["__version__", "attach", "attach_async"]
+
+
+def attach(session, **options):
+    """Observe a live github-copilot-sdk session (see copilot_otel.sdk.attach)."""
+    from .sdk import attach as _attach
+
+    return _attach(session, **options)
+
+
+async def attach_async(session, **options):
+    """attach(), then catch up on the session's earlier events (see copilot_otel.sdk.attach_async)."""
+    from .sdk import attach_async as _attach_async
+
+    return await _attach_async(session, **options)

@@ -97,31 +97,48 @@ def main() -> None:
 @main.command()
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path, allow_dash=True))
 @common_options
-def replay(paths, log_level, **options) -> None:
+@_option("metrics-file", type=click.Path(path_type=Path), default=None,
+         help="Also write the run's Prometheus metrics to this file (node_exporter textfile format).")
+def replay(paths, log_level, metrics_file, **options) -> None:
     """Export the traces of session folders, events.jsonl files, a COPILOT_HOME, or - (stdin)."""
-    from .replay import SourceError, replay_files, resolve
+    from .replay import SourceError, replay_files, replay_stream, resolve
     from .traces import ExportError, make_sink
 
     _setup_logging(log_level)
+    from_stdin = [str(p) for p in paths] == ["-"]
     try:
         config = build_config(**options)
-        files = resolve(paths)
+        files = [] if from_stdin else resolve(paths)
         sink = make_sink(traces_file=config.traces_file, otlp=config.otlp, default_file=config.default_traces_file)
     except (ConfigError, SourceError) as exc:
         _fail(str(exc))
         return
-    model_options = {"capture_content": config.capture_content, "content_max_chars": config.content_max_chars}
+    model_options = {"capture_content": config.capture_content, "content_max_chars": config.content_max_chars,
+                     "max_line_bytes": config.max_line_bytes}
     interactive = sys.stderr.isatty()
     try:
-        with Progress(TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                      TimeElapsedColumn(), disable=not interactive, transient=True) as progress:
-            task = progress.add_task("replaying sessions", total=len(files))
-            stats = replay_files(files, sink, on_file=lambda _path: progress.advance(task),
-                                 max_line_bytes=config.max_line_bytes, **model_options)
+        if from_stdin:
+            stats = replay_stream(sys.stdin.buffer.read(), sink, **model_options)
+        else:
+            with Progress(TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                          TimeElapsedColumn(), disable=not interactive, transient=True) as progress:
+                task = progress.add_task("replaying sessions", total=len(files))
+                stats = replay_files(files, sink, on_file=lambda _path: progress.advance(task), **model_options)
         sink.shutdown()
     except ExportError as exc:
         _fail(f"export failed: {exc}", EXIT_EXPORT_FAILED)
         return
+    if metrics_file is not None:
+        from prometheus_client import write_to_textfile
+
+        from .metrics import Metrics
+
+        metrics = Metrics(process=False)
+        for update in stats.metrics:
+            metrics.apply(update)
+        for reason, count in stats.rejected.items():
+            metrics.lines_rejected.labels(reason).inc(count)
+        write_to_textfile(str(metrics_file), metrics.registry)
     rejected = sum(stats.rejected.values())
     click.echo(f"copilot-otel: exported {stats.spans} spans from {stats.files} session(s), "
                f"{stats.events} events" + (f", {rejected} malformed line(s) skipped" if rejected else "")

@@ -64,6 +64,18 @@ class ExportQueue:
             self._queued_spans += len(spans)
             self._cond.notify_all()
 
+    def offer_spans(self, spans: list[SpanRecord]) -> int:
+        """Queue spans without ever blocking the caller; return how many were dropped (queue full)."""
+        if not spans:
+            return 0
+        with self._cond:
+            if self._queued_spans >= self.max_spans:
+                return len(spans)
+            self._items.append(spans)
+            self._queued_spans += len(spans)
+            self._cond.notify_all()
+        return 0
+
     def put_marker(self, position: FilePosition) -> None:
         """Queue a checkpoint position, committed after every span queued before it."""
         with self._cond:

@@ -8,6 +8,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
+import orjson
+
+from .decode import decode_line
 from .events import DecodeError, Event
 from .records import MetricUpdate, SpanRecord
 from .sessions import SessionModel
@@ -118,4 +121,39 @@ def replay_files(files: list[Path], sink: SpanSink, *, on_file: Callable[[Path],
     if batch:
         sink.export(batch)
         stats.spans += len(batch)
+    return stats
+
+
+def stream_session_id(lines: list[bytes]) -> str:
+    """The session id of a `copilot -p --output-format json` stream: its final `result` line says it."""
+    for raw in reversed(lines):
+        if b'"sessionId"' in raw:
+            try:
+                obj = orjson.loads(raw)
+            except orjson.JSONDecodeError:
+                continue
+            if isinstance(obj, dict) and isinstance(obj.get("sessionId"), str):
+                return obj["sessionId"]
+    return "stdin"
+
+
+def replay_stream(data: bytes, sink: SpanSink, *, max_line_bytes: int = 16 * 1024 * 1024,
+                  **model_options) -> ReplayStats:
+    """Export a headless run's live event stream (stdin); its ephemeral idle events end each loop."""
+    lines = data.splitlines()
+    session_id = stream_session_id(lines)
+    items: list[Event | DecodeError] = []
+    offset = 0
+    for number, raw in enumerate(lines, start=1):
+        if raw.strip():
+            item = decode_line(raw.rstrip(b"\r"), offset=offset, line=number, max_bytes=max_line_bytes)
+            if not (isinstance(item, Event) and item.type == "result"):
+                items.append(item)
+        offset += len(raw) + 1
+    stats = ReplayStats()
+    spans = list(model_outputs(session_id, items, stats, source="<stdin>", live_idle=True, **model_options))
+    for batch in (spans[i:i + BATCH] for i in range(0, len(spans), BATCH)):
+        sink.export(batch)
+        stats.spans += len(batch)
+    stats.files = 1
     return stats

@@ -139,6 +139,9 @@ class SessionModel:
         self._subagents: dict[str, _OpenSpan] = {}  # toolCallId of the task call -> invoke_agent span
         self._permissions: set[str] = set()
         self._seen: set[int] = set()  # hashes of event ids, forgotten when the session ends
+        self._calls: set[str] = set()  # apiCallIds of LLM calls already turned into spans
+        self._call_accounted = True  # the LLM call in flight already has its span
+        self._call_model: str | None = None
         self._out: list[Output] = []
 
     # ------------------------------------------------------------ public
@@ -159,6 +162,10 @@ class SessionModel:
         if handler is not None:
             handler(self, event)
         return self._out
+
+    def seen(self, event_id: str) -> bool:
+        """True if an event with this id was already applied (while the session is open)."""
+        return hash(event_id) in self._seen
 
     @property
     def awaiting_confirmation(self) -> bool:
@@ -305,6 +312,7 @@ class SessionModel:
             self._end_interaction(END_INCOMPLETE if reason == END_INCOMPLETE else reason)
         self.ended = reason
         self._seen = set()
+        self._calls = set()
 
     # ------------------------------------------------------------ handlers
 
@@ -382,9 +390,37 @@ class SessionModel:
                 current.pending_end = END_IDLE
 
     def _on_usage_record(self, event: Event) -> None:
-        usage = event.data.get("usage")
+        """One LLM call from the file (session.usage_record) or the live stream (assistant.usage)."""
+        usage = event.data.get("usage") if event.type == "session.usage_record" else event.data
         if not isinstance(usage, dict):
             return
+        call_id = _str(usage.get("apiCallId"))
+        if call_id is not None:
+            if call_id in self._calls:
+                return  # the same call seen through both sources
+            self._calls.add(call_id)
+        self._call_accounted = True
+        self._llm_call(event, usage)
+
+    def _on_call_start(self, event: Event) -> None:
+        self._call_accounted = False
+        self._call_model = _str(event.data.get("model")) or self._call_model
+
+    def _on_call_finished(self, event: Event) -> None:
+        """The headless stream has no usage events: its calls are known from model.call_finished alone."""
+        if self._call_accounted or event.data.get("outcome") != "success":
+            return
+        self._call_accounted = True
+        self._llm_call(event, {"model": self._call_model, "duration": event.data.get("dispatchDurationMs")})
+
+    def _on_call_failure(self, event: Event) -> None:
+        """A failed attempt the CLI will retry (live only: the file holds just the final session.error)."""
+        self._call_accounted = True
+        self._llm_call(event, {"model": _str(event.data.get("model")) or self._call_model,
+                               "duration": event.data.get("durationMs")},
+                       error=str(event.data.get("statusCode") or event.data.get("errorType") or "call_failed"))
+
+    def _llm_call(self, event: Event, usage: dict, *, error: str | None = None) -> None:
         agent = self._agent(event)
         model = _str(usage.get("model")) or self.model or "unknown"
         duration_ms = _num(usage.get("duration"))
@@ -413,8 +449,8 @@ class SessionModel:
         start = max(event.timestamp_ns - int(duration_ms * 1_000_000), parent.start_ns)
         span = _OpenSpan(parent.trace_id, span_id_for(self.session_id, event.id), parent.span_id,
                          f"{A.OP_CHAT} {model}", KIND_CLIENT, start, attributes)
-        self._out.append(span.close(event.timestamp_ns))
-        self._metric("llm_calls", model=model, outcome="success")
+        self._out.append(span.close(event.timestamp_ns, error_type=error))
+        self._metric("llm_calls", model=model, outcome="error" if error else "success")
         self._metric("llm_call_duration", duration_ms / 1000.0, observe=True, model=model)
         for label, value in tokens.items():
             if value:
@@ -607,6 +643,10 @@ _HANDLERS = {
     "assistant.turn_start": SessionModel._on_turn_start,
     "assistant.turn_end": SessionModel._on_turn_end,
     "session.usage_record": SessionModel._on_usage_record,
+    "assistant.usage": SessionModel._on_usage_record,
+    "model.call_start": SessionModel._on_call_start,
+    "model.call_finished": SessionModel._on_call_finished,
+    "model.call_failure": SessionModel._on_call_failure,
     "assistant.message": SessionModel._on_assistant_message,
     "tool.execution_start": SessionModel._on_tool_start,
     "tool.execution_complete": SessionModel._on_tool_complete,

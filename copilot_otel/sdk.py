@@ -1,0 +1,214 @@
+"""attach(): traces and metrics of a live `github-copilot-sdk` session, with its ephemeral events.
+
+    from copilot_otel import attach
+    handle = attach(session)            # after client.create_session(...)
+    ...
+    handle.detach()                     # flushes what it buffered
+
+The SDK calls our handler on its own thread for every event, including those the
+file never gets (``session.idle``, ``assistant.usage``, ``model.call_failure``). The
+handler never raises into the SDK and never blocks it: spans go to a bounded queue
+exported by a background thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from pathlib import Path
+from typing import Any, Callable
+
+from prometheus_client import CollectorRegistry, Counter
+
+from .config import DEFAULT_CONTENT_MAX_CHARS, ENV_PREFIX, OtlpSettings, capture_content_from_env, default_state_dir
+from .decode import decode_object
+from .events import DecodeError
+from .export import ExportQueue
+from .metrics import LiveSession, Metrics
+from .records import SpanRecord
+from .sessions import SessionModel
+from .traces import SpanSink, make_sink
+
+log = logging.getLogger(__name__)
+
+_shared_lock = threading.Lock()
+_shared: dict[int, "_Shared"] = {}  # id(registry) -> what all attachments on it share
+_default: "_Shared | None" = None
+
+
+class _Shared:
+    """The Metrics of one registry, and the attachments whose live state it reports."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self.metrics = metrics
+        self.attachments: set["Attachment"] = set()
+        self.handler_errors = Counter("copilot_otel_handler_errors", "Exceptions caught in the SDK event handler.",
+                                      registry=metrics.registry)
+        metrics.add_live_sessions(self.snapshot)
+
+    def snapshot(self) -> list[LiveSession]:
+        return [LiveSession(a.session_id, a.model.state) for a in list(self.attachments) if a.model.ended is None]
+
+
+def _shared_for(registry: CollectorRegistry | None) -> _Shared:
+    """One Metrics per registry, shared by every attachment on it (None: the library's own)."""
+    global _default
+    with _shared_lock:
+        if registry is None:
+            if _default is None:
+                _default = _Shared(Metrics())
+            return _default
+        shared = _shared.get(id(registry))
+        if shared is None:
+            shared = _shared[id(registry)] = _Shared(Metrics(registry=registry, process=False))
+        return shared
+
+
+class Attachment:
+    """A live session being observed; ``detach()`` stops and flushes."""
+
+    def __init__(self, session: Any, *, sink: SpanSink, shared: _Shared, capture_content: bool,
+                 content_max_chars: int, max_buffered_spans: int) -> None:
+        self.session_id = str(getattr(session, "session_id", None) or "unknown")
+        self.model = SessionModel(self.session_id, capture_content=capture_content,
+                                  content_max_chars=content_max_chars, live_idle=True)
+        self._shared = shared
+        self.metrics = shared.metrics
+        self.registry = shared.metrics.registry
+        self.sink = sink
+        self._lock = threading.Lock()
+        self._queue = ExportQueue(sink, None, max_spans=max_buffered_spans,
+                                  on_exported=self.metrics.spans_exported.inc,
+                                  on_failed=self.metrics.spans_failed.inc)
+        self._queue.start()
+        shared.attachments.add(self)
+        self._session = session
+        self._unsubscribe: Callable[[], None] | None = session.on(self._on_event)
+        self._detached = False
+
+    async def catch_up(self) -> int:
+        """Apply the session's history from before ``attach`` (session.start...); return how many events."""
+        history = await self._session.get_events()
+        applied = 0
+        for sdk_event in history:
+            applied += self._on_event(sdk_event, from_history=True)
+        return applied
+
+    def _on_event(self, sdk_event: Any, from_history: bool = False) -> int:
+        """The SDK's callback: map, feed, enqueue. Logs and counts any exception instead of raising."""
+        try:
+            obj = sdk_event.to_dict()
+            raw_type = getattr(sdk_event, "raw_type", None)
+            if raw_type:  # a type this SDK version does not know: keep the CLI's own name
+                obj["type"] = raw_type
+            event = decode_object(obj)
+            if isinstance(event, DecodeError):
+                self.metrics.lines_rejected.labels(event.reason).inc()
+                return 0
+            with self._lock:
+                if from_history and self.model.seen(event.id):
+                    return 0  # already delivered live
+                outputs = self.model.feed(event)
+            self.metrics.events_read.labels(event.type).inc()
+            if event.timestamp_ns > self.metrics.newest_event_ns:
+                self.metrics.newest_event_ns = event.timestamp_ns
+            spans = []
+            for out in outputs:
+                if isinstance(out, SpanRecord):
+                    spans.append(out)
+                else:
+                    self.metrics.apply(out)
+            dropped = self._queue.offer_spans(spans)
+            if dropped:
+                self.metrics.spans_failed.inc(dropped)
+            return 1
+        except Exception:
+            self._shared.handler_errors.inc()
+            log.exception("copilot-otel: cannot handle an event of session %s; the session goes on", self.session_id)
+            return 0
+
+    def flush(self, timeout: float = 5.0) -> bool:
+        """Wait until every span so far is exported."""
+        return self._queue.flush(timeout)
+
+    def detach(self, timeout: float = 5.0) -> bool:
+        """Unsubscribe, close what is still open, export it all; True if everything was delivered."""
+        if self._detached:
+            return True
+        self._detached = True
+        if self._unsubscribe is not None:
+            try:
+                self._unsubscribe()
+            except Exception:
+                log.exception("copilot-otel: unsubscribing from session %s failed", self.session_id)
+        with self._lock:
+            outputs = self.model.finish()
+        spans = [o for o in outputs if isinstance(o, SpanRecord)]
+        for out in outputs:
+            if not isinstance(out, SpanRecord):
+                self.metrics.apply(out)
+        self._queue.offer_spans(spans)
+        delivered = self._queue.stop(timeout)
+        self.sink.shutdown()
+        self._shared.attachments.discard(self)
+        return delivered
+
+    def __enter__(self) -> "Attachment":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.detach()
+
+
+def attach(session: Any, *, traces_file: str | Path | None = None, otlp: OtlpSettings | None = None,
+           sink: SpanSink | None = None, registry: CollectorRegistry | None = None,
+           capture_content: bool | None = None, content_max_chars: int | None = None,
+           metrics_address: tuple[str, int] | None = None, max_buffered_spans: int = 20_000) -> Attachment:
+    """Observe a live github-copilot-sdk session: export its spans and count its metrics.
+
+    Defaults come from the same environment as the daemon: COPILOT_OTEL_TRACES_FILE,
+    OTEL_EXPORTER_OTLP_*, OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT. Metrics go to
+    ``registry`` (or a shared default one); ``metrics_address`` also serves /metrics there.
+    """
+    import os
+
+    if sink is None:
+        file = traces_file or os.environ.get(ENV_PREFIX + "TRACES_FILE")
+        state_dir = Path(os.environ.get(ENV_PREFIX + "STATE_DIR") or default_state_dir())
+        sink = make_sink(traces_file=Path(file) if file else None, otlp=otlp or OtlpSettings.from_env(),
+                         default_file=state_dir / "traces.jsonl")
+    if capture_content is None:
+        capture_content = capture_content_from_env()
+    if content_max_chars is None:
+        content_max_chars = int(os.environ.get(ENV_PREFIX + "CONTENT_MAX_CHARS") or DEFAULT_CONTENT_MAX_CHARS)
+    shared = _shared_for(registry)
+    if metrics_address is not None:
+        serve_metrics(shared.metrics.registry, metrics_address)
+    return Attachment(session, sink=sink, shared=shared, capture_content=capture_content,
+                      content_max_chars=content_max_chars, max_buffered_spans=max_buffered_spans)
+
+
+async def attach_async(session: Any, **options: Any) -> Attachment:
+    """``attach``, then catch up on what the session said before (its session.start included)."""
+    handle = attach(session, **options)
+    try:
+        await handle.catch_up()
+    except Exception:  # history is a bonus; live events flow regardless
+        log.warning("copilot-otel: could not read the history of session %s", handle.session_id, exc_info=True)
+    return handle
+
+
+_servers: dict[tuple[str, int], Any] = {}
+
+
+def serve_metrics(registry: CollectorRegistry, address: tuple[str, int]):
+    """Serve /metrics and /healthz for the library's registry (once per address)."""
+    from .server import MetricsServer
+
+    with _shared_lock:
+        server = _servers.get(address)
+        if server is None:
+            server = MetricsServer(address, registry)
+            server.start()
+            _servers[address] = server
+        return server
