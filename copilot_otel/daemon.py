@@ -15,6 +15,7 @@ from typing import Callable
 from .checkpoint import Checkpoint, FilePosition
 from .config import Config, ConfigError
 from .discover import Discoverer
+from .decode import INTERNAL_ERROR
 from .events import DecodeError
 from .liveness import lock_pids, pid_alive
 from .metrics import LiveSession, Metrics
@@ -233,7 +234,12 @@ class Daemon:
                         self._bad_lines.warning("%s:%d: skipped line (%s): %s", path, item.line, item.reason,
                                                 item.detail)
                     continue
-                outputs = session.model.feed(item)
+                try:
+                    outputs = session.model.feed(item)
+                except Exception:  # a model bug must cost one event, never the daemon
+                    log.exception("%s:%d: could not apply %s", path, item.line, item.type)
+                    self.metrics.lines_rejected.labels(INTERNAL_ERROR).inc()
+                    continue
                 if item.offset < session.floor:
                     continue  # delivered before the restart; re-read only to rebuild open spans
                 self.metrics.events_read.labels(item.type).inc()

@@ -20,8 +20,9 @@ TOO_LONG = "too_long"
 NUL_BYTE = "nul_byte"
 FUTURE_TIMESTAMP = "future_timestamp"
 DUPLICATE_ID = "duplicate_id"
+INTERNAL_ERROR = "internal_error"  # an event the session model could not apply (a bug of ours)
 REASONS = (NOT_JSON, INVALID_UTF8, NOT_OBJECT, BAD_TYPE, BAD_TIMESTAMP, BAD_DATA, TOO_LONG, NUL_BYTE, FUTURE_TIMESTAMP,
-           DUPLICATE_ID)
+           DUPLICATE_ID, INTERNAL_ERROR)
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 

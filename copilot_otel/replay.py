@@ -10,7 +10,7 @@ from typing import Callable, Iterable, Iterator
 
 import orjson
 
-from .decode import decode_line
+from .decode import INTERNAL_ERROR, decode_line
 from .events import DecodeError, Event
 from .records import MetricUpdate, SpanRecord
 from .sessions import SessionModel
@@ -85,7 +85,12 @@ def model_outputs(session_id: str, items: Iterable[Event | DecodeError], stats: 
             log_rejected(source, item)
             continue
         stats.events += 1
-        outputs = model.feed(item)
+        try:
+            outputs = model.feed(item)
+        except Exception:  # a model bug must cost one event, never the export
+            log.exception("%s:%d: could not apply %s", source, item.line, item.type)
+            stats.rejected[INTERNAL_ERROR] += 1
+            continue
         for out in outputs:
             if isinstance(out, SpanRecord):
                 yield out

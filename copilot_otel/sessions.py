@@ -9,21 +9,21 @@ file or socket: callers pass ``now`` in.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any, Iterable, Union
 
 from . import attrs as A
 from .events import MAIN_AGENT, Event
-from .records import (
-    KIND_CLIENT,
-    KIND_INTERNAL,
-    STATUS_ERROR,
-    STATUS_OK,
-    MetricUpdate,
-    SpanEvent,
-    SpanRecord,
-    span_id_for,
-    trace_id_for,
+from .records import KIND_CLIENT, KIND_INTERNAL, STATUS_OK, MetricUpdate, SpanRecord, span_id_for, trace_id_for
+from .spans import (
+    Agent,
+    Interaction,
+    InteractionSummary,
+    OpenSpan,
+    Turn,
+    as_num,
+    as_str,
+    chat_attributes,
+    to_json,
 )
 
 Output = Union[SpanRecord, MetricUpdate]
@@ -44,79 +44,6 @@ END_INCOMPLETE = "incomplete"
 INCOMPLETE = "incomplete"
 
 
-@dataclass(slots=True)
-class _OpenSpan:
-    trace_id: int
-    span_id: int
-    parent_span_id: int | None
-    name: str
-    kind: int
-    start_ns: int
-    attributes: dict[str, Any]
-    events: list[SpanEvent] = field(default_factory=list)
-
-    def close(self, end_ns: int, *, status: int = 0, message: str = "", error_type: str | None = None) -> SpanRecord:
-        if error_type is not None:
-            self.attributes[A.ERROR_TYPE] = error_type
-            status = STATUS_ERROR
-        return SpanRecord(
-            trace_id=self.trace_id,
-            span_id=self.span_id,
-            parent_span_id=self.parent_span_id,
-            name=self.name,
-            kind=self.kind,
-            start_ns=self.start_ns,
-            end_ns=max(end_ns, self.start_ns),
-            attributes=self.attributes,
-            status=status,
-            status_message=message,
-            events=tuple(self.events),
-        )
-
-
-@dataclass(slots=True)
-class _Turn:
-    span: _OpenSpan
-    agent: str
-    requested_tools: bool = False
-    errored: str | None = None
-
-
-@dataclass(slots=True)
-class _Agent:
-    """The main agent or one sub-agent: where its turns hang, and its open turn."""
-
-    name: str  # "main" or the sub-agent's name (a metric label)
-    invoke_span: _OpenSpan | None  # the span its turns hang under
-    turn: _Turn | None = None
-
-
-@dataclass(slots=True)
-class _Interaction:
-    id: str
-    root: _OpenSpan
-    start_offset: int
-    start_line: int
-    last_end_ns: int
-    autopilot: bool = False  # opened by an autopilot nudge
-    # Set when the loop looks finished (final answer, task_complete, error); confirmed later.
-    pending_end: str | None = None
-    error_type: str | None = None
-    summary: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class InteractionSummary:
-    """What `inspect` and the daemon need to know about a finished or running interaction."""
-
-    interaction_id: str
-    trace_id: int
-    start_ns: int
-    end: str | None  # one of the END_* values, None while running
-    autopilot: bool
-    summary: str | None
-
-
 class SessionModel:
     """Follows one session's events and turns them into spans and metric updates."""
 
@@ -133,10 +60,10 @@ class SessionModel:
         self.last_event_ns = 0
         self.ended: str | None = None  # END_SHUTDOWN or END_INCOMPLETE once the session is over
         self.interactions: list[InteractionSummary] = []
-        self._current: _Interaction | None = None
-        self._agents: dict[str | None, _Agent] = {None: _Agent(MAIN_AGENT, None)}
-        self._tools: dict[str, tuple[_OpenSpan, str]] = {}  # toolCallId -> (span, agent)
-        self._subagents: dict[str, _OpenSpan] = {}  # toolCallId of the task call -> invoke_agent span
+        self._current: Interaction | None = None
+        self._agents: dict[str | None, Agent] = {None: Agent(MAIN_AGENT, None)}
+        self._tools: dict[str, tuple[OpenSpan, str]] = {}  # toolCallId -> (span, agent)
+        self._subagents: dict[str, OpenSpan] = {}  # toolCallId of the task call -> invoke_agent span
         self._permissions: set[str] = set()
         self._seen: set[int] = set()  # hashes of event ids, forgotten when the session ends
         self._calls: set[str] = set()  # apiCallIds of LLM calls already turned into spans
@@ -228,7 +155,7 @@ class SessionModel:
     def _content(self, value: Any) -> str | None:
         if not self.capture_content or value is None:
             return None
-        text = value if isinstance(value, str) else _json(value)
+        text = value if isinstance(value, str) else to_json(value)
         return text[: self.content_max_chars]
 
     def _base_attrs(self, operation: str) -> dict[str, Any]:
@@ -238,25 +165,25 @@ class SessionModel:
             A.GEN_AI_CONVERSATION_ID: self.session_id,
         }
 
-    def _agent(self, event: Event) -> _Agent:
+    def _agent(self, event: Event) -> Agent:
         """The agent an event belongs to, creating a sub-agent's context on first sight."""
         agent = self._agents.get(event.agent_id)
         if agent is None:
             parent_call = event.data.get("parentToolCallId")
             span = self._subagents.get(parent_call) if isinstance(parent_call, str) else None
             name = str(span.attributes.get(A.GEN_AI_AGENT_NAME, "subagent")) if span else "subagent"
-            agent = _Agent(name, span)
+            agent = Agent(name, span)
             self._agents[event.agent_id] = agent
         return agent
 
-    def _interaction_for(self, event: Event) -> _Interaction:
+    def _interaction_for(self, event: Event) -> Interaction:
         """The running interaction, or one opened implicitly when the log starts mid-way."""
         current = self._current
         if current is None:
-            current = self._open_interaction(event, event.interaction_id or f"implicit-{event.id}")
+            current = self._open_interaction(event, event.interaction_id or f"implicit-{event.id}", implicit=True)
         return current
 
-    def _open_interaction(self, event: Event, interaction_id: str) -> _Interaction:
+    def _open_interaction(self, event: Event, interaction_id: str, *, implicit: bool = False) -> Interaction:
         attributes = self._base_attrs(A.OP_INVOKE_AGENT)
         attributes[A.GEN_AI_AGENT_NAME] = A.AGENT_NAME
         attributes[A.COPILOT_INTERACTION_ID] = interaction_id
@@ -270,9 +197,11 @@ class SessionModel:
         if prompt is not None:
             attributes[A.GEN_AI_INPUT_MESSAGES] = prompt
         trace_id = trace_id_for(self.session_id, interaction_id)
-        root = _OpenSpan(trace_id, span_id_for(self.session_id, event.id), None, f"{A.OP_INVOKE_AGENT} {A.AGENT_NAME}",
+        # Opened by another span's event (a log read from the middle): keep the ids apart.
+        first = f"interaction\x00{event.id}" if implicit else event.id
+        root = OpenSpan(trace_id, span_id_for(self.session_id, first), None, f"{A.OP_INVOKE_AGENT} {A.AGENT_NAME}",
                          KIND_INTERNAL, event.timestamp_ns, attributes)
-        interaction = _Interaction(interaction_id, root, event.offset, event.line, event.timestamp_ns)
+        interaction = Interaction(interaction_id, root, event.offset, event.line, event.timestamp_ns)
         self._current = interaction
         self._agents[None].invoke_span = root
         return interaction
@@ -318,21 +247,21 @@ class SessionModel:
 
     def _on_session_start(self, event: Event) -> None:
         data = event.data
-        self.model = _str(data.get("selectedModel")) or self.model
+        self.model = as_str(data.get("selectedModel")) or self.model
         context = data.get("context")
         if isinstance(context, dict):
-            self.cwd = _str(context.get("cwd")) or self.cwd
-        self.cli_version = _str(data.get("copilotVersion")) or self.cli_version
+            self.cwd = as_str(context.get("cwd")) or self.cwd
+        self.cli_version = as_str(data.get("copilotVersion")) or self.cli_version
         if event.type == "session.start":
             self._metric("sessions_started")
 
     def _on_model_change(self, event: Event) -> None:
         if event.agent_id is not None:
             return
-        self.model = _str(event.data.get("newModel")) or _str(event.data.get("model")) or self.model
+        self.model = as_str(event.data.get("newModel")) or as_str(event.data.get("model")) or self.model
 
     def _on_user_message(self, event: Event) -> None:
-        if event.agent_id is not None or (_str(event.data.get("source")) or "").startswith("agent-"):
+        if event.agent_id is not None or (as_str(event.data.get("source")) or "").startswith("agent-"):
             return  # a sub-agent's prompt: its work hangs under the task call, not a new interaction
         nudge = event.data.get("isAutopilotContinuation") is True or event.data.get("source") == "autopilot"
         interaction_id = event.interaction_id or f"implicit-{event.id}"
@@ -365,9 +294,9 @@ class SessionModel:
         }
         if interaction.autopilot and event.agent_id is None:
             attributes[A.COPILOT_AUTOPILOT_CONTINUATION] = True
-        span = _OpenSpan(parent.trace_id, span_id_for(self.session_id, event.id), parent.span_id,
+        span = OpenSpan(parent.trace_id, span_id_for(self.session_id, event.id), parent.span_id,
                          f"turn {turn_id}", KIND_INTERNAL, event.timestamp_ns, attributes)
-        agent.turn = _Turn(span, agent.name)
+        agent.turn = Turn(span, agent.name)
         self._metric("turns", agent=agent.name)
 
     def _on_turn_end(self, event: Event) -> None:
@@ -394,7 +323,7 @@ class SessionModel:
         usage = event.data.get("usage") if event.type == "session.usage_record" else event.data
         if not isinstance(usage, dict):
             return
-        call_id = _str(usage.get("apiCallId"))
+        call_id = as_str(usage.get("apiCallId"))
         if call_id is not None:
             if call_id in self._calls:
                 return  # the same call seen through both sources
@@ -404,7 +333,7 @@ class SessionModel:
 
     def _on_call_start(self, event: Event) -> None:
         self._call_accounted = False
-        self._call_model = _str(event.data.get("model")) or self._call_model
+        self._call_model = as_str(event.data.get("model")) or self._call_model
 
     def _on_call_finished(self, event: Event) -> None:
         """The headless stream has no usage events: its calls are known from model.call_finished alone."""
@@ -416,44 +345,30 @@ class SessionModel:
     def _on_call_failure(self, event: Event) -> None:
         """A failed attempt the CLI will retry (live only: the file holds just the final session.error)."""
         self._call_accounted = True
-        self._llm_call(event, {"model": _str(event.data.get("model")) or self._call_model,
+        self._llm_call(event, {"model": as_str(event.data.get("model")) or self._call_model,
                                "duration": event.data.get("durationMs")},
                        error=str(event.data.get("statusCode") or event.data.get("errorType") or "call_failed"))
 
     def _llm_call(self, event: Event, usage: dict, *, error: str | None = None) -> None:
         agent = self._agent(event)
-        model = _str(usage.get("model")) or self.model or "unknown"
-        duration_ms = _num(usage.get("duration"))
+        model = as_str(usage.get("model")) or self.model or "unknown"
+        duration_ms = as_num(usage.get("duration"))
         parent = agent.turn.span if agent.turn else (agent.invoke_span or self._interaction_for(event).root)
         attributes = self._base_attrs(A.OP_CHAT)
-        attributes[A.GEN_AI_REQUEST_MODEL] = model
-        attributes[A.GEN_AI_RESPONSE_MODEL] = model
         if agent.name != MAIN_AGENT:
             attributes[A.GEN_AI_AGENT_NAME] = agent.name
-        tokens = {}
-        for key, attr, label in A.USAGE_TOKENS:
-            value = usage.get(key)
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
-                attributes[attr] = int(value)
-                tokens[label] = int(value)
-        finish = usage.get("finishReason")
-        if isinstance(finish, str):
-            attributes[A.GEN_AI_RESPONSE_FINISH_REASONS] = (finish,)
-        for key, attr in A.USAGE_EXTRAS:
-            value = usage.get(key)
-            if isinstance(value, (int, float, str)) and not isinstance(value, bool):
-                attributes[attr] = value
+        tokens = chat_attributes(attributes, usage, model)
         if agent.turn is not None:
             attributes[A.COPILOT_TURN_ID] = agent.turn.span.attributes[A.COPILOT_TURN_ID]
         # The CLI times the call from before it logs turn_start; never start before the parent.
-        start = max(event.timestamp_ns - int(duration_ms * 1_000_000), parent.start_ns)
-        span = _OpenSpan(parent.trace_id, span_id_for(self.session_id, event.id), parent.span_id,
+        start = max(event.timestamp_ns - int(min(max(duration_ms, 0.0) * 1_000_000, event.timestamp_ns)), parent.start_ns)
+        span = OpenSpan(parent.trace_id, span_id_for(self.session_id, event.id), parent.span_id,
                          f"{A.OP_CHAT} {model}", KIND_CLIENT, start, attributes)
         self._out.append(span.close(event.timestamp_ns, error_type=error))
         self._metric("llm_calls", model=model, outcome="error" if error else "success")
-        self._metric("llm_call_duration", duration_ms / 1000.0, observe=True, model=model)
+        self._metric("llm_call_duration", max(duration_ms, 0.0) / 1000.0, observe=True, model=model)
         for label, value in tokens.items():
-            if value:
+            if value > 0:
                 self._metric("tokens", value, model=model, type=label)
 
     def _on_assistant_message(self, event: Event) -> None:
@@ -473,7 +388,7 @@ class SessionModel:
             return
         agent = self._agent(event)
         parent = agent.turn.span if agent.turn else (agent.invoke_span or self._interaction_for(event).root)
-        tool = _str(event.data.get("toolName")) or "unknown"
+        tool = as_str(event.data.get("toolName")) or "unknown"
         attributes = self._base_attrs(A.OP_EXECUTE_TOOL)
         attributes[A.GEN_AI_TOOL_NAME] = tool
         attributes[A.GEN_AI_TOOL_CALL_ID] = call_id
@@ -483,8 +398,11 @@ class SessionModel:
         arguments = self._content(event.data.get("arguments"))
         if arguments is not None:
             attributes[A.GEN_AI_TOOL_CALL_ARGUMENTS] = arguments
-        span = _OpenSpan(parent.trace_id, span_id_for(self.session_id, event.id), parent.span_id,
+        span = OpenSpan(parent.trace_id, span_id_for(self.session_id, event.id), parent.span_id,
                          f"{A.OP_EXECUTE_TOOL} {tool}", KIND_INTERNAL, event.timestamp_ns, attributes)
+        previous = self._tools.pop(call_id, None)
+        if previous is not None:  # started twice: the first never completed
+            self._out.append(previous[0].close(event.timestamp_ns, error_type=INCOMPLETE))
         self._tools[call_id] = (span, agent.name)
 
     def _on_tool_complete(self, event: Event) -> None:
@@ -507,7 +425,7 @@ class SessionModel:
             self._out.append(span.close(event.timestamp_ns, status=STATUS_OK))
         else:
             error = data.get("error")
-            code = _str(error.get("code")) if isinstance(error, dict) else None
+            code = as_str(error.get("code")) if isinstance(error, dict) else None
             message = self._content(error.get("message")) if isinstance(error, dict) else None
             self._out.append(span.close(event.timestamp_ns, message=message or "", error_type=code or "tool_error"))
         self._metric("tool_calls", tool=tool, outcome="success" if success else "failure")
@@ -518,7 +436,7 @@ class SessionModel:
         if call_id is None:
             return
         tool = self._tools.get(call_id)
-        name = _str(event.data.get("agentName")) or _str(event.data.get("agentDisplayName")) or "subagent"
+        name = as_str(event.data.get("agentName")) or as_str(event.data.get("agentDisplayName")) or "subagent"
         if tool is not None:
             parent = tool[0]
         else:
@@ -527,13 +445,17 @@ class SessionModel:
         attributes = self._base_attrs(A.OP_INVOKE_AGENT)
         attributes[A.GEN_AI_AGENT_NAME] = name
         attributes[A.GEN_AI_TOOL_CALL_ID] = call_id
-        span = _OpenSpan(parent.trace_id, span_id_for(self.session_id, event.id), parent.span_id,
+        span = OpenSpan(parent.trace_id, span_id_for(self.session_id, event.id), parent.span_id,
                          f"{A.OP_INVOKE_AGENT} {name}", KIND_INTERNAL, event.timestamp_ns, attributes)
+        previous = self._subagents.pop(call_id, None)
+        if previous is not None:  # started twice: the first never ended
+            self._close_agent_turns(previous, event.timestamp_ns)
+            self._out.append(previous.close(event.timestamp_ns, error_type=INCOMPLETE))
         self._subagents[call_id] = span
         if event.agent_id is not None:
             known = self._agents.get(event.agent_id)
             if known is None:
-                self._agents[event.agent_id] = _Agent(name, span)
+                self._agents[event.agent_id] = Agent(name, span)
             else:  # its events came first
                 known.invoke_span, known.name = span, name
 
@@ -547,16 +469,20 @@ class SessionModel:
             value = event.data.get(key)
             if isinstance(value, int):
                 span.attributes[attr] = value
-        for agent_id, agent in list(self._agents.items()):
-            if agent.invoke_span is span:
-                if agent.turn is not None:
-                    self._out.append(agent.turn.span.close(event.timestamp_ns, error_type=INCOMPLETE))
-                del self._agents[agent_id]
+        self._close_agent_turns(span, event.timestamp_ns)
         if event.type == "subagent.failed":
             self._out.append(span.close(event.timestamp_ns, message=self._content(event.data.get("error")) or "",
-                                        error_type=_str(event.data.get("errorType")) or "subagent_failed"))
+                                        error_type=as_str(event.data.get("errorType")) or "subagent_failed"))
         else:
             self._out.append(span.close(event.timestamp_ns, status=STATUS_OK))
+
+    def _close_agent_turns(self, invoke_span: OpenSpan, end_ns: int) -> None:
+        """Forget the sub-agent under ``invoke_span``, ending a turn it left open."""
+        for agent_id, agent in list(self._agents.items()):
+            if agent_id is not None and agent.invoke_span is invoke_span:
+                if agent.turn is not None:
+                    self._out.append(agent.turn.span.close(end_ns, error_type=INCOMPLETE))
+                del self._agents[agent_id]
 
     def _on_task_complete(self, event: Event) -> None:
         if event.agent_id is not None:
@@ -565,7 +491,7 @@ class SessionModel:
         current = self._current
         if current is not None:
             current.pending_end = END_TASK_COMPLETE
-            current.summary = _str(event.data.get("summary"))
+            current.summary = as_str(event.data.get("summary"))
             summary = self._content(current.summary)
             if summary is not None:
                 current.root.attributes[A.COPILOT_TASK_SUMMARY] = summary
@@ -574,7 +500,7 @@ class SessionModel:
 
     def _on_session_error(self, event: Event) -> None:
         data = event.data
-        error_type = _str(data.get("errorType")) or "session_error"
+        error_type = as_str(data.get("errorType")) or "session_error"
         status = data.get("statusCode")
         agent = self._agent(event)
         if not self.live_idle:  # live, each failed attempt arrives as model.call_failure
@@ -594,11 +520,11 @@ class SessionModel:
                 current.root.attributes[A.HTTP_RESPONSE_STATUS_CODE] = status
 
     def _on_permission_requested(self, event: Event) -> None:
-        request_id = _str(event.data.get("requestId")) or event.id
+        request_id = as_str(event.data.get("requestId")) or event.id
         self._permissions.add(request_id)
 
     def _on_permission_completed(self, event: Event) -> None:
-        request_id = _str(event.data.get("requestId"))
+        request_id = as_str(event.data.get("requestId"))
         if request_id:
             self._permissions.discard(request_id)
         else:
@@ -616,23 +542,6 @@ class SessionModel:
         current = self._current
         if current is not None:
             self._end_interaction(current.pending_end or END_IDLE)
-
-
-def _str(value: Any) -> str | None:
-    return value if isinstance(value, str) and value else None
-
-
-def _num(value: Any) -> float:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0.0
-
-
-def _json(value: Any) -> str:
-    import orjson
-
-    try:
-        return orjson.dumps(value, default=str).decode()
-    except TypeError:
-        return str(value)
 
 
 _HANDLERS = {

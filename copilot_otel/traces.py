@@ -142,6 +142,24 @@ class SpanSink(Protocol):
     def shutdown(self) -> None: ...
 
 
+class MemorySink:
+    """Keeps exported spans in a list: for tests, and apps that inspect their own agents' spans."""
+
+    description = "memory"
+
+    def __init__(self) -> None:
+        self.records: list[SpanRecord] = []
+        self._lock = threading.Lock()
+
+    def export(self, records: Sequence[SpanRecord]) -> None:
+        """Append the batch."""
+        with self._lock:
+            self.records.extend(records)
+
+    def shutdown(self) -> None:
+        """Nothing to release."""
+
+
 class FileSink:
     """Appends OTLP JSON lines to a file, one ExportTraceServiceRequest per batch."""
 

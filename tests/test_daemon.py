@@ -20,26 +20,12 @@ from pathlib import Path
 import pytest
 
 from copilot_otel.replay import replay_files
+from copilot_otel.traces import MemorySink
 from tests.copilot_cli import prompt_for
 from tests.daemon_harness import DaemonProcess, complete_lines_spans, value, wait_until
 from tests.otlp_receiver import OtlpReceiver
 
 FAST = ("--idle-quiet", "0.3", "--rescan-interval", "1")
-
-
-class ListSink:
-    """Collects span records in memory (the reference export, not the thing under test)."""
-
-    description = "memory"
-
-    def __init__(self):
-        self.records = []
-
-    def export(self, records):
-        self.records.extend(records)
-
-    def shutdown(self):
-        pass
 
 
 def key(span):
@@ -55,7 +41,7 @@ def record_key(record):
 
 
 def expected_keys(paths) -> list:
-    sink = ListSink()
+    sink = MemorySink()
     replay_files([Path(p) for p in paths], sink)
     return sorted(record_key(r) for r in sink.records)
 

@@ -22,6 +22,7 @@ from copilot_otel import attach, attach_async
 from copilot_otel.metrics import Metrics
 from copilot_otel.replay import ReplayStats, model_outputs
 from copilot_otel.tail import read_all
+from copilot_otel.traces import MemorySink
 from tests.copilot_cli import MODEL, prompt_for
 from tests.daemon_harness import wait_until
 from tests.otlp_json import read_spans
@@ -29,19 +30,6 @@ from tests.otlp_json import read_spans
 copilot = pytest.importorskip("copilot", reason="github-copilot-sdk is installed by the test command")
 from copilot import CopilotClient  # noqa: E402
 from copilot.session import PermissionHandler  # noqa: E402
-
-
-class ListSink:
-    description = "memory"
-
-    def __init__(self):
-        self.records = []
-
-    def export(self, records):
-        self.records.extend(records)
-
-    def shutdown(self):
-        pass
 
 
 def file_replay(session_id, events_path):
@@ -94,7 +82,7 @@ async def drive(cli, provider, home, scenarios, *, before_send=None):
         session = await client.create_session(
             on_permission_request=PermissionHandler.approve_all, model=MODEL, streaming=True,
             provider={"type": "openai", "base_url": f"http://127.0.0.1:{provider.port}/v1", "api_key": "unused"})
-        sink = ListSink()
+        sink = MemorySink()
         registry = CollectorRegistry()
         handle = await attach_async(session, sink=sink, registry=registry)
         idles = []
@@ -184,7 +172,7 @@ def test_two_sessions_share_one_registry(cli, provider, tmp_path):
                           provider={"type": "openai", "base_url": f"http://127.0.0.1:{provider.port}/v1",
                                     "api_key": "unused"})
             first, second = await client.create_session(**config), await client.create_session(**config)
-            handles = [attach(s, sink=ListSink(), registry=registry) for s in (first, second)]
+            handles = [attach(s, sink=MemorySink(), registry=registry) for s in (first, second)]
             live = registry.get_sample_value("copilot_sessions", {"state": "idle"})
             await asyncio.gather(first.send_and_wait(prompt_for("plain"), timeout=90),
                                  second.send_and_wait(prompt_for("multi_turn"), timeout=90))
