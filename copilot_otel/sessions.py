@@ -123,6 +123,16 @@ class SessionModel:
         self._close_everything(reason)
         return self._out
 
+    def open_spans(self) -> list[SpanRecord]:
+        """Snapshots of the spans still open, ending at the last event (for `inspect` of a live session)."""
+        spans: list[OpenSpan] = [span for span, _agent in self._tools.values()] + list(self._subagents.values())
+        spans += [agent.turn.span for agent in self._agents.values() if agent.turn is not None]
+        if self._current is not None:
+            spans.append(self._current.root)
+        return [SpanRecord(s.trace_id, s.span_id, s.parent_span_id, s.name, s.kind, s.start_ns,
+                           max(s.start_ns, self.last_event_ns), {**s.attributes, A.COPILOT_RUNNING: True})
+                for s in spans]
+
     @property
     def state(self) -> str:
         """The session's live state: waiting_user, waiting_tool, working or idle."""

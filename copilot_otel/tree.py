@@ -44,8 +44,9 @@ def _label(span: SpanRecord) -> Text:
         text.append(tokens + (f" cache_read={cached}" if cached else ""), style="dim")
     elif operation == A.OP_EXECUTE_TOOL:
         ok = span.status != STATUS_ERROR
-        text.append(f"tool {a.get(A.GEN_AI_TOOL_NAME)} ", style="bold")
-        text.append("ok" if ok else f"failed ({a.get(A.ERROR_TYPE)})", style="green" if ok else "red")
+        text.append(f"tool {a.get(A.GEN_AI_TOOL_NAME)}", style="bold")
+        if not a.get(A.COPILOT_RUNNING):
+            text.append(" ok" if ok else f" failed ({a.get(A.ERROR_TYPE)})", style="green" if ok else "red")
     elif operation == A.OP_INVOKE_AGENT and span.parent_span_id is not None:
         text.append(f"sub-agent {a.get(A.GEN_AI_AGENT_NAME)}", style="magenta")
         if span.status == STATUS_ERROR:
@@ -59,6 +60,8 @@ def _label(span: SpanRecord) -> Text:
     else:
         text.append(span.name)
     text.append(f"  {_duration(span)}", style="dim")
+    if a.get(A.COPILOT_RUNNING):
+        text.append(" so far, running", style="yellow")
     return text
 
 
@@ -86,7 +89,7 @@ def build_tree(session_id: str, spans: list[SpanRecord], model: SessionModel) ->
         label = Text(f"interaction {root.attributes.get(A.COPILOT_INTERACTION_ID)}", style="bold blue")
         label.append(f"  {_duration(root)}", style="dim")
         end = root.attributes.get(A.COPILOT_INTERACTION_END)
-        word, style = _ENDINGS.get(str(end), ("running", "yellow"))
+        word, style = _ENDINGS.get(str(end), ("not yet, running", "yellow"))
         label.append(f"  ended: {word}", style=style)
         if summary and summary.autopilot:
             label.append("  (autopilot nudge)", style="yellow")
@@ -112,7 +115,9 @@ def inspect_session(path: Path, session_id: str, *, console: Console, running: b
             continue
         spans.extend(o for o in model.feed(item) if isinstance(o, SpanRecord))
     still_running = running and model.ended is None
-    if not still_running:
+    if still_running:
+        spans.extend(model.open_spans())
+    else:
         spans.extend(o for o in model.finish() if isinstance(o, SpanRecord))
     tree = build_tree(session_id, spans, model)
     if still_running:

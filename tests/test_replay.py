@@ -279,3 +279,69 @@ def test_otlp_export_reaches_a_real_receiver(cli_corpus, tmp_path, protocol):
 
     assert sorted(map(key, received)) == sorted(map(key, expected))
     assert {s.resource["service.name"] for s in received} == {"agents-under-test"}
+
+
+def run_inspect(*args: str) -> subprocess.CompletedProcess:
+    environment = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "COPILOT_"))}
+    environment["COLUMNS"] = "200"
+    return subprocess.run([*EXE, "inspect", *args], capture_output=True, env=environment, timeout=60)
+
+
+@pytest.mark.parametrize("scenario", ["subagent", "autopilot", "provider_error", "failing_tool", "resume"])
+def test_inspect_prints_the_session_tree(cli_corpus, scenario):
+    """`inspect` shows interactions, turns, LLM calls with tokens, tools with outcomes, sub-agents
+    under their task call, nudges and how each interaction ended, as the log says."""
+    run = cli_corpus[scenario]
+    result = run_inspect(run.session_id, "--copilot-home", str(run.home))
+    assert result.returncode == 0, result.stderr.decode()
+    out = result.stdout.decode()
+    events = run.events()
+    lines = out.splitlines()
+    interactions = [e for e in events if e["type"] == "user.message" and not e.get("agentId")]
+    assert sum(1 for line in lines if "interaction " in line) == len(interactions)
+    for usage in (e["data"]["usage"] for e in events if e["type"] == "session.usage_record"):
+        assert f"chat {usage['model']} in={usage['inputTokens']} out={usage['outputTokens']}" in out
+    names = {e["data"]["toolCallId"]: e["data"]["toolName"] for e in events if e["type"] == "tool.execution_start"}
+    for done in (e for e in events if e["type"] == "tool.execution_complete"):
+        outcome = "ok" if done["data"]["success"] else f"failed ({done['data']['error']['code']})"
+        assert f"tool {names[done['data']['toolCallId']]} {outcome}" in out
+    for started in (e for e in events if e["type"] == "subagent.started"):
+        task_line = next(i for i, line in enumerate(lines) if "tool task" in line)
+        assert f"sub-agent {started['data']['agentName']}" in lines[task_line + 1]
+    nudges = sum(1 for e in interactions if e["data"].get("isAutopilotContinuation"))
+    assert out.count("(autopilot nudge)") == nudges
+    for done in (e for e in events if e["type"] == "session.task_complete"):
+        assert f"task_complete: {done['data']['summary']}" in out
+        assert "ended: task_complete" in out
+    for error in (e for e in events if e["type"] == "session.error" and not e.get("agentId")):
+        assert f"ended: error ({error['data']['errorType']})" in out
+    if any(e["type"] == "session.shutdown" for e in events):
+        assert "session ended: shutdown" in out
+
+
+def test_inspect_unknown_session_is_a_clear_error(tmp_path):
+    """An id that is not a session: exit 2, saying where it looked."""
+    result = run_inspect("no-such-session", "--copilot-home", str(tmp_path))
+    assert result.returncode == 2
+    assert "no-such-session: not a session id under" in result.stderr.decode()
+
+
+def test_inspect_a_session_still_running(cli, provider, tmp_path):
+    """While the CLI sleeps in a tool, `inspect` says the session is still running, waiting on it."""
+    home, cwd = tmp_path / "home", tmp_path / "work"
+    cwd.mkdir()
+    from tests.copilot_cli import prompt_for
+    from tests.daemon_harness import wait_until
+
+    process = cli.start(prompt_for("sleep_tool", 4), home=home, port=provider.port, cwd=cwd)
+    try:
+        wait_until(lambda: process.events_path.exists() and b'"tool.execution_start"' in process.events_path.read_bytes(),
+                   timeout=30, what="the tool to start")
+        result = run_inspect(str(process.session_dir))
+        assert result.returncode == 0, result.stderr.decode()
+        out = result.stdout.decode()
+        assert "still running: waiting_tool" in out
+        assert "ended: not yet, running" in out
+        assert any("tool bash" in line and "running" in line for line in out.splitlines())
+    finally:
+        process.wait()
