@@ -317,3 +317,16 @@ def test_sigterm_flushes_and_exits_promptly(cli_corpus, tmp_path):
         wait_until(lambda: value(again.scrape(), "copilot_otel_files_watched") == 1, what="the file")
         time.sleep(0.5)
     assert len(spans_now(traces)) == count
+
+
+def test_from_end_skips_history(cli_corpus, tmp_path):
+    """--from-end: history present at the first start is not exported; what comes later is."""
+    home, traces = tmp_path / "home", tmp_path / "traces.jsonl"
+    old = new_session(home, "history")
+    old.write_bytes(cli_corpus["plain"].events_path.read_bytes())
+    with DaemonProcess(home, tmp_path / "state", traces_file=traces, args=FAST + ("--from-end",)) as daemon:
+        fresh = new_session(home, "after-start")
+        fresh.write_bytes(cli_corpus["multi_turn"].events_path.read_bytes())
+        wait_for_keys(traces, expected_keys([fresh]))
+        assert value(daemon.scrape(), "copilot_sessions_started_total") == 1
+    assert not [s for s in complete_lines_spans(traces) if s.attributes.get("gen_ai.conversation.id") == "history"]
