@@ -220,7 +220,7 @@ def test_stuck_and_abandoned_sessions(cli, provider, tmp_path):
     with DaemonProcess(home, tmp_path / "state", traces_file=traces,
                        args=FAST + ("--stuck-after", "1")) as daemon:
         sleeper = cli.start(prompt_for("sleep_tool", 5), home=home, port=provider.port, cwd=cwd)
-        wait_until(lambda: value(daemon.scrape(), "copilot_sessions", state="stuck") == 1, timeout=30,
+        wait_until(lambda: value(daemon.scrape(), "copilot_sessions", state="stuck") == 1, timeout=90,
                    what="the sleeping session to be stuck")
         samples = daemon.scrape()
         assert value(samples, "copilot_session_stalled_seconds", session_id=sleeper.session_id, state="stuck") >= 1
@@ -230,7 +230,7 @@ def test_stuck_and_abandoned_sessions(cli, provider, tmp_path):
 
         victim = cli.start(prompt_for("sleep_tool", 60), home=home, port=provider.port, cwd=cwd)
         wait_until(lambda: victim.events_path.exists() and b'"tool.execution_start"' in victim.events_path.read_bytes(),
-                   timeout=30, what="the victim's tool to start")
+                   timeout=90, what="the victim's tool to start")
         wait_until(lambda: value(daemon.scrape(), "copilot_sessions", state="waiting_tool") == 1
                    or value(daemon.scrape(), "copilot_sessions", state="stuck") == 1, what="the victim mid-tool")
         victim.kill()

@@ -336,7 +336,7 @@ def test_inspect_a_session_still_running(cli, provider, tmp_path):
     process = cli.start(prompt_for("sleep_tool", 4), home=home, port=provider.port, cwd=cwd)
     try:
         wait_until(lambda: process.events_path.exists() and b'"tool.execution_start"' in process.events_path.read_bytes(),
-                   timeout=30, what="the tool to start")
+                   timeout=90, what="the tool to start")
         result = run_inspect(str(process.session_dir))
         assert result.returncode == 0, result.stderr.decode()
         out = result.stdout.decode()
