@@ -64,13 +64,14 @@ def common_options(func):
     return func
 
 
-def build_config(copilot_home, state_dir, traces_file, max_line_bytes, content_max_chars, **extra) -> Config:
+def build_config(copilot_home, state_dir, traces_file, max_line_bytes, content_max_chars, *, exports: bool = True,
+                 **extra) -> Config:
     """One validated Config from flags and environment; a ConfigError says what to fix."""
     return Config(
         copilot_home=(copilot_home or default_copilot_home()).expanduser(),
         state_dir=(state_dir or default_state_dir()).expanduser(),
         traces_file=traces_file,
-        otlp=OtlpSettings.from_env(),
+        otlp=OtlpSettings.from_env() if exports else OtlpSettings(None, "grpc"),
         capture_content=capture_content_from_env(),
         max_line_bytes=max_line_bytes,
         content_max_chars=content_max_chars,
@@ -155,7 +156,11 @@ def inspect(session, log_level, **options) -> None:
     from .tree import inspect_session
 
     _setup_logging(log_level)
-    config = build_config(**options)
+    try:
+        config = build_config(exports=False, **options)  # inspect exports nothing: OTLP settings do not matter
+    except ConfigError as exc:
+        _fail(str(exc))
+        return
     candidate = Path(session).expanduser()
     if not candidate.exists():
         candidate = config.copilot_home / "session-state" / session

@@ -16,6 +16,8 @@ ENV_OTLP_TRACES_ENDPOINT = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
 ENV_OTLP_PROTOCOL = "OTEL_EXPORTER_OTLP_PROTOCOL"
 ENV_OTLP_TRACES_PROTOCOL = "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"
 ENV_TRACES_EXPORTER = "OTEL_TRACES_EXPORTER"
+ENV_OTLP_HEADERS = "OTEL_EXPORTER_OTLP_HEADERS"
+ENV_OTLP_TRACES_HEADERS = "OTEL_EXPORTER_OTLP_TRACES_HEADERS"
 
 PROTOCOLS = ("grpc", "http/protobuf")
 DEFAULT_METRICS_ADDRESS = "127.0.0.1:9464"
@@ -59,6 +61,16 @@ def parse_address(value: str) -> tuple[str, int]:
     return host, int(port)
 
 
+def _check_headers(variable: str, value: str) -> None:
+    """Headers must be 'key=value,...'; say which one is not, never showing a value (it may be a token)."""
+    for item in filter(None, (part.strip() for part in value.split(","))):
+        key, sep, _secret = item.partition("=")
+        if not sep or not key.strip() or ":" in key or " " in key.strip():
+            name = key.split(":", 1)[0].split(" ", 1)[0].strip() or "?"
+            raise ConfigError(f"{variable}: the header starting with {name!r} is not key=value "
+                              "(write e.g. authorization=Bearer%20TOKEN; values are not shown)")
+
+
 @dataclass(frozen=True)
 class OtlpSettings:
     """Where traces go over OTLP; None endpoint means 'not configured'."""
@@ -87,6 +99,8 @@ class OtlpSettings:
                 parsed.port
             except ValueError:
                 raise ConfigError(f"OTLP endpoint {endpoint!r} has an invalid port") from None
+        for name in (ENV_OTLP_HEADERS, ENV_OTLP_TRACES_HEADERS):
+            _check_headers(name, env.get(name, ""))
         return cls(endpoint, protocol)
 
 

@@ -17,10 +17,12 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
 from . import __version__
-from .config import ENV_OTLP_TRACES_ENDPOINT, OtlpSettings
+from .config import ENV_OTLP_TRACES_ENDPOINT, ConfigError, OtlpSettings
 from .records import KIND_CLIENT, STATUS_ERROR, STATUS_OK, SpanRecord
 
 log = logging.getLogger(__name__)
+# The SDK logs a malformed header with its value, which may be a token: never let it through.
+logging.getLogger("opentelemetry.util.re").setLevel(logging.ERROR)
 
 SCOPE_NAME = "copilot-otel"
 DEFAULT_SERVICE_NAME = "copilot-otel"
@@ -168,8 +170,12 @@ class FileSink:
         self.description = str(self.path)
         self._resource = resource or build_resource()
         self._lock = threading.Lock()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._file = open(self.path, "ab")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._file = open(self.path, "ab")
+        except OSError as exc:
+            raise ConfigError(f"cannot write traces to {self.path} ({exc.strerror or exc}); "
+                              "choose another file with --traces-file, or another --state-dir") from None
 
     def export(self, records: Sequence[SpanRecord]) -> None:
         """Write the batch as one line and flush it to the OS."""
@@ -195,7 +201,8 @@ class FileSink:
 class OtlpSink:
     """Sends spans with the SDK's OTLP exporter over gRPC or HTTP/protobuf."""
 
-    def __init__(self, settings: OtlpSettings, *, resource: Resource | None = None, timeout: float = 10.0) -> None:
+    def __init__(self, settings: OtlpSettings, *, resource: Resource | None = None,
+                 timeout: float | None = None) -> None:
         if not settings.endpoint:
             raise ValueError("OtlpSink needs an endpoint")
         self._resource = resource or build_resource()
@@ -208,6 +215,7 @@ class OtlpSink:
             # The generic endpoint is a base URL; the signal-specific one is used as given.
             if not os.environ.get(ENV_OTLP_TRACES_ENDPOINT):
                 endpoint = endpoint.rstrip("/") + "/v1/traces"
+        # timeout None: the exporter reads OTEL_EXPORTER_OTLP_(TRACES_)TIMEOUT, else 10 s.
         self._exporter = Exporter(endpoint=endpoint, timeout=timeout)
         self.description = f"{endpoint} ({settings.protocol})"
 

@@ -305,6 +305,47 @@ def _resume(c: Ctx) -> Reply:
     return Reply(content="Resumed and done.")
 
 
+# echo_secret (added for tests/test_privacy.py): a secret reaches every content field.
+SECRET_FILLER = " and so on" * 500  # pads the final answer past the default 4096-char capture limit
+
+
+def echo_secret_answer(secret: str) -> str:
+    """The final answer of echo_secret: the secret, then filler (5000+ characters)."""
+    return f"The secret is {secret}.{SECRET_FILLER}"
+
+
+@scenario("echo_secret")
+def _echo_secret(c: Ctx) -> Reply:
+    """Run with --autopilot; arg: a secret. bash echoes it (arguments and result), a view of a
+    missing file named after it fails, a sub-agent is asked to echo it (its prompt, arguments,
+    result and answer), the answer repeats it; after the nudge, task_complete's summary holds it."""
+    secret = c.arg or "no-secret"
+    if c.nudges == 0:
+        if c.step == 0:
+            return Reply(content=f"Echoing {secret}.", tool_calls=(
+                bash(f"echo {secret}", f"echo {secret}"),
+                ToolCall("view", {"path": f"/nonexistent/{secret}.txt"}),
+            ))
+        if c.step == 1:
+            return Reply(tool_calls=(ToolCall("task", {
+                "description": f"echo {secret}",
+                "prompt": f"{marker('echo_secret_child', secret)} Echo {secret}.",
+                "agent_type": SUBAGENT_TYPE,
+                "name": SUBAGENT_NAME,
+            }),))
+        return Reply(content=echo_secret_answer(secret))
+    return Reply(tool_calls=(ToolCall("task_complete", {"summary": f"Echoed {secret}."}),))
+
+
+@scenario("echo_secret_child")
+def _echo_secret_child(c: Ctx) -> Reply:
+    """The sub-agent of echo_secret: echo the secret, then answer with it."""
+    secret = c.arg or "no-secret"
+    if c.step == 0:
+        return Reply(tool_calls=(bash(f"echo child-{secret}", f"child echoes {secret}"),))
+    return Reply(content=f"Sub-agent echoed {secret}.")
+
+
 # ---------------------------------------------------------------------------------------
 # Request analysis
 
