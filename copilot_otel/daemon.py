@@ -20,7 +20,7 @@ from .events import DecodeError
 from .liveness import lock_pids, pid_alive
 from .metrics import LiveSession, Metrics
 from .records import MetricUpdate, SpanRecord
-from .replay import SESSION_STATE
+from .replay import SESSION_STATE, anomaly
 from .sessions import END_INCOMPLETE, IDLE, WAITING_TOOL, WORKING, SessionModel
 from .tail import FileTail
 from .traces import SpanSink, make_sink
@@ -242,9 +242,13 @@ class Daemon:
                     continue
                 if item.offset < session.floor:
                     continue  # delivered before the restart; re-read only to rebuild open spans
-                self.metrics.events_read.labels(item.type).inc()
+                self.metrics.count_event(item.type)
                 if item.timestamp_ns > self.metrics.newest_event_ns:
                     self.metrics.newest_event_ns = item.timestamp_ns
+                for out in outputs:
+                    message = None if isinstance(out, SpanRecord) else anomaly(out, item)
+                    if message is not None:
+                        self._bad_lines.warning("%s:%d: %s", path, item.line, message)
                 self._split(outputs, spans)
             session.abandoned_at = None
             session.last_read = time.monotonic()

@@ -50,6 +50,7 @@ class Discoverer:
         self._observer = None
         self._next_rescan = 0.0
         self._warned_missing = False
+        self._reported: set[Path] = set()
         self.rescans = 0
 
     # ---------------------------------------------------------------- hints
@@ -102,14 +103,19 @@ class Discoverer:
         try:
             entries = list(os.scandir(self.root))
         except OSError as exc:
-            log.warning("cannot list %s: %s", self.root, exc)
+            self._report(self.root, f"cannot list {self.root}: {exc.strerror or exc}; will retry")
             return
+        self._recovered(self.root)
         for entry in entries:
             path = Path(entry.path, EVENTS_FILE)
             try:
                 st = os.stat(path, follow_symlinks=False)
-            except OSError:
+            except FileNotFoundError:
                 continue
+            except OSError as exc:
+                self._report(path, f"cannot look at {path}: {exc.strerror or exc}; will retry")
+                continue
+            self._recovered(path)
             key = (st.st_ino, st.st_size)
             seen[path] = key
             if self._known.get(path) != key:
@@ -120,6 +126,17 @@ class Discoverer:
             with self._cond:
                 self._files |= changed
                 self._cond.notify()
+
+    def _report(self, path: Path, message: str) -> None:
+        """Warn once per path until it recovers."""
+        if path not in self._reported:
+            self._reported.add(path)
+            log.warning("%s", message)
+
+    def _recovered(self, path: Path) -> None:
+        if path in self._reported:
+            self._reported.discard(path)
+            log.info("%s is readable again", path)
 
     @property
     def known_files(self) -> int:

@@ -7,6 +7,7 @@ scrape time by :class:`LiveSessionsCollector`.
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass
 from typing import Callable, Iterable
@@ -25,6 +26,9 @@ SIGNALS = ("idle", "task_complete", "error", "shutdown")
 TURN_BUCKETS = (0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600, 1200, 1800, 3600)
 TOOL_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800)
 LLM_BUCKETS = (0.25, 0.5, 1, 2, 4, 8, 15, 30, 60, 120, 300)
+# The CLI has about 150 event types; a file full of invented ones must not mint series.
+MAX_EVENT_TYPES = 250
+_EVENT_TYPE = re.compile(r"[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*){1,3}")
 
 # *_created series double the series count and no dashboard here uses them.
 disable_created_metrics()
@@ -111,6 +115,7 @@ class Metrics:
         for reason in REASONS:
             self.lines_rejected.labels(reason)
         self.newest_event_ns = 0
+        self._event_types: set[str] = set()
         self.lag.set_function(self._lag)
         if process:
             ProcessCollector(registry=r)
@@ -136,6 +141,16 @@ class Metrics:
         if not self.newest_event_ns:
             return 0.0
         return max(0.0, time.time() - self.newest_event_ns / 1e9)
+
+    def count_event(self, event_type: str) -> None:
+        """Count an event read, by type; past MAX_EVENT_TYPES distinct names (or an odd one) as 'other'."""
+        label = event_type
+        if event_type not in self._event_types:
+            if len(self._event_types) >= MAX_EVENT_TYPES or not _EVENT_TYPE.fullmatch(event_type):
+                label = "other"
+            else:
+                self._event_types.add(event_type)
+        self.events_read.labels(label).inc()
 
     def apply(self, update: MetricUpdate) -> None:
         """Apply one update from the session model."""

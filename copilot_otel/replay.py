@@ -75,6 +75,15 @@ def log_rejected(source: str, error: DecodeError) -> None:
     log.warning("%s:%d: skipped line (%s): %s", source, error.line, error.reason, error.detail)
 
 
+def anomaly(update: MetricUpdate, event: Event) -> str | None:
+    """What to say about an event the model counted but could not use (None: an ordinary update)."""
+    if update.name == "rejected":
+        return f"skipped line ({dict(update.labels)['reason']}): event id {event.id} seen before"
+    if update.name == "out_of_order":
+        return f"{event.type} out of order: it ends something that is not open; counted, not exported"
+    return None
+
+
 def model_outputs(session_id: str, items: Iterable[Event | DecodeError], stats: ReplayStats, *, source: str,
                   **model_options) -> Iterator[SpanRecord]:
     """Feed decoded lines to a fresh model; yield its spans, keep its metric updates in ``stats``."""
@@ -94,10 +103,12 @@ def model_outputs(session_id: str, items: Iterable[Event | DecodeError], stats: 
         for out in outputs:
             if isinstance(out, SpanRecord):
                 yield out
-            elif out.name == "rejected":
+                continue
+            message = anomaly(out, item)
+            if message is not None:
+                log.warning("%s:%d: %s", source, item.line, message)
+            if out.name == "rejected":
                 stats.rejected[dict(out.labels)["reason"]] += 1
-                log.warning("%s:%d: skipped line (%s): event id %s seen before", source, item.line,
-                            dict(out.labels)["reason"], item.id)
             else:
                 stats.metrics.append(out)
     for out in model.finish():

@@ -109,7 +109,7 @@ class Attachment:
                 if from_history and self.model.seen(event.id):
                     return 0  # already delivered live
                 outputs = self.model.feed(event)
-            self.metrics.events_read.labels(event.type).inc()
+            self.metrics.count_event(event.type)
             if event.timestamp_ns > self.metrics.newest_event_ns:
                 self.metrics.newest_event_ns = event.timestamp_ns
             spans = []

@@ -312,7 +312,7 @@ class SessionModel:
     def _on_turn_end(self, event: Event) -> None:
         agent = self._agent(event)
         turn = agent.turn
-        if turn is None:
+        if turn is None or (event.turn_id is not None and event.turn_id != turn.span.attributes[A.COPILOT_TURN_ID]):
             self._metric("out_of_order", type=event.type)
             return
         agent.turn = None
