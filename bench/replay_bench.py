@@ -1,0 +1,199 @@
+"""How fast is `copilot-otel replay` compared with merely parsing the same logs?
+
+Over a synthesized COPILOT_HOME of a few thousand real-shaped sessions (bench/corpus.py):
+
+  baseline    read every line of every events.jsonl and json.loads it (stdlib json)
+  in-process  copilot_otel.replay.resolve + replay_files into a FileSink (what the CLI calls)
+  subprocess  `copilot-otel replay HOME --traces-file TMP`, wall time including start-up
+
+Runs are interleaved (baseline, in-process, baseline, ...) and each figure is the median of
+``--repeat`` runs; the ratio replay/baseline is what to compare (target: <= 1.0). Then a
+stage breakdown (decode only; decode + session model; + OTLP JSON encoding and write) and a
+cProfile summary of one in-process replay show where the time goes.
+
+    python bench/replay_bench.py                      # 3000 sessions in a temp dir
+    python bench/replay_bench.py --home /tmp/big-home # an existing corpus
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import json
+import pstats
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import DEFAULT_SOURCE, copilot_otel_bin, machine, median  # noqa: E402
+from corpus import synthesize  # noqa: E402
+
+from copilot_otel.replay import model_outputs, replay_files, resolve, session_id_of  # noqa: E402
+from copilot_otel.replay import ReplayStats  # noqa: E402
+from copilot_otel.tail import read_all  # noqa: E402
+from copilot_otel.traces import FileSink, build_resource, otlp_json_request  # noqa: E402
+
+MODEL_OPTIONS = {"capture_content": False, "content_max_chars": 4096}
+
+
+def baseline(files: list[Path]) -> int:
+    """Read and json.loads every line; return the number of lines parsed."""
+    loads = json.loads
+    lines = 0
+    for path in files:
+        with open(path, encoding="utf-8") as handle:
+            for line in handle:
+                if line.strip():
+                    loads(line)
+                    lines += 1
+    return lines
+
+
+def replay_in_process(home: Path, traces: Path):
+    """What `copilot-otel replay HOME --traces-file TRACES` does, minus the process start."""
+    files = resolve([home])
+    sink = FileSink(traces)
+    stats = replay_files(files, sink, **MODEL_OPTIONS)
+    sink.shutdown()
+    return stats
+
+
+def replay_subprocess(home: Path, traces: Path) -> float:
+    started = time.perf_counter()
+    subprocess.run(copilot_otel_bin() + ["replay", str(home), "--traces-file", str(traces)], check=True,
+                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return time.perf_counter() - started
+
+
+def import_time() -> float:
+    """Wall time of a fresh interpreter that imports what `replay` imports, and exits."""
+    code = "import copilot_otel.cli, copilot_otel.replay, copilot_otel.traces"
+    started = time.perf_counter()
+    subprocess.run([sys.executable, "-c", code], check=True)
+    return time.perf_counter() - started
+
+
+def stage_decode(files: list[Path]) -> int:
+    count = 0
+    for path in files:
+        count += len(read_all(path))
+    return count
+
+
+def stage_model(files: list[Path]) -> int:
+    spans = 0
+    for path in files:
+        stats = ReplayStats()
+        for _span in model_outputs(session_id_of(path), read_all(path), stats, source=str(path), **MODEL_OPTIONS):
+            spans += 1
+    return spans
+
+
+def stage_encode(files: list[Path]) -> int:
+    """Decode + model + OTLP JSON encoding, batches of 512 as replay_files does, no file write."""
+    resource = build_resource()
+    size = 0
+    batch = []
+    for path in files:
+        stats = ReplayStats()
+        for span in model_outputs(session_id_of(path), read_all(path), stats, source=str(path), **MODEL_OPTIONS):
+            batch.append(span)
+            if len(batch) >= 512:
+                size += len(otlp_json_request(batch, resource))
+                batch = []
+    if batch:
+        size += len(otlp_json_request(batch, resource))
+    return size
+
+
+def timed(func, *args):
+    started = time.perf_counter()
+    result = func(*args)
+    return time.perf_counter() - started, result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--home", type=Path, help="an existing synthesized COPILOT_HOME (else one is made)")
+    parser.add_argument("--sessions", type=int, default=3000, help="sessions to synthesize (default 3000)")
+    parser.add_argument("--source", type=Path, default=DEFAULT_SOURCE, help="real sessions to copy")
+    parser.add_argument("--repeat", type=int, default=5, help="runs of each measurement (default 5)")
+    parser.add_argument("--no-subprocess", action="store_true", help="skip the subprocess measurement")
+    parser.add_argument("--no-profile", action="store_true", help="skip the stage breakdown and cProfile")
+    parser.add_argument("--top", type=int, default=15, help="profile rows to print (default 15)")
+    args = parser.parse_args(argv)
+
+    work = Path(tempfile.mkdtemp(prefix="copilot-otel-replay-bench-"))
+    try:
+        home = args.home
+        if home is None:
+            home = work / "home"
+            made = synthesize(home, args.sessions, source=args.source)
+            print(f"synthesized {made['sessions']} sessions ({made['lines']} lines, {made['bytes'] / 1e6:.1f} MB) "
+                  f"in {home}")
+        files = resolve([home])
+        total_bytes = sum(p.stat().st_size for p in files)
+        lines = baseline(files)  # also warms the page cache
+        print(f"machine: {machine()}")
+        print(f"corpus: {len(files)} files, {lines} lines, {total_bytes / 1e6:.1f} MB; {args.repeat} runs each, "
+              "median\n")
+
+        traces = work / "traces.jsonl"
+        base_t, inproc_t, sub_t, ratios = [], [], [], []
+        spans = 0
+        for _ in range(args.repeat):
+            t_base, _n = timed(baseline, files)
+            traces.unlink(missing_ok=True)
+            t_replay, stats = timed(replay_in_process, home, traces)
+            spans = stats.spans
+            base_t.append(t_base)
+            inproc_t.append(t_replay)
+            ratios.append(t_replay / t_base)
+            if not args.no_subprocess:
+                traces.unlink(missing_ok=True)
+                sub_t.append(replay_subprocess(home, traces))
+        b, r = median(base_t), median(inproc_t)
+        print(f"{'measurement':<34}{'seconds':>9}{'lines/s':>12}{'vs baseline':>13}")
+        print(f"{'baseline: stdlib json.loads':<34}{b:>9.3f}{lines / b:>12,.0f}{1.0:>13.2f}")
+        print(f"{'replay in-process (FileSink)':<34}{r:>9.3f}{lines / r:>12,.0f}{r / b:>13.2f}")
+        if sub_t:
+            s = median(sub_t)
+            print(f"{'replay subprocess (CLI)':<34}{s:>9.3f}{lines / s:>12,.0f}{s / b:>13.2f}")
+            print(f"  of which interpreter start + imports: {median([import_time() for _ in range(3)]):.3f} s")
+        print(f"\nratio replay/baseline per round: {', '.join(f'{x:.2f}' for x in ratios)} "
+              f"(median {median(ratios):.2f}; target <= 1.0: {'met' if median(ratios) <= 1.0 else 'MISSED'})")
+        print(f"spans exported per replay: {spans}; traces file {traces.stat().st_size / 1e6:.1f} MB")
+
+        if not args.no_profile:
+            print("\nstage breakdown (cumulative; median of 3):")
+            stages = [("decode only (tail.read_all, orjson)", stage_decode),
+                      ("+ session model", stage_model),
+                      ("+ OTLP JSON encoding (no write)", stage_encode)]
+            for label, func in stages:
+                t = median([timed(func, files)[0] for _ in range(3)])
+                print(f"  {label:<40}{t:>8.3f} s  {t / b:>5.2f}x baseline")
+
+            profiler = cProfile.Profile()
+            traces.unlink(missing_ok=True)
+            profiler.enable()
+            replay_in_process(home, traces)
+            profiler.disable()
+            for key in ("cumulative", "tottime"):
+                out = io.StringIO()
+                pstats.Stats(profiler, stream=out).strip_dirs().sort_stats(key).print_stats(args.top)
+                text = out.getvalue()
+                body = text[text.index("   ncalls"):] if "   ncalls" in text else text
+                print(f"\ncProfile of one in-process replay, top {args.top} by {key}:")
+                print(body.rstrip())
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
