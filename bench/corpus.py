@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import DEFAULT_SOURCE  # noqa: E402
+from _common import DEFAULT_SOURCE, REPO  # noqa: E402
 
 EVENTS_FILE = "events.jsonl"
 SESSION_STATE = "session-state"
@@ -84,8 +84,26 @@ class Template:
         return session.decode(), b"".join(out)
 
 
+def generate_source(dest: Path) -> Path:
+    """Run every test scenario once with the real Copilot CLI (tests/cli) offline; return the home."""
+    sys.path.insert(0, str(REPO))
+    from tests.copilot_cli import CopilotCLI, generate_corpus
+    from tests.provider import ScriptedProvider
+
+    print(f"{dest}: no real sessions yet; running the Copilot CLI scenarios once (about a minute)...",
+          file=sys.stderr)
+    with ScriptedProvider() as provider:
+        corpus = generate_corpus(CopilotCLI(), provider.port, dest.parent)
+    return corpus.home_all
+
+
 def source_logs(source: Path) -> list[Path]:
-    """The real events.jsonl files under a COPILOT_HOME, its session-state/, or a folder of sessions."""
+    """The real events.jsonl files under a COPILOT_HOME, its session-state/, or a folder of sessions.
+
+    The default source is made on first use, by the real CLI, as the tests make theirs.
+    """
+    if source == DEFAULT_SOURCE and not source.exists():
+        source = generate_source(source)
     root = source / SESSION_STATE if (source / SESSION_STATE).is_dir() else source
     files = sorted(p for p in root.glob(f"*/{EVENTS_FILE}") if p.is_file() and p.stat().st_size)
     if not files:
