@@ -37,6 +37,7 @@ AGENT_NAME = "copilot"
 COPILOT_TURN_ID = "copilot.turn.id"
 COPILOT_INTERACTION_ID = "copilot.interaction.id"
 COPILOT_INTERACTION_END = "copilot.interaction.end"
+COPILOT_ABORT_REASON = "copilot.abort.reason"
 COPILOT_RUNNING = "copilot.running"  # only on `inspect`'s snapshots of open spans, never exported
 COPILOT_AUTOPILOT_CONTINUATION = "copilot.autopilot.continuation"
 COPILOT_CWD = "copilot.cwd"

@@ -40,15 +40,19 @@ END_TASK_COMPLETE = "task_complete"
 END_ERROR = "error"
 END_SHUTDOWN = "shutdown"
 END_INCOMPLETE = "incomplete"
+END_ABORTED = "aborted"  # the user stopped the loop (Ctrl-C, SIGINT/SIGTERM): `abort`, then idle
 
 INCOMPLETE = "incomplete"
+
+# Requests the CLI puts to the person at the terminal: while one is open the session is waiting_user.
+USER_REQUESTS = ("permission", "user_input", "elicitation", "exit_plan_mode")
 
 
 class SessionModel:
     """Follows one session's events and turns them into spans and metric updates."""
 
     def __init__(self, session_id: str, *, capture_content: bool = False, content_max_chars: int = 4096,
-                 live_idle: bool = False) -> None:
+                 live_idle: bool = False, summaries: bool = True) -> None:
         self.session_id = session_id
         self.capture_content = capture_content
         self.content_max_chars = content_max_chars
@@ -59,12 +63,16 @@ class SessionModel:
         self.cli_version: str | None = None
         self.last_event_ns = 0
         self.ended: str | None = None  # END_SHUTDOWN or END_INCOMPLETE once the session is over
-        self.interactions: list[InteractionSummary] = []
+        self.interactions: list[InteractionSummary] = []  # kept only with summaries=True (for `inspect`)
+        self._summaries = summaries
         self._current: Interaction | None = None
         self._agents: dict[str | None, Agent] = {None: Agent(MAIN_AGENT, None)}
         self._tools: dict[str, tuple[OpenSpan, str]] = {}  # toolCallId -> (span, agent)
         self._subagents: dict[str, OpenSpan] = {}  # toolCallId of the task call -> invoke_agent span
-        self._permissions: set[str] = set()
+        self._permissions: set[str] = set()  # requests waiting for the user (permission, input, ...)
+        # Ended turns that made no successful LLM call: the CLI writes turn_end before the
+        # session.error that explains it, so they wait for the next event before they are exported.
+        self._held: list[tuple[Agent, Turn]] = []
         self._seen: set[int] = set()  # hashes of event ids, forgotten when the session ends
         self._calls: set[str] = set()  # apiCallIds of LLM calls already turned into spans
         self._call_accounted = True  # the LLM call in flight already has its span
@@ -75,12 +83,13 @@ class SessionModel:
 
     def feed(self, event: Event) -> list[Output]:
         """Apply one event; return the spans it closed and the metric updates it causes."""
-        self._out = []
         key = hash(event.id)
         if key in self._seen:  # the same event twice (a log copied into itself, a replayed stream)
             self._metric("rejected", reason="duplicate_id")
-            return self._out
+            return self._handover()
         self._seen.add(key)
+        if self._held and event.type != "session.error":
+            self._release_held()
         if self.ended is not None and event.type != "session.shutdown":
             self.ended = None  # resumed after a shutdown or a crash
         if event.timestamp_ns > self.last_event_ns:
@@ -88,7 +97,12 @@ class SessionModel:
         handler = _HANDLERS.get(event.type)
         if handler is not None:
             handler(self, event)
-        return self._out
+        return self._handover()
+
+    def _handover(self) -> list[Output]:
+        """Give the caller the outputs gathered so far; keep none (a finished session holds no garbage)."""
+        out, self._out = self._out, []
+        return out
 
     def seen(self, event_id: str) -> bool:
         """True if an event with this id was already applied (while the session is open)."""
@@ -103,25 +117,25 @@ class SessionModel:
 
     def confirm_end(self) -> list[Output]:
         """The caller saw no new event for a quiet period: the agent loop really went idle."""
-        self._out = []
         if self.live_idle:
-            return self._out  # the live stream says when the loop really ended
+            return []  # the live stream says when the loop really ended
+        self._release_held()
         if self.awaiting_confirmation:
             self._end_interaction(self._current.pending_end)
-        return self._out
+        return self._handover()
 
     def finish(self, reason: str = END_INCOMPLETE) -> list[Output]:
         """The session is over (end of a replayed file, or its process is gone): close everything.
 
         A loop that looked finished ends normally; anything still open ends as incomplete.
         """
-        self._out = []
         if self.ended is not None:
-            return self._out
+            return []
+        self._release_held()
         if self.awaiting_confirmation:
             self._end_interaction(self._current.pending_end)
         self._close_everything(reason)
-        return self._out
+        return self._handover()
 
     def open_spans(self) -> list[SpanRecord]:
         """Snapshots of the spans still open, ending at the last event (for `inspect` of a live session)."""
@@ -129,7 +143,8 @@ class SessionModel:
         spans += [agent.turn.span for agent in self._agents.values() if agent.turn is not None]
         if self._current is not None:
             spans.append(self._current.root)
-        return [SpanRecord(s.trace_id, s.span_id, s.parent_span_id, s.name, s.kind, s.start_ns,
+        held = [_close_turn(turn) for _agent, turn in self._held]
+        return held + [SpanRecord(s.trace_id, s.span_id, s.parent_span_id, s.name, s.kind, s.start_ns,
                            max(s.start_ns, self.last_event_ns), {**s.attributes, A.COPILOT_RUNNING: True})
                 for s in spans]
 
@@ -143,6 +158,12 @@ class SessionModel:
         if any(agent.turn is not None for agent in self._agents.values()):
             return WORKING
         return IDLE
+
+    @property
+    def quiescent(self) -> bool:
+        """Nothing is open: no interaction, turn, tool or sub-agent (the model holds no span)."""
+        return (self._current is None and not self._tools and not self._subagents
+                and all(agent.turn is None for agent in self._agents.values()))
 
     @property
     def mid_turn(self) -> bool:
@@ -223,19 +244,35 @@ class SessionModel:
         self._current = None
         root = current.root
         root.attributes[A.COPILOT_INTERACTION_END] = how
-        if how in (END_IDLE, END_TASK_COMPLETE, END_ERROR):
+        if how in (END_IDLE, END_TASK_COMPLETE, END_ERROR, END_ABORTED):
             self._metric("completion_signals", signal=END_IDLE)
-        if how == END_ERROR:
+        if how == END_ABORTED:  # stopped by the user: not a failure of the agent, so no error status
+            self._out.append(root.close(current.last_end_ns))
+        elif how == END_ERROR:
             self._out.append(root.close(current.last_end_ns, error_type=current.error_type or "session_error"))
         elif how == END_INCOMPLETE:
             self._out.append(root.close(max(current.last_end_ns, self.last_event_ns), error_type=INCOMPLETE))
         else:
             self._out.append(root.close(current.last_end_ns, status=STATUS_OK))
-        self.interactions.append(InteractionSummary(current.id, root.trace_id, root.start_ns, how, current.autopilot,
-                                                    current.summary))
+        if self._summaries:
+            self.interactions.append(InteractionSummary(current.id, root.trace_id, root.start_ns, how, current.autopilot,
+                                                        current.summary))
+
+    def _release_held(self, errored: Agent | None = None, error_type: str | None = None,
+                      status: Any = None) -> None:
+        """Export the held turns; the one of agent ``errored`` as failed with ``error_type``."""
+        held, self._held = self._held, []
+        for agent, turn in held:
+            if agent is errored:
+                turn.errored = error_type
+                if isinstance(status, int):
+                    turn.span.attributes[A.HTTP_RESPONSE_STATUS_CODE] = status
+            self._out.append(_close_turn(turn))
 
     def _close_everything(self, reason: str) -> None:
         end_ns = self.last_event_ns
+        self._release_held()
+        had_open = bool(self._tools or self._subagents or any(a.turn for a in self._agents.values()))
         for call_id, (span, agent) in list(self._tools.items()):
             self._out.append(span.close(end_ns, error_type=INCOMPLETE))
         self._tools.clear()
@@ -248,10 +285,10 @@ class SessionModel:
                 agent.turn = None
         self._permissions.clear()
         if self._current is not None:
-            self._end_interaction(END_INCOMPLETE if reason == END_INCOMPLETE else reason)
+            # Work cut off (a shutdown or a crash mid-turn) makes the interaction incomplete too.
+            self._end_interaction(END_INCOMPLETE if reason == END_INCOMPLETE or had_open else reason)
         self.ended = reason
-        self._seen = set()
-        self._calls = set()
+        # _seen and _calls stay: a log copied into itself after its shutdown is still a duplicate.
 
     # ------------------------------------------------------------ handlers
 
@@ -316,10 +353,11 @@ class SessionModel:
             self._metric("out_of_order", type=event.type)
             return
         agent.turn = None
-        if turn.errored:
-            self._out.append(turn.span.close(event.timestamp_ns, error_type=turn.errored))
+        turn.end_ns = event.timestamp_ns
+        if turn.llm_calls or turn.errored:
+            self._out.append(_close_turn(turn))
         else:
-            self._out.append(turn.span.close(event.timestamp_ns))
+            self._held.append((agent, turn))
         seconds = max(0, event.timestamp_ns - turn.span.start_ns) / 1e9
         self._metric("turn_duration", seconds, observe=True, agent=agent.name)
         current = self._current
@@ -375,6 +413,8 @@ class SessionModel:
         span = OpenSpan(parent.trace_id, span_id_for(self.session_id, event.id), parent.span_id,
                          f"{A.OP_CHAT} {model}", KIND_CLIENT, start, attributes)
         self._out.append(span.close(event.timestamp_ns, error_type=error))
+        if agent.turn is not None and error is None:
+            agent.turn.llm_calls += 1
         self._metric("llm_calls", model=model, outcome="error" if error else "success")
         self._metric("llm_call_duration", max(duration_ms, 0.0) / 1000.0, observe=True, model=model)
         for label, value in tokens.items():
@@ -521,6 +561,7 @@ class SessionModel:
             agent.turn.errored = error_type
             if isinstance(status, int):
                 agent.turn.span.attributes[A.HTTP_RESPONSE_STATUS_CODE] = status
+        self._release_held(agent, error_type, status)
         current = self._current
         if current is not None and event.agent_id is None:
             current.pending_end = END_ERROR
@@ -529,11 +570,29 @@ class SessionModel:
             if isinstance(status, int):
                 current.root.attributes[A.HTTP_RESPONSE_STATUS_CODE] = status
 
-    def _on_permission_requested(self, event: Event) -> None:
+    def _on_abort(self, event: Event) -> None:
+        """The user stopped the loop: what is still running was cut off; the loop ends (the CLI goes idle)."""
+        if event.agent_id is not None:
+            return
+        reason = as_str(event.data.get("reason")) or END_ABORTED
+        for call_id, (span, _agent) in list(self._tools.items()):
+            self._out.append(span.close(event.timestamp_ns, message=reason, error_type=END_ABORTED))
+        self._tools.clear()
+        for span in list(self._subagents.values()):
+            self._close_agent_turns(span, event.timestamp_ns)
+            self._out.append(span.close(event.timestamp_ns, message=reason, error_type=END_ABORTED))
+        self._subagents.clear()
+        current = self._current
+        if current is not None:
+            current.pending_end = END_ABORTED
+            current.last_end_ns = max(current.last_end_ns, event.timestamp_ns)
+            current.root.attributes[A.COPILOT_ABORT_REASON] = reason
+
+    def _on_user_request(self, event: Event) -> None:
         request_id = as_str(event.data.get("requestId")) or event.id
         self._permissions.add(request_id)
 
-    def _on_permission_completed(self, event: Event) -> None:
+    def _on_user_answer(self, event: Event) -> None:
         request_id = as_str(event.data.get("requestId"))
         if request_id:
             self._permissions.discard(request_id)
@@ -574,12 +633,18 @@ _HANDLERS = {
     "subagent.failed": SessionModel._on_subagent_end,
     "session.task_complete": SessionModel._on_task_complete,
     "session.error": SessionModel._on_session_error,
-    "permission.requested": SessionModel._on_permission_requested,
-    "permission.completed": SessionModel._on_permission_completed,
+    **{f"{kind}.requested": SessionModel._on_user_request for kind in USER_REQUESTS},
+    **{f"{kind}.completed": SessionModel._on_user_answer for kind in USER_REQUESTS},
     "session.shutdown": SessionModel._on_shutdown,
+    "abort": SessionModel._on_abort,
     "session.idle": SessionModel._on_live_idle,
     "assistant.idle": SessionModel._on_live_idle,
 }
+
+
+def _close_turn(turn: Turn) -> SpanRecord:
+    """The finished span of a turn whose turn_end came."""
+    return turn.span.close(turn.end_ns, error_type=turn.errored)
 
 
 def replay_events(session_id: str, events: Iterable[Event], **options: Any) -> tuple[SessionModel, list[Output]]:

@@ -52,6 +52,8 @@ class Turn:
     agent: str
     requested_tools: bool = False
     errored: str | None = None
+    llm_calls: int = 0
+    end_ns: int = 0  # set when its turn_end came
 
 
 @dataclass(slots=True)

@@ -21,6 +21,7 @@ _ENDINGS = {
     "error": ("error", "red"),
     "shutdown": ("shutdown", "yellow"),
     "incomplete": ("incomplete", "red"),
+    "aborted": ("aborted by the user", "yellow"),
 }
 
 
