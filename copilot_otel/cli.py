@@ -190,7 +190,10 @@ def inspect(session, log_level, **options) -> None:
          help="On first start, skip the history already in the files.")
 @_option("idle-quiet", type=click.FloatRange(min=0.05), default=2.0, show_default=True,
          help="Seconds of silence after a final answer that confirm the agent loop went idle.")
-def run(log_level, metrics_address, stuck_after, poll, rescan_interval, from_end, idle_quiet, **options) -> None:
+@_option("max-buffered-spans", type=click.IntRange(min=1), default=20_000, show_default=True,
+         help="Spans held while the trace backend is down; past this, reading pauses (nothing is dropped).")
+def run(log_level, metrics_address, stuck_after, poll, rescan_interval, from_end, idle_quiet, max_buffered_spans,
+        **options) -> None:
     """The daemon: follow every session under COPILOT_HOME, export spans, serve /metrics."""
     from .daemon import run_daemon
 
@@ -198,7 +201,7 @@ def run(log_level, metrics_address, stuck_after, poll, rescan_interval, from_end
     try:
         config = build_config(metrics_address=parse_address(metrics_address), stuck_after=stuck_after, poll=poll,
                               rescan_interval=rescan_interval, from_start=not from_end, idle_quiet=idle_quiet,
-                              **options)
+                              max_buffered_spans=max_buffered_spans, **options)
     except ConfigError as exc:
         _fail(str(exc))
         return

@@ -43,6 +43,7 @@ class ExportQueue:
         self._busy = False
         self._thread = threading.Thread(target=self._run, name="copilot-otel-export", daemon=True)
         self.healthy = True
+        self.blocked = False  # a producer waits for room (back-pressure): it is paused, not hung
 
     @property
     def depth(self) -> int:
@@ -59,7 +60,9 @@ class ExportQueue:
             return
         with self._cond:
             while self._queued_spans >= self.max_spans and not self._stopping and not should_stop():
+                self.blocked = True
                 self._cond.wait(0.2)
+            self.blocked = False
             self._items.append(spans)
             self._queued_spans += len(spans)
             self._cond.notify_all()

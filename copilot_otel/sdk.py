@@ -68,7 +68,7 @@ class Attachment:
     """A live session being observed; ``detach()`` stops and flushes."""
 
     def __init__(self, session: Any, *, sink: SpanSink, shared: _Shared, capture_content: bool,
-                 content_max_chars: int, max_buffered_spans: int) -> None:
+                 content_max_chars: int, max_buffered_spans: int, owns_sink: bool = True) -> None:
         self.session_id = str(getattr(session, "session_id", None) or "unknown")
         self.model = SessionModel(self.session_id, capture_content=capture_content,
                                   content_max_chars=content_max_chars, live_idle=True)
@@ -76,6 +76,7 @@ class Attachment:
         self.metrics = shared.metrics
         self.registry = shared.metrics.registry
         self.sink = sink
+        self._owns_sink = owns_sink  # a sink the app passed in is the app's to shut down (it may be shared)
         self._lock = threading.Lock()
         self._queue = ExportQueue(sink, None, max_spans=max_buffered_spans,
                                   on_exported=self.metrics.spans_exported.inc,
@@ -149,7 +150,8 @@ class Attachment:
                 self.metrics.apply(out)
         self._queue.offer_spans(spans)
         delivered = self._queue.stop(timeout)
-        self.sink.shutdown()
+        if self._owns_sink:
+            self.sink.shutdown()
         self._shared.attachments.discard(self)
         return delivered
 
@@ -172,6 +174,7 @@ def attach(session: Any, *, traces_file: str | Path | None = None, otlp: OtlpSet
     """
     import os
 
+    owns_sink = sink is None
     if sink is None:
         file = traces_file or os.environ.get(ENV_PREFIX + "TRACES_FILE")
         state_dir = Path(os.environ.get(ENV_PREFIX + "STATE_DIR") or default_state_dir())
@@ -185,7 +188,8 @@ def attach(session: Any, *, traces_file: str | Path | None = None, otlp: OtlpSet
     if metrics_address is not None:
         serve_metrics(shared.metrics.registry, metrics_address)
     return Attachment(session, sink=sink, shared=shared, capture_content=capture_content,
-                      content_max_chars=content_max_chars, max_buffered_spans=max_buffered_spans)
+                      content_max_chars=content_max_chars, max_buffered_spans=max_buffered_spans,
+                      owns_sink=owns_sink)
 
 
 async def attach_async(session: Any, **options: Any) -> Attachment:
