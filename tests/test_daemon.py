@@ -15,6 +15,8 @@ import shutil
 import signal
 import threading
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -95,7 +97,12 @@ def test_live_sessions_end_to_end(cli, provider, tmp_path):
             # While the tool sleeps, its turn is open: the turn span has not been exported yet.
             wait_until(lambda: sleeping.events_path.exists() and b'"tool.execution_start"' in
                        sleeping.events_path.read_bytes(), what="the sleeping tool to start")
-            assert value(daemon.scrape(), "copilot_sessions", state="waiting_tool") >= 0
+            wait_until(lambda: value(daemon.scrape(), "copilot_sessions", state="waiting_tool") >= 1,
+                       what="a session waiting on its tool")
+            exported_now = [s for s in receiver.spans()
+                            if s.attributes.get("gen_ai.conversation.id") == sleeping.session_id]
+            if b'"tool.execution_complete"' not in sleeping.events_path.read_bytes():  # still sleeping
+                assert not [s for s in exported_now if s.name in ("turn 0", "execute_tool bash")]
             runs = [first, sleeping.wait(), sub.wait(),
                     cli.run(prompt_for("failing_tool", str(cwd)), home=home, port=provider.port, cwd=cwd)]
             expected = expected_keys(r.events_path for r in runs)
@@ -235,21 +242,31 @@ def test_file_replaced_by_a_new_one(cli_corpus, tmp_path):
 
 
 def test_deleted_empty_blank_and_crlf(cli_corpus, tmp_path):
-    """A file deleted before it is read, an empty file written later, blank and CRLF lines:
+    """A file deleted as soon as it appears, an empty file written later, blank and CRLF lines:
     no crash, no rejected line, every span of the surviving logs."""
     home, traces = tmp_path / "home", tmp_path / "traces.jsonl"
     gone = new_session(home, "deleted")
     empty = new_session(home, "empty-then-written")
     crlf = new_session(home, "crlf")
+    # The deleted log appears whole (a rename) and vanishes at once: the daemon may or may not
+    # catch it in between, so its spans may be exported, complete, but never in part.
+    copy = tmp_path / "copy" / "deleted" / "events.jsonl"
+    copy.parent.mkdir(parents=True)
+    copy.write_bytes(cli_corpus["plain"].events_path.read_bytes())
+    staged = gone.with_name("staged")
     with DaemonProcess(home, tmp_path / "state", traces_file=traces, args=FAST) as daemon:
-        gone.write_bytes(cli_corpus["plain"].events_path.read_bytes())
+        staged.write_bytes(copy.read_bytes())
+        os.rename(staged, gone)
         gone.unlink()
         empty.write_bytes(b"")
         text = cli_corpus["multi_tools"].events_path.read_bytes()
         crlf.write_bytes(b"\n\n" + text.replace(b"\n", b"\r\n\n"))
         time.sleep(0.5)
         append(empty, cli_corpus["plain"].events_path.read_bytes())
-        wait_for_keys(traces, expected_keys([empty, crlf]))
+        wanted = set(expected_keys([empty, crlf]))
+        wait_until(lambda: set(spans_now(traces)) >= wanted, timeout=20, what="the surviving logs' spans")
+        extra = set(spans_now(traces)) - wanted
+        assert not extra or extra == set(expected_keys([copy])), "the deleted log exported in part"
         samples = daemon.scrape()
         assert sum(v for (n, _l), v in samples.items() if n == "copilot_otel_lines_rejected_total") == 0
         assert value(samples, "copilot_otel_files_watched") == 2
@@ -289,6 +306,42 @@ def test_backend_down_then_back(cli_corpus, tmp_path):
             receiver.wait_for_spans(len(expected), timeout=60)
             time.sleep(0.5)
             assert sorted(key(s) for s in receiver.spans()) == expected
+
+
+def test_backend_down_pauses_reading_instead_of_dropping(cli_corpus, tmp_path):
+    """With the backend down and room for only 5 spans, the daemon stops reading ahead: /healthz
+    stays 200 and says reading is paused, the queue holds about the cap, not everything; once
+    the backend is back, every span of every log arrives, exactly once."""
+    home = tmp_path / "home"
+    paths = []
+    for name, run in cli_corpus.items():
+        paths.append(new_session(home, f"outage-{name}"))
+        paths[-1].write_bytes(b"")
+    with OtlpReceiver() as receiver:
+        env = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.http_base, "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+               "OTEL_EXPORTER_OTLP_TIMEOUT": "1"}
+        with DaemonProcess(home, tmp_path / "state", env=env, args=FAST + ("--max-buffered-spans", "5")) as daemon:
+            receiver.down()
+            for path, run in zip(paths, cli_corpus.values()):
+                append(path, run.events_path.read_bytes())
+            expected = expected_keys(paths)
+
+            def health() -> tuple[int, str]:
+                try:
+                    with urllib.request.urlopen(daemon.health_url, timeout=2) as response:
+                        return response.status, response.read().decode().strip()
+                except urllib.error.HTTPError as exc:
+                    return exc.code, exc.read().decode().strip()
+
+            wait_until(lambda: "reading paused" in health()[1], timeout=30, what="reading to pause")
+            assert health()[0] == 200
+            queued = value(daemon.scrape(), "copilot_otel_export_queue_spans")
+            assert 5 <= queued < len(expected) / 2
+            receiver.up()
+            receiver.wait_for_spans(len(expected), timeout=90)
+            time.sleep(0.5)
+            assert sorted(key(s) for s in receiver.spans()) == expected
+            wait_until(lambda: health() == (200, "ok"), what="health to recover")
 
 
 def test_rescan_finds_what_no_watch_reported(cli_corpus, tmp_path):

@@ -22,7 +22,7 @@ from copilot_otel import attach, attach_async
 from copilot_otel.metrics import Metrics
 from copilot_otel.replay import ReplayStats, model_outputs
 from copilot_otel.tail import read_all
-from copilot_otel.traces import MemorySink
+from copilot_otel.traces import FileSink, MemorySink
 from tests.copilot_cli import MODEL, prompt_for
 from tests.daemon_harness import wait_until
 from tests.otlp_json import read_spans
@@ -90,7 +90,9 @@ async def drive(cli, provider, home, scenarios, *, before_send=None):
 
         def app_handler(event):
             if event.to_dict().get("type") == "session.idle" and not event.agent_id:
-                idles.append(event)
+                # Our handler was subscribed first, so it has seen this event already.
+                idles.append(handle.registry.get_sample_value("copilot_completion_signals_total",
+                                                              {"signal": "idle"}))
                 idle.set()
 
         session.on(app_handler)
@@ -123,10 +125,11 @@ def test_attach_matches_the_file(sdk_run):
 
 
 def test_idle_comes_from_session_idle(sdk_run):
-    """Each interaction's idle signal is the real session.idle the app also received."""
+    """Each interaction's idle signal is the real session.idle the app also received: counted the
+    moment it arrives (inferring it from the file would count it only at the next message)."""
     _home, (_sid, handle, idles, _sink) = sdk_run
-    idle = handle.registry.get_sample_value("copilot_completion_signals_total", {"signal": "idle"})
-    assert idle == len(idles) == 3
+    assert idles == [1.0, 2.0, 3.0]
+    assert handle.registry.get_sample_value("copilot_completion_signals_total", {"signal": "idle"}) == 3
 
 
 def test_unknown_sdk_types_keep_their_raw_type(sdk_run):
@@ -161,7 +164,8 @@ def test_handler_exception_is_contained(cli, provider, tmp_path, caplog):
 
 
 def test_two_sessions_share_one_registry(cli, provider, tmp_path):
-    """Two sessions of one client on one registry: counters add up, live states list both."""
+    """Two sessions of one client on one registry and one trace file: counters add up, live
+    states list both, and detaching one leaves the shared file open for the other."""
 
     async def both():
         home = tmp_path / "home"
@@ -172,7 +176,7 @@ def test_two_sessions_share_one_registry(cli, provider, tmp_path):
                           provider={"type": "openai", "base_url": f"http://127.0.0.1:{provider.port}/v1",
                                     "api_key": "unused"})
             first, second = await client.create_session(**config), await client.create_session(**config)
-            handles = [attach(s, sink=MemorySink(), registry=registry) for s in (first, second)]
+            handles = [attach(s, sink=shared_file, registry=registry) for s in (first, second)]
             live = registry.get_sample_value("copilot_sessions", {"state": "idle"})
             await asyncio.gather(first.send_and_wait(prompt_for("plain"), timeout=90),
                                  second.send_and_wait(prompt_for("multi_turn"), timeout=90))
@@ -180,10 +184,15 @@ def test_two_sessions_share_one_registry(cli, provider, tmp_path):
                 assert h.detach(timeout=10)
         return registry, handles, live
 
+    shared_file = FileSink(tmp_path / "both.jsonl")
     registry, handles, live = asyncio.run(both())
+    shared_file.shutdown()
     assert live == 2
     turns = registry.get_sample_value("copilot_turns_total", {"agent": "main"})
-    assert turns == sum(1 for h in handles for r in h.sink.records if r.name.startswith("turn "))
+    spans = read_spans(tmp_path / "both.jsonl")
+    assert turns == sum(1 for s in spans if s.name.startswith("turn ")) >= 2
+    assert {s.attributes["gen_ai.conversation.id"] for s in spans} == {h.session_id for h in handles}
+    assert registry.get_sample_value("copilot_otel_spans_failed_total") == 0
     assert registry.get_sample_value("copilot_sessions", {"state": "idle"}) == 0  # detached: gone
 
 
@@ -221,3 +230,24 @@ def test_headless_json_stream_piped_live(cli, provider, tmp_path):
     expected_tools = sum(v for (n, _), v in counters(updates).items() if n == "copilot_tool_calls_total")
     assert sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
                if line.startswith("copilot_tool_calls_total")) == expected_tools
+
+
+def test_headless_stream_shows_each_failed_attempt(cli_corpus, tmp_path):
+    """The stream of a run whose provider answered HTTP 500: each model.call_failure the CLI
+    retried is an ERROR chat span and an llm_calls{outcome="error"}; the turn fails too."""
+    run = cli_corpus["provider_error"]
+    failures = [e for e in run.stdout_events() if e.get("type") == "model.call_failure"]
+    assert len(failures) >= 2, "the CLI retries a failed call"
+    traces, metrics_file = tmp_path / "stream.jsonl", tmp_path / "stream.prom"
+    result = subprocess.run([sys.executable, "-m", "copilot_otel.cli", "replay", "-", "--traces-file", str(traces),
+                             "--metrics-file", str(metrics_file)], input=run.stdout_path.read_bytes(),
+                            capture_output=True, timeout=120)
+    assert result.returncode == 0, result.stderr.decode()
+    spans = read_spans(traces)
+    failed_chats = [s for s in spans if s.name.startswith("chat ") and s.status_code == "ERROR"]
+    assert len(failed_chats) == len(failures)
+    assert sorted(s.attributes["error.type"] for s in failed_chats) == sorted(str(f["data"]["statusCode"])
+                                                                               for f in failures)
+    assert f'copilot_llm_calls_total{{model="{MODEL}",outcome="error"}} {float(len(failures))}' \
+        in metrics_file.read_text()
+    assert [s.status_code for s in spans if s.name.startswith("turn ")] == ["ERROR"]

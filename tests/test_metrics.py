@@ -4,6 +4,7 @@ its live `assistant.idle`; a real Prometheus scrapes them; stuck and abandoned s
 
 from __future__ import annotations
 
+import asyncio
 import json
 import shutil
 import subprocess
@@ -244,3 +245,66 @@ def test_stuck_and_abandoned_sessions(cli, provider, tmp_path):
     incomplete = [s for s in read_spans(traces) if s.attributes.get("gen_ai.conversation.id") == victim.session_id
                   and s.attributes.get("error.type") == "incomplete"]
     assert {s.name for s in incomplete} >= {"execute_tool bash", "turn 0", "invoke_agent copilot"}
+
+
+def test_live_states_of_an_sdk_session(cli, provider, tmp_path):
+    """A session held open by the real SDK: waiting_user while its permission prompt waits for
+    an answer (never stuck, however long), stuck while a tool sleeps past --stuck-after, and
+    idle again once the loop ends, while its CLI process still lives."""
+    copilot = pytest.importorskip("copilot", reason="github-copilot-sdk is installed by the test command")
+    from copilot import CopilotClient
+    from copilot.generated.rpc import PermissionDecisionApproveOnce
+
+    from tests.copilot_cli import MODEL
+    from tests.test_live import sdk_env
+
+    home, cwd = tmp_path / "home", tmp_path / "work"
+    (home / "session-state").mkdir(parents=True)
+    cwd.mkdir()
+    with DaemonProcess(home, tmp_path / "state", traces_file=tmp_path / "traces.jsonl",
+                       args=FAST + ("--stuck-after", "1")) as daemon:
+
+        def states() -> dict[str, float]:
+            samples = daemon.scrape()
+            return {labels[0][1]: v for (name, labels), v in samples.items() if name == "copilot_sessions"}
+
+        async def scenario() -> None:
+            asked, answer = asyncio.Event(), asyncio.Event()
+
+            async def ask_the_person(request, invocation):
+                asked.set()
+                await answer.wait()
+                return PermissionDecisionApproveOnce()
+
+            async with CopilotClient(env=sdk_env(cli, home, provider.port), working_directory=str(cwd)) as client:
+                session = await client.create_session(
+                    on_permission_request=ask_the_person, model=MODEL, streaming=True,
+                    provider={"type": "openai", "base_url": f"http://127.0.0.1:{provider.port}/v1",
+                              "api_key": "unused"})
+                idle = asyncio.Event()
+                session.on(lambda e: idle.set() if e.to_dict().get("type") == "session.idle" and not e.agent_id
+                           else None)
+
+                await session.send(prompt_for("failing_tool", str(cwd)))
+                await asyncio.wait_for(asked.wait(), 90)
+                await asyncio.to_thread(wait_until, lambda: states().get("waiting_user") == 1, 30, 0.1,
+                                        "waiting_user while the permission prompt is open")
+                await asyncio.sleep(2)  # past --stuck-after: a person being asked is not a stuck agent
+                assert states()["waiting_user"] == 1 and states()["stuck"] == 0
+                answer.set()
+                await asyncio.wait_for(idle.wait(), 90)
+                await asyncio.to_thread(wait_until, lambda: states().get("idle") == 1, 30, 0.1, "idle after the loop")
+                assert states()["waiting_user"] == 0
+
+                idle.clear()
+                await session.send(prompt_for("sleep_tool", 4))
+                await asyncio.to_thread(wait_until, lambda: states().get("stuck") == 1, 60, 0.1,
+                                        "stuck while the tool sleeps")
+                await asyncio.wait_for(idle.wait(), 90)
+                # The CLI still runs (the SDK holds the session): stuck cleared because the tool ended.
+                await asyncio.to_thread(wait_until, lambda: states().get("idle") == 1 and states()["stuck"] == 0,
+                                        30, 0.1, "stuck to clear once the tool completed")
+                assert not [k for k in daemon.scrape() if k[0] == "copilot_session_stalled_seconds"]
+                await session.disconnect()
+
+        asyncio.run(scenario())

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.copilot_cli import CORPUS_SCENARIOS
+from tests.copilot_cli import CORPUS_SCENARIOS, prompt_for
 from tests.otlp_json import iso_ns, read_spans
 
 EXE = [sys.executable, "-m", "copilot_otel.cli"]
@@ -82,6 +82,23 @@ def test_one_span_per_turn_llm_call_and_tool(exported, scenario):
 
 
 @pytest.mark.parametrize("scenario", CORPUS_SCENARIOS)
+def test_turns_end_at_their_turn_end(exported, scenario):
+    """Each turn span lasts from its assistant.turn_start to the next turn_end of the same agent
+    and turn id (a turn_end carries no interaction id)."""
+    run, spans = exported[scenario]
+    opened, expected = {}, []
+    for e in run.events():
+        if e["type"] in ("assistant.turn_start", "assistant.turn_end"):
+            key = (e.get("agentId"), e["data"]["turnId"])
+            if e["type"] == "assistant.turn_start":
+                opened[key] = iso_ns(e["timestamp"])
+            else:
+                expected.append((opened.pop(key), iso_ns(e["timestamp"])))
+    assert not opened, "every turn of the corpus ends"
+    assert sorted((s.start_time_unix_nano, s.end_time_unix_nano) for s in turn_spans(spans)) == sorted(expected)
+
+
+@pytest.mark.parametrize("scenario", CORPUS_SCENARIOS)
 def test_tree_shape(exported, scenario):
     """One trace per interaction under an invoke_agent root; chats and tools under their turn."""
     run, spans = exported[scenario]
@@ -102,6 +119,7 @@ def test_tree_shape(exported, scenario):
             parent = by_id[span.parent_span_id]  # every parent was exported
             assert parent.trace_id == span.trace_id
             assert parent.start_time_unix_nano <= span.start_time_unix_nano
+            assert parent.end_time_unix_nano >= span.end_time_unix_nano, (parent.name, span.name)
     for turn in turn_spans(spans):
         assert by_id[turn.parent_span_id].attributes["gen_ai.operation.name"] == "invoke_agent"
     # A chat's parent is the turn of the same agent and turn id.
@@ -155,6 +173,85 @@ def test_provider_error_is_an_error(exported):
     assert root.status_code == "ERROR"
     assert root.attributes["error.type"] == error["data"]["errorType"]
     assert root.attributes["http.response.status_code"] == error["data"]["statusCode"]
+
+
+@pytest.mark.parametrize("scenario", ["provider_error", "subagent_failed", "tool_then_error"])
+def test_a_failed_llm_call_fails_its_turn(exported, scenario):
+    """The CLI writes a turn's turn_end before the session.error that ended it: the turn (of the
+    same agent) is exported as an error all the same, with the error's type and HTTP status."""
+    run, spans = exported[scenario]
+    events = run.events()
+    errors = [(i, e) for i, e in enumerate(events) if e["type"] == "session.error"]
+    assert errors, "the scenario hits a provider error"
+    for index, error in errors:
+        agent = error.get("agentId")
+        ended = [e for e in events[:index] if e["type"] == "assistant.turn_end" and e.get("agentId") == agent][-1]
+        turn = [s for s in turn_spans(spans) if s.end_time_unix_nano == iso_ns(ended["timestamp"])
+                and s.attributes["copilot.turn.id"] == ended["data"]["turnId"]]
+        assert len(turn) == 1
+        assert turn[0].status_code == "ERROR"
+        assert turn[0].attributes["error.type"] == error["data"]["errorType"]
+        if "statusCode" in error["data"]:
+            assert turn[0].attributes["http.response.status_code"] == error["data"]["statusCode"]
+    failed = {s.span_id for s in turn_spans(spans) if s.status_code == "ERROR"}
+    assert len(failed) == len(errors)  # the turns that went well are not errors
+
+
+def test_a_log_copied_into_itself_exports_nothing_twice(cli_corpus, tmp_path):
+    """A log appended to itself after its session.shutdown: every second copy of a line is a
+    duplicate event id, counted and skipped; the spans are those of one copy."""
+    run = cli_corpus["subagent"]
+    data = run.events_path.read_bytes()
+    doubled = tmp_path / run.session_id / "events.jsonl"
+    doubled.parent.mkdir()
+    doubled.write_bytes(data + data)
+    once, twice = tmp_path / "once.jsonl", tmp_path / "twice.jsonl"
+    assert run_replay(str(run.events_path), "--traces-file", str(once)).returncode == 0
+    result = run_replay(str(doubled), "--traces-file", str(twice))
+    assert result.returncode == 0
+    key = lambda s: (s.trace_id, s.span_id, s.name, s.start_time_unix_nano, s.end_time_unix_nano, s.status_code)
+    assert sorted(map(key, read_spans(twice))) == sorted(map(key, read_spans(once)))
+    assert result.stderr.decode().count("duplicate_id") == len(data.splitlines())
+
+
+def test_an_aborted_loop(cli, provider, tmp_path):
+    """Ctrl-C (SIGINT) while a tool runs: the CLI writes turn_end, abort, shutdown. The tool is cut
+    off (ERROR aborted), the interaction ends as aborted, not failed, and it is one end of the
+    agent loop, as the assistant.idle of the CLI's live stream says; file and stream agree."""
+    import signal
+    import time
+
+    proc = cli.start(prompt_for("sleep_tool", 30), home=tmp_path / "home", port=provider.port, cwd=tmp_path / "work",
+                     output_json=True)
+    try:
+        deadline = time.monotonic() + 90
+        while not (proc.events_path.exists() and b"tool.execution_start" in proc.events_path.read_bytes()):
+            assert time.monotonic() < deadline, "the tool never started"
+            time.sleep(0.05)
+        time.sleep(0.3)
+        proc.kill(signal.SIGINT, tools=False)
+        run = proc.wait(timeout=60)
+    finally:
+        proc.kill()
+    events = run.events()
+    assert [e["type"] for e in events][-2:] == ["abort", "session.shutdown"]
+    stream = [e["type"] for e in run.stdout_events()]
+    assert stream.count("assistant.idle") == 1
+    abort = next(e for e in events if e["type"] == "abort")
+    from_file, from_stream = tmp_path / "file.jsonl", tmp_path / "stream.jsonl"
+    metrics = tmp_path / "metrics.prom"
+    assert run_replay(str(run.events_path), "--traces-file", str(from_file)).returncode == 0
+    assert run_replay("-", "--traces-file", str(from_stream), "--metrics-file", str(metrics),
+                      stdin=run.stdout_path.read_bytes()).returncode == 0
+    for spans in (read_spans(from_file), read_spans(from_stream)):
+        tool = by_op(spans, "execute_tool")
+        assert len(tool) == 1 and tool[0].status_code == "ERROR" and tool[0].attributes["error.type"] == "aborted"
+        assert tool[0].end_time_unix_nano == iso_ns(abort["timestamp"])
+        root = [s for s in spans if s.parent_span_id is None]
+        assert len(root) == 1 and root[0].status_code == "UNSET"
+        assert root[0].attributes["copilot.interaction.end"] == "aborted"
+        assert root[0].attributes["copilot.abort.reason"] == abort["data"]["reason"]
+    assert 'copilot_completion_signals_total{signal="idle"} 1.0' in metrics.read_text()
 
 
 def test_ids_are_stable_across_replays(cli_corpus, tmp_path):
