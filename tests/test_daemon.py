@@ -344,6 +344,34 @@ def test_backend_down_pauses_reading_instead_of_dropping(cli_corpus, tmp_path):
             wait_until(lambda: health() == (200, "ok"), what="health to recover")
 
 
+def test_a_finished_session_resumed_later(cli_corpus, tmp_path):
+    """A session that shut down is compacted (its model dropped); when the CLI resumes it and the
+    file grows, the daemon rebuilds it from the file and exports only what is new: the spans of
+    the whole log, each once, and the counters of the new events only."""
+    home, traces = tmp_path / "home", tmp_path / "traces.jsonl"
+    run = cli_corpus["resume"]
+    lines = lines_of(run)
+    first_end = next(i for i, line in enumerate(lines) if b'"type":"session.shutdown"' in line) + 1
+    path = new_session(home, run.session_id)
+    with DaemonProcess(home, tmp_path / "state", traces_file=traces, args=FAST) as daemon:
+        append(path, b"".join(lines[:first_end]))
+        first = tmp_path / "first" / run.session_id / "events.jsonl"
+        first.parent.mkdir(parents=True)
+        first.write_bytes(b"".join(lines[:first_end]))
+        wait_for_keys(traces, expected_keys([first]))
+        turns_before = value(daemon.scrape(), "copilot_turns_total", agent="main")
+        time.sleep(1)
+        append(path, b"".join(lines[first_end:]))
+        got = wait_for_keys(traces, expected_keys([path]))
+        assert len(got) == len(set(got)), "a span exported twice"
+        wait_until(lambda: value(daemon.scrape(), "copilot_completion_signals_total", signal="shutdown") == 2,
+                   what="the second shutdown counted")
+        samples = daemon.scrape()
+    new_turns = sum(b'"type":"assistant.turn_start"' in line for line in lines[first_end:])
+    assert value(samples, "copilot_turns_total", agent="main") == turns_before + new_turns
+    assert value(samples, "copilot_sessions_started_total") == 1
+
+
 def test_rescan_finds_what_no_watch_reported(cli_corpus, tmp_path):
     """Without inotify (--poll), the periodic rescan alone finds new folders and appends."""
     home, traces = tmp_path / "home", tmp_path / "traces.jsonl"
