@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import shutil
 import subprocess
 import time
@@ -90,14 +91,35 @@ def scraped_counts(samples) -> dict[str, Counter]:
 
 @pytest.fixture(scope="module")
 def corpus_daemon(cli_corpus, tmp_path_factory):
-    """A daemon that has read a copy of the whole corpus, with a real Prometheus scraping it."""
+    """A daemon that has read a copy of the whole corpus, with a real Prometheus scraping it.
+
+    The sessions arrive after Prometheus has scraped the empty daemon, so counters grow while it
+    watches and rates and quantiles have something to show."""
     root = tmp_path_factory.mktemp("metrics")
     home = root / "home"
-    shutil.copytree(cli_corpus.home_all, home)
-    files = list(home.glob("session-state/*/events.jsonl"))
+    (home / "session-state").mkdir(parents=True)
     daemon = DaemonProcess(home, root / "state", traces_file=root / "traces.jsonl", args=FAST).start()
     prometheus = Prometheus(root / "prometheus", [f"127.0.0.1:{daemon.port}"], rule_files=[RULES]).start()
     try:
+        wait_until(lambda: prometheus.query("copilot_otel_files_watched == 0"), timeout=30, what="a first scrape")
+        # First the first half of every log, scraped; then the rest appended.
+        rests = {}
+        for folder in sorted(cli_corpus.home_all.glob("session-state/*")):
+            shutil.copytree(folder, home / "session-state" / folder.name,
+                            ignore=shutil.ignore_patterns("events.jsonl"))
+            log = home / "session-state" / folder.name / "events.jsonl"
+            # Held by a live process (this test) while it is written, as the CLI holds it.
+            (log.parent / f"inuse.{os.getpid()}.lock").write_text(str(os.getpid()))
+            lines = (folder / "events.jsonl").read_bytes().splitlines(keepends=True)
+            log.write_bytes(b"".join(lines[:len(lines) // 2]))
+            rests[log] = b"".join(lines[len(lines) // 2:])
+        wait_until(lambda: prometheus.query(f"copilot_otel_files_watched == {len(rests)}"), timeout=30,
+                   what="the first halves scraped")
+        time.sleep(1.5)
+        for log, rest in rests.items():
+            with open(log, "ab") as handle:
+                handle.write(rest)
+        files = list(rests)
         wait_until(lambda: value(daemon.scrape(), "copilot_completion_signals_total", signal="shutdown")
                    == sum(f.read_bytes().count(b'"type":"session.shutdown"') for f in files), what="all files read")
         yield daemon, prometheus
@@ -155,17 +177,21 @@ def test_prometheus_scrapes_the_same_values(cli_corpus, corpus_daemon):
 
 
 def test_every_dashboard_query_runs_against_real_data(corpus_daemon):
-    """Each PromQL expression of every dashboard panel parses in Prometheus and returns data."""
+    """Each PromQL expression of every dashboard panel parses in Prometheus and returns a number
+    (not only NaN: quantiles and rates see the corpus arrive)."""
     _, prometheus = corpus_daemon
-    wait_until(lambda: prometheus.query("count(copilot_turns_total)") and
-               prometheus.query("rate(copilot_turns_total[1m])"), what="two scrapes")
+    every = '{__name__=~"copilot_.+"}'
+    wait_until(lambda: prometheus.query("rate(copilot_turns_total[1m]) > 0") and prometheus.values(
+               f"count({every}) - count({every} offset 3s)") == {"": 0},
+               what="two scrapes of every series")
     empty = []
     for title, expr in dashboard_queries():
-        result = prometheus.query(render_grafana_expr(expr))
-        if not result:
+        # A window that reaches back to when the corpus arrived (a dashboard over the last hours).
+        result = prometheus.query(render_grafana_expr(expr, __rate_interval="10m"))
+        if not any(sample["value"][1] != "NaN" for sample in result):
             empty.append((title, expr))
     # Stuck/abandoned sessions do not exist in a finished corpus: those panels may be empty here;
-    # test_stuck_and_abandoned_sessions checks their series with live sessions.
+    # test_stuck_and_abandoned_sessions runs them on live sessions.
     live_only = [t for t, e in empty if "copilot_session_stalled_seconds" in e]
     assert [t for t, _ in empty if t not in live_only] == []
 
@@ -212,19 +238,31 @@ def test_restart_counts_history_once(cli_corpus, tmp_path):
 
 def test_stuck_and_abandoned_sessions(cli, provider, tmp_path):
     """A tool sleeping past --stuck-after makes its session stuck until it completes; a CLI
-    killed with SIGKILL mid-turn leaves its session abandoned, its open spans ended as incomplete."""
+    killed with SIGKILL mid-turn leaves its session abandoned, its open spans ended as incomplete.
+    Meanwhile a real Prometheus runs the dashboard's stalled-session panels: they list each one."""
     home = tmp_path / "home"
     (home / "session-state").mkdir(parents=True)
     cwd = tmp_path / "work"
     cwd.mkdir()
     traces = tmp_path / "traces.jsonl"
+    stalled_panels = [(t, e) for t, e in dashboard_queries() if "copilot_session_stalled_seconds" in e]
+    assert stalled_panels
+
+    def panels_list(prometheus, session_id: str) -> None:
+        for title, expr in stalled_panels:
+            wait_until(lambda: any(r["metric"].get("session_id") == session_id
+                                   for r in prometheus.query(render_grafana_expr(expr))),
+                       timeout=20, what=f"panel {title!r} to show {session_id}")
+
     with DaemonProcess(home, tmp_path / "state", traces_file=traces,
-                       args=FAST + ("--stuck-after", "1")) as daemon:
-        sleeper = cli.start(prompt_for("sleep_tool", 5), home=home, port=provider.port, cwd=cwd)
+                       args=FAST + ("--stuck-after", "1")) as daemon, \
+            Prometheus(tmp_path / "prometheus", [f"127.0.0.1:{daemon.port}"], rule_files=[RULES]) as prometheus:
+        sleeper = cli.start(prompt_for("sleep_tool", 8), home=home, port=provider.port, cwd=cwd)
         wait_until(lambda: value(daemon.scrape(), "copilot_sessions", state="stuck") == 1, timeout=90,
                    what="the sleeping session to be stuck")
         samples = daemon.scrape()
         assert value(samples, "copilot_session_stalled_seconds", session_id=sleeper.session_id, state="stuck") >= 1
+        panels_list(prometheus, sleeper.session_id)
         sleeper.wait()
         wait_until(lambda: value(daemon.scrape(), "copilot_sessions", state="stuck") == 0, what="stuck to clear")
         assert not [k for k in daemon.scrape() if k[0] == "copilot_session_stalled_seconds"]
@@ -240,6 +278,7 @@ def test_stuck_and_abandoned_sessions(cli, provider, tmp_path):
                    what="the killed session to be abandoned")
         samples = daemon.scrape()
         assert value(samples, "copilot_session_stalled_seconds", session_id=victim.session_id, state="abandoned") > 0
+        panels_list(prometheus, victim.session_id)
     from tests.otlp_json import read_spans
 
     incomplete = [s for s in read_spans(traces) if s.attributes.get("gen_ai.conversation.id") == victim.session_id
