@@ -174,7 +174,8 @@ def inspect(session, log_level, **options) -> None:
         _fail(f"{session}: holds {len(files)} sessions; name one")
         return
     path = files[0]
-    inspect_session(path, session_id_of(path), console=Console(), running=session_alive(path.parent))
+    inspect_session(path, session_id_of(path), console=Console(), running=session_alive(path.parent),
+                    max_line_bytes=config.max_line_bytes)
 
 
 @main.command()

@@ -104,15 +104,19 @@ def build_tree(session_id: str, spans: list[SpanRecord], model: SessionModel) ->
     return tree
 
 
-def inspect_session(path: Path, session_id: str, *, console: Console, running: bool = False) -> int:
-    """Print the tree of one session's log; return the number of rejected lines."""
-    items = read_all(path)
+def inspect_session(path: Path, session_id: str, *, console: Console, running: bool = False,
+                    max_line_bytes: int = 16 * 1024 * 1024) -> int:
+    """Print the tree of one session's log; return the number of rejected lines (each logged)."""
+    from .replay import log_rejected
+
+    items = read_all(path, max_line_bytes=max_line_bytes)
     model = SessionModel(session_id, capture_content=True, content_max_chars=200)
     spans: list[SpanRecord] = []
     rejected = 0
     for item in items:
         if isinstance(item, DecodeError):
             rejected += 1
+            log_rejected(str(path), item)
             continue
         spans.extend(o for o in model.feed(item) if isinstance(o, SpanRecord))
     still_running = running and model.ended is None

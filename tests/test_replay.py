@@ -416,6 +416,22 @@ def test_inspect_prints_the_session_tree(cli_corpus, scenario):
         assert "session ended: shutdown" in out
 
 
+def test_inspect_names_each_malformed_line(cli_corpus, tmp_path):
+    """`inspect` of a log with bad lines: each is named on stderr by file and line, the tree of
+    the good lines is printed, and the count is shown."""
+    run = cli_corpus["plain"]
+    lines = run.events_path.read_bytes().splitlines(keepends=True)
+    log = tmp_path / run.session_id / "events.jsonl"
+    log.parent.mkdir()
+    log.write_bytes(b"".join(lines[:3] + [b"not json\n", b"\xff\xfe\n"] + lines[3:]))
+    result = run_inspect(str(log))
+    assert result.returncode == 0, result.stderr.decode()
+    stderr = result.stderr.decode()
+    assert f"{log}:4:" in stderr and f"{log}:5:" in stderr
+    assert "2 malformed line(s) skipped" in result.stdout.decode()
+    assert result.stdout.decode().count("interaction ") == sum(1 for e in run.events() if e["type"] == "user.message")
+
+
 def test_inspect_unknown_session_is_a_clear_error(tmp_path):
     """An id that is not a session: exit 2, saying where it looked."""
     result = run_inspect("no-such-session", "--copilot-home", str(tmp_path))
