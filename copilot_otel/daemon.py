@@ -404,14 +404,14 @@ class Daemon:
         stuck_after = self.config.stuck_after
         alive: dict[int, bool] = {}  # one kill(0) per pid per scrape
         out = []
+        # This runs on the server's thread while the reader may compact a session (model -> None).
         for session in list(self._abandoned.values()):
-            abandoned_at = session.abandoned_at
-            if abandoned_at is not None and now - abandoned_at < ABANDONED_RETENTION:
-                out.append(LiveSession(session.session_id, "abandoned",
-                                       max(0.0, now - session.model.last_event_ns / 1e9)))
+            abandoned_at, model = session.abandoned_at, session.model
+            if abandoned_at is not None and model is not None and now - abandoned_at < ABANDONED_RETENTION:
+                out.append(LiveSession(session.session_id, "abandoned", max(0.0, now - model.last_event_ns / 1e9)))
         for session in list(self._open.values()):
             model = session.model
-            if model.ended is not None or not any(_pid_alive(pid, alive) for pid in session.pids):
+            if model is None or model.ended is not None or not any(_pid_alive(pid, alive) for pid in session.pids):
                 continue
             state = model.state
             stalled = now - model.last_event_ns / 1e9
