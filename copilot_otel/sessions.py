@@ -155,7 +155,8 @@ class SessionModel:
             return WAITING_USER
         if self._tools:
             return WAITING_TOOL
-        if any(agent.turn is not None for agent in self._agents.values()):
+        # tuple(): read at scrape time on another thread while the reader may add an agent.
+        if any(agent.turn is not None for agent in tuple(self._agents.values())):
             return WORKING
         return IDLE
 
