@@ -186,6 +186,14 @@ class DaemonProcess:
         self.stop()
 
 
+def add_daemon_options(parser, *, settle: float, daemon_arg_help: str = "") -> None:
+    """The options both daemon benchmarks take: settle time, start-up timeout, extra daemon flags."""
+    parser.add_argument("--settle", type=float, default=settle, help=f"wait before measuring, s (default {settle})")
+    parser.add_argument("--startup-timeout", type=float, default=300.0)
+    parser.add_argument("--daemon-arg", action="append", default=[],
+                        help="extra argument for `copilot-otel run` (repeatable)" + daemon_arg_help)
+
+
 def machine() -> str:
     """A one-line description of this machine."""
     model = "?"

@@ -32,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (  # noqa: E402
     DEFAULT_SOURCE,
     DaemonProcess,
+    add_daemon_options,
     FileGrowth,
     cpu_seconds,
     machine,
@@ -220,10 +221,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="watch the traces file with a tight stat loop instead of inotify")
     parser.add_argument("--idle-folders", type=int, default=10_000, help="idle sessions (default 10000)")
     parser.add_argument("--duration", type=float, default=60.0, help="CPU measurement window, s (default 60)")
-    parser.add_argument("--settle", type=float, default=5.0, help="wait after start-up before measuring, s")
-    parser.add_argument("--startup-timeout", type=float, default=300.0)
-    parser.add_argument("--daemon-arg", action="append", default=[],
-                        help="extra argument for `copilot-otel run` (repeatable), e.g. --daemon-arg=--poll")
+    add_daemon_options(parser, settle=5.0, daemon_arg_help=", e.g. --daemon-arg=--poll")
     args = parser.parse_args(argv)
 
     work = Path(tempfile.mkdtemp(prefix="copilot-otel-daemon-bench-"))

@@ -33,7 +33,16 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import DEFAULT_SOURCE, DaemonProcess, machine, median, metric_samples, metric_value, percentile  # noqa: E402
+from _common import (  # noqa: E402
+    DEFAULT_SOURCE,
+    DaemonProcess,
+    add_daemon_options,
+    machine,
+    median,
+    metric_samples,
+    metric_value,
+    percentile,
+)
 from corpus import EVENTS_FILE, SESSION_STATE, Template, make_idle, source_logs  # noqa: E402
 
 OPENMETRICS = "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5"
@@ -137,11 +146,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--live", type=int, default=1000, help="of which live in the second run (default 1000)")
     parser.add_argument("--scrapes", type=int, default=50, help="timed GETs per format (default 50)")
     parser.add_argument("--stuck-after", type=float, default=600.0, help="daemon's --stuck-after (default 600)")
-    parser.add_argument("--settle", type=float, default=4.0, help="wait before scraping, s (default 4)")
-    parser.add_argument("--startup-timeout", type=float, default=300.0)
     parser.add_argument("--skip-idle", action="store_true", help="only the run with live sessions")
-    parser.add_argument("--daemon-arg", action="append", default=[],
-                        help="extra argument for `copilot-otel run` (repeatable)")
+    add_daemon_options(parser, settle=4.0)
     args = parser.parse_args(argv)
 
     work = Path(tempfile.mkdtemp(prefix="copilot-otel-scrape-bench-"))
