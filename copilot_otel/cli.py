@@ -124,7 +124,8 @@ def replay(paths, log_level, metrics_file, **options) -> None:
             with Progress(TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
                           TimeElapsedColumn(), disable=not interactive, transient=True) as progress:
                 task = progress.add_task("replaying sessions", total=len(files))
-                stats = replay_files(files, sink, on_file=lambda _path: progress.advance(task), **model_options)
+                stats = replay_files(files, sink, on_file=lambda _path: progress.advance(task),
+                                     keep_metrics=metrics_file is not None, **model_options)
         sink.shutdown()
     except ExportError as exc:
         _fail(f"export failed: {exc}", EXIT_EXPORT_FAILED)

@@ -36,7 +36,18 @@ class ReplayStats:
     events: int = 0
     spans: int = 0
     rejected: Counter = field(default_factory=Counter)
-    metrics: list[MetricUpdate] = field(default_factory=list)
+    metric_updates: int = 0
+    metrics: list[MetricUpdate] | None = field(default_factory=list)  # None: updates counted, not kept
+
+    def add(self, other: ReplayStats) -> None:
+        """Fold in the figures of another part of the same replay."""
+        self.files += other.files
+        self.events += other.events
+        self.spans += other.spans
+        self.rejected.update(other.rejected)
+        self.metric_updates += other.metric_updates
+        if self.metrics is not None and other.metrics:
+            self.metrics.extend(other.metrics)
 
 
 def session_id_of(path: Path) -> str:
@@ -75,6 +86,9 @@ def log_rejected(source: str, error: DecodeError) -> None:
     log.warning("%s:%d: skipped line (%s): %s", source, error.line, error.reason, error.detail)
 
 
+ANOMALIES = ("rejected", "out_of_order")  # the updates that say something about an event
+
+
 def anomaly(update: MetricUpdate, event: Event) -> str | None:
     """What to say about an event the model counted but could not use (None: an ordinary update)."""
     if update.name == "rejected":
@@ -86,42 +100,55 @@ def anomaly(update: MetricUpdate, event: Event) -> str | None:
 
 def model_outputs(session_id: str, items: Iterable[Event | DecodeError], stats: ReplayStats, *, source: str,
                   **model_options) -> Iterator[SpanRecord]:
-    """Feed decoded lines to a fresh model; yield its spans, keep its metric updates in ``stats``."""
+    """Feed decoded lines to a fresh model; yield its spans; count its metric updates in ``stats``
+    (and keep them, unless ``stats.metrics`` is None)."""
     model = SessionModel(session_id, **model_options)
-    for item in items:
-        if isinstance(item, DecodeError):
-            stats.rejected[item.reason] += 1
-            log_rejected(source, item)
-            continue
-        stats.events += 1
-        try:
-            outputs = model.feed(item)
-        except Exception:  # a model bug must cost one event, never the export
-            log.exception("%s:%d: could not apply %s", source, item.line, item.type)
-            stats.rejected[INTERNAL_ERROR] += 1
-            continue
-        for out in outputs:
+    kept = stats.metrics
+    events = updates = 0
+    try:
+        for item in items:
+            if isinstance(item, DecodeError):
+                stats.rejected[item.reason] += 1
+                log_rejected(source, item)
+                continue
+            events += 1
+            try:
+                outputs = model.feed(item)
+            except Exception:  # a model bug must cost one event, never the export
+                log.exception("%s:%d: could not apply %s", source, item.line, item.type)
+                stats.rejected[INTERNAL_ERROR] += 1
+                continue
+            for out in outputs:
+                if isinstance(out, SpanRecord):
+                    yield out
+                    continue
+                if out.name in ANOMALIES:
+                    log.warning("%s:%d: %s", source, item.line, anomaly(out, item))
+                    if out.name == "rejected":
+                        stats.rejected[dict(out.labels)["reason"]] += 1
+                        continue
+                updates += 1
+                if kept is not None:
+                    kept.append(out)
+        for out in model.finish():
             if isinstance(out, SpanRecord):
                 yield out
                 continue
-            message = anomaly(out, item)
-            if message is not None:
-                log.warning("%s:%d: %s", source, item.line, message)
-            if out.name == "rejected":
-                stats.rejected[dict(out.labels)["reason"]] += 1
-            else:
-                stats.metrics.append(out)
-    for out in model.finish():
-        if isinstance(out, SpanRecord):
-            yield out
-        else:
-            stats.metrics.append(out)
+            updates += 1
+            if kept is not None:
+                kept.append(out)
+    finally:  # counted here, once, rather than per event
+        stats.events += events
+        stats.metric_updates += updates
 
 
 def replay_files(files: list[Path], sink: SpanSink, *, on_file: Callable[[Path], None] | None = None,
-                 max_line_bytes: int = 16 * 1024 * 1024, **model_options) -> ReplayStats:
-    """Export every file's spans through ``sink``; raise ExportError if delivery fails."""
-    stats = ReplayStats()
+                 max_line_bytes: int = 16 * 1024 * 1024, keep_metrics: bool = False, **model_options) -> ReplayStats:
+    """Export every file's spans through ``sink``; raise ExportError if delivery fails.
+
+    ``keep_metrics``: keep the model's metric updates in ``stats.metrics`` (else they are only counted).
+    """
+    stats = ReplayStats(metrics=[] if keep_metrics else None)
     batch: list[SpanRecord] = []
     for path in files:
         items = read_all(path, max_line_bytes=max_line_bytes)
