@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from collections import Counter
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from copilot_otel.replay import find_event_files, resolve
 from tests.copilot_cli import CORPUS_SCENARIOS
 from tests.otlp_json import iso_ns, read_spans
 
@@ -223,6 +225,29 @@ def test_malformed_lines_reported_and_skipped(cli_corpus, tmp_path):
         assert f"events.jsonl:{number}:" in stderr
     assert "4 malformed line(s) skipped" in stderr
     assert sorted(map(repr, read_spans(clean_out))) == sorted(map(repr, read_spans(mixed_out)))
+
+
+def test_resolve_names_each_log_once_by_its_real_path(cli_corpus, tmp_path):
+    """resolve() gives what Path.resolve() gives for each log found, each file once, in folder
+    order: also for a session folder, a session-state and an events.jsonl that are symlinks."""
+    home, elsewhere = tmp_path / "home", tmp_path / "elsewhere"
+    shutil.copytree(cli_corpus.home_all, elsewhere / "real-home")
+    (home / "session-state").mkdir(parents=True)
+    runs = sorted(cli_corpus.values(), key=lambda run: run.session_id)
+    for run in runs[:4]:
+        shutil.copytree(run.session_dir, home / "session-state" / run.session_id)
+    (home / "session-state" / "linked-folder").symlink_to(elsewhere / "real-home" / "session-state" / runs[4].session_id)
+    (home / "session-state" / "linked-file").mkdir()
+    (home / "session-state" / "linked-file" / "events.jsonl").symlink_to(runs[5].events_path)
+    (home / "session-state" / "twice").symlink_to(home / "session-state" / runs[0].session_id)
+    (home / "session-state" / "no-log").mkdir()
+    (tmp_path / "linked-home").mkdir()
+    (tmp_path / "linked-home" / "session-state").symlink_to(home / "session-state")
+    for argument in (home, tmp_path / "linked-home", home / "session-state" / ".." / "session-state"):
+        expected = list(dict.fromkeys(p.resolve() for p in find_event_files(argument)))
+        assert len(expected) == 6
+        assert resolve([argument]) == expected
+    assert resolve([home, tmp_path / "linked-home"]) == expected
 
 
 def test_missing_path_is_a_clear_error(tmp_path):
