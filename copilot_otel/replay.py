@@ -17,13 +17,18 @@ from .events import DecodeError, Event
 from .records import MetricUpdate, SpanRecord
 from .sessions import SessionModel
 from .tail import read_all
-from .traces import SpanSink
+from .traces import FileSink, OtlpJsonEncoder, SpanSink
+from .workers import MAX_WORKERS, WorkerPool, available_cpus
 
 log = logging.getLogger(__name__)
 
 EVENTS_FILE = "events.jsonl"
 SESSION_STATE = "session-state"
 BATCH = 512
+# Files per unit of work, in one process or spread over several; a request never holds spans of
+# two shards, so the output is the same whatever the number of workers.
+SHARD_FILES = 64
+PARALLEL_MIN_FILES = 2 * SHARD_FILES  # fewer files replay in this process: starting workers costs more
 
 
 class SourceError(ValueError):
@@ -172,28 +177,83 @@ def model_outputs(session_id: str, items: Iterable[Event | DecodeError], stats: 
         stats.metric_updates += updates
 
 
-def replay_files(files: list[Path], sink: SpanSink, *, on_file: Callable[[Path], None] | None = None,
-                 max_line_bytes: int = 16 * 1024 * 1024, keep_metrics: bool = False, **model_options) -> ReplayStats:
-    """Export every file's spans through ``sink``; raise ExportError if delivery fails.
+@dataclass
+class ShardResult:
+    """One shard's figures and spans: batches of records, or those batches encoded as request lines."""
 
-    ``keep_metrics``: keep the model's metric updates in ``stats.metrics`` (else they are only counted).
+    stats: ReplayStats
+    batches: list[list[SpanRecord]]
+    encoded: bytes = b""
+
+    def export(self, sink: SpanSink) -> None:
+        """Hand the spans to the sink (raises ExportError)."""
+        if self.encoded:
+            sink.write_encoded(self.encoded)
+        for batch in self.batches:
+            sink.export(batch)
+
+
+@dataclass(frozen=True)
+class ShardJob:
+    """How to replay a shard of files; plain data, so that a worker process can be handed it."""
+
+    model_options: dict
+    max_line_bytes: int
+    encoder: OtlpJsonEncoder | None  # None: the spans stay records, for a sink that encodes them itself
+    keep_metrics: bool
+
+    def __call__(self, files: list[Path], on_file: Callable[[Path], None] | None = None) -> ShardResult:
+        """Decode and model each file; the spans in batches of at most BATCH, encoded if asked."""
+        stats = ReplayStats(metrics=[] if self.keep_metrics else None)
+        spans: list[SpanRecord] = []
+        for path in files:
+            items = read_all(path, max_line_bytes=self.max_line_bytes)
+            spans.extend(model_outputs(session_id_of(path), items, stats, source=str(path), **self.model_options))
+            stats.files += 1
+            if on_file is not None:
+                on_file(path)
+        stats.spans = len(spans)
+        batches = [spans[i:i + BATCH] for i in range(0, len(spans), BATCH)]
+        if self.encoder is not None:
+            return ShardResult(stats, [], b"".join(self.encoder.encode(batch) for batch in batches))
+        return ShardResult(stats, batches)
+
+
+def default_workers(files: int) -> int:
+    """Processes for a replay of this many files: one per CPU when there are many, else 1."""
+    if files < PARALLEL_MIN_FILES:
+        return 1
+    return max(1, min(available_cpus(), MAX_WORKERS))
+
+
+def replay_files(files: list[Path], sink: SpanSink, *, on_file: Callable[[Path], None] | None = None,
+                 max_line_bytes: int = 16 * 1024 * 1024, workers: int | None = None, keep_metrics: bool = False,
+                 shard_files: int = SHARD_FILES, **model_options) -> ReplayStats:
+    """Export every file's spans through ``sink``, in file order; raise ExportError if delivery fails.
+
+    ``workers`` processes share the work (None: :func:`default_workers`); the spans, their order
+    and the requests are the same for any number. ``keep_metrics``: keep the model's metric
+    updates in ``stats.metrics`` (else they are only counted). Raises WorkerError if a worker died.
     """
+    encoder = sink.encoder if isinstance(sink, FileSink) else None
+    job = ShardJob(dict(model_options), max_line_bytes, encoder, keep_metrics)
+    shards = [files[i:i + shard_files] for i in range(0, len(files), shard_files)]
+    count = min(default_workers(len(files)) if workers is None else workers, len(shards))
     stats = ReplayStats(metrics=[] if keep_metrics else None)
-    batch: list[SpanRecord] = []
-    for path in files:
-        items = read_all(path, max_line_bytes=max_line_bytes)
-        for span in model_outputs(session_id_of(path), items, stats, source=str(path), **model_options):
-            batch.append(span)
-            if len(batch) >= BATCH:
-                sink.export(batch)
-                stats.spans += len(batch)
-                batch = []
-        stats.files += 1
-        if on_file is not None:
-            on_file(path)
-    if batch:
-        sink.export(batch)
-        stats.spans += len(batch)
+    if count <= 1:
+        for shard in shards:
+            result = job(shard, on_file)
+            result.export(sink)
+            stats.add(result.stats)
+        return stats
+    with WorkerPool(count) as pool:
+        log.debug("replaying %d files in %d worker processes (%s)", len(files), count, pool.start_method)
+        for shard, result in zip(shards, pool.map(job, shards)):
+            result.export(sink)
+            stats.add(result.stats)
+            if on_file is not None:
+                for path in shard:
+                    on_file(path)
     return stats
 
 
