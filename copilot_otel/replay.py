@@ -1,4 +1,5 @@
-"""One-shot export: session folders, events.jsonl files, a whole COPILOT_HOME, or a stream."""
+"""One-shot export: session folders, events.jsonl files, a whole COPILOT_HOME (shared by worker
+processes when it holds many sessions), or a stream."""
 
 from __future__ import annotations
 
