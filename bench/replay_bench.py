@@ -3,13 +3,14 @@
 Over a synthesized COPILOT_HOME of a few thousand real-shaped sessions (bench/corpus.py):
 
   baseline    read every line of every events.jsonl and json.loads it (stdlib json)
-  in-process  copilot_otel.replay.resolve + replay_files into a FileSink (what the CLI calls)
+  in-process  copilot_otel.replay.resolve + replay_files into a FileSink (what the CLI calls;
+              with many sessions that is one worker process per CPU)
   subprocess  `copilot-otel replay HOME --traces-file TMP`, wall time including start-up
 
 Runs are interleaved (baseline, in-process, baseline, ...) and each figure is the median of
 ``--repeat`` runs; the ratio replay/baseline is what to compare (target: <= 1.0). Then a
-stage breakdown (decode only; decode + session model; + OTLP JSON encoding and write) and a
-cProfile summary of one in-process replay show where the time goes.
+stage breakdown in one process (decode only; decode + session model; + OTLP JSON encoding)
+and a cProfile summary of one single-process replay show where the CPU time goes.
 
     python bench/replay_bench.py                      # 3000 sessions in a temp dir
     python bench/replay_bench.py --home /tmp/big-home # an existing corpus
@@ -21,6 +22,7 @@ import argparse
 import cProfile
 import io
 import json
+import os
 import pstats
 import shutil
 import subprocess
@@ -33,10 +35,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import DEFAULT_SOURCE, copilot_otel_bin, machine, median  # noqa: E402
 from corpus import synthesize  # noqa: E402
 
-from copilot_otel.replay import model_outputs, replay_files, resolve, session_id_of  # noqa: E402
-from copilot_otel.replay import ReplayStats  # noqa: E402
+from copilot_otel.replay import BATCH, ReplayStats, default_workers, model_outputs, replay_files, resolve  # noqa: E402
+from copilot_otel.replay import session_id_of  # noqa: E402
 from copilot_otel.tail import read_all  # noqa: E402
-from copilot_otel.traces import FileSink, build_resource, otlp_json_request  # noqa: E402
+from copilot_otel.traces import FileSink, OtlpJsonEncoder, build_resource  # noqa: E402
 
 MODEL_OPTIONS = {"capture_content": False, "content_max_chars": 4096}
 
@@ -54,18 +56,19 @@ def baseline(files: list[Path]) -> int:
     return lines
 
 
-def replay_in_process(home: Path, traces: Path):
+def replay_in_process(home: Path, traces: Path, workers: int | None = None):
     """What `copilot-otel replay HOME --traces-file TRACES` does, minus the process start."""
     files = resolve([home])
     sink = FileSink(traces)
-    stats = replay_files(files, sink, **MODEL_OPTIONS)
+    stats = replay_files(files, sink, workers=workers, **MODEL_OPTIONS)
     sink.shutdown()
     return stats
 
 
-def replay_subprocess(home: Path, traces: Path) -> float:
+def replay_subprocess(home: Path, traces: Path, workers: int | None = None) -> float:
     started = time.perf_counter()
-    subprocess.run(copilot_otel_bin() + ["replay", str(home), "--traces-file", str(traces)], check=True,
+    subprocess.run(copilot_otel_bin() + ["replay", str(home), "--traces-file", str(traces), "--workers",
+                                         str(workers or 0)], check=True,
                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return time.perf_counter() - started
 
@@ -87,27 +90,27 @@ def stage_decode(files: list[Path]) -> int:
 
 def stage_model(files: list[Path]) -> int:
     spans = 0
+    stats = ReplayStats(metrics=None)  # as replay_files: metric updates counted, not kept
     for path in files:
-        stats = ReplayStats()
         for _span in model_outputs(session_id_of(path), read_all(path), stats, source=str(path), **MODEL_OPTIONS):
             spans += 1
     return spans
 
 
 def stage_encode(files: list[Path]) -> int:
-    """Decode + model + OTLP JSON encoding, batches of 512 as replay_files does, no file write."""
-    resource = build_resource()
+    """Decode + model + OTLP JSON encoding in batches of BATCH spans, no file write."""
+    encoder = OtlpJsonEncoder(build_resource().attributes)
+    stats = ReplayStats(metrics=None)
     size = 0
     batch = []
     for path in files:
-        stats = ReplayStats()
         for span in model_outputs(session_id_of(path), read_all(path), stats, source=str(path), **MODEL_OPTIONS):
             batch.append(span)
-            if len(batch) >= 512:
-                size += len(otlp_json_request(batch, resource))
+            if len(batch) >= BATCH:
+                size += len(encoder.encode(batch))
                 batch = []
     if batch:
-        size += len(otlp_json_request(batch, resource))
+        size += len(encoder.encode(batch))
     return size
 
 
@@ -123,6 +126,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sessions", type=int, default=3000, help="sessions to synthesize (default 3000)")
     parser.add_argument("--source", type=Path, default=DEFAULT_SOURCE, help="real sessions to copy")
     parser.add_argument("--repeat", type=int, default=5, help="runs of each measurement (default 5)")
+    parser.add_argument("--workers", type=int, default=0,
+                        help="worker processes for the replays (default 0: as the CLI decides)")
     parser.add_argument("--no-subprocess", action="store_true", help="skip the subprocess measurement")
     parser.add_argument("--no-profile", action="store_true", help="skip the stage breakdown and cProfile")
     parser.add_argument("--top", type=int, default=15, help="profile rows to print (default 15)")
@@ -139,24 +144,26 @@ def main(argv: list[str] | None = None) -> int:
         files = resolve([home])
         total_bytes = sum(p.stat().st_size for p in files)
         lines = baseline(files)  # also warms the page cache
+        workers = args.workers or default_workers(len(files))
         print(f"machine: {machine()}")
         print(f"corpus: {len(files)} files, {lines} lines, {total_bytes / 1e6:.1f} MB; {args.repeat} runs each, "
-              "median\n")
+              f"median; replay in {workers} process{'es' if workers > 1 else ''}\n")
 
         traces = work / "traces.jsonl"
+        load_before = os.getloadavg()[0]
         base_t, inproc_t, sub_t, ratios = [], [], [], []
         spans = 0
         for _ in range(args.repeat):
             t_base, _n = timed(baseline, files)
             traces.unlink(missing_ok=True)
-            t_replay, stats = timed(replay_in_process, home, traces)
+            t_replay, stats = timed(replay_in_process, home, traces, workers)
             spans = stats.spans
             base_t.append(t_base)
             inproc_t.append(t_replay)
             ratios.append(t_replay / t_base)
             if not args.no_subprocess:
                 traces.unlink(missing_ok=True)
-                sub_t.append(replay_subprocess(home, traces))
+                sub_t.append(replay_subprocess(home, traces, workers))
         b, r = median(base_t), median(inproc_t)
         print(f"{'measurement':<34}{'seconds':>9}{'lines/s':>12}{'vs baseline':>13}")
         print(f"{'baseline: stdlib json.loads':<34}{b:>9.3f}{lines / b:>12,.0f}{1.0:>13.2f}")
@@ -168,9 +175,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\nratio replay/baseline per round: {', '.join(f'{x:.2f}' for x in ratios)} "
               f"(median {median(ratios):.2f}; target <= 1.0: {'met' if median(ratios) <= 1.0 else 'MISSED'})")
         print(f"spans exported per replay: {spans}; traces file {traces.stat().st_size / 1e6:.1f} MB")
+        # Other jobs on the machine slow a replay shared by several processes more than the
+        # single-threaded baseline: say how busy the machine was.
+        print(f"load average (1 min) before the runs {load_before:.2f}, after {os.getloadavg()[0]:.2f}")
 
         if not args.no_profile:
-            print("\nstage breakdown (cumulative; median of 3):")
+            print("\nstage breakdown in one process (cumulative; median of 3):")
             stages = [("decode only (tail.read_all, orjson)", stage_decode),
                       ("+ session model", stage_model),
                       ("+ OTLP JSON encoding (no write)", stage_encode)]
@@ -181,14 +191,14 @@ def main(argv: list[str] | None = None) -> int:
             profiler = cProfile.Profile()
             traces.unlink(missing_ok=True)
             profiler.enable()
-            replay_in_process(home, traces)
+            replay_in_process(home, traces, workers=1)  # workers' time would not show in this process
             profiler.disable()
             for key in ("cumulative", "tottime"):
                 out = io.StringIO()
                 pstats.Stats(profiler, stream=out).strip_dirs().sort_stats(key).print_stats(args.top)
                 text = out.getvalue()
                 body = text[text.index("   ncalls"):] if "   ncalls" in text else text
-                print(f"\ncProfile of one in-process replay, top {args.top} by {key}:")
+                print(f"\ncProfile of one single-process replay, top {args.top} by {key}:")
                 print(body.rstrip())
     finally:
         shutil.rmtree(work, ignore_errors=True)

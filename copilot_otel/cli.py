@@ -100,10 +100,14 @@ def main() -> None:
 @common_options
 @_option("metrics-file", type=click.Path(path_type=Path), default=None,
          help="Also write the run's Prometheus metrics to this file (node_exporter textfile format).")
-def replay(paths, log_level, metrics_file, **options) -> None:
+@_option("workers", type=click.IntRange(min=0), default=0, show_default=True,
+         help="Processes that share the work (0: one per CPU when there are many sessions, else one); "
+              "the output is the same for any number.")
+def replay(paths, log_level, metrics_file, workers, **options) -> None:
     """Export the traces of session folders, events.jsonl files, a COPILOT_HOME, or - (stdin)."""
     from .replay import SourceError, replay_files, replay_stream, resolve
     from .traces import ExportError, make_sink
+    from .workers import WorkerError
 
     _setup_logging(log_level)
     from_stdin = [str(p) for p in paths] == ["-"]
@@ -124,9 +128,10 @@ def replay(paths, log_level, metrics_file, **options) -> None:
             with Progress(TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
                           TimeElapsedColumn(), disable=not interactive, transient=True) as progress:
                 task = progress.add_task("replaying sessions", total=len(files))
-                stats = replay_files(files, sink, on_file=lambda _path: progress.advance(task), **model_options)
+                stats = replay_files(files, sink, on_file=lambda _path: progress.advance(task),
+                                     workers=workers or None, keep_metrics=metrics_file is not None, **model_options)
         sink.shutdown()
-    except ExportError as exc:
+    except (ExportError, WorkerError) as exc:
         _fail(f"export failed: {exc}", EXIT_EXPORT_FAILED)
         return
     if metrics_file is not None:

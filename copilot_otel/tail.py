@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -117,8 +118,9 @@ class FileTail:
         items: list[Event | DecodeError] = []
         limit = self.max_line_bytes
         not_after = int((self.clock() + FUTURE_TOLERANCE_S) * 1e9)
-        pending = b""
-        pending_start = self.offset
+        offset = self.offset  # where the line being read starts
+        number = self.line
+        pending = b""  # the start of that line, read without its newline so far
         skipping = False  # inside a line already known to be too long
         skipped = 0
         consumed = 0
@@ -127,46 +129,36 @@ class FileTail:
             if not chunk:
                 break
             consumed += len(chunk)
-            start = 0
-            while True:
-                newline = chunk.find(b"\n", start)
-                if newline < 0:
-                    rest = chunk[start:]
-                    if skipping:
-                        skipped += len(rest)
-                    elif len(pending) + len(rest) > limit:
-                        skipping, skipped, pending = True, len(pending) + len(rest), b""
-                    else:
-                        pending += rest
-                    break
-                piece = chunk[start:newline]
-                self.line += 1
-                line_end = pending_start + (skipped if skipping else len(pending)) + len(piece) + 1
+            pieces = chunk.split(b"\n")
+            rest = pieces.pop()  # after the chunk's last newline: the start of the next line
+            for piece in pieces:
+                number += 1
                 if skipping:
                     size = skipped + len(piece)
                     items.append(DecodeError(TOO_LONG, f"line of {size} bytes exceeds the {limit}-byte limit",
-                                             pending_start, self.line))
+                                             offset, number))
                     skipping, skipped = False, 0
                 else:
                     raw = pending + piece if pending else piece
+                    pending = b""
+                    size = len(raw)
                     if raw.endswith(b"\r"):
                         raw = raw[:-1]
                     if raw.strip():
-                        items.append(decode_line(raw, offset=pending_start, line=self.line, max_bytes=limit,
+                        items.append(decode_line(raw, offset=offset, line=number, max_bytes=limit,
                                                  not_after_ns=not_after))
-                pending = b""
-                pending_start = line_end
-                self.offset = line_end
-                start = newline + 1
+                offset += size + 1
+            if skipping:
+                skipped += len(rest)
+            elif len(pending) + len(rest) > limit:
+                skipping, skipped, pending = True, len(pending) + len(rest), b""
+            else:
+                pending += rest
+        # Only complete lines count: a partial last line is read again, whole, next time.
+        self.offset, self.line = offset, number
         return items
 
 
 def read_all(path: Path, *, max_line_bytes: int = 16 * 1024 * 1024) -> list[Event | DecodeError]:
     """Every complete line of a file, decoded (a partial last line is left out)."""
-    tail = FileTail(path, max_line_bytes=max_line_bytes)
-    items: list[Event | DecodeError] = []
-    while True:
-        before = tail.offset
-        items.extend(tail.read().items)
-        if tail.offset == before:
-            return items
+    return FileTail(path, max_line_bytes=max_line_bytes).read(max_bytes=sys.maxsize).items

@@ -6,7 +6,7 @@ import logging
 import os
 import threading
 from pathlib import Path
-from typing import Any, Iterable, Protocol, Sequence
+from typing import Any, Iterable, Mapping, Protocol, Sequence
 
 import orjson
 from opentelemetry.sdk.resources import SERVICE_INSTANCE_ID, SERVICE_NAME, SERVICE_VERSION, Resource
@@ -50,6 +50,11 @@ def build_resource() -> Resource:
 # ---------------------------------------------------------------- OTLP JSON
 
 def _any_value(value: Any) -> dict[str, Any]:
+    kind = type(value)  # exact types first: nearly every attribute is a plain str or int
+    if kind is str:
+        return {"stringValue": value}
+    if kind is int:
+        return {"intValue": str(value)}
     if isinstance(value, bool):
         return {"boolValue": value}
     if isinstance(value, int):
@@ -61,12 +66,21 @@ def _any_value(value: Any) -> dict[str, Any]:
     return {"stringValue": str(value)}
 
 
-def _key_values(attributes: Any) -> list[dict[str, Any]]:
-    return [{"key": key, "value": _any_value(value)} for key, value in attributes.items()]
+def _key_values(attributes: Any, shared: dict[tuple[str, str], dict[str, Any]]) -> list[dict[str, Any]]:
+    """OTLP key/value pairs; a (key, string) pair seen before in ``shared`` reuses its encoded object."""
+    out = []
+    for key, value in attributes.items():
+        if type(value) is str:  # only strings: True == 1 would otherwise share with an int
+            pair = shared.get((key, value))
+            if pair is None:
+                pair = shared[(key, value)] = {"key": key, "value": {"stringValue": value}}
+        else:
+            pair = {"key": key, "value": _any_value(value)}
+        out.append(pair)
+    return out
 
 
-def span_to_otlp_json(record: SpanRecord) -> dict[str, Any]:
-    """One span in the OTLP/JSON encoding (hex ids, nanosecond strings)."""
+def _span_json(record: SpanRecord, shared: dict[tuple[str, str], dict[str, Any]]) -> dict[str, Any]:
     span: dict[str, Any] = {
         "traceId": f"{record.trace_id:032x}",
         "spanId": f"{record.span_id:016x}",
@@ -74,35 +88,54 @@ def span_to_otlp_json(record: SpanRecord) -> dict[str, Any]:
         "kind": record.kind,
         "startTimeUnixNano": str(record.start_ns),
         "endTimeUnixNano": str(record.end_ns),
-        "attributes": _key_values(record.attributes),
-        "status": {"code": record.status, **({"message": record.status_message} if record.status_message else {})},
+        "attributes": _key_values(record.attributes, shared),
+        "status": {"code": record.status, "message": record.status_message} if record.status_message
+        else {"code": record.status},
     }
     if record.parent_span_id is not None:
         span["parentSpanId"] = f"{record.parent_span_id:016x}"
     if record.events:
         span["events"] = [
-            {"timeUnixNano": str(e.time_ns), "name": e.name, "attributes": _key_values(e.attributes)}
+            {"timeUnixNano": str(e.time_ns), "name": e.name, "attributes": _key_values(e.attributes, shared)}
             for e in record.events
         ]
     return span
 
 
+def span_to_otlp_json(record: SpanRecord) -> dict[str, Any]:
+    """One span in the OTLP/JSON encoding (hex ids, nanosecond strings)."""
+    return _span_json(record, {})
+
+
+class OtlpJsonEncoder:
+    """Span records -> ExportTraceServiceRequest JSON lines for one resource (plain data: it pickles)."""
+
+    def __init__(self, resource_attributes: Mapping[str, Any]) -> None:
+        self.resource_attributes = dict(resource_attributes)
+        self._resource = _key_values(self.resource_attributes, {})
+
+    def encode(self, records: Sequence[SpanRecord]) -> bytes:
+        """One request holding ``records``, as a JSON line (the Collector file exporter's format)."""
+        shared: dict[tuple[str, str], dict[str, Any]] = {}  # per request: a decoder sees each object once
+        request = {
+            "resourceSpans": [
+                {
+                    "resource": {"attributes": self._resource},
+                    "scopeSpans": [
+                        {
+                            "scope": {"name": _SCOPE.name, "version": _SCOPE.version},
+                            "spans": [_span_json(r, shared) for r in records],
+                        }
+                    ],
+                }
+            ]
+        }
+        return orjson.dumps(request) + b"\n"
+
+
 def otlp_json_request(records: Sequence[SpanRecord], resource: Resource) -> bytes:
     """One ExportTraceServiceRequest as a JSON line (the Collector file exporter's format)."""
-    request = {
-        "resourceSpans": [
-            {
-                "resource": {"attributes": _key_values(resource.attributes)},
-                "scopeSpans": [
-                    {
-                        "scope": {"name": _SCOPE.name, "version": _SCOPE.version},
-                        "spans": [span_to_otlp_json(r) for r in records],
-                    }
-                ],
-            }
-        ]
-    }
-    return orjson.dumps(request) + b"\n"
+    return OtlpJsonEncoder(resource.attributes).encode(records)
 
 
 # ---------------------------------------------------------------- SDK spans
@@ -168,7 +201,7 @@ class FileSink:
     def __init__(self, path: Path, *, resource: Resource | None = None) -> None:
         self.path = Path(path)
         self.description = str(self.path)
-        self._resource = resource or build_resource()
+        self.encoder = OtlpJsonEncoder((resource or build_resource()).attributes)
         self._lock = threading.Lock()
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -179,12 +212,14 @@ class FileSink:
 
     def export(self, records: Sequence[SpanRecord]) -> None:
         """Write the batch as one line and flush it to the OS."""
-        if not records:
-            return
-        line = otlp_json_request(records, self._resource)
+        if records:
+            self.write_encoded(self.encoder.encode(records))
+
+    def write_encoded(self, lines: bytes) -> None:
+        """Append requests already encoded by ``self.encoder`` (whole lines), and flush them to the OS."""
         try:
             with self._lock:
-                self._file.write(line)
+                self._file.write(lines)
                 self._file.flush()
         except OSError as exc:
             raise ExportError(f"cannot write traces to {self.path}: {exc}") from exc

@@ -111,6 +111,9 @@ def _malformed(log: Log) -> dict[str, Planted]:
                                                     {"turnId": "0"}),), ("bad_timestamp",)),
         "bad_data": Planted(k, (event("session.info", ts, "bd-1", [1, 2]), event("session.info", ts, "bd-2", "x")),
                             ("bad_data",) * 2),
+        "missing_data": Planted(k, (json.dumps({"type": "session.info", "id": "md-1", "timestamp": ts}).encode(),
+                                    json.dumps({"type": "session.info", "id": "md-2", "timestamp": ts,
+                                                "data": None}).encode()), ("bad_data",) * 2),
         "nul_bytes": Planted(k, (message.replace(b'"content":"', b'"content":"\x00', 1), b"\x00" * 64),
                              ("nul_byte",) * 2),
         "invalid_utf8": Planted(k, (event("session.info", ts, "u8-1", {"text": "PLACEHOLDER"})
@@ -162,7 +165,7 @@ def _misplaced(log: Log) -> dict[str, Planted]:
 GROUP_A = ("not_json", "not_an_object", "bad_type", "bad_timestamp", "timestamp_without_zone", "bad_data", "nul_bytes",
            "invalid_utf8", "line_of_megabytes")
 GROUP_B = ("future_timestamp", "duplicate_id", "end_before_start", "tool_never_started", "turn_end_of_another_agent",
-           "unknown_type")
+           "unknown_type", "missing_data")
 
 
 def planted_file(log: Log, planted: Planted) -> tuple[bytes, list[int]]:

@@ -7,14 +7,22 @@ output), never copied from what copilot-otel printed.
 from __future__ import annotations
 
 import json
+import logging
+import multiprocessing
 import os
+import shutil
+import signal
 import subprocess
 import sys
+import threading
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
+from copilot_otel.replay import find_event_files, replay_files, resolve
+from copilot_otel.traces import MemorySink
+from copilot_otel.workers import WorkerError
 from tests.copilot_cli import CORPUS_SCENARIOS, prompt_for
 from tests.otlp_json import iso_ns, read_spans
 
@@ -215,7 +223,7 @@ def test_a_log_copied_into_itself_exports_nothing_twice(cli_corpus, tmp_path):
 
 
 def test_an_aborted_loop(cli, provider, tmp_path):
-    """Ctrl-C (SIGINT) while a tool runs: the CLI writes turn_end, abort, shutdown. The tool is cut
+    """Ctrl-C (SIGINT) while a tool runs: the CLI writes turn_end and abort (then, mostly, shutdown). The tool is cut
     off (ERROR aborted), the interaction ends as aborted, not failed, and it is one end of the
     agent loop, as the assistant.idle of the CLI's live stream says; file and stream agree."""
     import signal
@@ -234,9 +242,12 @@ def test_an_aborted_loop(cli, provider, tmp_path):
     finally:
         proc.kill()
     events = run.events()
-    assert [e["type"] for e in events][-2:] == ["abort", "session.shutdown"]
+    # turn_end and abort come in either order, and the process may exit before it writes the
+    # shutdown (all seen): the model must take each.
+    after_tool = [e["type"] for e in events[[e["type"] for e in events].index("tool.execution_start") + 1:]]
+    assert {"abort", "assistant.turn_end"} <= set(after_tool) <= {"abort", "assistant.turn_end", "session.shutdown"}
     stream = [e["type"] for e in run.stdout_events()]
-    assert stream.count("assistant.idle") == 1
+    assert stream.count("assistant.idle") <= 1
     abort = next(e for e in events if e["type"] == "abort")
     from_file, from_stream = tmp_path / "file.jsonl", tmp_path / "stream.jsonl"
     metrics = tmp_path / "metrics.prom"
@@ -322,6 +333,29 @@ def test_malformed_lines_reported_and_skipped(cli_corpus, tmp_path):
     assert sorted(map(repr, read_spans(clean_out))) == sorted(map(repr, read_spans(mixed_out)))
 
 
+def test_resolve_names_each_log_once_by_its_real_path(cli_corpus, tmp_path):
+    """resolve() gives what Path.resolve() gives for each log found, each file once, in folder
+    order: also for a session folder, a session-state and an events.jsonl that are symlinks."""
+    home, elsewhere = tmp_path / "home", tmp_path / "elsewhere"
+    shutil.copytree(cli_corpus.home_all, elsewhere / "real-home")
+    (home / "session-state").mkdir(parents=True)
+    runs = sorted(cli_corpus.values(), key=lambda run: run.session_id)
+    for run in runs[:4]:
+        shutil.copytree(run.session_dir, home / "session-state" / run.session_id)
+    (home / "session-state" / "linked-folder").symlink_to(elsewhere / "real-home" / "session-state" / runs[4].session_id)
+    (home / "session-state" / "linked-file").mkdir()
+    (home / "session-state" / "linked-file" / "events.jsonl").symlink_to(runs[5].events_path)
+    (home / "session-state" / "twice").symlink_to(home / "session-state" / runs[0].session_id)
+    (home / "session-state" / "no-log").mkdir()
+    (tmp_path / "linked-home").mkdir()
+    (tmp_path / "linked-home" / "session-state").symlink_to(home / "session-state")
+    for argument in (home, tmp_path / "linked-home", home / "session-state" / ".." / "session-state"):
+        expected = list(dict.fromkeys(p.resolve() for p in find_event_files(argument)))
+        assert len(expected) == 6
+        assert resolve([argument]) == expected
+    assert resolve([home, tmp_path / "linked-home"]) == expected
+
+
 def test_missing_path_is_a_clear_error(tmp_path):
     """A path that does not exist: exit 2 and a message naming it."""
     result = run_replay(str(tmp_path / "nope"), "--traces-file", str(tmp_path / "t.jsonl"))
@@ -376,6 +410,112 @@ def test_otlp_export_reaches_a_real_receiver(cli_corpus, tmp_path, protocol):
 
     assert sorted(map(key, received)) == sorted(map(key, expected))
     assert {s.resource["service.name"] for s in received} == {"agents-under-test"}
+
+
+def many_sessions(cli_corpus, home: Path, copies: int) -> Path:
+    """A COPILOT_HOME holding ``copies`` copies of every real session, each in a folder of its own
+    (the folder's name is the session id, so each copy has trace and span ids of its own)."""
+    for n in range(copies):
+        for run in cli_corpus.values():
+            shutil.copytree(run.session_dir, home / "session-state" / f"{run.session_id}-{n:02d}")
+    return home
+
+
+def test_worker_processes_write_exactly_what_one_process_writes(cli_corpus, tmp_path):
+    """A replay of many sessions shared by worker processes writes the same requests, byte for byte,
+    as one process; a bad line in one of the files is still named with its file and line."""
+    home = many_sessions(cli_corpus, tmp_path / "home", copies=11)  # 132 sessions: enough for workers
+    bad = sorted((home / "session-state").glob("*/events.jsonl"))[70].resolve()
+    lines = bad.read_bytes().splitlines(keepends=True)
+    bad.write_bytes(b"".join(lines[:2] + [b"this is not json\n"] + lines[2:]))
+    out = {}
+    for workers in ("1", "2"):
+        target = tmp_path / f"workers-{workers}.jsonl"
+        result = run_replay(str(home), "--traces-file", str(target), "--workers", workers, "--log-level", "debug")
+        assert result.returncode == 0, result.stderr.decode()
+        out[workers] = (target, result.stderr.decode())
+    (single, single_log), (multi, multi_log) = out["1"], out["2"]
+    assert "in 2 worker processes (fork)" in multi_log and "worker processes" not in single_log
+    assert multi.read_bytes() == single.read_bytes()
+    reference = tmp_path / "reference.jsonl"
+    assert run_replay(str(cli_corpus.home_all), "--traces-file", str(reference)).returncode == 0
+    assert len(read_spans(multi)) == 11 * len(read_spans(reference))
+    for log in (single_log, multi_log):
+        assert f"{bad}:3: skipped line (not_json)" in log
+        assert "1 malformed line(s) skipped" in log
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http/protobuf"])
+def test_worker_processes_export_over_otlp(cli_corpus, tmp_path, protocol):
+    """Over OTLP/gRPC and OTLP/HTTP, a replay shared by worker processes delivers to a real receiver
+    (Rotel) the same spans as the file replay of the same sessions."""
+    from tests.otlp_receiver import OtlpReceiver
+
+    home = many_sessions(cli_corpus, tmp_path / "home", copies=11)
+    reference = tmp_path / "reference.jsonl"
+    assert run_replay(str(home), "--traces-file", str(reference), "--workers", "1").returncode == 0
+    expected = read_spans(reference)
+    with OtlpReceiver() as receiver:
+        endpoint = receiver.grpc_endpoint if protocol == "grpc" else receiver.http_base
+        result = run_replay(str(home), "--workers", "2", "--log-level", "debug",
+                            env={"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint, "OTEL_EXPORTER_OTLP_PROTOCOL": protocol})
+        assert result.returncode == 0, result.stderr.decode()
+        received = receiver.wait_for_spans(len(expected), timeout=20)
+    assert "in 2 worker processes" in result.stderr.decode()
+
+    def key(span):
+        return (span.trace_id, span.span_id, span.parent_span_id, span.name, span.kind, span.start_time_unix_nano,
+                span.end_time_unix_nano, span.status_code, json.dumps(span.attributes, sort_keys=True, default=str))
+
+    assert sorted(map(key, received)) == sorted(map(key, expected))
+
+
+def test_worker_processes_export_failure_exits_non_zero(cli_corpus, tmp_path, unused_port):
+    """A replay shared by worker processes whose OTLP backend cannot be reached exits 1 and says so."""
+    home = many_sessions(cli_corpus, tmp_path / "home", copies=11)
+    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{unused_port}",
+           "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf", "OTEL_EXPORTER_OTLP_TIMEOUT": "2"}
+    result = run_replay(str(home), "--workers", "2", "--log-level", "debug", env=env)
+    assert result.returncode == 1
+    assert "in 2 worker processes" in result.stderr.decode()
+    assert "export failed" in result.stderr.decode()
+
+
+def test_worker_processes_hand_back_the_same_span_records(cli_corpus, caplog):
+    """For a sink that encodes spans itself (OTLP), workers hand back span records: the same, in the
+    same order, as one process makes. With another thread running, the workers are spawned, not forked."""
+    caplog.set_level(logging.DEBUG, logger="copilot_otel")
+    files = resolve([cli_corpus.home_all])
+    expected, shared = MemorySink(), MemorySink()
+    replay_files(files, expected, workers=1, shard_files=2)
+    stop = threading.Event()
+    other = threading.Thread(target=stop.wait)
+    other.start()
+    try:
+        replay_files(files, shared, workers=2, shard_files=2)
+    finally:
+        stop.set()
+        other.join()
+    assert len(expected.records) > 50
+    assert shared.records == expected.records
+    assert [r.getMessage() for r in caplog.records if "worker processes" in r.getMessage()] == [
+        f"replaying {len(files)} files in 2 worker processes (spawn)"]
+
+
+def test_a_worker_that_dies_fails_the_replay(cli_corpus):
+    """A worker process killed in the middle of a replay makes it raise WorkerError (the CLI then
+    exits 1), and the rest of the pool is stopped."""
+    killed = []
+
+    def kill_a_worker(_path):
+        if not killed:
+            victim = multiprocessing.active_children()[0]
+            os.kill(victim.pid, signal.SIGKILL)
+            killed.append(victim)
+
+    with pytest.raises(WorkerError, match="died"):
+        replay_files(resolve([cli_corpus.home_all]), MemorySink(), workers=2, shard_files=1, on_file=kill_a_worker)
+    assert killed and not multiprocessing.active_children()
 
 
 def run_inspect(*args: str) -> subprocess.CompletedProcess:
