@@ -304,6 +304,8 @@ class Daemon:
                 and st.st_ino == tail.identity.inode:
             return False
         session.model = self._new_model(session.session_id)
+        if st is not None and st.st_size < tail.offset:
+            return True  # truncated: the read sees it and starts a new generation from 0
         session.floor = max(session.floor, tail.offset)
         tail.offset, tail.line = 0, 0
         return True

@@ -211,8 +211,10 @@ def test_kill9_in_a_busy_stream(cli_corpus, tmp_path):
         daemon.stop()
 
 
-def test_truncate_then_write(cli_corpus, tmp_path):
-    """A truncated file is read again from the start: both generations are exported."""
+@pytest.mark.parametrize("keep", ["nothing", "half"])
+def test_truncate_then_write(cli_corpus, tmp_path, keep):
+    """A truncated file (to nothing, or to its first half: the same first bytes) is read again
+    from the start: both generations are exported."""
     home, traces = tmp_path / "home", tmp_path / "traces.jsonl"
     path = new_session(home, "truncated")
     first, second = cli_corpus["plain"].events_path, cli_corpus["failing_tool"].events_path
@@ -220,8 +222,9 @@ def test_truncate_then_write(cli_corpus, tmp_path):
         path.write_bytes(first.read_bytes())
         wait_for_keys(traces, expected_keys([path]))
         before = set(spans_now(traces))
+        lines = first.read_bytes().splitlines(keepends=True)
         with open(path, "r+b") as handle:
-            handle.truncate(0)
+            handle.truncate(0 if keep == "nothing" else len(b"".join(lines[:len(lines) // 2])))
         time.sleep(0.3)
         append(path, second.read_bytes())
         wait_for_keys(traces, sorted(before | set(expected_keys([path]))))
