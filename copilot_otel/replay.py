@@ -17,7 +17,7 @@ import orjson
 from .decode import INTERNAL_ERROR, decode_line
 from .events import DecodeError, Event
 from .records import MetricUpdate, SpanRecord
-from .sessions import SessionModel
+from .sessions import ANOMALIES, SessionModel
 from .tail import FUTURE_TOLERANCE_S, read_all
 from .traces import FileSink, OtlpJsonEncoder, SpanSink
 from .workers import MAX_WORKERS, WorkerPool, available_cpus
@@ -46,7 +46,7 @@ class ReplayStats:
     spans: int = 0
     rejected: Counter = field(default_factory=Counter)
     metric_updates: int = 0
-    metrics: list[MetricUpdate] | None = field(default_factory=list)  # None: updates counted, not kept
+    metrics: list[MetricUpdate] | None = field(default_factory=list)  # None: the model makes none
 
     def add(self, other: ReplayStats) -> None:
         """Fold in the figures of another part of the same replay."""
@@ -123,7 +123,6 @@ def log_rejected(source: str, error: DecodeError) -> None:
     log.warning("%s:%d: skipped line (%s): %s", source, error.line, error.reason, error.detail)
 
 
-ANOMALIES = ("rejected", "out_of_order")  # the updates that say something about an event
 
 
 def anomaly(update: MetricUpdate, event: Event) -> str | None:
@@ -137,10 +136,10 @@ def anomaly(update: MetricUpdate, event: Event) -> str | None:
 
 def model_outputs(session_id: str, items: Iterable[Event | DecodeError], stats: ReplayStats, *, source: str,
                   **model_options) -> Iterator[SpanRecord]:
-    """Feed decoded lines to a fresh model; yield its spans; count its metric updates in ``stats``
-    (and keep them, unless ``stats.metrics`` is None)."""
-    model = SessionModel(session_id, **model_options)
+    """Feed decoded lines to a fresh model; yield its spans; keep its metric updates in ``stats``
+    (with ``stats.metrics`` None the model makes none but those that report a bad event)."""
     kept = stats.metrics
+    model = SessionModel(session_id, metrics=kept is not None, **model_options)
     events = updates = 0
     try:
         for item in items:

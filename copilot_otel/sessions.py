@@ -44,6 +44,9 @@ END_ABORTED = "aborted"  # the user stopped the loop (Ctrl-C, SIGINT/SIGTERM): `
 
 INCOMPLETE = "incomplete"
 
+# The metric updates that report a bad event (a duplicate, an end without its start).
+ANOMALIES = ("rejected", "out_of_order")
+
 # Requests the CLI puts to the person at the terminal: while one is open the session is waiting_user.
 USER_REQUESTS = ("permission", "user_input", "elicitation", "exit_plan_mode")
 
@@ -52,7 +55,7 @@ class SessionModel:
     """Follows one session's events and turns them into spans and metric updates."""
 
     def __init__(self, session_id: str, *, capture_content: bool = False, content_max_chars: int = 4096,
-                 live_idle: bool = False, summaries: bool = True) -> None:
+                 live_idle: bool = False, summaries: bool = True, metrics: bool = True) -> None:
         self.session_id = session_id
         self.capture_content = capture_content
         self.content_max_chars = content_max_chars
@@ -65,6 +68,7 @@ class SessionModel:
         self.ended: str | None = None  # END_SHUTDOWN or END_INCOMPLETE once the session is over
         self.interactions: list[InteractionSummary] = []  # kept only with summaries=True (for `inspect`)
         self._summaries = summaries
+        self._metrics = metrics  # False: only the updates that report a bad event (a replay that keeps no metrics)
         self._current: Interaction | None = None
         self._agents: dict[str | None, Agent] = {None: Agent(MAIN_AGENT, None)}
         self._tools: dict[str, tuple[OpenSpan, str]] = {}  # toolCallId -> (span, agent)
@@ -182,7 +186,8 @@ class SessionModel:
     # ------------------------------------------------------------ helpers
 
     def _metric(self, name: str, value: float = 1.0, *, observe: bool = False, **labels: str) -> None:
-        self._out.append(MetricUpdate(name, tuple(labels.items()), value, observe))
+        if self._metrics or name in ANOMALIES:
+            self._out.append(MetricUpdate(name, tuple(labels.items()), value, observe))
 
     def _content(self, value: Any) -> str | None:
         if not self.capture_content or value is None:
