@@ -77,7 +77,7 @@ class SessionModel:
         # Ended turns that made no successful LLM call: the CLI writes turn_end before the
         # session.error that explains it, so they wait for the next event before they are exported.
         self._held: list[tuple[Agent, Turn]] = []
-        self._seen: set[int] = set()  # hashes of event ids, forgotten when the session ends
+        self._seen: set[int] = set()  # hashes of event ids, kept for the life of the model (one file generation)
         self._calls: set[str] = set()  # apiCallIds of LLM calls already turned into spans
         self._call_accounted = True  # the LLM call in flight already has its span
         self._call_model: str | None = None
@@ -109,7 +109,7 @@ class SessionModel:
         return out
 
     def seen(self, event_id: str) -> bool:
-        """True if an event with this id was already applied (while the session is open)."""
+        """True if an event with this id was already applied."""
         return hash(event_id) in self._seen
 
     @property
