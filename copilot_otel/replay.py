@@ -45,7 +45,6 @@ class ReplayStats:
     events: int = 0
     spans: int = 0
     rejected: Counter = field(default_factory=Counter)
-    metric_updates: int = 0
     metrics: list[MetricUpdate] | None = field(default_factory=list)  # None: the model makes none
 
     def add(self, other: ReplayStats) -> None:
@@ -54,7 +53,6 @@ class ReplayStats:
         self.events += other.events
         self.spans += other.spans
         self.rejected.update(other.rejected)
-        self.metric_updates += other.metric_updates
         if self.metrics is not None and other.metrics:
             self.metrics.extend(other.metrics)
 
@@ -123,8 +121,6 @@ def log_rejected(source: str, error: DecodeError) -> None:
     log.warning("%s:%d: skipped line (%s): %s", source, error.line, error.reason, error.detail)
 
 
-
-
 def anomaly(update: MetricUpdate, event: Event) -> str | None:
     """What to say about an event the model counted but could not use (None: an ordinary update)."""
     if update.name == "rejected":
@@ -140,7 +136,7 @@ def model_outputs(session_id: str, items: Iterable[Event | DecodeError], stats: 
     (with ``stats.metrics`` None the model makes none but those that report a bad event)."""
     kept = stats.metrics
     model = SessionModel(session_id, metrics=kept is not None, **model_options)
-    events = updates = 0
+    events = 0
     try:
         for item in items:
             if isinstance(item, DecodeError):
@@ -163,19 +159,15 @@ def model_outputs(session_id: str, items: Iterable[Event | DecodeError], stats: 
                     if out.name == "rejected":
                         stats.rejected[dict(out.labels)["reason"]] += 1
                         continue
-                updates += 1
                 if kept is not None:
                     kept.append(out)
         for out in model.finish():
             if isinstance(out, SpanRecord):
                 yield out
-                continue
-            updates += 1
-            if kept is not None:
+            elif kept is not None:
                 kept.append(out)
     finally:  # counted here, once, rather than per event
         stats.events += events
-        stats.metric_updates += updates
 
 
 @dataclass
@@ -234,7 +226,7 @@ def replay_files(files: list[Path], sink: SpanSink, *, on_file: Callable[[Path],
 
     ``workers`` processes share the work (None: :func:`default_workers`); the spans, their order
     and the requests are the same for any number. ``keep_metrics``: keep the model's metric
-    updates in ``stats.metrics`` (else they are only counted). Raises WorkerError if a worker died.
+    updates in ``stats.metrics`` (else the model makes none). Raises WorkerError if a worker died.
     """
     encoder = sink.encoder if isinstance(sink, FileSink) else None
     job = ShardJob(dict(model_options), max_line_bytes, encoder, keep_metrics)
