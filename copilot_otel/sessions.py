@@ -167,8 +167,12 @@ class SessionModel:
     @property
     def quiescent(self) -> bool:
         """Nothing is open: no interaction, turn, tool or sub-agent (the model holds no span)."""
-        return (self._current is None and not self._tools and not self._subagents
-                and all(agent.turn is None for agent in self._agents.values()))
+        return self._current is None and not self._work_open
+
+    @property
+    def _work_open(self) -> bool:
+        """A tool, a sub-agent or a turn is still running."""
+        return bool(self._tools or self._subagents) or any(agent.turn is not None for agent in self._agents.values())
 
     @property
     def mid_turn(self) -> bool:
@@ -278,13 +282,8 @@ class SessionModel:
     def _close_everything(self, reason: str) -> None:
         end_ns = self.last_event_ns
         self._release_held()
-        had_open = bool(self._tools or self._subagents or any(a.turn for a in self._agents.values()))
-        for call_id, (span, agent) in list(self._tools.items()):
-            self._out.append(span.close(end_ns, error_type=INCOMPLETE))
-        self._tools.clear()
-        for call_id, span in list(self._subagents.items()):
-            self._out.append(span.close(end_ns, error_type=INCOMPLETE))
-        self._subagents.clear()
+        had_open = self._work_open
+        self._cut_off(end_ns, INCOMPLETE)
         for agent in self._agents.values():
             if agent.turn is not None:
                 self._out.append(agent.turn.span.close(end_ns, error_type=INCOMPLETE))
@@ -532,6 +531,16 @@ class SessionModel:
         else:
             self._out.append(span.close(event.timestamp_ns, status=STATUS_OK))
 
+    def _cut_off(self, end_ns: int, error_type: str, message: str = "") -> None:
+        """End every running tool and sub-agent as ``error_type`` (a sub-agent's open turn as incomplete)."""
+        for span, _agent in self._tools.values():
+            self._out.append(span.close(end_ns, message=message, error_type=error_type))
+        self._tools.clear()
+        for span in self._subagents.values():
+            self._close_agent_turns(span, end_ns)
+            self._out.append(span.close(end_ns, message=message, error_type=error_type))
+        self._subagents.clear()
+
     def _close_agent_turns(self, invoke_span: OpenSpan, end_ns: int) -> None:
         """Forget the sub-agent under ``invoke_span``, ending a turn it left open."""
         for agent_id, agent in list(self._agents.items()):
@@ -581,13 +590,7 @@ class SessionModel:
         if event.agent_id is not None:
             return
         reason = as_str(event.data.get("reason")) or END_ABORTED
-        for call_id, (span, _agent) in list(self._tools.items()):
-            self._out.append(span.close(event.timestamp_ns, message=reason, error_type=END_ABORTED))
-        self._tools.clear()
-        for span in list(self._subagents.values()):
-            self._close_agent_turns(span, event.timestamp_ns)
-            self._out.append(span.close(event.timestamp_ns, message=reason, error_type=END_ABORTED))
-        self._subagents.clear()
+        self._cut_off(event.timestamp_ns, END_ABORTED, reason)
         current = self._current
         if current is not None:
             current.pending_end = END_ABORTED
