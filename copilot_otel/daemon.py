@@ -15,7 +15,7 @@ from typing import Callable
 
 from .checkpoint import Checkpoint, FilePosition
 from .config import Config, ConfigError
-from .discover import Discoverer
+from .discover import Discoverer, ReportedOnce
 from .decode import INTERNAL_ERROR
 from .events import DecodeError
 from .liveness import lock_pids, pid_alive
@@ -109,7 +109,7 @@ class Daemon:
         self._abandoned: dict[Path, Session] = {}
         self._restored = self.checkpoint.load()
         self._skip_history: set[Path] = set()
-        self._unreadable: set[Path] = set()  # retried at every rescan
+        self._unreadable = ReportedOnce()  # retried at every rescan
         self._outside: set[Path] = set()  # symlinks out of the tree, reported once
         self._root_real = self.root.resolve()
         self._stop = threading.Event()
@@ -155,7 +155,7 @@ class Daemon:
                 rescans = self.discoverer.rescans
                 files, lock_dirs = self.discoverer.wait(TICK)
                 if self.discoverer.rescans != rescans:
-                    files |= self._unreadable
+                    files |= self._unreadable.paths
                 self._last_loop = time.monotonic()
                 for path in sorted(files):
                     if self._stop.is_set():
@@ -237,13 +237,9 @@ class Daemon:
                 self._forget(path)
                 return
             if result.error:
-                if path not in self._unreadable:
-                    log.warning("cannot read %s: %s; will retry", path, result.error)
-                self._unreadable.add(path)
+                self._unreadable.report(path, f"cannot read {path}: {result.error}; will retry")
                 return
-            if path in self._unreadable:
-                self._unreadable.discard(path)
-                log.info("%s is readable again", path)
+            self._unreadable.recovered(path)
             if result.restarted:
                 log.info("%s was %s; reading it again from the start", path, result.restarted)
                 self._deliver(session, session.model.finish(), None)
@@ -279,8 +275,7 @@ class Daemon:
                 session.abandoned_at = None
                 self._abandoned.pop(path, None)
             session.last_read = time.monotonic()
-            if not any(pid_alive(pid) for pid in session.pids):
-                session.pids = lock_pids(path.parent)  # written by a process we have not seen yet
+            self._alive(session)  # learns the pid of a process that writes it and that we have not seen yet
             self.queue.put_spans(spans, should_stop=self._stop.is_set)
             self._mark(session)
         if session.model.ended is not None and session.abandoned_at is None:
@@ -385,12 +380,12 @@ class Daemon:
                 del self._open[session.path]
                 self._compact(session)
 
-    def _alive(self, session: Session, cache: dict[int, bool] | None = None) -> bool:
+    def _alive(self, session: Session) -> bool:
         """Is a process holding the session? The known lock pids first, the folder listed again if none lives."""
-        if any(_pid_alive(pid, cache) for pid in session.pids):
+        if any(pid_alive(pid) for pid in session.pids):
             return True
         session.pids = lock_pids(session.path.parent)
-        return any(_pid_alive(pid, cache) for pid in session.pids)
+        return any(pid_alive(pid) for pid in session.pids)
 
     def _abandon(self, session: Session, now: float) -> None:
         """The process that held a session died mid-turn: end its open spans as incomplete."""
@@ -413,7 +408,9 @@ class Daemon:
                 out.append(LiveSession(session.session_id, "abandoned", max(0.0, now - model.last_event_ns / 1e9)))
         for session in list(self._open.values()):
             model = session.model
-            if model is None or model.ended is not None or not any(_pid_alive(pid, alive) for pid in session.pids):
+            if model is None or model.ended is not None:
+                continue
+            if not any(_pid_alive_cached(pid, alive) for pid in session.pids):
                 continue
             state = model.state
             stalled = now - model.last_event_ns / 1e9
@@ -424,9 +421,7 @@ class Daemon:
         return out
 
 
-def _pid_alive(pid: int, cache: dict[int, bool] | None) -> bool:
-    if cache is None:
-        return pid_alive(pid)
+def _pid_alive_cached(pid: int, cache: dict[int, bool]) -> bool:
     alive = cache.get(pid)
     if alive is None:
         alive = cache[pid] = pid_alive(pid)

@@ -41,6 +41,25 @@ WATCHED_EVENTS = [FileCreatedEvent, FileModifiedEvent, FileDeletedEvent, FileMov
                   DirCreatedEvent, DirDeletedEvent, DirMovedEvent]
 
 
+class ReportedOnce:
+    """Paths with a problem (unreadable, say): each warned about once, until it recovers."""
+
+    def __init__(self) -> None:
+        self.paths: set[Path] = set()
+
+    def report(self, path: Path, message: str) -> None:
+        """Warn, unless this path was already reported and has not recovered since."""
+        if path not in self.paths:
+            self.paths.add(path)
+            log.warning("%s", message)
+
+    def recovered(self, path: Path) -> None:
+        """The path works again: say so, if it had been reported."""
+        if path in self.paths:
+            self.paths.discard(path)
+            log.info("%s is readable again", path)
+
+
 class _Handler(FileSystemEventHandler):
     def __init__(self, discoverer: "Discoverer") -> None:
         self._discoverer = discoverer
@@ -68,7 +87,7 @@ class Discoverer:
         self._next_rescan = 0.0
         self._scan_seconds = 0.0  # how long the last walk over the folders took
         self._warned_missing = False
-        self._reported: set[Path] = set()
+        self._reported = ReportedOnce()
         self.rescans = 0
 
     # ---------------------------------------------------------------- hints
@@ -132,9 +151,9 @@ class Discoverer:
         try:
             entries = list(os.scandir(self.root))
         except OSError as exc:
-            self._report(self.root, f"cannot list {self.root}: {exc.strerror or exc}; will retry")
+            self._reported.report(self.root, f"cannot list {self.root}: {exc.strerror or exc}; will retry")
             return
-        self._recovered(self.root)
+        self._reported.recovered(self.root)
         suffix = os.sep + EVENTS_FILE
         for entry in entries:
             path = entry.path + suffix
@@ -143,10 +162,10 @@ class Discoverer:
             except FileNotFoundError:
                 continue
             except OSError as exc:
-                self._report(Path(path), f"cannot look at {path}: {exc.strerror or exc}; will retry")
+                self._reported.report(Path(path), f"cannot look at {path}: {exc.strerror or exc}; will retry")
                 continue
-            if self._reported:
-                self._recovered(Path(path))
+            if self._reported.paths:
+                self._reported.recovered(Path(path))
             key = (st.st_ino, st.st_size)
             seen[path] = key
             if known.get(path) != key:
@@ -158,17 +177,6 @@ class Discoverer:
             with self._cond:
                 self._files.update(map(Path, changed))
                 self._cond.notify()
-
-    def _report(self, path: Path, message: str) -> None:
-        """Warn once per path until it recovers."""
-        if path not in self._reported:
-            self._reported.add(path)
-            log.warning("%s", message)
-
-    def _recovered(self, path: Path) -> None:
-        if path in self._reported:
-            self._reported.discard(path)
-            log.info("%s is readable again", path)
 
     @property
     def known_files(self) -> int:
@@ -203,4 +211,4 @@ class Discoverer:
             self._cond.notify_all()
 
 
-__all__ = ["Discoverer", "PollingObserver"]
+__all__ = ["Discoverer", "PollingObserver", "ReportedOnce"]
