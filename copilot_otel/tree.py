@@ -10,8 +10,10 @@ from rich.text import Text
 from rich.tree import Tree
 
 from . import attrs as A
+from .config import DEFAULT_MAX_LINE_BYTES
 from .events import DecodeError
 from .records import STATUS_ERROR, SpanRecord
+from .replay import log_rejected
 from .sessions import SessionModel
 from .tail import read_all
 
@@ -105,10 +107,8 @@ def build_tree(session_id: str, spans: list[SpanRecord], model: SessionModel) ->
 
 
 def inspect_session(path: Path, session_id: str, *, console: Console, running: bool = False,
-                    max_line_bytes: int = 16 * 1024 * 1024) -> int:
+                    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> int:
     """Print the tree of one session's log; return the number of rejected lines (each logged)."""
-    from .replay import log_rejected
-
     items = read_all(path, max_line_bytes=max_line_bytes)
     model = SessionModel(session_id, capture_content=True, content_max_chars=200)
     spans: list[SpanRecord] = []
