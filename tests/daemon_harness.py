@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -138,3 +139,23 @@ def complete_lines_spans(path: Path):
     scratch = path.with_name(path.name + ".complete")
     scratch.write_bytes(data[: cut + 1])
     return read_spans(scratch)
+
+
+# ------------------------------------------------------------------------ running as another user
+
+SETPRIV = shutil.which("setpriv")
+AS_NOBODY = (SETPRIV or "setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups")
+
+
+def cannot_run_as_nobody() -> str | None:
+    """Why this run (as root) cannot start copilot-otel as the user nobody, or None when it can.
+
+    Root reads any file, so tests of permission errors run the daemon as nobody; that needs
+    setpriv and a checkout that nobody may read (a clone inside a private folder is not)."""
+    if SETPRIV is None:
+        return "setpriv is missing: cannot run the daemon as another user"
+    probe = subprocess.run([*AS_NOBODY, sys.executable, "-c", "import copilot_otel.cli"], capture_output=True,
+                           cwd=Path(__file__).parent.parent)
+    if probe.returncode != 0:
+        return f"cannot run the daemon as nobody: {probe.stderr.decode(errors='replace')[-300:]}"
+    return None

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.daemon_harness import DaemonProcess, free_port
+from tests.daemon_harness import AS_NOBODY, DaemonProcess, cannot_run_as_nobody, free_port
 from tests.test_daemon import expected_keys, new_session, wait_for_keys
 
 EXE = [sys.executable, "-m", "copilot_otel.cli"]
@@ -143,16 +143,16 @@ def test_run_with_state_dir_not_writable_for_this_user(tmp_path):
     """A state directory owned by someone else (here: root, with the daemon run as nobody)."""
     if os.geteuid() != 0:
         pytest.skip("needs root to run the daemon as another user")
-    setpriv = shutil.which("setpriv")
-    if setpriv is None:
-        pytest.skip("setpriv is missing: cannot run the daemon as another user")
+    reason = cannot_run_as_nobody()
+    if reason:
+        pytest.skip(reason)
     world = Path(tempfile.mkdtemp(prefix="copilot-otel-state-"))
     try:
         world.chmod(0o755)
         (world / "state").mkdir(mode=0o755)
         result = run_cli("run", "--copilot-home", str(world / "home"), "--state-dir", str(world / "state"),
                          "--metrics-address", f"127.0.0.1:{free_port()}",
-                         prefix=(setpriv, "--reuid=nobody", "--regid=nogroup", "--clear-groups"))
+                         prefix=AS_NOBODY)
     finally:
         shutil.rmtree(world)
     assert_one_clear_line(result, (str(world / "state"), "not writable"), ("--state-dir",))

@@ -25,7 +25,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.daemon_harness import DaemonProcess, complete_lines_spans, value, wait_until
+from tests.daemon_harness import (
+    AS_NOBODY,
+    DaemonProcess,
+    cannot_run_as_nobody,
+    complete_lines_spans,
+    value,
+    wait_until,
+)
 from tests.otlp_json import read_spans
 from tests.test_daemon import append, expected_keys, key, new_session, spans_now, wait_for_keys
 from tests.test_replay import run_replay
@@ -507,20 +514,11 @@ def test_session_folder_deleted_while_read(cli_corpus, tmp_path):
 # ------------------------------------------------------------------------ unreadable paths (as an unprivileged user)
 
 
-SETPRIV = shutil.which("setpriv")
-
-
 def _can_drop_privileges() -> str | None:
     """Why the unreadable-path test cannot run here, or None."""
     if os.geteuid() != 0:
         return None  # not root: chmod 000 already stops reads
-    if SETPRIV is None:
-        return "running as root and setpriv is missing: chmod 000 would not stop the daemon reading"
-    probe = subprocess.run([SETPRIV, "--reuid=nobody", "--regid=nogroup", "--clear-groups", sys.executable, "-c",
-                            "import copilot_otel.cli"], capture_output=True, cwd=Path(__file__).parent.parent)
-    if probe.returncode != 0:
-        return f"cannot run the daemon as nobody: {probe.stderr.decode(errors='replace')[-300:]}"
-    return None
+    return cannot_run_as_nobody()
 
 
 class UnprivilegedDaemon(DaemonProcess):
@@ -534,7 +532,7 @@ class UnprivilegedDaemon(DaemonProcess):
         original = subprocess.Popen
 
         def popen(argv, **kwargs):
-            return original([SETPRIV, "--reuid=nobody", "--regid=nogroup", "--clear-groups", *argv], **kwargs)
+            return original([*AS_NOBODY, *argv], **kwargs)
 
         with mock.patch.object(subprocess, "Popen", popen):
             return super().start()
