@@ -439,10 +439,6 @@ class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server: "_Server"
 
-    def setup(self) -> None:
-        threading.current_thread().name = THREAD_PREFIX + "-request"
-        super().setup()
-
     def log_message(self, *args) -> None:  # quiet
         pass
 
@@ -539,9 +535,19 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 class _Server(ThreadingHTTPServer):
+    # Daemon threads are not joined by server_close(): close() joins this server's own instead, so
+    # a request still finishing its reply is not left running after the with block.
     daemon_threads = True
     allow_reuse_address = True
     owner: "ScriptedProvider"
+
+    def process_request(self, request, client_address) -> None:
+        """One thread per request, as ThreadingMixIn does, remembered so that close() can join it."""
+        thread = threading.Thread(target=self.process_request_thread, args=(request, client_address),
+                                  name=THREAD_PREFIX + "-request", daemon=True)
+        with self.owner._lock:
+            self.owner._requests = [t for t in self.owner._requests if t.is_alive()] + [thread]
+        thread.start()
 
 
 class ScriptedProvider:
@@ -556,6 +562,7 @@ class ScriptedProvider:
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
+        self._requests: list[threading.Thread] = []
         self.served: list[Served] = []
 
     # lifecycle -----------------------------------------------------------------------
@@ -577,6 +584,15 @@ class ScriptedProvider:
             server.server_close()
         if thread is not None:
             thread.join(timeout=5)
+        with self._lock:
+            requests, self._requests = self._requests, []
+        for request in requests:
+            request.join(timeout=5)
+
+    def threads(self) -> list[threading.Thread]:
+        """The serving thread and every request thread of this provider so far."""
+        with self._lock:
+            return [t for t in (self._thread, *self._requests) if t is not None]
 
     def __enter__(self) -> "ScriptedProvider":
         return self.start()
