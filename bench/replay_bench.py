@@ -35,12 +35,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import DEFAULT_SOURCE, copilot_otel_bin, machine, median  # noqa: E402
 from corpus import synthesize  # noqa: E402
 
-from copilot_otel.replay import BATCH, ReplayStats, default_workers, model_outputs, replay_files, resolve  # noqa: E402
-from copilot_otel.replay import session_id_of  # noqa: E402
+from copilot_otel.otlp_json import OtlpJsonEncoder  # noqa: E402
+from copilot_otel.replay import BATCH, ReplayStats, default_workers, replay_files, replay_session, resolve  # noqa: E402
+from copilot_otel.sinks import FileSink, build_resource  # noqa: E402
+from copilot_otel.sources import session_id_of  # noqa: E402
 from copilot_otel.tail import read_all  # noqa: E402
-from copilot_otel.traces import FileSink, OtlpJsonEncoder, build_resource  # noqa: E402
-
-MODEL_OPTIONS = {"capture_content": False, "content_max_chars": 4096}
 
 
 def baseline(files: list[Path]) -> int:
@@ -60,7 +59,7 @@ def replay_in_process(home: Path, traces: Path, workers: int | None = None):
     """What `copilot-otel replay HOME --traces-file TRACES` does, minus the process start."""
     files = resolve([home])
     sink = FileSink(traces)
-    stats = replay_files(files, sink, workers=workers, **MODEL_OPTIONS)
+    stats = replay_files(files, sink, workers=workers)
     sink.shutdown()
     return stats
 
@@ -75,7 +74,7 @@ def replay_subprocess(home: Path, traces: Path, workers: int | None = None) -> f
 
 def import_time() -> float:
     """Wall time of a fresh interpreter that imports what `replay` imports, and exits."""
-    code = "import copilot_otel.cli, copilot_otel.replay, copilot_otel.traces"
+    code = "import copilot_otel.cli, copilot_otel.replay, copilot_otel.sinks"
     started = time.perf_counter()
     subprocess.run([sys.executable, "-c", code], check=True)
     return time.perf_counter() - started
@@ -92,8 +91,7 @@ def stage_model(files: list[Path]) -> int:
     spans = 0
     stats = ReplayStats(metrics=None)  # as replay_files: metric updates counted, not kept
     for path in files:
-        for _span in model_outputs(session_id_of(path), read_all(path), stats, source=str(path), **MODEL_OPTIONS):
-            spans += 1
+        spans += len(replay_session(session_id_of(path), read_all(path), stats, source=str(path)))
     return spans
 
 
@@ -104,7 +102,7 @@ def stage_encode(files: list[Path]) -> int:
     size = 0
     batch = []
     for path in files:
-        for span in model_outputs(session_id_of(path), read_all(path), stats, source=str(path), **MODEL_OPTIONS):
+        for span in replay_session(session_id_of(path), read_all(path), stats, source=str(path)):
             batch.append(span)
             if len(batch) >= BATCH:
                 size += len(encoder.encode(batch))

@@ -13,18 +13,18 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from . import __version__
 from .config import (
     DEFAULT_CONTENT_MAX_CHARS,
+    DEFAULT_IDLE_QUIET,
+    DEFAULT_MAX_BUFFERED_SPANS,
     DEFAULT_MAX_LINE_BYTES,
     DEFAULT_METRICS_ADDRESS,
+    DEFAULT_RESCAN_INTERVAL,
     DEFAULT_STUCK_AFTER,
     ENV_COPILOT_HOME,
+    MIN_IDLE_QUIET,
+    MIN_MAX_LINE_BYTES,
     Config,
     ConfigError,
-    OtlpSettings,
-    capture_content_from_env,
-    default_copilot_home,
-    default_state_dir,
     env_flag,
-    parse_address,
 )
 
 EXIT_OK = 0
@@ -52,7 +52,7 @@ def common_options(func):
                          "(default ~/.local/state/copilot-otel)."),
             _option("traces-file", type=click.Path(path_type=Path), default=None,
                     help="Write traces as OTLP JSON lines to this file instead of OTLP."),
-            _option("max-line-bytes", type=click.IntRange(min=1024), default=DEFAULT_MAX_LINE_BYTES,
+            _option("max-line-bytes", type=click.IntRange(min=MIN_MAX_LINE_BYTES), default=DEFAULT_MAX_LINE_BYTES,
                     help="Lines longer than this are counted and skipped."),
             _option("content-max-chars", type=click.IntRange(min=1), default=DEFAULT_CONTENT_MAX_CHARS,
                     help="With OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true, truncate each "
@@ -64,24 +64,21 @@ def common_options(func):
     return func
 
 
-def build_config(copilot_home, state_dir, traces_file, max_line_bytes, content_max_chars, *, exports: bool = True,
-                 **extra) -> Config:
-    """One validated Config from flags and environment; a ConfigError says what to fix."""
-    return Config(
-        copilot_home=(copilot_home or default_copilot_home()).expanduser(),
-        state_dir=(state_dir or default_state_dir()).expanduser(),
-        traces_file=traces_file,
-        otlp=OtlpSettings.from_env() if exports else OtlpSettings(None, "grpc"),
-        capture_content=capture_content_from_env(),
-        max_line_bytes=max_line_bytes,
-        content_max_chars=content_max_chars,
-        **extra,
-    )
+def build_config(*, exports: bool = True, **flags) -> Config:
+    """One validated Config from the environment with the flags on top; a ConfigError says what to fix."""
+    return Config.from_env(exports=exports, **flags)
 
 
 def _setup_logging(level: str) -> None:
+    """The command owns the process: configure logging, and the process-wide library settings."""
     logging.basicConfig(level=level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # The OTel SDK logs a malformed header with its value, which may be a token: never let it through.
+    logging.getLogger("opentelemetry.util.re").setLevel(logging.ERROR)
+    # *_created series double the series count and no dashboard here uses them.
+    from prometheus_client import disable_created_metrics
+
+    disable_created_metrics()
 
 
 def _fail(message: str, code: int = EXIT_USAGE) -> None:
@@ -106,7 +103,7 @@ def main() -> None:
 def replay(paths, log_level, metrics_file, workers, **options) -> None:
     """Export the traces of session folders, events.jsonl files, a COPILOT_HOME, or - (stdin)."""
     from .replay import SourceError, replay_files, replay_stream, resolve
-    from .traces import ExportError, make_sink
+    from .sinks import ExportError, make_sink
     from .workers import WorkerError
 
     _setup_logging(log_level)
@@ -118,8 +115,7 @@ def replay(paths, log_level, metrics_file, workers, **options) -> None:
     except (ConfigError, SourceError) as exc:
         _fail(str(exc))
         return
-    model_options = {"capture_content": config.capture_content, "content_max_chars": config.content_max_chars,
-                     "max_line_bytes": config.max_line_bytes}
+    model_options = {"options": config.model, "max_line_bytes": config.max_line_bytes}
     interactive = sys.stderr.isatty()
     try:
         if from_stdin:
@@ -144,6 +140,8 @@ def replay(paths, log_level, metrics_file, workers, **options) -> None:
             metrics.apply(update)
         for reason, count in stats.rejected.items():
             metrics.lines_rejected.labels(reason).inc(count)
+        for event_type, count in stats.out_of_order.items():
+            metrics.events_out_of_order.labels(event_type).inc(count)
         write_to_textfile(str(metrics_file), metrics.registry)
     rejected = sum(stats.rejected.values())
     click.echo(f"copilot-otel: exported {stats.spans} spans from {stats.files} session(s), "
@@ -190,13 +188,13 @@ def inspect(session, log_level, **options) -> None:
 @_option("stuck-after", type=float, default=DEFAULT_STUCK_AFTER, show_default=True,
          help="Seconds without events before a working session counts as stuck.")
 @_option("poll", is_flag=True, default=False, help="Do not use inotify; find changes by rescanning only.")
-@_option("rescan-interval", type=float, default=10.0, show_default=True,
+@_option("rescan-interval", type=float, default=DEFAULT_RESCAN_INTERVAL, show_default=True,
          help="Seconds between rescans that back up the file watcher.")
 @_option("from-end", is_flag=True, default=False,
          help="On first start, skip the history already in the files.")
-@_option("idle-quiet", type=click.FloatRange(min=0.05), default=2.0, show_default=True,
+@_option("idle-quiet", type=click.FloatRange(min=MIN_IDLE_QUIET), default=DEFAULT_IDLE_QUIET, show_default=True,
          help="Seconds of silence after a final answer that confirm the agent loop went idle.")
-@_option("max-buffered-spans", type=click.IntRange(min=1), default=20_000, show_default=True,
+@_option("max-buffered-spans", type=click.IntRange(min=1), default=DEFAULT_MAX_BUFFERED_SPANS, show_default=True,
          help="Spans held while the trace backend is down; past this, reading pauses (nothing is dropped).")
 def run(log_level, metrics_address, stuck_after, poll, rescan_interval, from_end, idle_quiet, max_buffered_spans,
         **options) -> None:
@@ -205,7 +203,7 @@ def run(log_level, metrics_address, stuck_after, poll, rescan_interval, from_end
 
     _setup_logging(log_level)
     try:
-        config = build_config(metrics_address=parse_address(metrics_address), stuck_after=stuck_after, poll=poll,
+        config = build_config(metrics_address=metrics_address, stuck_after=stuck_after, poll=poll,
                               rescan_interval=rescan_interval, from_start=not from_end, idle_quiet=idle_quiet,
                               max_buffered_spans=max_buffered_spans, **options)
     except ConfigError as exc:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Callable, Mapping
 from urllib.parse import urlparse
 
 # Our own variables: every flag --some-flag is COPILOT_OTEL_SOME_FLAG.
@@ -20,10 +22,26 @@ ENV_OTLP_HEADERS = "OTEL_EXPORTER_OTLP_HEADERS"
 ENV_OTLP_TRACES_HEADERS = "OTEL_EXPORTER_OTLP_TRACES_HEADERS"
 
 PROTOCOLS = ("grpc", "http/protobuf")
-DEFAULT_METRICS_ADDRESS = "127.0.0.1:9464"
+# Each default is written here once; flags, the SDK front end and the docs read them from here.
+DEFAULT_METRICS_HOST = "127.0.0.1"
+DEFAULT_METRICS_PORT = 9464
+DEFAULT_METRICS_ADDRESS = f"{DEFAULT_METRICS_HOST}:{DEFAULT_METRICS_PORT}"
 DEFAULT_STUCK_AFTER = 600.0
 DEFAULT_MAX_LINE_BYTES = 16 * 1024 * 1024
 DEFAULT_CONTENT_MAX_CHARS = 4096
+DEFAULT_IDLE_QUIET = 2.0
+DEFAULT_RESCAN_INTERVAL = 10.0
+DEFAULT_MAX_BUFFERED_SPANS = 20_000
+MIN_MAX_LINE_BYTES = 1024
+MIN_IDLE_QUIET = 0.05
+
+
+@dataclass(frozen=True, slots=True)
+class ModelOptions:
+    """What the session model needs from the configuration: content capture and its length."""
+
+    capture_content: bool = False
+    content_max_chars: int = DEFAULT_CONTENT_MAX_CHARS
 
 
 class ConfigError(ValueError):
@@ -47,9 +65,10 @@ def default_state_dir() -> Path:
     return (Path(base) if base else Path.home() / ".local" / "state") / "copilot-otel"
 
 
-def capture_content_from_env() -> bool:
+def capture_content_from_env(environ: Mapping[str, str] | None = None) -> bool:
     """The CLI's own opt-in switch for exporting prompt, argument and result text."""
-    return os.environ.get(ENV_CAPTURE_CONTENT, "").strip().lower() in ("1", "true", "yes", "on")
+    env = os.environ if environ is None else environ
+    return env.get(ENV_CAPTURE_CONTENT, "").strip().lower() in ("1", "true", "yes", "on")
 
 
 def parse_address(value: str) -> tuple[str, int]:
@@ -79,7 +98,7 @@ class OtlpSettings:
     protocol: str
 
     @classmethod
-    def from_env(cls, environ: dict[str, str] | None = None) -> "OtlpSettings":
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> "OtlpSettings":
         """Read the standard OTEL_EXPORTER_OTLP_* variables, validated."""
         env = os.environ if environ is None else environ
         if env.get(ENV_TRACES_EXPORTER, "").strip().lower() == "none":
@@ -106,32 +125,116 @@ class OtlpSettings:
 
 @dataclass(frozen=True)
 class Config:
-    """Everything the commands need, validated before anything starts."""
+    """Everything the commands and the SDK front end need, validated before anything starts."""
 
     copilot_home: Path = field(default_factory=default_copilot_home)
     state_dir: Path = field(default_factory=default_state_dir)
     traces_file: Path | None = None
     otlp: OtlpSettings = field(default_factory=lambda: OtlpSettings(None, "grpc"))
-    metrics_address: tuple[str, int] = ("127.0.0.1", 9464)
+    metrics_address: tuple[str, int] = (DEFAULT_METRICS_HOST, DEFAULT_METRICS_PORT)
     stuck_after: float = DEFAULT_STUCK_AFTER
-    capture_content: bool = False
-    content_max_chars: int = DEFAULT_CONTENT_MAX_CHARS
+    model: ModelOptions = ModelOptions()
     max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
     # Seconds of silence after a final answer that confirm the agent loop went idle.
-    idle_quiet: float = 2.0
+    idle_quiet: float = DEFAULT_IDLE_QUIET
     # Daemon: periodic rescan that backs up the file watcher; 0 disables it.
-    rescan_interval: float = 10.0
+    rescan_interval: float = DEFAULT_RESCAN_INTERVAL
     poll: bool = False
     from_start: bool = True
-    max_buffered_spans: int = 20_000
+    max_buffered_spans: int = DEFAULT_MAX_BUFFERED_SPANS
 
     def __post_init__(self) -> None:
-        if self.stuck_after <= 0:
-            raise ConfigError(f"--stuck-after must be a positive number of seconds, not {self.stuck_after}")
-        if self.max_line_bytes < 1024:
-            raise ConfigError("--max-line-bytes must be at least 1024")
+        _positive("--stuck-after", self.stuck_after)
+        _positive("--idle-quiet", self.idle_quiet, minimum=MIN_IDLE_QUIET)
+        if not math.isfinite(self.rescan_interval) or self.rescan_interval < 0:
+            raise ConfigError(f"--rescan-interval must be 0 (off) or a positive number of seconds, "
+                              f"not {self.rescan_interval}")
+        if self.max_line_bytes < MIN_MAX_LINE_BYTES:
+            raise ConfigError(f"--max-line-bytes must be at least {MIN_MAX_LINE_BYTES}")
+        if self.model.content_max_chars < 1:
+            raise ConfigError("--content-max-chars must be at least 1")
+        if self.max_buffered_spans < 1:
+            raise ConfigError("--max-buffered-spans must be at least 1")
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, *, exports: bool = True,
+                 **overrides: Any) -> "Config":
+        """The configuration from COPILOT_OTEL_* and the standard variables; ``overrides`` (flags) win.
+
+        ``exports=False``: OTLP settings are not read (a command that exports nothing).
+        Raises ConfigError naming the variable or flag to fix.
+        """
+        env = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        for name, parse in _ENV_FIELDS.items():
+            text = env.get(env_flag(name.replace("_", "-")), "").strip()
+            if text:
+                values[name] = parse(env_flag(name.replace("_", "-")), text)
+        home = env.get(ENV_COPILOT_HOME)
+        if home and "copilot_home" not in values:
+            values["copilot_home"] = Path(home).expanduser()
+        max_chars = values.pop("content_max_chars", DEFAULT_CONTENT_MAX_CHARS)
+        override = overrides.pop("content_max_chars", None)
+        values["model"] = ModelOptions(capture_content_from_env(env), max_chars if override is None else override)
+        values["otlp"] = OtlpSettings.from_env(env) if exports else OtlpSettings(None, "grpc")
+        values.update({key: value for key, value in overrides.items() if value is not None})
+        for key in ("copilot_home", "state_dir", "traces_file"):
+            if isinstance(values.get(key), (str, Path)):
+                values[key] = Path(values[key]).expanduser()
+        if isinstance(values.get("metrics_address"), str):
+            values["metrics_address"] = parse_address(values["metrics_address"])
+        return cls(**values)
 
     @property
     def default_traces_file(self) -> Path:
         """Where traces go when no destination is configured."""
         return self.state_dir / "traces.jsonl"
+
+
+def _positive(flag: str, value: float, *, minimum: float = 0.0) -> None:
+    if not math.isfinite(value) or value <= 0 or value < minimum:
+        least = f" of at least {minimum}" if minimum else ""
+        raise ConfigError(f"{flag} must be a positive number of seconds{least}, not {value}")
+
+
+def _parse_float(variable: str, text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise ConfigError(f"{variable}={text!r} is not a number") from None
+
+
+def _parse_int(variable: str, text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise ConfigError(f"{variable}={text!r} is not a whole number") from None
+
+
+def _parse_bool(variable: str, text: str) -> bool:
+    lowered = text.lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off"):
+        return False
+    raise ConfigError(f"{variable}={text!r} is not true or false")
+
+
+def _parse_path(_variable: str, text: str) -> Path:
+    return Path(text).expanduser()
+
+
+# The COPILOT_OTEL_* variables the SDK front end reads without click (the CLI's flags read the same ones).
+_ENV_FIELDS: dict[str, Callable[[str, str], Any]] = {
+    "copilot_home": _parse_path,
+    "state_dir": _parse_path,
+    "traces_file": _parse_path,
+    "metrics_address": lambda _variable, text: parse_address(text),
+    "stuck_after": _parse_float,
+    "max_line_bytes": _parse_int,
+    "content_max_chars": _parse_int,
+    "idle_quiet": _parse_float,
+    "rescan_interval": _parse_float,
+    "poll": _parse_bool,
+    "max_buffered_spans": _parse_int,
+}

@@ -1,4 +1,9 @@
-"""The daemon: wiring and lifecycle. Discover -> tail -> session model -> export queue / metrics."""
+"""The daemon: wiring, scheduling, health and shutdown. Discover -> follow -> pipeline -> export / metrics.
+
+One reader thread (``run``) owns every session model. It publishes a frozen
+:class:`~copilot_otel.liveness.SessionView` per live session after each pass; the scrape
+thread reads only those, never a model.
+"""
 
 from __future__ import annotations
 
@@ -9,74 +14,26 @@ import signal
 import sqlite3
 import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from .checkpoint import Checkpoint, FilePosition
+from .checkpoint import Checkpoint
 from .config import Config, ConfigError
-from .discover import Discoverer, ReportedOnce
-from .decode import INTERNAL_ERROR
-from .events import DecodeError
-from .liveness import lock_pids, pid_alive
-from .metrics import LiveSession, Metrics
-from .records import MetricUpdate, SpanRecord
-from .replay import SESSION_STATE, anomaly
-from .sessions import END_INCOMPLETE, IDLE, WAITING_TOOL, WORKING, SessionModel
-from .tail import FileTail
-from .traces import SpanSink, make_sink
+from .discover import Discoverer
 from .export import ExportQueue
+from .follow import Follower
+from .liveness import ABANDON, ABANDONED_RETENTION, DORMANT, SessionView, live_state, lock_pids, pid_alive, verdict
+from .logs import RateLimitedLog, ReportedOnce
+from .metrics import LiveSession, Metrics
+from .pipeline import Outputs
+from .sources import SESSION_STATE
+from .sinks import SpanSink, make_sink
+from .vocab import END_INCOMPLETE
 
 log = logging.getLogger(__name__)
 
 TICK = 0.2  # seconds between housekeeping passes (idle confirmation, liveness)
 LIVENESS_EVERY = 1.0
-ABANDONED_RETENTION = 3600.0  # how long a dead session stays visible as abandoned
-DORMANT_AFTER = 5.0  # seconds of quiet before a session with no live process and nothing open is set aside
-
-
-class RateLimitedLog:
-    """At most ``burst`` warnings per ``window`` seconds; the rest are summarised."""
-
-    def __init__(self, logger: logging.Logger, *, burst: int = 20, window: float = 60.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        self._log, self._burst, self._window, self._clock = logger, burst, window, clock
-        self._start = clock()
-        self._count = 0
-        self._suppressed = 0
-
-    def warning(self, message: str, *args) -> None:
-        """Log, unless this window's budget is spent."""
-        now = self._clock()
-        if now - self._start >= self._window:
-            if self._suppressed:
-                self._log.warning("%d more skipped line(s) not logged in the last %.0f s", self._suppressed,
-                                  self._window)
-            self._start, self._count, self._suppressed = now, 0, 0
-        if self._count < self._burst:
-            self._count += 1
-            self._log.warning(message, *args)
-        else:
-            self._suppressed += 1
-
-
-@dataclass
-class Session:
-    """One followed session log and everything the daemon knows about it."""
-
-    path: Path
-    tail: FileTail
-    # None while the session is compacted: it had ended (or its process was gone) with nothing open,
-    # so only its position is kept; new lines rebuild the model from the start of the file.
-    model: SessionModel | None
-    floor: int = 0  # outputs of events before this offset were already delivered (restart, compaction)
-    pids: list[int] = field(default_factory=list)
-    last_read: float = 0.0  # monotonic time new events were last read
-    abandoned_at: float | None = None  # wall time the session was found dead mid-turn
-    session_id: str = field(init=False)  # the folder's name
-
-    def __post_init__(self) -> None:
-        self.session_id = self.path.parent.name
 
 
 class Daemon:
@@ -101,15 +58,17 @@ class Daemon:
         self.metrics.files_watched.set_function(lambda: len(self.sessions))
         self.metrics.export_queue.set_function(lambda: self.queue.depth)
         self.discoverer = Discoverer(self.root, poll=config.poll, rescan_interval=config.rescan_interval)
-        self.sessions: dict[Path, Session] = {}
+        self.sessions: dict[Path, Follower] = {}
         # The sessions whose state can change without a new event (an idle loop to confirm, a process
         # that may die) or that a scrape reports. Housekeeping and scrapes visit only these, so
         # thousands of finished sessions cost nothing between their writes.
-        self._open: dict[Path, Session] = {}
-        self._abandoned: dict[Path, Session] = {}
+        self._open: dict[Path, Follower] = {}
+        self._abandoned: dict[Path, Follower] = {}
+        self._views: dict[Path, SessionView] = {}  # the reader's copy; scrapes read ``self.views``
+        self.views: tuple[SessionView, ...] = ()
         self._restored = self.checkpoint.load()
         self._skip_history: set[Path] = set()
-        self._unreadable = ReportedOnce()  # retried at every rescan
+        self._unreadable = ReportedOnce(log)  # retried at every rescan
         self._outside: set[Path] = set()  # symlinks out of the tree, reported once
         self._root_real = self.root.resolve()
         self._stop = threading.Event()
@@ -125,10 +84,6 @@ class Daemon:
     def request_stop(self, *_args) -> None:
         """Ask the loop to stop (signal handler)."""
         self._stop.set()
-
-    @property
-    def stopping(self) -> bool:
-        return self._stop.is_set()
 
     def health(self) -> tuple[bool, str]:
         """Healthy while the reader loop turns; says whether exports succeed."""
@@ -152,66 +107,50 @@ class Daemon:
             ready.set()
         try:
             while not self._stop.is_set():
-                rescans = self.discoverer.rescans
-                files, lock_dirs = self.discoverer.wait(TICK)
-                if self.discoverer.rescans != rescans:
-                    files |= self._unreadable.paths
-                self._last_loop = time.monotonic()
-                for path in sorted(files):
-                    if self._stop.is_set():
-                        break
-                    self._read(path)
-                for folder in lock_dirs:
-                    session = self.sessions.get(folder / "events.jsonl")
-                    if session is not None:
-                        session.pids = lock_pids(folder)
-                        if session.model is not None and session.model.ended is None:
-                            self._open[session.path] = session  # a CLI took it up again
-                self._housekeeping()
-                if self._freeze_gc and not files:
-                    self._freeze_gc = False
-                    gc.collect()
-                    gc.freeze()
+                self._pass()
         finally:
             self.discoverer.stop()
-            flushed = self.queue.stop(timeout=5.0)
-            if not flushed:
+            if not self.queue.stop(timeout=5.0):
                 log.warning("stopped with %d spans not yet exported; they will be re-read on the next start",
                             self.queue.depth)
             self.checkpoint.close()
             self.sink.shutdown()
 
+    def _pass(self) -> None:
+        """One turn of the reader loop: read what changed, housekeeping, publish the views."""
+        rescans = self.discoverer.rescans
+        files, lock_dirs = self.discoverer.wait(TICK)
+        if self.discoverer.rescans != rescans:
+            files |= self._unreadable.paths
+        self._last_loop = time.monotonic()
+        for path in sorted(files):
+            if self._stop.is_set():
+                break
+            self._read(path)
+        for folder in lock_dirs:
+            follower = self.sessions.get(folder / "events.jsonl")
+            if follower is not None:
+                follower.pids = lock_pids(folder)
+                if follower.model is not None and follower.model.ended is None:
+                    self._watch(follower)  # a CLI took it up again
+        self._housekeeping()
+        self.views = tuple(self._views.values())
+        if self._freeze_gc and not files:
+            self._freeze_gc = False
+            gc.collect()
+            gc.freeze()
+
     # ------------------------------------------------------------ reading
 
-    def _session_for(self, path: Path) -> Session | None:
-        session = self.sessions.get(path)
-        if session is not None:
-            return session
-        if not path.is_file():
-            return None
-        if not self._inside_tree(path):
-            return None
-        key = str(path)
-        restored = self._restored.pop(key, None)
-        tail = FileTail(path, max_line_bytes=self.config.max_line_bytes)
-        floor = 0
-        if restored is not None:
-            tail.identity = restored.identity
-            tail.offset, tail.line = restored.resume_offset, restored.resume_line
-            floor = restored.offset
-        elif path in self._skip_history:
-            floor = _last_newline_end(path)
-            tail.offset = floor
-        model = self._new_model(path.parent.name)
-        if tail.offset > 0:
-            _prime(model, path, tail.offset, self.config.max_line_bytes)
-        session = Session(path, tail, model, floor, lock_pids(path.parent))
-        self.sessions[path] = session
-        return session
-
-    def _new_model(self, session_id: str) -> SessionModel:
-        return SessionModel(session_id, capture_content=self.config.capture_content,
-                            content_max_chars=self.config.content_max_chars, summaries=False)
+    def _follower_for(self, path: Path) -> Follower | None:
+        follower = self.sessions.get(path)
+        if follower is not None or not path.is_file() or not self._inside_tree(path):
+            return follower
+        follower = Follower.start(path, self.config.model, max_line_bytes=self.config.max_line_bytes,
+                                  restored=self._restored.pop(str(path), None),
+                                  skip_history=path in self._skip_history, pids=lock_pids(path.parent))
+        self.sessions[path] = follower
+        return follower
 
     def _inside_tree(self, path: Path) -> bool:
         """False (said once) for a log that resolves outside COPILOT_HOME/session-state."""
@@ -225,14 +164,15 @@ class Daemon:
         return inside
 
     def _read(self, path: Path) -> None:
-        session = self._session_for(path)
-        if session is None:
+        follower = self._follower_for(path)
+        if follower is None:
             self._forget(path)
             return
-        if session.model is None and not self._wake(session):
+        if follower.model is None and not follower.wake():
             return
         while not self._stop.is_set():
-            result = session.tail.read(max_bytes=8 << 20)
+            out = Outputs()
+            result = follower.read(out, warn=self._bad_lines.warning)
             if result.gone:
                 self._forget(path)
                 return
@@ -240,112 +180,61 @@ class Daemon:
                 self._unreadable.report(path, f"cannot read {path}: {result.error}; will retry")
                 return
             self._unreadable.recovered(path)
-            if result.restarted:
-                log.info("%s was %s; reading it again from the start", path, result.restarted)
-                self._deliver(session, session.model.finish(), None)
-                session.model = self._new_model(session.session_id)
-                session.floor = 0
+            if result.items:
+                self._abandoned.pop(path, None)
+                self._alive(follower)  # learns the pid of a process that writes it and that we have not seen yet
+            elif not result.restarted:
+                break
+            self._deliver(follower, out)
             if not result.items:
                 break
-            spans: list[SpanRecord] = []
-            for item in result.items:
-                if isinstance(item, DecodeError):
-                    if item.offset >= session.floor:
-                        self.metrics.lines_rejected.labels(item.reason).inc()
-                        self._bad_lines.warning("%s:%d: skipped line (%s): %s", path, item.line, item.reason,
-                                                item.detail)
-                    continue
-                try:
-                    outputs = session.model.feed(item)
-                except Exception:  # a model bug must cost one event, never the daemon
-                    log.exception("%s:%d: could not apply %s", path, item.line, item.type)
-                    self.metrics.lines_rejected.labels(INTERNAL_ERROR).inc()
-                    continue
-                if item.offset < session.floor:
-                    continue  # delivered before the restart; re-read only to rebuild open spans
-                self.metrics.count_event(item.type)
-                if item.timestamp_ns > self.metrics.newest_event_ns:
-                    self.metrics.newest_event_ns = item.timestamp_ns
-                for out in outputs:
-                    message = None if isinstance(out, SpanRecord) else anomaly(out, item)
-                    if message is not None:
-                        self._bad_lines.warning("%s:%d: %s", path, item.line, message)
-                self._split(outputs, spans)
-            if session.abandoned_at is not None:
-                session.abandoned_at = None
-                self._abandoned.pop(path, None)
-            session.last_read = time.monotonic()
-            self._alive(session)  # learns the pid of a process that writes it and that we have not seen yet
-            self.queue.put_spans(spans, should_stop=self._stop.is_set)
-            self._mark(session)
-        if session.model.ended is not None and session.abandoned_at is None:
-            self._compact(session)
+        if follower.model.ended is not None and follower.abandoned_at is None:
+            self._compact(follower)
 
-    def _compact(self, session: Session) -> None:
-        """Drop the model of a session with nothing open; keep its position (thousands of old sessions)."""
-        if session.model is not None and session.model.quiescent and session.tail.offset >= session.floor:
-            self._open.pop(session.path, None)
-            session.model = None
-
-    def _wake(self, session: Session) -> bool:
-        """A compacted session's file changed: rebuild its model by re-reading the file, delivering
-        only what is past the old position. False if the file did not really change."""
-        tail = session.tail
-        try:
-            st = os.stat(session.path)
-        except OSError:
-            st = None  # gone or unreadable: the read says which
-        if st is not None and tail.identity is not None and st.st_size == tail.offset \
-                and st.st_ino == tail.identity.inode:
-            return False
-        session.model = self._new_model(session.session_id)
-        if st is not None and st.st_size < tail.offset:
-            return True  # truncated: the read sees it and starts a new generation from 0
-        session.floor = max(session.floor, tail.offset)
-        tail.offset, tail.line = 0, 0
-        return True
-
-    def _split(self, outputs, spans: list[SpanRecord]) -> None:
-        for out in outputs:
-            if isinstance(out, SpanRecord):
-                spans.append(out)
-            else:
-                self._apply(out)
-
-    def _apply(self, update: MetricUpdate) -> None:
-        try:
-            self.metrics.apply(update)
-        except Exception:  # a metric bug must not stop the reader
-            log.exception("cannot apply %s", update)
-
-    def _deliver(self, session: Session, outputs, _reason: str | None) -> None:
-        spans: list[SpanRecord] = []
-        self._split(outputs, spans)
-        self.queue.put_spans(spans, should_stop=self._stop.is_set)
-        self._mark(session)
-
-    def _mark(self, session: Session) -> None:
-        if session.model.ended is None:
-            self._open[session.path] = session
+    def _deliver(self, follower: Follower, out: Outputs) -> None:
+        """Count what a read produced, queue its spans, then the checkpoint position behind them."""
+        self._count_and_queue(follower, out)
+        if follower.model.ended is None:
+            self._watch(follower)
         else:
-            self._open.pop(session.path, None)
-        tail = session.tail
-        if tail.identity is None or tail.offset < session.floor:
-            return
-        resume = session.model.open_interaction_start
-        resume_offset, resume_line = resume if resume is not None else (tail.offset, tail.line)
-        self.queue.put_marker(FilePosition(str(session.path), tail.identity, tail.offset, tail.line,
-                                           resume_offset, resume_line))
+            self._unwatch(follower)
+        marker = follower.marker()
+        if marker is not None:
+            self.queue.put_marker(marker)
+
+    def _count_and_queue(self, follower: Follower, out: Outputs) -> None:
+        try:
+            self.metrics.apply_outputs(out)
+        except Exception:  # a metric bug must not stop the reader
+            log.exception("cannot count the metrics of %s", follower.path)
+        self.queue.put_spans(out.spans, should_stop=self._stop.is_set)
+
+    def _watch(self, follower: Follower) -> None:
+        self._open[follower.path] = follower
+        self._views[follower.path] = follower.view()
+
+    def _unwatch(self, follower: Follower) -> None:
+        self._open.pop(follower.path, None)
+        if follower.abandoned_at is None:
+            self._views.pop(follower.path, None)
+        else:
+            self._views[follower.path] = follower.view()
+
+    def _compact(self, follower: Follower) -> None:
+        if follower.compact():
+            self._open.pop(follower.path, None)
+            self._views.pop(follower.path, None)
 
     def _forget(self, path: Path) -> None:
-        session = self.sessions.pop(path, None)
+        follower = self.sessions.pop(path, None)
         self._open.pop(path, None)
         self._abandoned.pop(path, None)
-        if session is not None and session.model is not None:
-            log.info("%s was deleted; finishing session %s", path, session.session_id)
-            spans: list[SpanRecord] = []
-            self._split(session.model.finish(), spans)
-            self.queue.put_spans(spans, should_stop=self._stop.is_set)
+        self._views.pop(path, None)
+        if follower is not None and follower.model is not None:
+            log.info("%s was deleted; finishing session %s", path, follower.session_id)
+            out = Outputs()
+            follower.finish(out)
+            self._count_and_queue(follower, out)
         self._restored.pop(str(path), None)
         self.checkpoint.forget(str(path))
 
@@ -353,113 +242,74 @@ class Daemon:
 
     def _housekeeping(self) -> None:
         now = self.clock()
-        now_ns = int(now * 1e9)
         monotonic = time.monotonic()
         check_liveness = monotonic >= self._next_liveness
         if check_liveness:
             self._next_liveness = monotonic + LIVENESS_EVERY
-            for path, session in list(self._abandoned.items()):
-                if session.abandoned_at is None or now - session.abandoned_at >= ABANDONED_RETENTION:
+            for path, follower in list(self._abandoned.items()):
+                if follower.abandoned_at is None or now - follower.abandoned_at >= ABANDONED_RETENTION:
                     del self._abandoned[path]
-                    session.abandoned_at = None
-                    self._compact(session)
-        for session in list(self._open.values()):
-            model = session.model
+                    follower.abandoned_at = None
+                    self._views.pop(path, None)
+                    self._compact(follower)
+        for follower in list(self._open.values()):
+            model = follower.model
             # Quiet is measured on our clock: a backlog read late must not look quiet.
-            quiet = monotonic - session.last_read
+            quiet = monotonic - follower.last_read
             if model.awaiting_confirmation and quiet >= self.config.idle_quiet:
-                self._deliver(session, model.confirm_end(), "idle")
-            if not check_liveness or now_ns - model.last_event_ns <= 1e9:
-                continue  # a short grace period: a CLI that is starting may write before its lock exists
-            if model.mid_turn:
-                if not self._alive(session):
-                    self._abandon(session, now)
-            elif (not model.awaiting_confirmation and quiet >= DORMANT_AFTER
-                  and now_ns - model.last_event_ns > DORMANT_AFTER * 1e9 and not self._alive(session)):
-                # Its process is gone and nothing is open: set aside until the file grows again.
-                del self._open[session.path]
-                self._compact(session)
+                out = Outputs()
+                out.add(model.confirm_end())
+                self._deliver(follower, out)
+            if not check_liveness:
+                continue
+            decision = verdict(mid_turn=model.mid_turn, awaiting_confirmation=model.awaiting_confirmation,
+                               last_event_ns=model.last_event_ns, quiet=quiet, now=now,
+                               alive=lambda f=follower: self._alive(f))
+            if decision == ABANDON:
+                self._abandon(follower, now)
+            elif decision == DORMANT:  # its process is gone and nothing is open: set aside until it grows
+                self._open.pop(follower.path, None)
+                self._views.pop(follower.path, None)
+                self._compact(follower)
 
-    def _alive(self, session: Session) -> bool:
+    def _alive(self, follower: Follower) -> bool:
         """Is a process holding the session? The known lock pids first, the folder listed again if none lives."""
-        if any(pid_alive(pid) for pid in session.pids):
+        if any(pid_alive(pid) for pid in follower.pids):
             return True
-        session.pids = lock_pids(session.path.parent)
-        return any(pid_alive(pid) for pid in session.pids)
+        pids = lock_pids(follower.path.parent)
+        if pids != follower.pids:
+            follower.pids = pids
+            if follower.path in self._views:
+                self._views[follower.path] = follower.view()
+        return any(pid_alive(pid) for pid in pids)
 
-    def _abandon(self, session: Session, now: float) -> None:
+    def _abandon(self, follower: Follower, now: float) -> None:
         """The process that held a session died mid-turn: end its open spans as incomplete."""
-        if now - session.model.last_event_ns / 1e9 < ABANDONED_RETENTION:
-            session.abandoned_at = now
-            self._abandoned[session.path] = session
-            log.warning("session %s was abandoned mid-turn (its CLI process is gone)", session.session_id)
-        self._deliver(session, session.model.finish(END_INCOMPLETE), "abandoned")
+        if now - follower.model.last_event_ns / 1e9 < ABANDONED_RETENTION:
+            follower.abandoned_at = now
+            self._abandoned[follower.path] = follower
+            log.warning("session %s was abandoned mid-turn (its CLI process is gone)", follower.session_id)
+        out = Outputs()
+        follower.finish(out, END_INCOMPLETE)
+        self._deliver(follower, out)
 
     def live_sessions(self) -> list[LiveSession]:
-        """Scrape-time states of the sessions that are live now (or recently abandoned)."""
+        """Scrape-time states of the sessions that are live now (or recently abandoned), from the views."""
         now = self.clock()
-        stuck_after = self.config.stuck_after
         alive: dict[int, bool] = {}  # one kill(0) per pid per scrape
+
+        def probe(pid: int) -> bool:
+            known = alive.get(pid)
+            if known is None:
+                known = alive[pid] = pid_alive(pid)
+            return known
+
         out = []
-        # This runs on the server's thread while the reader may compact a session (model -> None).
-        for session in list(self._abandoned.values()):
-            abandoned_at, model = session.abandoned_at, session.model
-            if abandoned_at is not None and model is not None and now - abandoned_at < ABANDONED_RETENTION:
-                out.append(LiveSession(session.session_id, "abandoned", max(0.0, now - model.last_event_ns / 1e9)))
-        for session in list(self._open.values()):
-            model = session.model
-            if model is None or model.ended is not None:
-                continue
-            if not any(_pid_alive_cached(pid, alive) for pid in session.pids):
-                continue
-            state = model.state
-            stalled = now - model.last_event_ns / 1e9
-            if state in (WORKING, WAITING_TOOL) and stalled > stuck_after:
-                out.append(LiveSession(session.session_id, "stuck", stalled))
-            else:
-                out.append(LiveSession(session.session_id, state if state else IDLE))
+        for view in self.views:
+            live = live_state(view, now=now, stuck_after=self.config.stuck_after, alive=probe)
+            if live is not None:
+                out.append(LiveSession(view.session_id, *live))
         return out
-
-
-def _pid_alive_cached(pid: int, cache: dict[int, bool]) -> bool:
-    alive = cache.get(pid)
-    if alive is None:
-        alive = cache[pid] = pid_alive(pid)
-    return alive
-
-
-_SESSION_FACTS = (b'"session.start"', b'"session.resume"', b'"session.model_change"')
-
-
-def _prime(model: SessionModel, path: Path, end: int, max_line_bytes: int) -> None:
-    """Teach a model resuming mid-file the session facts (model, cwd, CLI version) written before ``end``."""
-    from .decode import decode_line
-
-    try:
-        with open(path, "rb") as handle:
-            data = handle.read(end)
-    except OSError:
-        return
-    for raw in data.split(b"\n"):
-        if len(raw) <= max_line_bytes and any(marker in raw for marker in _SESSION_FACTS):
-            event = decode_line(raw.rstrip(b"\r"))
-            if not isinstance(event, DecodeError) and event.type.startswith("session."):
-                model.feed(event)
-
-
-def _last_newline_end(path: Path) -> int:
-    """Offset just past the last newline of a file (where complete lines end)."""
-    try:
-        with open(path, "rb") as handle:
-            handle.seek(0, 2)
-            size = handle.tell()
-            start = max(0, size - (1 << 20))
-            handle.seek(start)
-            tail = handle.read()
-    except OSError:
-        return 0
-    index = tail.rfind(b"\n")
-    return start + index + 1 if index >= 0 else 0
 
 
 def _check_state_dir(state_dir: Path) -> None:

@@ -25,9 +25,9 @@ from watchdog.events import (
     FileSystemEventHandler,
 )
 from watchdog.observers import Observer
-from watchdog.observers.polling import PollingObserver
 
 from .liveness import LOCK_PREFIX, LOCK_SUFFIX
+from .logs import ReportedOnce
 
 log = logging.getLogger(__name__)
 
@@ -39,25 +39,6 @@ RESCAN_BUDGET = 200
 # reading a log would report it changed: the daemon would re-read every file forever.
 WATCHED_EVENTS = [FileCreatedEvent, FileModifiedEvent, FileDeletedEvent, FileMovedEvent,
                   DirCreatedEvent, DirDeletedEvent, DirMovedEvent]
-
-
-class ReportedOnce:
-    """Paths with a problem (unreadable, say): each warned about once, until it recovers."""
-
-    def __init__(self) -> None:
-        self.paths: set[Path] = set()
-
-    def report(self, path: Path, message: str) -> None:
-        """Warn, unless this path was already reported and has not recovered since."""
-        if path not in self.paths:
-            self.paths.add(path)
-            log.warning("%s", message)
-
-    def recovered(self, path: Path) -> None:
-        """The path works again: say so, if it had been reported."""
-        if path in self.paths:
-            self.paths.discard(path)
-            log.info("%s is readable again", path)
 
 
 class _Handler(FileSystemEventHandler):
@@ -178,11 +159,6 @@ class Discoverer:
                 self._files.update(map(Path, changed))
                 self._cond.notify()
 
-    @property
-    def known_files(self) -> int:
-        """How many session logs the last rescan saw."""
-        return len(self._known)
-
     # ---------------------------------------------------------------- lifecycle
 
     def _start_observer(self) -> None:
@@ -210,5 +186,3 @@ class Discoverer:
         with self._cond:
             self._cond.notify_all()
 
-
-__all__ = ["Discoverer", "PollingObserver", "ReportedOnce"]

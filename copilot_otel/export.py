@@ -16,7 +16,7 @@ from typing import Callable
 
 from .checkpoint import Checkpoint, FilePosition
 from .records import SpanRecord
-from .traces import ExportError, SpanSink
+from .sinks import ExportError, SpanSink
 
 log = logging.getLogger(__name__)
 

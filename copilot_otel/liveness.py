@@ -1,12 +1,32 @@
-"""Is a session's CLI process alive? Read from its ``inuse.<pid>.lock`` files."""
+"""Is a session's CLI process alive, and what does that make the session?
+
+The probes (``pid_alive``, ``lock_pids``) read the process table and the session folder's
+``inuse.<pid>.lock`` files. The policy (``live_state``, ``verdict``) is pure: the clock and
+the probe are passed in, so it is tested without processes.
+"""
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
+
+from .vocab import ABANDONED, STUCK, WAITING_TOOL, WORKING
 
 LOCK_PREFIX = "inuse."
 LOCK_SUFFIX = ".lock"
+
+# How long a dead session stays visible as abandoned.
+ABANDONED_RETENTION = 3600.0
+# After its last event a session gets this long before a missing process counts: a CLI that is
+# starting may write before its lock exists.
+GRACE_SECONDS = 1.0
+# Seconds of quiet before a session with no live process and nothing open is set aside.
+DORMANT_AFTER = 5.0
+
+ABANDON = "abandon"  # verdict: the process died mid-turn
+DORMANT = "dormant"  # verdict: the process is gone and nothing is open
 
 
 def pid_alive(pid: int) -> bool:
@@ -23,7 +43,7 @@ def pid_alive(pid: int) -> bool:
 
 
 def lock_pids(session_dir: Path) -> list[int]:
-    """The pids named by the session's lock files (from the file name, else its text)."""
+    """The pids named by the session's lock files (from the file name)."""
     pids = []
     try:
         names = os.listdir(session_dir)
@@ -40,3 +60,46 @@ def lock_pids(session_dir: Path) -> list[int]:
 def session_alive(session_dir: Path) -> bool:
     """True while some process that holds the session is running."""
     return any(pid_alive(pid) for pid in lock_pids(session_dir))
+
+
+@dataclass(frozen=True, slots=True)
+class SessionView:
+    """A frozen snapshot of one followed session, published by the reader for scrapes to read."""
+
+    session_id: str
+    state: str  # the model's state: working, waiting_tool, waiting_user or idle
+    last_event_ns: int
+    pids: tuple[int, ...]
+    abandoned_at: float | None = None  # wall time the session was found dead mid-turn
+
+
+def live_state(view: SessionView, *, now: float, stuck_after: float,
+               alive: Callable[[int], bool]) -> tuple[str, float] | None:
+    """(state, seconds stalled) of a session at scrape time; None when it is not live.
+
+    Abandoned sessions stay visible for ABANDONED_RETENTION; a live one that works or waits
+    on a tool with no event for ``stuck_after`` seconds is stuck.
+    """
+    stalled = max(0.0, now - view.last_event_ns / 1e9)
+    if view.abandoned_at is not None:
+        return (ABANDONED, stalled) if now - view.abandoned_at < ABANDONED_RETENTION else None
+    if not any(alive(pid) for pid in view.pids):
+        return None
+    if view.state in (WORKING, WAITING_TOOL) and stalled > stuck_after:
+        return STUCK, stalled
+    return view.state, 0.0
+
+
+def verdict(*, mid_turn: bool, awaiting_confirmation: bool, last_event_ns: int, quiet: float, now: float,
+            alive: Callable[[], bool]) -> str | None:
+    """What a session's missing process means: ABANDON (it died mid-turn), DORMANT (gone, nothing
+    open: set the session aside), or None (alive, or too soon to tell). ``quiet``: seconds since
+    the reader last read new events; ``alive`` is called only when the answer depends on it."""
+    since_event = now - last_event_ns / 1e9
+    if since_event <= GRACE_SECONDS:
+        return None
+    if mid_turn:
+        return None if alive() else ABANDON
+    if not awaiting_confirmation and quiet >= DORMANT_AFTER and since_event > DORMANT_AFTER and not alive():
+        return DORMANT
+    return None

@@ -10,9 +10,9 @@ from __future__ import annotations
 import re
 import time
 from dataclasses import dataclass
-from typing import Callable, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.platform_collector import PlatformCollector
@@ -20,18 +20,17 @@ from prometheus_client.platform_collector import PlatformCollector
 from . import __version__
 from .decode import REASONS
 from .records import MetricUpdate
+from .vocab import SIGNALS, STALLED_STATES, STATES, Metric
 
-STATES = ("working", "waiting_tool", "waiting_user", "idle", "stuck", "abandoned")
-SIGNALS = ("idle", "task_complete", "error", "shutdown")
+if TYPE_CHECKING:
+    from .pipeline import Outputs
+
 TURN_BUCKETS = (0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600, 1200, 1800, 3600)
 TOOL_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800)
 LLM_BUCKETS = (0.25, 0.5, 1, 2, 4, 8, 15, 30, 60, 120, 300)
 # The CLI has about 150 event types; a file full of invented ones must not mint series.
 MAX_EVENT_TYPES = 250
 _EVENT_TYPE = re.compile(r"[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*){1,3}")
-
-# *_created series double the series count and no dashboard here uses them.
-disable_created_metrics()
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +56,7 @@ class LiveSessionsCollector:
                                     labels=["session_id", "state"])
         for session in self._snapshot():
             counts[session.state] = counts.get(session.state, 0) + 1
-            if session.state in ("stuck", "abandoned"):
+            if session.state in STALLED_STATES:
                 stalled.add_metric([session.session_id, session.state], session.stalled_seconds)
         sessions = GaugeMetricFamily("copilot_sessions", "Live Copilot sessions by state.", labels=["state"])
         for state, count in counts.items():
@@ -120,47 +119,57 @@ class Metrics:
         if process:
             ProcessCollector(registry=r)
             PlatformCollector(registry=r)
-        self._counters = {
-            "sessions_started": self.sessions_started,
-            "turns": self.turns,
-            "llm_calls": self.llm_calls,
-            "tool_calls": self.tool_calls,
-            "autopilot_nudges": self.autopilot_nudges,
-            "completion_signals": self.completion_signals,
-            "tokens": self.tokens,
-            "out_of_order": self.events_out_of_order,
-            "rejected": self.lines_rejected,
+        # The series each of the session model's metric keys updates, and whether it observes.
+        self._series = {
+            Metric.SESSIONS_STARTED: self.sessions_started,
+            Metric.TURNS: self.turns,
+            Metric.LLM_CALLS: self.llm_calls,
+            Metric.TOOL_CALLS: self.tool_calls,
+            Metric.AUTOPILOT_NUDGES: self.autopilot_nudges,
+            Metric.COMPLETION_SIGNALS: self.completion_signals,
+            Metric.TOKENS: self.tokens,
+            Metric.TURN_DURATION: self.turn_duration,
+            Metric.TOOL_DURATION: self.tool_duration,
+            Metric.LLM_CALL_DURATION: self.llm_call_duration,
         }
-        self._histograms = {
-            "turn_duration": self.turn_duration,
-            "tool_duration": self.tool_duration,
-            "llm_call_duration": self.llm_call_duration,
-        }
+        assert set(self._series) == set(Metric), "every metric key needs its series"
 
     def _lag(self) -> float:
         if not self.newest_event_ns:
             return 0.0
         return max(0.0, time.time() - self.newest_event_ns / 1e9)
 
-    def count_event(self, event_type: str) -> None:
-        """Count an event read, by type; past MAX_EVENT_TYPES distinct names (or an odd one) as 'other'."""
+    def count_event(self, event_type: str, count: int = 1) -> None:
+        """Count events read, by type; past MAX_EVENT_TYPES distinct names (or an odd one) as 'other'."""
         label = event_type
         if event_type not in self._event_types:
             if len(self._event_types) >= MAX_EVENT_TYPES or not _EVENT_TYPE.fullmatch(event_type):
                 label = "other"
             else:
                 self._event_types.add(event_type)
-        self.events_read.labels(label).inc()
+        self.events_read.labels(label).inc(count)
 
     def apply(self, update: MetricUpdate) -> None:
         """Apply one update from the session model."""
-        labels = dict(update.labels)
-        if update.observe:
-            metric = self._histograms[update.name]
-            (metric.labels(**labels) if labels else metric).observe(update.value)
+        series = self._series[update.metric]
+        child = series.labels(*update.labels) if update.labels else series
+        if isinstance(series, Histogram):
+            child.observe(update.value)
         else:
-            metric = self._counters[update.name]
-            (metric.labels(**labels) if labels else metric).inc(update.value)
+            child.inc(update.value)
+
+    def apply_outputs(self, out: "Outputs") -> None:
+        """Count what one drive of the pipeline produced: metric updates, events, rejected lines."""
+        for update in out.metrics:
+            self.apply(update)
+        for event_type, count in out.events.items():
+            self.count_event(event_type, count)
+        for reason, count in out.rejected.items():
+            self.lines_rejected.labels(reason).inc(count)
+        for event_type, count in out.out_of_order.items():
+            self.events_out_of_order.labels(event_type).inc(count)
+        if out.newest_ns > self.newest_event_ns:
+            self.newest_event_ns = out.newest_ns
 
     def add_live_sessions(self, snapshot: Callable[[], Iterable[LiveSession]]) -> None:
         """Register the scrape-time collector of live session states."""

@@ -1,10 +1,12 @@
-"""Plain output records of the session model: finished spans and metric updates."""
+"""Plain output records of the session model: finished spans, metric updates, anomalies, steps."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from hashlib import blake2b
 from typing import Any, Mapping
+
+from .vocab import DUPLICATE_ID, Metric
 
 # OTel span kinds, as their OTLP enum values.
 KIND_INTERNAL = 1
@@ -43,12 +45,41 @@ class SpanRecord:
 
 @dataclass(frozen=True, slots=True)
 class MetricUpdate:
-    """Add ``value`` to a counter, or observe it in a histogram, of the given name."""
+    """Add ``value`` to a counter, or observe it in a histogram (``metric`` says which).
 
-    name: str
-    labels: tuple[tuple[str, str], ...]
+    ``labels`` are the label values in the order metrics.py declares the metric's labels.
+    """
+
+    metric: Metric
+    labels: tuple[str, ...] = ()
     value: float = 1.0
-    observe: bool = False  # True: a histogram observation; False: a counter increment
+
+
+@dataclass(frozen=True, slots=True)
+class Anomaly:
+    """An event the model counted but could not use: a duplicate id, or an end whose start is not open."""
+
+    kind: str  # vocab.DUPLICATE_ID or vocab.OUT_OF_ORDER
+    event_type: str
+    event_id: str
+
+    def describe(self) -> str:
+        """One sentence for the log line that names the file and line."""
+        if self.kind == DUPLICATE_ID:
+            return f"skipped line ({DUPLICATE_ID}): event id {self.event_id} seen before"
+        return f"{self.event_type} out of order: it ends something that is not open; counted, not exported"
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """What applying one event (or finishing a session) produced."""
+
+    spans: tuple[SpanRecord, ...] = ()
+    metrics: tuple[MetricUpdate, ...] = ()
+    anomalies: tuple[Anomaly, ...] = ()
+
+
+EMPTY_STEP = Step()
 
 
 def _digest_int(text: str, size: int) -> int:

@@ -1,40 +1,38 @@
-"""One-shot export: session folders, events.jsonl files, a whole COPILOT_HOME (shared by worker
-processes when it holds many sessions), or a stream."""
+"""One-shot export: session logs (shared by worker processes when there are many), or a stream."""
 
 from __future__ import annotations
 
 import logging
-import os
-import stat
 import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
+from typing import Callable
 
 import orjson
 
-from .decode import INTERNAL_ERROR, decode_line
+from .config import DEFAULT_MAX_LINE_BYTES, ModelOptions
+from .decode import decode_line
 from .events import DecodeError, Event
+from .otlp_json import OtlpJsonEncoder
+from .pipeline import Outputs, drive, finish
 from .records import MetricUpdate, SpanRecord
-from .sessions import ANOMALIES, SessionModel
+from .sessions import SessionModel
+from .sinks import FileSink, SpanSink
+from .sources import EVENTS_FILE, SESSION_STATE, SourceError, find_event_files, resolve, session_id_of
 from .tail import FUTURE_TOLERANCE_S, read_all
-from .traces import FileSink, OtlpJsonEncoder, SpanSink
 from .workers import MAX_WORKERS, WorkerPool, available_cpus
 
 log = logging.getLogger(__name__)
 
-EVENTS_FILE = "events.jsonl"
-SESSION_STATE = "session-state"
+__all__ = ["EVENTS_FILE", "SESSION_STATE", "SourceError", "find_event_files", "resolve", "session_id_of",
+           "ReplayStats", "replay_files", "replay_stream", "replay_session"]
+
 BATCH = 512
 # Files per unit of work, in one process or spread over several; a request never holds spans of
 # two shards, so the output is the same whatever the number of workers.
 SHARD_FILES = 64
 PARALLEL_MIN_FILES = 2 * SHARD_FILES  # fewer files replay in this process: starting workers costs more
-
-
-class SourceError(ValueError):
-    """A path given to replay or inspect that is not a session log."""
 
 
 @dataclass
@@ -45,6 +43,7 @@ class ReplayStats:
     events: int = 0
     spans: int = 0
     rejected: Counter = field(default_factory=Counter)
+    out_of_order: Counter = field(default_factory=Counter)
     metrics: list[MetricUpdate] | None = field(default_factory=list)  # None: the model makes none
 
     def add(self, other: ReplayStats) -> None:
@@ -53,121 +52,26 @@ class ReplayStats:
         self.events += other.events
         self.spans += other.spans
         self.rejected.update(other.rejected)
+        self.out_of_order.update(other.out_of_order)
         if self.metrics is not None and other.metrics:
             self.metrics.extend(other.metrics)
 
-
-def session_id_of(path: Path) -> str:
-    """A session's id: the name of the folder that holds its events.jsonl."""
-    return path.parent.name if path.name == EVENTS_FILE else path.stem
-
-
-def find_event_files(path: Path) -> list[Path]:
-    """Expand one argument (COPILOT_HOME, session-state, a session folder, a file) to event logs."""
-    return _find(path, resolved=False)
+    def fold(self, out: Outputs) -> None:
+        """Count what one session's drive produced (its spans are the caller's)."""
+        self.events += sum(out.events.values())
+        self.rejected.update(out.rejected)
+        self.out_of_order.update(out.out_of_order)
+        if self.metrics is not None:
+            self.metrics.extend(out.metrics)
 
 
-def resolve(paths: Iterable[Path]) -> list[Path]:
-    """All event logs named by the arguments, each once, in order."""
-    seen: dict[Path, None] = {}
-    for path in paths:
-        for found in _find(Path(path).expanduser(), resolved=True):
-            seen.setdefault(found, None)
-    return list(seen)
-
-
-def _find(path: Path, *, resolved: bool) -> list[Path]:
-    """find_event_files; with ``resolved``, each as ``Path.resolve()`` makes it."""
-    if not path.exists():
-        raise SourceError(f"{path}: no such file or directory")
-    for candidate in (path, path / EVENTS_FILE):
-        if candidate.is_file():
-            return [candidate.resolve() if resolved else candidate]
-    root = path / SESSION_STATE if (path / SESSION_STATE).is_dir() else path
-    sessions = _session_folders(root)
-    if not sessions:
-        raise SourceError(f"{path}: no {EVENTS_FILE} found (expected COPILOT_HOME, its {SESSION_STATE}/, "
-                          f"a session folder or an {EVENTS_FILE})")
-    if not resolved:
-        return [root / name / EVENTS_FILE for name, _plain in sessions]
-    # Resolving each of thousands of files walks the same folders again: resolve their root once.
-    base = root.resolve()
-    return [base / name / EVENTS_FILE if plain else (root / name / EVENTS_FILE).resolve() for name, plain in sessions]
-
-
-def _session_folders(root: Path) -> list[tuple[str, bool]]:
-    """(name, plain) of each folder in ``root`` that holds an events.jsonl file, by name;
-    ``plain``: neither the folder nor that file is a symlink."""
-    found = []
-    try:
-        with os.scandir(root) as entries:
-            for entry in entries:
-                candidate = os.path.join(entry.path, EVENTS_FILE)
-                try:
-                    mode = os.lstat(candidate).st_mode
-                except OSError:  # not a folder, no events.jsonl, unreadable
-                    continue
-                if stat.S_ISREG(mode):
-                    found.append((entry.name, not entry.is_symlink()))
-                elif stat.S_ISLNK(mode) and os.path.isfile(candidate):
-                    found.append((entry.name, False))
-    except OSError:
-        return []
-    return sorted(found)
-
-
-def log_rejected(source: str, error: DecodeError) -> None:
-    """Say which line of which file was skipped, and why."""
-    log.warning("%s:%d: skipped line (%s): %s", source, error.line, error.reason, error.detail)
-
-
-def anomaly(update: MetricUpdate, event: Event) -> str | None:
-    """What to say about an event the model counted but could not use (None: an ordinary update)."""
-    if update.name == "rejected":
-        return f"skipped line ({dict(update.labels)['reason']}): event id {event.id} seen before"
-    if update.name == "out_of_order":
-        return f"{event.type} out of order: it ends something that is not open; counted, not exported"
-    return None
-
-
-def model_outputs(session_id: str, items: Iterable[Event | DecodeError], stats: ReplayStats, *, source: str,
-                  **model_options) -> Iterator[SpanRecord]:
-    """Feed decoded lines to a fresh model; yield its spans; keep its metric updates in ``stats``
-    (with ``stats.metrics`` None the model makes none but those that report a bad event)."""
-    kept = stats.metrics
-    model = SessionModel(session_id, metrics=kept is not None, **model_options)
-    events = 0
-    try:
-        for item in items:
-            if isinstance(item, DecodeError):
-                stats.rejected[item.reason] += 1
-                log_rejected(source, item)
-                continue
-            events += 1
-            try:
-                outputs = model.feed(item)
-            except Exception:  # a model bug must cost one event, never the export
-                log.exception("%s:%d: could not apply %s", source, item.line, item.type)
-                stats.rejected[INTERNAL_ERROR] += 1
-                continue
-            for out in outputs:
-                if isinstance(out, SpanRecord):
-                    yield out
-                    continue
-                if out.name in ANOMALIES:
-                    log.warning("%s:%d: %s", source, item.line, anomaly(out, item))
-                    if out.name == "rejected":
-                        stats.rejected[dict(out.labels)["reason"]] += 1
-                        continue
-                if kept is not None:
-                    kept.append(out)
-        for out in model.finish():
-            if isinstance(out, SpanRecord):
-                yield out
-            elif kept is not None:
-                kept.append(out)
-    finally:  # counted here, once, rather than per event
-        stats.events += events
+def replay_session(session_id: str, items: list[Event | DecodeError], stats: ReplayStats, *, source: str,
+                   options: ModelOptions = ModelOptions(), live_idle: bool = False) -> list[SpanRecord]:
+    """Every span of one whole session log (what is left open at its end closed as incomplete)."""
+    model = SessionModel(session_id, options, live_idle=live_idle, metrics=stats.metrics is not None)
+    out = finish(model, drive(model, items, Outputs(), source=source))
+    stats.fold(out)
+    return out.spans
 
 
 @dataclass
@@ -190,7 +94,7 @@ class ShardResult:
 class ShardJob:
     """How to replay a shard of files; plain data, so that a worker process can be handed it."""
 
-    model_options: dict
+    options: ModelOptions
     max_line_bytes: int
     encoder: OtlpJsonEncoder | None  # None: the spans stay records, for a sink that encodes them itself
     keep_metrics: bool
@@ -201,7 +105,7 @@ class ShardJob:
         spans: list[SpanRecord] = []
         for path in files:
             items = read_all(path, max_line_bytes=self.max_line_bytes)
-            spans.extend(model_outputs(session_id_of(path), items, stats, source=str(path), **self.model_options))
+            spans.extend(replay_session(session_id_of(path), items, stats, source=str(path), options=self.options))
             stats.files += 1
             if on_file is not None:
                 on_file(path)
@@ -219,9 +123,9 @@ def default_workers(files: int) -> int:
     return max(1, min(available_cpus(), MAX_WORKERS))
 
 
-def replay_files(files: list[Path], sink: SpanSink, *, on_file: Callable[[Path], None] | None = None,
-                 max_line_bytes: int = 16 * 1024 * 1024, workers: int | None = None, keep_metrics: bool = False,
-                 shard_files: int = SHARD_FILES, **model_options) -> ReplayStats:
+def replay_files(files: list[Path], sink: SpanSink, *, options: ModelOptions = ModelOptions(),
+                 on_file: Callable[[Path], None] | None = None, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+                 workers: int | None = None, keep_metrics: bool = False, shard_files: int = SHARD_FILES) -> ReplayStats:
     """Export every file's spans through ``sink``, in file order; raise ExportError if delivery fails.
 
     ``workers`` processes share the work (None: :func:`default_workers`); the spans, their order
@@ -229,7 +133,7 @@ def replay_files(files: list[Path], sink: SpanSink, *, on_file: Callable[[Path],
     updates in ``stats.metrics`` (else the model makes none). Raises WorkerError if a worker died.
     """
     encoder = sink.encoder if isinstance(sink, FileSink) else None
-    job = ShardJob(dict(model_options), max_line_bytes, encoder, keep_metrics)
+    job = ShardJob(options, max_line_bytes, encoder, keep_metrics)
     shards = [files[i:i + shard_files] for i in range(0, len(files), shard_files)]
     count = min(default_workers(len(files)) if workers is None else workers, len(shards))
     stats = ReplayStats(metrics=[] if keep_metrics else None)
@@ -266,8 +170,8 @@ def stream_session_id(lines: list[bytes]) -> str:
 RESULT_LINE = b'{"type":"result"'
 
 
-def replay_stream(data: bytes, sink: SpanSink, *, max_line_bytes: int = 16 * 1024 * 1024,
-                  **model_options) -> ReplayStats:
+def replay_stream(data: bytes, sink: SpanSink, *, options: ModelOptions = ModelOptions(),
+                  max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> ReplayStats:
     """Export a headless run's live event stream (stdin); its ephemeral idle events end each loop."""
     lines = data.splitlines()
     session_id = stream_session_id(lines)
@@ -281,7 +185,7 @@ def replay_stream(data: bytes, sink: SpanSink, *, max_line_bytes: int = 16 * 102
                                      not_after_ns=not_after))
         offset += len(raw) + 1
     stats = ReplayStats()
-    spans = list(model_outputs(session_id, items, stats, source="<stdin>", live_idle=True, **model_options))
+    spans = replay_session(session_id, items, stats, source="<stdin>", options=options, live_idle=True)
     for batch in (spans[i:i + BATCH] for i in range(0, len(spans), BATCH)):
         sink.export(batch)
         stats.spans += len(batch)

@@ -15,19 +15,21 @@ from __future__ import annotations
 
 import logging
 import threading
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
 from prometheus_client import CollectorRegistry, Counter
 
-from .config import DEFAULT_CONTENT_MAX_CHARS, ENV_PREFIX, OtlpSettings, capture_content_from_env, default_state_dir
+from .config import Config, OtlpSettings
 from .decode import decode_object
 from .events import DecodeError
 from .export import ExportQueue
 from .metrics import LiveSession, Metrics
-from .records import SpanRecord
+from .pipeline import Outputs, drive, finish
 from .sessions import SessionModel
-from .traces import SpanSink, make_sink
+from .sinks import SpanSink, make_sink
+from .vocab import IDLE
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +49,8 @@ class _Shared:
         metrics.add_live_sessions(self.snapshot)
 
     def snapshot(self) -> list[LiveSession]:
-        return [LiveSession(a.session_id, a.model.state) for a in list(self.attachments) if a.model.ended is None]
+        """The live state of every attached session, from what each published (no model is read here)."""
+        return [LiveSession(a.session_id, a.state) for a in list(self.attachments) if a.state is not None]
 
 
 def _shared_for(registry: CollectorRegistry | None) -> _Shared:
@@ -67,18 +70,19 @@ def _shared_for(registry: CollectorRegistry | None) -> _Shared:
 class Attachment:
     """A live session being observed; ``detach()`` stops and flushes."""
 
-    def __init__(self, session: Any, *, sink: SpanSink, shared: _Shared, capture_content: bool,
-                 content_max_chars: int, max_buffered_spans: int, owns_sink: bool = True) -> None:
+    def __init__(self, session: Any, *, sink: SpanSink, shared: _Shared, config: Config,
+                 owns_sink: bool = True) -> None:
         self.session_id = str(getattr(session, "session_id", None) or "unknown")
-        self.model = SessionModel(self.session_id, capture_content=capture_content,
-                                  content_max_chars=content_max_chars, live_idle=True)
+        self.model = SessionModel(self.session_id, config.model, live_idle=True)
+        # The model's state as of the last event, published for scrapes (None once the session ended).
+        self.state: str | None = IDLE
         self._shared = shared
         self.metrics = shared.metrics
         self.registry = shared.metrics.registry
         self.sink = sink
         self._owns_sink = owns_sink  # a sink the app passed in is the app's to shut down (it may be shared)
         self._lock = threading.Lock()
-        self._queue = ExportQueue(sink, None, max_spans=max_buffered_spans,
+        self._queue = ExportQueue(sink, None, max_spans=config.max_buffered_spans,
                                   on_exported=self.metrics.spans_exported.inc,
                                   on_failed=self.metrics.spans_failed.inc)
         self._queue.start()
@@ -103,30 +107,28 @@ class Attachment:
             if raw_type:  # a type this SDK version does not know: keep the CLI's own name
                 obj["type"] = raw_type
             event = decode_object(obj)
-            if isinstance(event, DecodeError):
-                self.metrics.lines_rejected.labels(event.reason).inc()
-                return 0
+            out = Outputs()
             with self._lock:
-                if from_history and self.model.seen(event.id):
+                if not isinstance(event, DecodeError) and from_history and self.model.seen(event.id):
                     return 0  # already delivered live
-                outputs = self.model.feed(event)
-            self.metrics.count_event(event.type)
-            if event.timestamp_ns > self.metrics.newest_event_ns:
-                self.metrics.newest_event_ns = event.timestamp_ns
-            spans = []
-            for out in outputs:
-                if isinstance(out, SpanRecord):
-                    spans.append(out)
-                else:
-                    self.metrics.apply(out)
-            dropped = self._queue.offer_spans(spans)
-            if dropped:
-                self.metrics.spans_failed.inc(dropped)
-            return 1
+                drive(self.model, (event,), out, source=f"session {self.session_id}")
+                self._publish()
+            self._hand_over(out)
+            return 0 if isinstance(event, DecodeError) else 1
         except Exception:
             self._shared.handler_errors.inc()
             log.exception("copilot-otel: cannot handle an event of session %s; the session goes on", self.session_id)
             return 0
+
+    def _publish(self) -> None:
+        self.state = self.model.state if self.model.ended is None else None
+
+    def _hand_over(self, out: Outputs) -> None:
+        """Count the metrics; queue the spans without ever blocking the SDK's thread."""
+        self.metrics.apply_outputs(out)
+        dropped = self._queue.offer_spans(out.spans)
+        if dropped:
+            self.metrics.spans_failed.inc(dropped)
 
     def flush(self, timeout: float = 5.0) -> bool:
         """Wait until every span so far is exported."""
@@ -143,12 +145,9 @@ class Attachment:
             except Exception:
                 log.exception("copilot-otel: unsubscribing from session %s failed", self.session_id)
         with self._lock:
-            outputs = self.model.finish()
-        spans = [o for o in outputs if isinstance(o, SpanRecord)]
-        for out in outputs:
-            if not isinstance(out, SpanRecord):
-                self.metrics.apply(out)
-        self._queue.offer_spans(spans)
+            out = finish(self.model, Outputs())
+            self._publish()
+        self._hand_over(out)
         delivered = self._queue.stop(timeout)
         if self._owns_sink:
             self.sink.shutdown()
@@ -162,34 +161,30 @@ class Attachment:
         self.detach()
 
 
-def attach(session: Any, *, traces_file: str | Path | None = None, otlp: OtlpSettings | None = None,
-           sink: SpanSink | None = None, registry: CollectorRegistry | None = None,
+def attach(session: Any, *, config: Config | None = None, traces_file: str | Path | None = None,
+           otlp: OtlpSettings | None = None, sink: SpanSink | None = None, registry: CollectorRegistry | None = None,
            capture_content: bool | None = None, content_max_chars: int | None = None,
-           metrics_address: tuple[str, int] | None = None, max_buffered_spans: int = 20_000) -> Attachment:
+           metrics_address: tuple[str, int] | None = None, max_buffered_spans: int | None = None) -> Attachment:
     """Observe a live github-copilot-sdk session: export its spans and count its metrics.
 
-    Defaults come from the same environment as the daemon: COPILOT_OTEL_TRACES_FILE,
-    OTEL_EXPORTER_OTLP_*, OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT. Metrics go to
-    ``registry`` (or a shared default one); ``metrics_address`` also serves /metrics there.
+    ``config`` defaults to ``Config.from_env()``: the daemon's COPILOT_OTEL_* variables
+    (COPILOT_OTEL_TRACES_FILE, ...), OTEL_EXPORTER_OTLP_* and
+    OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT; the keyword arguments override it.
+    Metrics go to ``registry`` (or a shared default one); ``metrics_address`` also serves
+    /metrics there. Raises ConfigError for a bad setting.
     """
-    import os
-
+    base = config or Config.from_env()
+    model = replace(base.model, **{k: v for k, v in (("capture_content", capture_content),
+                                                      ("content_max_chars", content_max_chars)) if v is not None})
+    config = replace(base, model=model, traces_file=Path(traces_file) if traces_file else base.traces_file,
+                     otlp=otlp or base.otlp, max_buffered_spans=max_buffered_spans or base.max_buffered_spans)
     owns_sink = sink is None
     if sink is None:
-        file = traces_file or os.environ.get(ENV_PREFIX + "TRACES_FILE")
-        state_dir = Path(os.environ.get(ENV_PREFIX + "STATE_DIR") or default_state_dir())
-        sink = make_sink(traces_file=Path(file) if file else None, otlp=otlp or OtlpSettings.from_env(),
-                         default_file=state_dir / "traces.jsonl")
-    if capture_content is None:
-        capture_content = capture_content_from_env()
-    if content_max_chars is None:
-        content_max_chars = int(os.environ.get(ENV_PREFIX + "CONTENT_MAX_CHARS") or DEFAULT_CONTENT_MAX_CHARS)
+        sink = make_sink(traces_file=config.traces_file, otlp=config.otlp, default_file=config.default_traces_file)
     shared = _shared_for(registry)
     if metrics_address is not None:
         serve_metrics(shared.metrics.registry, metrics_address)
-    return Attachment(session, sink=sink, shared=shared, capture_content=capture_content,
-                      content_max_chars=content_max_chars, max_buffered_spans=max_buffered_spans,
-                      owns_sink=owns_sink)
+    return Attachment(session, sink=sink, shared=shared, config=config, owns_sink=owns_sink)
 
 
 async def attach_async(session: Any, **options: Any) -> Attachment:

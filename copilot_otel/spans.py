@@ -1,14 +1,14 @@
-"""Span builders and the records the session model keeps while spans are open."""
+"""The records the session model keeps while spans are open, and the outbox closed ones go to."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
-
 from . import attrs as A
-from .records import STATUS_ERROR, SpanEvent, SpanRecord
+from .events import Event
+from .records import EMPTY_STEP, STATUS_ERROR, Anomaly, MetricUpdate, SpanEvent, SpanRecord, Step
+from .vocab import Metric
 
 
 @dataclass(slots=True)
@@ -29,19 +29,12 @@ class OpenSpan:
         if error_type is not None:
             self.attributes[A.ERROR_TYPE] = error_type
             status = STATUS_ERROR
-        return SpanRecord(
-            trace_id=self.trace_id,
-            span_id=self.span_id,
-            parent_span_id=self.parent_span_id,
-            name=self.name,
-            kind=self.kind,
-            start_ns=self.start_ns,
-            end_ns=max(end_ns, self.start_ns),
-            attributes=self.attributes,
-            status=status,
-            status_message=message,
-            events=tuple(self.events),
-        )
+        return SpanRecord(self.trace_id, self.span_id, self.parent_span_id, self.name, self.kind, self.start_ns,
+                          max(end_ns, self.start_ns), self.attributes, status, message, tuple(self.events))
+
+    def child(self, span_id: int, name: str, kind: int, start_ns: int, attributes: dict[str, Any]) -> "OpenSpan":
+        """A span under this one, in the same trace."""
+        return OpenSpan(self.trace_id, span_id, self.span_id, name, kind, start_ns, attributes)
 
 
 @dataclass(slots=True)
@@ -54,6 +47,14 @@ class Turn:
     errored: str | None = None
     llm_calls: int = 0
     end_ns: int = 0  # set when its turn_end came
+
+    @property
+    def turn_id(self) -> str:
+        return self.span.attributes[A.COPILOT_TURN_ID]
+
+    def close(self) -> SpanRecord:
+        """The finished span of a turn whose turn_end came."""
+        return self.span.close(self.end_ns, error_type=self.errored)
 
 
 @dataclass(slots=True)
@@ -83,49 +84,44 @@ class Interaction:
 
 @dataclass(frozen=True, slots=True)
 class InteractionSummary:
-    """What `inspect` and the daemon need to know about a finished or running interaction."""
+    """What `inspect` needs to know about a finished interaction."""
 
     interaction_id: str
     trace_id: int
     start_ns: int
-    end: str | None  # one of the END_* values, None while running
+    end: str | None  # one of the END_* values
     autopilot: bool
     summary: str | None
 
 
-def chat_attributes(attributes: dict[str, Any], usage: dict[str, Any], model: str) -> dict[str, int]:
-    """Fill a chat span's attributes from a usage record; return its token counts by type."""
-    attributes[A.GEN_AI_REQUEST_MODEL] = model
-    attributes[A.GEN_AI_RESPONSE_MODEL] = model
-    tokens = {}
-    for key, attr, label in A.USAGE_TOKENS:
-        value = usage.get(key)
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            attributes[attr] = int(value)
-            tokens[label] = int(value)
-    finish = usage.get("finishReason")
-    if isinstance(finish, str):
-        attributes[A.GEN_AI_RESPONSE_FINISH_REASONS] = (finish,)
-    for key, attr in A.USAGE_EXTRAS:
-        value = usage.get(key)
-        if isinstance(value, (int, float, str)) and not isinstance(value, bool):
-            attributes[attr] = value
-    return tokens
+class Outbox:
+    """Where the model puts what an event produced, until the caller takes it as one Step."""
 
+    __slots__ = ("spans", "metrics", "anomalies", "keep_metrics")
 
-def as_str(value: Any) -> str | None:
-    """A non-empty string, or None."""
-    return value if isinstance(value, str) and value else None
+    def __init__(self, keep_metrics: bool = True) -> None:
+        self.spans: list[SpanRecord] = []
+        self.metrics: list[MetricUpdate] = []
+        self.anomalies: list[Anomaly] = []
+        self.keep_metrics = keep_metrics  # False: a replay that keeps no metrics asks the model for none
 
+    def span(self, record: SpanRecord) -> None:
+        """A span closed."""
+        self.spans.append(record)
 
-def as_num(value: Any) -> float:
-    """A number (not a bool), or 0."""
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0.0
+    def count(self, metric: Metric, *labels: str, value: float = 1.0) -> None:
+        """Add to a counter, or observe in a histogram (the metric's kind says which)."""
+        if self.keep_metrics:
+            self.metrics.append(MetricUpdate(metric, labels, value))
 
+    def anomaly(self, kind: str, event: Event) -> None:
+        """The event could not be used; the caller logs it with its file and line."""
+        self.anomalies.append(Anomaly(kind, event.type, event.id))
 
-def to_json(value: Any) -> str:
-    """Compact JSON of any value (content capture of non-string fields)."""
-    try:
-        return orjson.dumps(value, default=str).decode()
-    except TypeError:
-        return str(value)
+    def take(self) -> Step:
+        """Everything gathered since the last take (the model keeps none of it)."""
+        if not (self.spans or self.metrics or self.anomalies):
+            return EMPTY_STEP
+        step = Step(tuple(self.spans), tuple(self.metrics), tuple(self.anomalies))
+        self.spans, self.metrics, self.anomalies = [], [], []
+        return step

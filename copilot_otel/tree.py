@@ -10,10 +10,9 @@ from rich.text import Text
 from rich.tree import Tree
 
 from . import attrs as A
-from .config import DEFAULT_MAX_LINE_BYTES
-from .events import DecodeError
+from .config import DEFAULT_MAX_LINE_BYTES, ModelOptions
+from .pipeline import Outputs, drive
 from .records import STATUS_ERROR, SpanRecord
-from .replay import log_rejected
 from .sessions import SessionModel
 from .tail import read_all
 
@@ -109,26 +108,20 @@ def build_tree(session_id: str, spans: list[SpanRecord], model: SessionModel) ->
 def inspect_session(path: Path, session_id: str, *, console: Console, running: bool = False,
                     max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> int:
     """Print the tree of one session's log; return the number of rejected lines (each logged)."""
-    items = read_all(path, max_line_bytes=max_line_bytes)
-    model = SessionModel(session_id, capture_content=True, content_max_chars=200)
-    spans: list[SpanRecord] = []
-    rejected = 0
-    for item in items:
-        if isinstance(item, DecodeError):
-            rejected += 1
-            log_rejected(str(path), item)
-            continue
-        spans.extend(o for o in model.feed(item) if isinstance(o, SpanRecord))
+    model = SessionModel(session_id, ModelOptions(capture_content=True, content_max_chars=200))
+    out = drive(model, read_all(path, max_line_bytes=max_line_bytes), Outputs(), source=str(path))
+    spans = out.spans
     still_running = running and model.ended is None
     if still_running:
         spans.extend(model.open_spans())
     else:
-        spans.extend(o for o in model.finish() if isinstance(o, SpanRecord))
+        spans.extend(model.finish().spans)
     tree = build_tree(session_id, spans, model)
     if still_running:
         tree.add(Text(f"still running: {model.state}", style="yellow"))
     elif model.ended:
         tree.add(Text(f"session ended: {model.ended}", style="dim"))
+    rejected = sum(out.rejected.values())
     if rejected:
         tree.add(Text(f"{rejected} malformed line(s) skipped", style="red"))
     console.print(tree)

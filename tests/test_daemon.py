@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from copilot_otel.replay import replay_files
-from copilot_otel.traces import MemorySink
+from copilot_otel.sinks import MemorySink
 from tests.copilot_cli import prompt_for
 from tests.daemon_harness import DaemonProcess, complete_lines_spans, value, wait_until
 from tests.otlp_receiver import OtlpReceiver

@@ -21,8 +21,12 @@ from hypothesis import strategies as st
 
 from copilot_otel.decode import REASONS, decode_line
 from copilot_otel.events import DecodeError, Event
+from copilot_otel.config import ModelOptions
 from copilot_otel.records import MetricUpdate, SpanRecord, span_id_for
-from copilot_otel.sessions import _HANDLERS, IDLE, SessionModel
+from copilot_otel.sessions import HANDLED_TYPES, SessionModel
+from copilot_otel.vocab import IDLE, Metric
+
+HISTOGRAMS = (Metric.TURN_DURATION, Metric.TOOL_DURATION, Metric.LLM_CALL_DURATION)
 from tests.copilot_cli import CORPUS_SCENARIOS
 
 FUZZ = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -39,7 +43,7 @@ SWAPS = {
 }
 SWAPS.update({end: start for start, end in list(SWAPS.items())})
 SWAPS["subagent.failed"] = "subagent.started"
-EVENT_TYPES = sorted(set(SWAPS) | set(_HANDLERS) | {"session.info", "system.message"})
+EVENT_TYPES = sorted(set(SWAPS) | set(HANDLED_TYPES) | {"session.info", "system.message"})
 # Fields the model keys on, re-pointed at a tiny pool of values so that events collide.
 KEYS = (("id",), ("agentId",), ("parentId",), ("data", "toolCallId"), ("data", "interactionId"),
         ("data", "parentToolCallId"), ("data", "turnId"), ("data", "requestId"))
@@ -88,7 +92,7 @@ def model_logs(real_logs) -> Logs:
     """The same logs without the lines the session model ignores, their bulky bookkeeping fields and
     long strings, so that a falsifying example stays readable."""
     return Logs({scenario: [orjson.dumps(_shorten(orjson.loads(line))) for line in log
-                            if orjson.loads(line)["type"] in _HANDLERS]
+                            if orjson.loads(line)["type"] in HANDLED_TYPES]
                  for scenario, log in real_logs.items()})
 
 
@@ -256,15 +260,14 @@ def describe(event: Event) -> str:
     return f"{event.type} id={event.id[:8]} agent={(event.agent_id or '-')[:8]} {keys}"
 
 
-def run_model(events: list[Event], **options: Any) -> tuple[SessionModel, list[SpanRecord], list[MetricUpdate]]:
-    model = SessionModel(SESSION_ID, **options)
-    outputs = []
-    for event in events:
-        outputs.extend(model.feed(event))
-    outputs.extend(model.finish())
-    spans = [out for out in outputs if isinstance(out, SpanRecord)]
-    metrics = [out for out in outputs if isinstance(out, MetricUpdate)]
-    assert len(spans) + len(metrics) == len(outputs)
+def run_model(events: list[Event], capture_content: bool = False,
+              live_idle: bool = False) -> tuple[SessionModel, list[SpanRecord], list[MetricUpdate]]:
+    model = SessionModel(SESSION_ID, ModelOptions(capture_content=capture_content), live_idle=live_idle)
+    spans: list[SpanRecord] = []
+    metrics: list[MetricUpdate] = []
+    for step in [model.feed(event) for event in events] + [model.finish()]:
+        spans.extend(step.spans)
+        metrics.extend(step.metrics)
     return model, spans, metrics
 
 
@@ -338,7 +341,7 @@ def test_session_model_metric_updates_are_applicable(model_logs, data):
     _model, _spans, metrics = run_model(events)
     for update in metrics:
         assert math.isfinite(update.value), update
-        assert update.observe or update.value >= 0, update
+        assert update.metric in HISTOGRAMS or update.value >= 0, update
 
 
 # ---------------------------------------------------------------- minimal reproducers of what the fuzz found
@@ -394,4 +397,4 @@ def test_negative_token_count_is_not_a_negative_counter_step():
     """A usage record with a negative token count does not ask Prometheus to decrement a counter."""
     events = [_prompt(), _event("session.usage_record", "u1", {"usage": {"inputTokens": -1}})]
     _model, _spans, metrics = run_model(events)
-    assert all(update.observe or update.value >= 0 for update in metrics), metrics
+    assert all(update.metric in HISTOGRAMS or update.value >= 0 for update in metrics), metrics

@@ -20,9 +20,9 @@ from prometheus_client import CollectorRegistry
 
 from copilot_otel import attach, attach_async
 from copilot_otel.metrics import Metrics
-from copilot_otel.replay import ReplayStats, model_outputs
+from copilot_otel.replay import ReplayStats, replay_session
 from copilot_otel.tail import read_all
-from copilot_otel.traces import FileSink, MemorySink
+from copilot_otel.sinks import FileSink, MemorySink
 from tests.copilot_cli import MODEL, prompt_for
 from tests.daemon_harness import wait_until
 from tests.otlp_json import read_spans
@@ -35,7 +35,7 @@ from copilot.session import PermissionHandler  # noqa: E402
 def file_replay(session_id, events_path):
     """Spans and metric updates of the session's events.jsonl, as `replay` makes them."""
     stats = ReplayStats()
-    spans = list(model_outputs(session_id, read_all(events_path), stats, source=str(events_path)))
+    spans = replay_session(session_id, read_all(events_path), stats, source=str(events_path))
     return spans, stats.metrics
 
 
@@ -143,23 +143,33 @@ def test_unknown_sdk_types_keep_their_raw_type(sdk_run):
 
 
 def test_handler_exception_is_contained(cli, provider, tmp_path, caplog):
-    """An exception inside our handler is logged and counted; the app's session goes on."""
+    """A bug in the model costs one event (counted as internal_error), one elsewhere in our handler is
+    logged and counted as a handler error; either way the app's session goes on."""
 
     def sabotage(handle, scenario):
-        real = handle.model.feed
+        real_feed, real_apply = handle.model.feed, handle.metrics.apply_outputs
 
         def feed(event):
             if event.type == "tool.execution_start":
+                raise RuntimeError("forced failure inside the model")
+            return real_feed(event)
+
+        def apply_outputs(out):
+            if "assistant.turn_end" in out.events:
+                handle.metrics.apply_outputs = real_apply  # once
                 raise RuntimeError("forced failure inside the handler")
-            return real(event)
+            return real_apply(out)
 
         handle.model.feed = feed
+        handle.metrics.apply_outputs = apply_outputs
 
-    with caplog.at_level(logging.ERROR, logger="copilot_otel.sdk"):
+    with caplog.at_level(logging.ERROR, logger="copilot_otel"):
         _sid, handle, idles, _sink = asyncio.run(drive(cli, provider, tmp_path / "home", ["plain"],
                                                       before_send=sabotage))
     assert len(idles) == 1  # the session finished normally
+    assert handle.registry.get_sample_value("copilot_otel_lines_rejected_total", {"reason": "internal_error"}) == 1
     assert handle.registry.get_sample_value("copilot_otel_handler_errors_total") == 1
+    assert "forced failure inside the model" in caplog.text
     assert "forced failure inside the handler" in caplog.text
 
 

@@ -24,8 +24,9 @@ from pathlib import Path
 
 import pytest
 
+from copilot_otel.config import ModelOptions
 from copilot_otel.replay import replay_files
-from copilot_otel.traces import MemorySink
+from copilot_otel.sinks import MemorySink
 from tests.copilot_cli import CliRun, prompt_for
 from tests.daemon_harness import DaemonProcess, complete_lines_spans, value, wait_until
 from tests.otlp_json import read_spans
@@ -227,7 +228,7 @@ def test_capture_on_daemon_cuts_content_and_keeps_it_out_of_metrics(planted, tmp
     """Capture on in the daemon: spans carry content cut to --content-max-chars; metrics never do."""
     expected = MemorySink()
     files = [planted.run.events_path, planted.hostile]
-    replay_files(files, expected, capture_content=True, content_max_chars=64)
+    replay_files(files, expected, options=ModelOptions(capture_content=True, content_max_chars=64))
     traces = tmp_path / "traces.jsonl"
     with DaemonProcess(planted.home, tmp_path / "state", traces_file=traces, env=CAPTURE,
                        args=FAST + ("--content-max-chars", "64")) as daemon:

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from copilot_otel.replay import find_event_files, replay_files, resolve
-from copilot_otel.traces import MemorySink
+from copilot_otel.sinks import MemorySink
 from copilot_otel.workers import WorkerError
 from tests.copilot_cli import CORPUS_SCENARIOS, prompt_for
 from tests.otlp_json import iso_ns, read_spans

@@ -1,4 +1,4 @@
-"""Span records -> OpenTelemetry: OTLP JSON lines, or the SDK's OTLP exporters (gRPC, HTTP)."""
+"""Where finished spans go: an OTLP JSON lines file, the SDK's OTLP exporters (gRPC, HTTP), or memory."""
 
 from __future__ import annotations
 
@@ -6,9 +6,8 @@ import logging
 import os
 import threading
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Protocol, Sequence
+from typing import Protocol, Sequence
 
-import orjson
 from opentelemetry.sdk.resources import SERVICE_INSTANCE_ID, SERVICE_NAME, SERVICE_VERSION, Resource
 from opentelemetry.sdk.trace import Event as OTelEvent
 from opentelemetry.sdk.trace import ReadableSpan
@@ -18,13 +17,11 @@ from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, Trace
 
 from . import __version__
 from .config import ENV_OTLP_TRACES_ENDPOINT, ConfigError, OtlpSettings
+from .otlp_json import SCOPE_NAME, OtlpJsonEncoder
 from .records import KIND_CLIENT, STATUS_ERROR, STATUS_OK, SpanRecord
 
 log = logging.getLogger(__name__)
-# The SDK logs a malformed header with its value, which may be a token: never let it through.
-logging.getLogger("opentelemetry.util.re").setLevel(logging.ERROR)
 
-SCOPE_NAME = "copilot-otel"
 DEFAULT_SERVICE_NAME = "copilot-otel"
 _SCOPE = InstrumentationScope(SCOPE_NAME, __version__)
 _KINDS = {KIND_CLIENT: SpanKind.CLIENT}
@@ -45,97 +42,6 @@ def build_resource() -> Resource:
     if str(resource.attributes.get(SERVICE_NAME, "")).startswith("unknown_service"):
         resource = resource.merge(Resource({SERVICE_NAME: DEFAULT_SERVICE_NAME}))
     return resource
-
-
-# ---------------------------------------------------------------- OTLP JSON
-
-def _any_value(value: Any) -> dict[str, Any]:
-    kind = type(value)  # exact types first: nearly every attribute is a plain str or int
-    if kind is str:
-        return {"stringValue": value}
-    if kind is int:
-        return {"intValue": str(value)}
-    if isinstance(value, bool):
-        return {"boolValue": value}
-    if isinstance(value, int):
-        return {"intValue": str(value)}
-    if isinstance(value, float):
-        return {"doubleValue": value}
-    if isinstance(value, (list, tuple)):
-        return {"arrayValue": {"values": [_any_value(v) for v in value]}}
-    return {"stringValue": str(value)}
-
-
-def _key_values(attributes: Any, shared: dict[tuple[str, str], dict[str, Any]]) -> list[dict[str, Any]]:
-    """OTLP key/value pairs; a (key, string) pair seen before in ``shared`` reuses its encoded object."""
-    out = []
-    for key, value in attributes.items():
-        if type(value) is str:  # only strings: True == 1 would otherwise share with an int
-            pair = shared.get((key, value))
-            if pair is None:
-                pair = shared[(key, value)] = {"key": key, "value": {"stringValue": value}}
-        else:
-            pair = {"key": key, "value": _any_value(value)}
-        out.append(pair)
-    return out
-
-
-def _span_json(record: SpanRecord, shared: dict[tuple[str, str], dict[str, Any]]) -> dict[str, Any]:
-    span: dict[str, Any] = {
-        "traceId": f"{record.trace_id:032x}",
-        "spanId": f"{record.span_id:016x}",
-        "name": record.name,
-        "kind": record.kind,
-        "startTimeUnixNano": str(record.start_ns),
-        "endTimeUnixNano": str(record.end_ns),
-        "attributes": _key_values(record.attributes, shared),
-        "status": {"code": record.status, "message": record.status_message} if record.status_message
-        else {"code": record.status},
-    }
-    if record.parent_span_id is not None:
-        span["parentSpanId"] = f"{record.parent_span_id:016x}"
-    if record.events:
-        span["events"] = [
-            {"timeUnixNano": str(e.time_ns), "name": e.name, "attributes": _key_values(e.attributes, shared)}
-            for e in record.events
-        ]
-    return span
-
-
-def span_to_otlp_json(record: SpanRecord) -> dict[str, Any]:
-    """One span in the OTLP/JSON encoding (hex ids, nanosecond strings)."""
-    return _span_json(record, {})
-
-
-class OtlpJsonEncoder:
-    """Span records -> ExportTraceServiceRequest JSON lines for one resource (plain data: it pickles)."""
-
-    def __init__(self, resource_attributes: Mapping[str, Any]) -> None:
-        self.resource_attributes = dict(resource_attributes)
-        self._resource = _key_values(self.resource_attributes, {})
-
-    def encode(self, records: Sequence[SpanRecord]) -> bytes:
-        """One request holding ``records``, as a JSON line (the Collector file exporter's format)."""
-        shared: dict[tuple[str, str], dict[str, Any]] = {}  # per request: a decoder sees each object once
-        request = {
-            "resourceSpans": [
-                {
-                    "resource": {"attributes": self._resource},
-                    "scopeSpans": [
-                        {
-                            "scope": {"name": _SCOPE.name, "version": _SCOPE.version},
-                            "spans": [_span_json(r, shared) for r in records],
-                        }
-                    ],
-                }
-            ]
-        }
-        return orjson.dumps(request) + b"\n"
-
-
-def otlp_json_request(records: Sequence[SpanRecord], resource: Resource) -> bytes:
-    """One ExportTraceServiceRequest as a JSON line (the Collector file exporter's format)."""
-    return OtlpJsonEncoder(resource.attributes).encode(records)
 
 
 # ---------------------------------------------------------------- SDK spans
@@ -279,14 +185,3 @@ def make_sink(*, traces_file: Path | None, otlp: OtlpSettings, default_file: Pat
         return OtlpSink(otlp)
     return FileSink(default_file)
 
-
-def chunked(records: Iterable[SpanRecord], size: int) -> Iterable[list[SpanRecord]]:
-    """Batches of at most ``size`` records."""
-    batch: list[SpanRecord] = []
-    for record in records:
-        batch.append(record)
-        if len(batch) >= size:
-            yield batch
-            batch = []
-    if batch:
-        yield batch

@@ -1,0 +1,172 @@
+"""Follows one session's events.jsonl for the daemon: position, model, compaction and rebuild.
+
+A :class:`Follower` reads what was appended, drives its model through the pipeline and says
+where the checkpoint may move once the spans are exported. A finished session is compacted
+to its file position (thousands of old sessions cost almost nothing); when its file grows
+again the model is rebuilt from the file and only what lies past the old position is
+delivered. A restart resumes the same way from the checkpoint.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .checkpoint import FilePosition
+from .config import ModelOptions
+from .decode import decode_line
+from .events import DecodeError
+from .liveness import SessionView
+from .pipeline import Outputs, Warn, drive, finish
+from .sessions import SessionModel
+from .tail import FileTail, ReadResult
+from .vocab import END_INCOMPLETE, IDLE
+
+log = logging.getLogger(__name__)
+
+READ_BYTES = 8 << 20  # what one read takes from a file before the daemon looks at other work
+
+
+@dataclass
+class Follower:
+    """One followed session log and everything the daemon knows about it."""
+
+    path: Path
+    tail: FileTail
+    options: ModelOptions
+    # None while the session is compacted: it had ended (or its process was gone) with nothing open,
+    # so only its position is kept; new lines rebuild the model from the start of the file.
+    model: SessionModel | None = None
+    floor: int = 0  # outputs of events before this offset were already delivered (restart, compaction)
+    pids: list[int] = field(default_factory=list)
+    last_read: float = 0.0  # monotonic time new events were last read
+    abandoned_at: float | None = None  # wall time the session was found dead mid-turn
+    session_id: str = field(init=False)  # the folder's name
+
+    def __post_init__(self) -> None:
+        self.session_id = self.path.parent.name
+        if self.model is None:
+            self.model = self.new_model()
+
+    @classmethod
+    def start(cls, path: Path, options: ModelOptions, *, max_line_bytes: int, restored: FilePosition | None = None,
+              skip_history: bool = False, pids: list[int] | None = None) -> "Follower":
+        """Follow ``path`` from its checkpoint, from its end (``skip_history``), or from the start."""
+        tail = FileTail(path, max_line_bytes=max_line_bytes)
+        floor = 0
+        if restored is not None:
+            tail.identity = restored.identity
+            tail.offset, tail.line = restored.resume_offset, restored.resume_line
+            floor = restored.offset
+        elif skip_history:
+            floor = tail.offset = _last_newline_end(path)
+        follower = cls(path, tail, options, floor=floor, pids=pids or [])
+        if tail.offset > 0:
+            _prime(follower.model, path, tail.offset, max_line_bytes)
+        return follower
+
+    def new_model(self) -> SessionModel:
+        return SessionModel(self.session_id, self.options, summaries=False)
+
+    # ------------------------------------------------------------ reading
+
+    def read(self, out: Outputs, *, warn: Warn) -> ReadResult:
+        """Read what was appended (up to READ_BYTES) and drive the model with it into ``out``.
+
+        The result says whether the file is gone, unreadable, restarted or had nothing new.
+        """
+        result = self.tail.read(max_bytes=READ_BYTES)
+        if result.gone or result.error:
+            return result
+        if result.restarted:
+            log.info("%s was %s; reading it again from the start", self.path, result.restarted)
+            finish(self.model, out)
+            self.model = self.new_model()
+            self.floor = 0
+        if result.items:
+            drive(self.model, result.items, out, source=str(self.path), warn=warn, floor=self.floor)
+            self.abandoned_at = None
+            self.last_read = time.monotonic()
+        return result
+
+    def wake(self) -> bool:
+        """A compacted session's file changed: rebuild its model by re-reading the file, delivering
+        only what is past the old position. False if the file did not really change."""
+        tail = self.tail
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            st = None  # gone or unreadable: the read says which
+        if st is not None and tail.identity is not None and st.st_size == tail.offset \
+                and st.st_ino == tail.identity.inode:
+            return False
+        self.model = self.new_model()
+        if st is not None and st.st_size < tail.offset:
+            return True  # truncated: the read sees it and starts a new generation from 0
+        self.floor = max(self.floor, tail.offset)
+        tail.offset, tail.line = 0, 0
+        return True
+
+    def compact(self) -> bool:
+        """Drop the model of a session with nothing open; keep its position. True if it was dropped."""
+        if self.model is not None and self.model.quiescent and self.tail.offset >= self.floor:
+            self.model = None
+            return True
+        return False
+
+    def finish(self, out: Outputs, reason: str = END_INCOMPLETE) -> None:
+        """The session is over (its process died, its file was deleted): close what is open into ``out``."""
+        if self.model is not None:
+            finish(self.model, out, reason)
+
+    # ------------------------------------------------------------ what others read
+
+    def marker(self) -> FilePosition | None:
+        """Where the checkpoint may move once everything queued before it is exported (None: not yet)."""
+        tail = self.tail
+        if tail.identity is None or tail.offset < self.floor or self.model is None:
+            return None
+        resume = self.model.open_interaction_start
+        resume_offset, resume_line = resume if resume is not None else (tail.offset, tail.line)
+        return FilePosition(str(self.path), tail.identity, tail.offset, tail.line, resume_offset, resume_line)
+
+    def view(self) -> SessionView:
+        """A frozen snapshot for the scrape thread (which never touches the model)."""
+        model = self.model
+        return SessionView(self.session_id, model.state if model is not None else IDLE,
+                           model.last_event_ns if model is not None else 0, tuple(self.pids), self.abandoned_at)
+
+
+_SESSION_FACTS = (b'"session.start"', b'"session.resume"', b'"session.model_change"')
+
+
+def _prime(model: SessionModel, path: Path, end: int, max_line_bytes: int) -> None:
+    """Teach a model resuming mid-file the session facts (model, cwd, CLI version) written before ``end``."""
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read(end)
+    except OSError:
+        return
+    for raw in data.split(b"\n"):
+        if len(raw) <= max_line_bytes and any(marker in raw for marker in _SESSION_FACTS):
+            event = decode_line(raw.rstrip(b"\r"))
+            if not isinstance(event, DecodeError) and event.type.startswith("session."):
+                model.feed(event)
+
+
+def _last_newline_end(path: Path) -> int:
+    """Offset just past the last newline of a file (where complete lines end)."""
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(0, 2)
+            size = handle.tell()
+            start = max(0, size - (1 << 20))
+            handle.seek(start)
+            tail = handle.read()
+    except OSError:
+        return 0
+    index = tail.rfind(b"\n")
+    return start + index + 1 if index >= 0 else 0

@@ -1,0 +1,184 @@
+"""The agent loop in progress: the running interaction, each agent's open turn, held turns.
+
+The session model decides what an event means; this keeps the spans that interactions and
+turns hold open, and closes them. Tools and sub-agents are kept by the ToolBook it is given.
+"""
+
+from __future__ import annotations
+
+from . import attrs as A
+from . import spanattrs
+from .events import Event
+from .records import KIND_INTERNAL, STATUS_OK, span_id_for, trace_id_for
+from .spans import Agent, Interaction, InteractionSummary, OpenSpan, Outbox, Turn
+from .tools import ToolBook
+from .views import SessionError
+from .vocab import (END_ABORTED, END_ERROR, END_IDLE, END_INCOMPLETE, INCOMPLETE, LOOP_ENDS, MAIN_AGENT, OUT_OF_ORDER,
+                    SIGNAL_IDLE, Metric)
+
+
+class AgentLoop:
+    """The interaction in progress and the agents working in it."""
+
+    def __init__(self, session_id: str, out: Outbox, book: ToolBook, *, summaries: bool) -> None:
+        self.session_id = session_id
+        self.out = out
+        self.book = book
+        self.current: Interaction | None = None
+        self.agents: dict[str | None, Agent] = {None: Agent(MAIN_AGENT, None)}
+        # Ended turns that made no successful LLM call: the CLI writes turn_end before the
+        # session.error that explains it, so they wait for the next event before they are exported.
+        self.held: list[tuple[Agent, Turn]] = []
+        self.summaries: list[InteractionSummary] | None = [] if summaries else None  # for `inspect`
+
+    @property
+    def main(self) -> Agent:
+        return self.agents[None]
+
+    def turns_open(self) -> bool:
+        """Some agent's turn is open."""
+        return any(agent.turn is not None for agent in self.agents.values())
+
+    def open_turn_spans(self) -> list[OpenSpan]:
+        return [agent.turn.span for agent in self.agents.values() if agent.turn is not None]
+
+    def agent(self, event: Event) -> Agent:
+        """The agent an event belongs to, creating a sub-agent's context on first sight."""
+        agent = self.agents.get(event.agent_id)
+        if agent is None:
+            parent_call = event.data.get("parentToolCallId")
+            span = self.book.subagents.get(parent_call) if isinstance(parent_call, str) else None
+            name = str(span.attributes.get(A.GEN_AI_AGENT_NAME, "subagent")) if span else "subagent"
+            agent = Agent(name, span)
+            self.agents[event.agent_id] = agent
+        return agent
+
+    def name_subagent(self, agent_id: str, name: str, invoke_span: OpenSpan) -> None:
+        """subagent.started told the name and span of an agent (whose events may have come first)."""
+        known = self.agents.get(agent_id)
+        if known is None:
+            self.agents[agent_id] = Agent(name, invoke_span)
+        else:
+            known.invoke_span, known.name = invoke_span, name
+
+    def work_parent(self, event: Event, agent: Agent) -> OpenSpan:
+        """Where a call or tool of ``agent`` hangs: its open turn, else its invoke span, else the interaction."""
+        if agent.turn is not None:
+            return agent.turn.span
+        return agent.invoke_span or self.interaction_for(event).root
+
+    def interaction_for(self, event: Event) -> Interaction:
+        """The running interaction, or one opened implicitly when the log starts mid-way."""
+        current = self.current
+        if current is None:
+            current = self.open(event, event.interaction_id or f"implicit-{event.id}", implicit=True)
+        return current
+
+    def open(self, event: Event, interaction_id: str, *, implicit: bool = False, prompt: str | None = None,
+             facts: tuple[str | None, str | None, str | None] = (None, None, None)) -> Interaction:
+        """Start an interaction at ``event``; ``facts``: the session's (model, cwd, CLI version)."""
+        model, cwd, cli_version = facts
+        attributes = spanattrs.interaction(self.session_id, interaction_id, model=model, cwd=cwd,
+                                           cli_version=cli_version, prompt=prompt)
+        # Opened by another span's event (a log read from the middle): keep the ids apart.
+        first = f"interaction\x00{event.id}" if implicit else event.id
+        root = OpenSpan(trace_id_for(self.session_id, interaction_id), span_id_for(self.session_id, first), None,
+                        f"{A.OP_INVOKE_AGENT} {A.AGENT_NAME}", KIND_INTERNAL, event.timestamp_ns, attributes)
+        interaction = Interaction(interaction_id, root, event.offset, event.line, event.timestamp_ns)
+        self.current = interaction
+        self.main.invoke_span = root
+        return interaction
+
+    def start_turn(self, event: Event) -> None:
+        """assistant.turn_start: the agent's new turn hangs under its invoke span (or the interaction)."""
+        agent = self.agent(event)
+        interaction = self.interaction_for(event)
+        if agent.turn is not None:  # a turn that never ended
+            self.out.span(agent.turn.span.close(event.timestamp_ns, error_type=INCOMPLETE))
+        if event.agent_id is None:
+            interaction.pending_end = None
+        parent = agent.invoke_span or interaction.root
+        turn_id = event.turn_id or "?"
+        attributes = spanattrs.turn(self.session_id, agent.name, turn_id, event.interaction_id or interaction.id,
+                                    autopilot=interaction.autopilot and event.agent_id is None)
+        span = parent.child(span_id_for(self.session_id, event.id), f"turn {turn_id}", KIND_INTERNAL,
+                            event.timestamp_ns, attributes)
+        agent.turn = Turn(span, agent.name)
+        self.out.count(Metric.TURNS, agent.name)
+
+    def end_turn(self, event: Event) -> None:
+        """assistant.turn_end: a turn with no successful LLM call is held for a session.error to explain it;
+        a main-agent turn that asked for no tool makes the loop look finished."""
+        agent = self.agent(event)
+        turn = agent.turn
+        if turn is None or (event.turn_id is not None and event.turn_id != turn.turn_id):
+            self.out.anomaly(OUT_OF_ORDER, event)
+            return
+        agent.turn = None
+        turn.end_ns = event.timestamp_ns
+        if turn.llm_calls or turn.errored:
+            self.out.span(turn.close())
+        else:
+            self.held.append((agent, turn))
+        self.out.count(Metric.TURN_DURATION, agent.name, value=max(0, event.timestamp_ns - turn.span.start_ns) / 1e9)
+        current = self.current
+        if event.agent_id is None and current is not None:
+            current.last_end_ns = max(current.last_end_ns, event.timestamp_ns)
+            if not turn.requested_tools and current.pending_end is None:
+                current.pending_end = END_IDLE
+
+    def end(self, how: str, last_event_ns: int) -> None:
+        """End the running interaction as ``how`` (one of the END_* values)."""
+        current = self.current
+        if current is None:
+            return
+        self.current = None
+        root = current.root
+        root.attributes[A.COPILOT_INTERACTION_END] = how
+        if how in LOOP_ENDS:
+            self.out.count(Metric.COMPLETION_SIGNALS, SIGNAL_IDLE)
+        if how == END_ABORTED:  # stopped by the user: not a failure of the agent, so no error status
+            self.out.span(root.close(current.last_end_ns))
+        elif how == END_ERROR:
+            self.out.span(root.close(current.last_end_ns, error_type=current.error_type or "session_error"))
+        elif how == END_INCOMPLETE:
+            self.out.span(root.close(max(current.last_end_ns, last_event_ns), error_type=INCOMPLETE))
+        else:
+            self.out.span(root.close(current.last_end_ns, status=STATUS_OK))
+        if self.summaries is not None:
+            self.summaries.append(InteractionSummary(current.id, root.trace_id, root.start_ns, how, current.autopilot,
+                                                     current.summary))
+
+    def release_held(self, errored: Agent | None = None, error: SessionError | None = None) -> None:
+        """Export the held turns; the one of agent ``errored`` as failed with ``error``."""
+        held, self.held = self.held, []
+        for agent, turn in held:
+            if agent is errored:
+                turn.errored = error.error_type
+                if error.status_code is not None:
+                    turn.span.attributes[A.HTTP_RESPONSE_STATUS_CODE] = error.status_code
+            self.out.span(turn.close())
+
+    def cut_off(self, end_ns: int, error_type: str, message: str = "") -> None:
+        """End every running tool and sub-agent as ``error_type`` (a sub-agent's open turn as incomplete)."""
+        self.book.cut_off_tools(end_ns, error_type, message)
+        for span in self.book.take_subagents():
+            self.close_agent_turns(span, end_ns)
+            self.out.span(span.close(end_ns, message=message, error_type=error_type))
+
+    def close_agent_turns(self, invoke_span: OpenSpan, end_ns: int) -> None:
+        """Forget the sub-agent under ``invoke_span``, ending a turn it left open."""
+        for agent_id, agent in list(self.agents.items()):
+            if agent_id is not None and agent.invoke_span is invoke_span:
+                if agent.turn is not None:
+                    self.out.span(agent.turn.span.close(end_ns, error_type=INCOMPLETE))
+                del self.agents[agent_id]
+
+    def close_all(self, end_ns: int) -> None:
+        """Cut off every tool, sub-agent and turn still open, as incomplete."""
+        self.release_held()
+        self.cut_off(end_ns, INCOMPLETE)
+        for agent in self.agents.values():
+            if agent.turn is not None:
+                self.out.span(agent.turn.span.close(end_ns, error_type=INCOMPLETE))
+                agent.turn = None

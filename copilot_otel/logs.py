@@ -1,0 +1,55 @@
+"""Logging that a flood of bad input cannot turn into a flood of log lines."""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Callable
+
+log = logging.getLogger("copilot_otel")
+
+
+class RateLimitedLog:
+    """At most ``burst`` warnings per ``window`` seconds; the rest are summarised."""
+
+    def __init__(self, logger: logging.Logger, *, burst: int = 20, window: float = 60.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._log, self._burst, self._window, self._clock = logger, burst, window, clock
+        self._start = clock()
+        self._count = 0
+        self._suppressed = 0
+
+    def warning(self, message: str, *args) -> None:
+        """Log, unless this window's budget is spent."""
+        now = self._clock()
+        if now - self._start >= self._window:
+            if self._suppressed:
+                self._log.warning("%d more skipped line(s) not logged in the last %.0f s", self._suppressed,
+                                  self._window)
+            self._start, self._count, self._suppressed = now, 0, 0
+        if self._count < self._burst:
+            self._count += 1
+            self._log.warning(message, *args)
+        else:
+            self._suppressed += 1
+
+
+class ReportedOnce:
+    """Paths with a problem (unreadable, say): each warned about once, until it recovers."""
+
+    def __init__(self, logger: logging.Logger = log) -> None:
+        self._log = logger
+        self.paths: set[Path] = set()
+
+    def report(self, path: Path, message: str) -> None:
+        """Warn, unless this path was already reported and has not recovered since."""
+        if path not in self.paths:
+            self.paths.add(path)
+            self._log.warning("%s", message)
+
+    def recovered(self, path: Path) -> None:
+        """The path works again: say so, if it had been reported."""
+        if path in self.paths:
+            self.paths.discard(path)
+            self._log.info("%s is readable again", path)

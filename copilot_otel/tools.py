@@ -1,0 +1,110 @@
+"""The tools and sub-agents running now: their spans, from start to completion or cut-off."""
+
+from __future__ import annotations
+
+from . import attrs as A
+from . import spanattrs
+from .events import Event
+from .records import KIND_INTERNAL, STATUS_OK, span_id_for
+from .spanattrs import Capture
+from .spans import OpenSpan, Outbox
+from .views import SubagentEnd, SubagentStart, ToolEnd, ToolStart
+from .vocab import FAILURE, INCOMPLETE, OUT_OF_ORDER, SUCCESS, Metric
+
+
+class ToolBook:
+    """Open tool spans by toolCallId, and open sub-agent spans by the toolCallId of their task call."""
+
+    def __init__(self, session_id: str, capture: Capture, out: Outbox) -> None:
+        self.session_id = session_id
+        self.capture = capture
+        self.out = out
+        self.tools: dict[str, tuple[OpenSpan, str]] = {}  # toolCallId -> (span, agent name)
+        self.subagents: dict[str, OpenSpan] = {}  # toolCallId of the task call -> invoke_agent span
+
+    def __bool__(self) -> bool:
+        """True while a tool or a sub-agent runs."""
+        return bool(self.tools or self.subagents)
+
+    def open_spans(self) -> list[OpenSpan]:
+        """The spans still running."""
+        return [span for span, _agent in self.tools.values()] + list(self.subagents.values())
+
+    def start_tool(self, event: Event, view: ToolStart, agent: str, parent: OpenSpan) -> None:
+        """A tool started under ``parent`` (its agent's turn, else where that agent's work hangs)."""
+        call_id = view.call_id
+        attributes = spanattrs.tool(self.session_id, agent, view.name, call_id, self.capture.text(view.arguments))
+        span = parent.child(span_id_for(self.session_id, event.id), f"{A.OP_EXECUTE_TOOL} {view.name}",
+                            KIND_INTERNAL, event.timestamp_ns, attributes)
+        previous = self.tools.pop(call_id, None)
+        if previous is not None:  # started twice: the first never completed
+            self.out.span(previous[0].close(event.timestamp_ns, error_type=INCOMPLETE))
+        self.tools[call_id] = (span, agent)
+
+    def complete_tool(self, event: Event, view: ToolEnd) -> None:
+        """A tool completed, or failed."""
+        entry = self.tools.pop(view.call_id, None) if view.call_id else None
+        if entry is None:
+            self.out.anomaly(OUT_OF_ORDER, event)
+            return
+        span, _agent = entry
+        tool = str(span.attributes[A.GEN_AI_TOOL_NAME])
+        if view.exit_code is not None:
+            span.attributes[A.PROCESS_EXIT_CODE] = view.exit_code
+        result = self.capture.text(view.result)
+        if result is not None:
+            span.attributes[A.GEN_AI_TOOL_CALL_RESULT] = result
+        if view.success:
+            self.out.span(span.close(event.timestamp_ns, status=STATUS_OK))
+        else:
+            message = self.capture.text(view.error_message)
+            self.out.span(span.close(event.timestamp_ns, message=message or "",
+                                     error_type=view.error_code or "tool_error"))
+        self.out.count(Metric.TOOL_CALLS, tool, SUCCESS if view.success else FAILURE)
+        self.out.count(Metric.TOOL_DURATION, tool, value=max(0, event.timestamp_ns - span.start_ns) / 1e9)
+
+    def start_subagent(self, event: Event, view: SubagentStart, fallback_parent: OpenSpan | None) -> OpenSpan | None:
+        """A sub-agent started: its span hangs under the task call (or ``fallback_parent``).
+
+        Returns the span of an earlier start of the same call that never ended (now closed), if any.
+        """
+        tool = self.tools.get(view.call_id)
+        parent = tool[0] if tool is not None else fallback_parent
+        attributes = spanattrs.subagent(self.session_id, view.name, view.call_id)
+        span = parent.child(span_id_for(self.session_id, event.id), f"{A.OP_INVOKE_AGENT} {view.name}",
+                            KIND_INTERNAL, event.timestamp_ns, attributes)
+        previous = self.subagents.pop(view.call_id, None)
+        self.subagents[view.call_id] = span
+        return previous
+
+    def end_subagent(self, event: Event, view: SubagentEnd) -> OpenSpan | None:
+        """The sub-agent's span, taken out of the running ones (None, and an anomaly, if not running)."""
+        span = self.subagents.pop(view.call_id, None) if view.call_id else None
+        if span is None:
+            self.out.anomaly(OUT_OF_ORDER, event)
+            return None
+        if view.total_tokens is not None:
+            span.attributes[A.COPILOT_SUBAGENT_TOTAL_TOKENS] = view.total_tokens
+        if view.tool_calls is not None:
+            span.attributes[A.COPILOT_SUBAGENT_TOOL_CALLS] = view.tool_calls
+        return span
+
+    def close_subagent(self, span: OpenSpan, event: Event, view: SubagentEnd) -> None:
+        """Export a sub-agent's span as its end event says (failed, or done)."""
+        if view.failed:
+            self.out.span(span.close(event.timestamp_ns, message=self.capture.text(view.error) or "",
+                                     error_type=view.error_type or "subagent_failed"))
+        else:
+            self.out.span(span.close(event.timestamp_ns, status=STATUS_OK))
+
+    def cut_off_tools(self, end_ns: int, error_type: str, message: str = "") -> None:
+        """End every running tool as ``error_type``."""
+        for span, _agent in self.tools.values():
+            self.out.span(span.close(end_ns, message=message, error_type=error_type))
+        self.tools.clear()
+
+    def take_subagents(self) -> list[OpenSpan]:
+        """Every running sub-agent span, no longer running."""
+        spans = list(self.subagents.values())
+        self.subagents.clear()
+        return spans

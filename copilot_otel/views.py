@@ -1,0 +1,196 @@
+"""Typed, frozen views of the event payloads the session model reads.
+
+The CLI's schema drifts and a log may hold anything, so every field check lives here: a
+view holds a field's value when it has the expected type, else None (or a neutral value).
+The model then reads plain attributes and never tests a type itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from .events import Event
+
+
+def as_str(value: Any) -> str | None:
+    """A non-empty string, or None."""
+    return value if isinstance(value, str) and value else None
+
+
+def as_num(value: Any) -> float:
+    """A number (not a bool), or 0."""
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0.0
+
+
+def as_int(value: Any) -> int | None:
+    """An int (a bool is not one), or None."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _dict(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+@dataclass(frozen=True, slots=True)
+class SessionFacts:
+    """session.start / session.resume: what the session runs with."""
+
+    model: str | None
+    cwd: str | None
+    cli_version: str | None
+
+    @staticmethod
+    def of(event: Event) -> "SessionFacts":
+        data = event.data
+        return SessionFacts(as_str(data.get("selectedModel")), as_str(_dict(data.get("context")).get("cwd")),
+                            as_str(data.get("copilotVersion")))
+
+
+@dataclass(frozen=True, slots=True)
+class UserMessage:
+    """user.message: a prompt, an autopilot nudge, or a sub-agent's prompt."""
+
+    interaction_id: str | None
+    nudge: bool
+    for_subagent: bool  # a sub-agent's prompt: its work hangs under the task call
+    content: Any
+
+    @staticmethod
+    def of(event: Event) -> "UserMessage":
+        data = event.data
+        source = as_str(data.get("source")) or ""
+        return UserMessage(event.interaction_id,
+                           data.get("isAutopilotContinuation") is True or data.get("source") == "autopilot",
+                           event.agent_id is not None or source.startswith("agent-"), data.get("content"))
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """One LLM call's usage: session.usage_record's ``usage``, assistant.usage's data, or what the
+    headless stream knows (model.call_finished / model.call_failure)."""
+
+    fields: Mapping[str, Any]  # the usage object itself: tokens and extras are read by spanattrs
+    model: str | None
+    api_call_id: str | None
+    duration_ms: float
+
+    @staticmethod
+    def of(event: Event) -> "Usage | None":
+        """None when the event carries no usage object."""
+        usage = event.data.get("usage") if event.type == "session.usage_record" else event.data
+        if not isinstance(usage, dict):
+            return None
+        return Usage(usage, as_str(usage.get("model")), as_str(usage.get("apiCallId")), as_num(usage.get("duration")))
+
+    @staticmethod
+    def known(model: str | None, duration: Any) -> "Usage":
+        """A call known only by its model and duration (the headless stream)."""
+        return Usage({"model": model, "duration": duration}, model, None, as_num(duration))
+
+
+@dataclass(frozen=True, slots=True)
+class ToolStart:
+    """tool.execution_start."""
+
+    call_id: str | None
+    name: str
+    arguments: Any
+
+    @staticmethod
+    def of(event: Event) -> "ToolStart":
+        return ToolStart(event.tool_call_id, as_str(event.data.get("toolName")) or "unknown",
+                         event.data.get("arguments"))
+
+
+@dataclass(frozen=True, slots=True)
+class ToolEnd:
+    """tool.execution_complete."""
+
+    call_id: str | None
+    success: bool
+    exit_code: int | None
+    error_code: str | None
+    error_message: Any
+    result: Any
+
+    @staticmethod
+    def of(event: Event) -> "ToolEnd":
+        data = event.data
+        shell, error = data.get("shellExecution"), data.get("error")
+        exit_code = shell.get("exitCode") if isinstance(shell, dict) else None
+        return ToolEnd(event.tool_call_id, data.get("success") is not False,
+                       exit_code if isinstance(exit_code, int) else None,
+                       as_str(error.get("code")) if isinstance(error, dict) else None,
+                       error.get("message") if isinstance(error, dict) else None, data.get("result"))
+
+
+@dataclass(frozen=True, slots=True)
+class SubagentStart:
+    """subagent.started."""
+
+    call_id: str | None
+    name: str
+
+    @staticmethod
+    def of(event: Event) -> "SubagentStart":
+        data = event.data
+        return SubagentStart(event.tool_call_id,
+                             as_str(data.get("agentName")) or as_str(data.get("agentDisplayName")) or "subagent")
+
+
+@dataclass(frozen=True, slots=True)
+class SubagentEnd:
+    """subagent.completed / subagent.failed."""
+
+    call_id: str | None
+    failed: bool
+    total_tokens: int | None
+    tool_calls: int | None
+    error: Any
+    error_type: str | None
+
+    @staticmethod
+    def of(event: Event) -> "SubagentEnd":
+        data = event.data
+        tokens, calls = data.get("totalTokens"), data.get("totalToolCalls")
+        return SubagentEnd(event.tool_call_id, event.type == "subagent.failed",
+                           tokens if isinstance(tokens, int) else None, calls if isinstance(calls, int) else None,
+                           data.get("error"), as_str(data.get("errorType")))
+
+
+@dataclass(frozen=True, slots=True)
+class SessionError:
+    """session.error: why the agent loop stopped (an LLM call that failed, mostly)."""
+
+    error_type: str
+    status_code: int | None
+
+    @staticmethod
+    def of(event: Event) -> "SessionError":
+        status = event.data.get("statusCode")
+        return SessionError(as_str(event.data.get("errorType")) or "session_error",
+                            status if isinstance(status, int) else None)
+
+
+@dataclass(frozen=True, slots=True)
+class TaskComplete:
+    """session.task_complete."""
+
+    summary: str | None
+    failed: bool
+
+    @staticmethod
+    def of(event: Event) -> "TaskComplete":
+        return TaskComplete(as_str(event.data.get("summary")), event.data.get("success") is False)
+
+
+def requested_tools(event: Event) -> bool:
+    """assistant.message: did this turn ask for tools?"""
+    requests = event.data.get("toolRequests")
+    return isinstance(requests, list) and bool(requests)
+
+
+def request_id(event: Event) -> str | None:
+    """The id of a request put to the user (permission, input, ...) or of its answer."""
+    return as_str(event.data.get("requestId"))

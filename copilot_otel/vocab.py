@@ -1,0 +1,72 @@
+"""The words every stage shares: live states, interaction ends, signals, outcomes and metric keys.
+
+The label values here are a contract (design.md §2): dashboards and alert rules match on
+them. The session model emits them and metrics.py declares the series that carry them, so
+each is spelled once, here.
+"""
+
+from __future__ import annotations
+
+import enum
+
+MAIN_AGENT = "main"  # copilot_turns_total{agent} of the main agent
+
+# Live states: copilot_sessions{state}. The model knows the first four; the daemon adds the
+# last two from the clock and the process table.
+WORKING = "working"
+WAITING_TOOL = "waiting_tool"
+WAITING_USER = "waiting_user"
+IDLE = "idle"
+STUCK = "stuck"
+ABANDONED = "abandoned"
+STATES = (WORKING, WAITING_TOOL, WAITING_USER, IDLE, STUCK, ABANDONED)
+STALLED_STATES = (STUCK, ABANDONED)  # the states that get a copilot_session_stalled_seconds series
+
+# How an interaction ended: copilot.interaction.end, and `inspect`.
+END_IDLE = "idle"
+END_TASK_COMPLETE = "task_complete"
+END_ERROR = "error"
+END_SHUTDOWN = "shutdown"
+END_INCOMPLETE = "incomplete"
+END_ABORTED = "aborted"  # the user stopped the loop (Ctrl-C, SIGINT/SIGTERM): `abort`, then idle
+LOOP_ENDS = (END_IDLE, END_TASK_COMPLETE, END_ERROR, END_ABORTED)  # each counts one signal="idle"
+
+INCOMPLETE = "incomplete"  # error.type of a span whose end never came
+
+# copilot_completion_signals_total{signal}
+SIGNAL_IDLE = "idle"
+SIGNAL_TASK_COMPLETE = "task_complete"
+SIGNAL_ERROR = "error"
+SIGNAL_SHUTDOWN = "shutdown"
+SIGNALS = (SIGNAL_IDLE, SIGNAL_TASK_COMPLETE, SIGNAL_ERROR, SIGNAL_SHUTDOWN)
+
+# outcome labels
+SUCCESS = "success"
+FAILURE = "failure"  # a tool that ran and failed
+ERROR = "error"  # an LLM call that failed
+
+# copilot_tokens_total{type}
+TOKEN_TYPES = ("input", "output", "cache_read", "cache_write")
+
+# Requests the CLI puts to the person at the terminal: while one is open the session is waiting_user.
+USER_REQUESTS = ("permission", "user_input", "elicitation", "exit_plan_mode")
+
+
+class Metric(enum.Enum):
+    """A session metric the model updates; the value is its Prometheus name (metrics.py declares it)."""
+
+    SESSIONS_STARTED = "copilot_sessions_started"
+    TURNS = "copilot_turns"
+    LLM_CALLS = "copilot_llm_calls"
+    TOOL_CALLS = "copilot_tool_calls"
+    AUTOPILOT_NUDGES = "copilot_autopilot_nudges"
+    COMPLETION_SIGNALS = "copilot_completion_signals"
+    TOKENS = "copilot_tokens"
+    TURN_DURATION = "copilot_turn_duration_seconds"
+    TOOL_DURATION = "copilot_tool_duration_seconds"
+    LLM_CALL_DURATION = "copilot_llm_call_duration_seconds"
+
+
+# What the model reports about input it could not use (besides what it exports).
+DUPLICATE_ID = "duplicate_id"  # an event id seen before: counted as a rejected line
+OUT_OF_ORDER = "out_of_order"  # an end whose start is not open: copilot_otel_events_out_of_order_total
