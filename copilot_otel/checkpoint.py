@@ -54,8 +54,6 @@ class Checkpoint:
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
         self._lock = threading.Lock()
-        self.recovered_from: Path | None = None
-        self.commits = 0
         self._db = self._open()
 
     def _open(self) -> sqlite3.Connection:
@@ -73,7 +71,6 @@ class Checkpoint:
                 source = Path(str(self.path) + suffix)
                 if source.exists():
                     source.replace(Path(str(broken) + suffix))
-            self.recovered_from = broken
             return self._connect()
 
     def _connect(self) -> sqlite3.Connection:
@@ -114,7 +111,6 @@ class Checkpoint:
             except BaseException:
                 self._db.execute("ROLLBACK")
                 raise
-            self.commits += 1
 
     def forget(self, path: str) -> None:
         """Drop a file that no longer exists."""

@@ -34,17 +34,6 @@ class FileIdentity:
     fingerprint_len: int
 
 
-def fingerprint_of(path: Path, stat: os.stat_result | None = None) -> FileIdentity | None:
-    """The identity of the file at ``path`` now, or None if it is gone."""
-    try:
-        with open(path, "rb") as handle:
-            st = stat or os.fstat(handle.fileno())
-            head = handle.read(FINGERPRINT_BYTES)
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    return FileIdentity(st.st_dev, st.st_ino, hashlib.blake2b(head, digest_size=8).hexdigest(), len(head))
-
-
 @dataclass(slots=True)
 class ReadResult:
     """What one read produced, and whether the file restarted (a new generation)."""
@@ -66,7 +55,6 @@ class FileTail:
         self.line = line  # number of complete lines handed out
         self.identity = identity
         self.max_line_bytes = max_line_bytes
-        self.generation = 0
 
     def _same_file(self, handle, st: os.stat_result) -> str | None:
         """None if this is the file we were reading; else why it is not."""
@@ -104,7 +92,6 @@ class FileTail:
         if restarted:
             self.offset = 0
             self.line = 0
-            self.generation += 1
         if self.identity is None or restarted or self.identity.fingerprint_len < min(FINGERPRINT_BYTES, st.st_size):
             head = handle.read(FINGERPRINT_BYTES)
             self.identity = FileIdentity(st.st_dev, st.st_ino, hashlib.blake2b(head, digest_size=8).hexdigest(),
