@@ -1,6 +1,14 @@
-"""LLM calls: which ones are new, and their chat spans and metrics."""
+"""LLM calls: which reports are new calls, and their chat spans and metrics.
+
+A call can reach the model through two sources at once (a live subscriber gets both the
+persisted ``session.usage_record`` and the ephemeral ``assistant.usage``): such a pair is
+one call. Two reports from one source are two calls, even with the same ``apiCallId``:
+some providers reuse response ids.
+"""
 
 from __future__ import annotations
+
+from collections import Counter
 
 from . import attrs as A
 from . import spanattrs
@@ -17,36 +25,44 @@ class CallBook:
     def __init__(self, session_id: str, out: Outbox) -> None:
         self.session_id = session_id
         self.out = out
-        self._seen: set[str] = set()  # apiCallIds of LLM calls already turned into spans
-        self._accounted = True  # the LLM call in flight already has its span
-        self._model: str | None = None  # the model of the call in flight (headless stream)
+        # apiCallId -> reports of that id not yet matched by the other source, per source (event type)
+        self._unmatched: dict[str, Counter] = {}
+        # agent id -> [model, accounted] of the call in flight (headless stream: model.call_start .. _finished)
+        self._in_flight: dict[str | None, list] = {}
 
-    def first_report(self, usage: Usage) -> bool:
-        """A usage report: True unless this call was already reported (the same call through both sources)."""
-        if usage.api_call_id is not None:
-            if usage.api_call_id in self._seen:
+    def first_report(self, event: Event, usage: Usage) -> bool:
+        """A usage report: True unless it is the other source's report of a call already told."""
+        flight = self._in_flight.get(event.agent_id)
+        if flight is not None:
+            flight[1] = True
+        call_id = usage.api_call_id
+        if call_id is None:
+            return True
+        for source, unmatched in self._unmatched.items():
+            if source != event.type and unmatched[call_id]:
+                unmatched[call_id] -= 1  # the same call, through the other source
                 return False
-            self._seen.add(usage.api_call_id)
-        self._accounted = True
+        self._unmatched.setdefault(event.type, Counter())[call_id] += 1
         return True
 
     def started(self, event: Event) -> None:
-        """model.call_start (live): a call is in flight."""
-        self._accounted = False
-        self._model = as_str(event.data.get("model")) or self._model
+        """model.call_start (live): the agent has a call in flight."""
+        previous = self._in_flight.get(event.agent_id)
+        model = as_str(event.data.get("model")) or (previous[0] if previous else None)
+        self._in_flight[event.agent_id] = [model, False]
 
     def finished(self, event: Event) -> Usage | None:
         """model.call_finished: the headless stream's only trace of a call that no usage event reported."""
-        if self._accounted or event.data.get("outcome") != "success":
+        flight = self._in_flight.pop(event.agent_id, None)
+        if flight is None or flight[1] or event.data.get("outcome") != "success":
             return None
-        self._accounted = True
-        return Usage.known(self._model, event.data.get("dispatchDurationMs"))
+        return Usage.known(flight[0], event.data.get("dispatchDurationMs"))
 
     def failed(self, event: Event) -> tuple[Usage, str]:
         """model.call_failure: a failed attempt the CLI will retry, and why it failed."""
-        self._accounted = True
+        flight = self._in_flight.pop(event.agent_id, None)
         data = event.data
-        usage = Usage.known(as_str(data.get("model")) or self._model, data.get("durationMs"))
+        usage = Usage.known(as_str(data.get("model")) or (flight[0] if flight else None), data.get("durationMs"))
         return usage, str(data.get("statusCode") or data.get("errorType") or "call_failed")
 
     def record(self, event: Event, usage: Usage, agent: Agent, parent: OpenSpan, session_model: str | None,
@@ -70,4 +86,3 @@ class CallBook:
         for label, value in tokens.items():
             if value > 0:
                 self.out.count(Metric.TOKENS, model, label, value=value)
-

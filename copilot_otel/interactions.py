@@ -13,7 +13,7 @@ from .records import KIND_INTERNAL, STATUS_OK, span_id_for, trace_id_for
 from .spans import Agent, Interaction, InteractionSummary, OpenSpan, Outbox, Turn
 from .tools import ToolBook
 from .views import SessionError
-from .vocab import (END_ABORTED, END_ERROR, END_IDLE, END_INCOMPLETE, INCOMPLETE, LOOP_ENDS, MAIN_AGENT, OUT_OF_ORDER,
+from .vocab import (CANCELLED, END_ABORTED, END_ERROR, END_IDLE, END_INCOMPLETE, INCOMPLETE, LOOP_ENDS, MAIN_AGENT, OUT_OF_ORDER,
                     SIGNAL_IDLE, Metric)
 
 
@@ -162,9 +162,11 @@ class AgentLoop:
     def cut_off(self, end_ns: int, error_type: str, message: str = "") -> None:
         """End every running tool and sub-agent as ``error_type`` (a sub-agent's open turn as incomplete)."""
         self.book.cut_off_tools(end_ns, error_type, message)
+        # A sub-agent the user's abort cut off is cancelled, as its own subagent.completed says.
+        subagent_error = CANCELLED if error_type == END_ABORTED else error_type
         for span in self.book.take_subagents():
             self.close_agent_turns(span, end_ns)
-            self.out.span(span.close(end_ns, message=message, error_type=error_type))
+            self.out.span(span.close(end_ns, message=message, error_type=subagent_error))
 
     def close_agent_turns(self, invoke_span: OpenSpan, end_ns: int) -> None:
         """Forget the sub-agent under ``invoke_span``, ending a turn it left open."""

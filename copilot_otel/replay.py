@@ -155,16 +155,35 @@ def replay_files(files: list[Path], sink: SpanSink, *, options: ModelOptions = M
 
 
 def stream_session_id(lines: list[bytes]) -> str:
-    """The session id of a `copilot -p --output-format json` stream: its final `result` line says it."""
+    """The session id of a `copilot -p --output-format json` stream.
+
+    Its final `result` line says it; a run cut off before that line still names it in a sub-agent's
+    prompt (``source: "agent-<sessionId>"``); failing both, an id made from the stream's first event.
+    """
+    first_id = None
     for raw in reversed(lines):
-        if b'"sessionId"' in raw:
+        if b'"sessionId"' in raw or b'"agent-' in raw:
             try:
                 obj = orjson.loads(raw)
             except orjson.JSONDecodeError:
                 continue
-            if isinstance(obj, dict) and isinstance(obj.get("sessionId"), str):
+            if not isinstance(obj, dict):
+                continue
+            if isinstance(obj.get("sessionId"), str):
                 return obj["sessionId"]
-    return "stdin"
+            data = obj.get("data")
+            source = data.get("source") if isinstance(data, dict) else None
+            if isinstance(source, str) and source.startswith("agent-") and len(source) > len("agent-"):
+                return source[len("agent-"):]
+    for raw in lines:
+        try:
+            obj = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            continue
+        if isinstance(obj, dict) and isinstance(obj.get("id"), str):
+            first_id = obj["id"]
+            break
+    return f"stdin-{first_id}" if first_id else "stdin"
 
 
 RESULT_LINE = b'{"type":"result"'

@@ -16,6 +16,7 @@ from . import attrs as A
 from . import spanattrs
 from .calls import CallBook
 from .interactions import AgentLoop
+from .normalize import Normalizer
 from .config import ModelOptions
 from .events import Event
 from .records import SpanRecord, Step
@@ -48,6 +49,7 @@ class SessionModel:
         self._loop = AgentLoop(session_id, self._out, self._book, summaries=summaries)
         self._requests: set[str] = set()  # requests waiting for the user (permission, input, ...)
         self._seen: set[int] = set()  # hashes of event ids, kept for the life of the model (one file generation)
+        self._normalize = Normalizer()  # the CLI-version layer: any version's events in the shape read here
 
     # ------------------------------------------------------------ public
 
@@ -58,8 +60,17 @@ class SessionModel:
             self._out.anomaly(DUPLICATE_ID, event)
             return self._out.take()
         self._seen.add(key)
+        for canonical in self._normalize(event):
+            self._apply(canonical)
+        return self._out.take()
+
+    def _apply(self, event: Event) -> None:
         if self._loop.held and event.type != "session.error":
             self._loop.release_held()
+        if event.type == "session.resume" and self.ended is None and not self.quiescent:
+            # The process that held the session died with work open (it resumes now): that work ended
+            # at the last event before the crash, as it does when the daemon sees the process die.
+            self._settle(END_INCOMPLETE)
         if self.ended is not None and event.type != "session.shutdown":
             self.ended = None  # resumed after a shutdown or a crash
         if event.timestamp_ns > self.last_event_ns:
@@ -67,7 +78,6 @@ class SessionModel:
         handler = _HANDLERS.get(event.type)
         if handler is not None:
             handler(self, event)
-        return self._out.take()
 
     def seen(self, event_id: str) -> bool:
         """True if an event with this id was already applied."""
@@ -95,10 +105,7 @@ class SessionModel:
         A loop that looked finished ends normally; anything still open ends as incomplete.
         """
         if self.ended is None:
-            self._loop.release_held()
-            if self.awaiting_confirmation:
-                self._end(self._loop.current.pending_end)
-            self._close_everything(reason)
+            self._settle(reason)
         return self._out.take()
 
     def open_spans(self) -> list[SpanRecord]:
@@ -152,6 +159,13 @@ class SessionModel:
 
     def _end(self, how: str) -> None:
         self._loop.end(how, self.last_event_ns)
+
+    def _settle(self, reason: str) -> None:
+        """End the session: a loop that looked finished ends normally, anything still open as incomplete."""
+        self._loop.release_held()
+        if self.awaiting_confirmation:
+            self._end(self._loop.current.pending_end)
+        self._close_everything(reason)
 
     def _close_everything(self, reason: str) -> None:
         self._loop.release_held()
@@ -284,7 +298,7 @@ class SessionModel:
     def _on_usage_record(self, event: Event) -> None:
         """One LLM call from the file (session.usage_record) or the live stream (assistant.usage)."""
         usage = Usage.of(event)
-        if usage is not None and self._calls.first_report(usage):
+        if usage is not None and self._calls.first_report(event, usage):
             self._llm_call(event, usage)
 
     def _on_call_start(self, event: Event) -> None:

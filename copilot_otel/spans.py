@@ -23,18 +23,24 @@ class OpenSpan:
     start_ns: int
     attributes: dict[str, Any]
     events: list[SpanEvent] = field(default_factory=list)
+    parent: "OpenSpan | None" = None
+    end_ns: int | None = None  # set when closed
 
     def close(self, end_ns: int, *, status: int = 0, message: str = "", error_type: str | None = None) -> SpanRecord:
-        """The finished span; an ``error_type`` makes it an error."""
+        """The finished span; an ``error_type`` makes it an error. It never ends after its parent."""
         if error_type is not None:
             self.attributes[A.ERROR_TYPE] = error_type
             status = STATUS_ERROR
+        parent_end = self.parent.end_ns if self.parent is not None else None
+        if parent_end is not None and end_ns > parent_end:
+            end_ns = parent_end  # e.g. a sub-agent's end logged a few ms after its task call's
+        self.end_ns = end_ns = max(end_ns, self.start_ns)
         return SpanRecord(self.trace_id, self.span_id, self.parent_span_id, self.name, self.kind, self.start_ns,
-                          max(end_ns, self.start_ns), self.attributes, status, message, tuple(self.events))
+                          end_ns, self.attributes, status, message, tuple(self.events))
 
     def child(self, span_id: int, name: str, kind: int, start_ns: int, attributes: dict[str, Any]) -> "OpenSpan":
         """A span under this one, in the same trace."""
-        return OpenSpan(self.trace_id, span_id, self.span_id, name, kind, start_ns, attributes)
+        return OpenSpan(self.trace_id, span_id, self.span_id, name, kind, start_ns, attributes, parent=self)
 
 
 @dataclass(slots=True)

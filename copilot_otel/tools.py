@@ -9,7 +9,7 @@ from .records import KIND_INTERNAL, STATUS_OK, span_id_for
 from .spanattrs import Capture
 from .spans import OpenSpan, Outbox
 from .views import SubagentEnd, SubagentStart, ToolEnd, ToolStart
-from .vocab import FAILURE, INCOMPLETE, OUT_OF_ORDER, SUCCESS, Metric
+from .vocab import CANCELLED, FAILURE, INCOMPLETE, OUT_OF_ORDER, SUCCESS, Metric
 
 
 class ToolBook:
@@ -21,6 +21,9 @@ class ToolBook:
         self.out = out
         self.tools: dict[str, tuple[OpenSpan, str]] = {}  # toolCallId -> (span, agent name)
         self.subagents: dict[str, OpenSpan] = {}  # toolCallId of the task call -> invoke_agent span
+        # Call ids of tools and sub-agents cut off (abort, crash): their late completion is expected, not an anomaly.
+        self.cut_tools: set[str] = set()
+        self.cut_subagents: set[str] = set()
 
     def __bool__(self) -> bool:
         """True while a tool or a sub-agent runs."""
@@ -38,17 +41,19 @@ class ToolBook:
                             KIND_INTERNAL, event.timestamp_ns, attributes)
         previous = self.tools.pop(call_id, None)
         if previous is not None:  # started twice: the first never completed
-            self.out.span(previous[0].close(event.timestamp_ns, error_type=INCOMPLETE))
+            self._cut(previous[0], event.timestamp_ns, INCOMPLETE)
         self.tools[call_id] = (span, agent)
 
     def complete_tool(self, event: Event, view: ToolEnd) -> None:
         """A tool completed, or failed."""
         entry = self.tools.pop(view.call_id, None) if view.call_id else None
         if entry is None:
-            self.out.anomaly(OUT_OF_ORDER, event)
+            if view.call_id in self.cut_tools:  # e.g. the CLI's "interrupted" record after a resume
+                self.cut_tools.discard(view.call_id)
+            else:
+                self.out.anomaly(OUT_OF_ORDER, event)
             return
         span, _agent = entry
-        tool = str(span.attributes[A.GEN_AI_TOOL_NAME])
         if view.exit_code is not None:
             span.attributes[A.PROCESS_EXIT_CODE] = view.exit_code
         result = self.capture.text(view.result)
@@ -60,8 +65,18 @@ class ToolBook:
             message = self.capture.text(view.error_message)
             self.out.span(span.close(event.timestamp_ns, message=message or "",
                                      error_type=view.error_code or "tool_error"))
-        self.out.count(Metric.TOOL_CALLS, tool, SUCCESS if view.success else FAILURE)
-        self.out.count(Metric.TOOL_DURATION, tool, value=max(0, event.timestamp_ns - span.start_ns) / 1e9)
+        self._count(span, SUCCESS if view.success else FAILURE)
+
+    def _count(self, span: OpenSpan, outcome: str) -> None:
+        tool = str(span.attributes[A.GEN_AI_TOOL_NAME])
+        self.out.count(Metric.TOOL_CALLS, tool, outcome)
+        self.out.count(Metric.TOOL_DURATION, tool, value=max(0, span.end_ns - span.start_ns) / 1e9)
+
+    def _cut(self, span: OpenSpan, end_ns: int, error_type: str, message: str = "") -> None:
+        """End a tool that never completed; it counts with ``error_type`` as its outcome."""
+        self.out.span(span.close(end_ns, message=message, error_type=error_type))
+        self._count(span, error_type)
+        self.cut_tools.add(str(span.attributes[A.GEN_AI_TOOL_CALL_ID]))
 
     def start_subagent(self, event: Event, view: SubagentStart, fallback_parent: OpenSpan | None) -> OpenSpan | None:
         """A sub-agent started: its span hangs under the task call (or ``fallback_parent``).
@@ -81,7 +96,10 @@ class ToolBook:
         """The sub-agent's span, taken out of the running ones (None, and an anomaly, if not running)."""
         span = self.subagents.pop(view.call_id, None) if view.call_id else None
         if span is None:
-            self.out.anomaly(OUT_OF_ORDER, event)
+            if view.call_id in self.cut_subagents:  # cut off by an abort; its cancelled end comes after
+                self.cut_subagents.discard(view.call_id)
+            else:
+                self.out.anomaly(OUT_OF_ORDER, event)
             return None
         if view.total_tokens is not None:
             span.attributes[A.COPILOT_SUBAGENT_TOTAL_TOKENS] = view.total_tokens
@@ -94,17 +112,20 @@ class ToolBook:
         if view.failed:
             self.out.span(span.close(event.timestamp_ns, message=self.capture.text(view.error) or "",
                                      error_type=view.error_type or "subagent_failed"))
+        elif view.cancelled:
+            self.out.span(span.close(event.timestamp_ns, error_type=CANCELLED))
         else:
             self.out.span(span.close(event.timestamp_ns, status=STATUS_OK))
 
     def cut_off_tools(self, end_ns: int, error_type: str, message: str = "") -> None:
         """End every running tool as ``error_type``."""
         for span, _agent in self.tools.values():
-            self.out.span(span.close(end_ns, message=message, error_type=error_type))
+            self._cut(span, end_ns, error_type, message)
         self.tools.clear()
 
     def take_subagents(self) -> list[OpenSpan]:
-        """Every running sub-agent span, no longer running."""
+        """Every running sub-agent span, no longer running (its end event, if it comes, is expected)."""
         spans = list(self.subagents.values())
+        self.cut_subagents.update(self.subagents)
         self.subagents.clear()
         return spans

@@ -145,6 +145,7 @@ class SubagentEnd:
 
     call_id: str | None
     failed: bool
+    cancelled: bool  # cut off by an abort (subagent.completed with cancelled: true)
     total_tokens: int | None
     tool_calls: int | None
     error: Any
@@ -154,7 +155,7 @@ class SubagentEnd:
     def of(event: Event) -> "SubagentEnd":
         data = event.data
         tokens, calls = data.get("totalTokens"), data.get("totalToolCalls")
-        return SubagentEnd(event.tool_call_id, event.type == "subagent.failed",
+        return SubagentEnd(event.tool_call_id, event.type == "subagent.failed", data.get("cancelled") is True,
                            tokens if isinstance(tokens, int) else None, calls if isinstance(calls, int) else None,
                            data.get("error"), as_str(data.get("errorType")))
 

@@ -32,6 +32,7 @@ END_ABORTED = "aborted"  # the user stopped the loop (Ctrl-C, SIGINT/SIGTERM): `
 LOOP_ENDS = (END_IDLE, END_TASK_COMPLETE, END_ERROR, END_ABORTED)  # each counts one signal="idle"
 
 INCOMPLETE = "incomplete"  # error.type of a span whose end never came
+CANCELLED = "cancelled"  # error.type of a sub-agent cut off by the user's abort
 
 # copilot_completion_signals_total{signal}
 SIGNAL_IDLE = "idle"
@@ -40,7 +41,7 @@ SIGNAL_ERROR = "error"
 SIGNAL_SHUTDOWN = "shutdown"
 SIGNALS = (SIGNAL_IDLE, SIGNAL_TASK_COMPLETE, SIGNAL_ERROR, SIGNAL_SHUTDOWN)
 
-# outcome labels
+# outcome labels. A tool that never completed counts with its error.type: aborted or incomplete.
 SUCCESS = "success"
 FAILURE = "failure"  # a tool that ran and failed
 ERROR = "error"  # an LLM call that failed

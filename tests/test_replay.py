@@ -259,12 +259,16 @@ def test_an_aborted_loop(cli, provider, tmp_path):
     for spans in (read_spans(from_file), read_spans(from_stream)):
         tool = by_op(spans, "execute_tool")
         assert len(tool) == 1 and tool[0].status_code == "ERROR" and tool[0].attributes["error.type"] == "aborted"
-        assert tool[0].end_time_unix_nano == iso_ns(abort["timestamp"])
+        # Cut off at the abort, but never after its turn (which may have ended just before the abort).
+        turn = next(s for s in spans if s.span_id == tool[0].parent_span_id)
+        assert tool[0].end_time_unix_nano == min(iso_ns(abort["timestamp"]), turn.end_time_unix_nano)
         root = [s for s in spans if s.parent_span_id is None]
         assert len(root) == 1 and root[0].status_code == "UNSET"
         assert root[0].attributes["copilot.interaction.end"] == "aborted"
         assert root[0].attributes["copilot.abort.reason"] == abort["data"]["reason"]
     assert 'copilot_completion_signals_total{signal="idle"} 1.0' in metrics.read_text()
+    # The cut-off tool counts, with its outcome.
+    assert 'copilot_tool_calls_total{outcome="aborted",tool="bash"} 1.0' in metrics.read_text()
 
 
 def test_ids_are_stable_across_replays(cli_corpus, tmp_path):
