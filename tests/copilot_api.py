@@ -6,14 +6,18 @@ Copilot API instead of a BYOK provider, write sessions with ``isByok: false`` (p
 
     with CopilotApi() as api:
         env = {**api.env(), "HOME": ..., "COPILOT_MODEL": COPILOT_MODEL}
-        # COPILOT_API_URL=http://127.0.0.1:<port>, COPILOT_GITHUB_TOKEN=<dummy>
+        # COPILOT_API_URL=http://127.0.0.1:<port>, COPILOT_GITHUB_TOKEN=<dummy>, HTTP(S)_PROXY
+        # 1.0.24+: also COPILOT_DEBUG_GITHUB_API_URL=api.url (1.0.102 turns its OTel export off
+        # when its GitHub-API calls fail); never COPILOT_OFFLINE (1.0.102 then wants BYOK)
 
 It answers ``GET /models`` with models the CLI knows (capabilities, limits, billing
 multiplier, policy) and serves ``POST /chat/completions`` with the scripted replies and
 provider behaviours of tests/provider.py (same ``[scenario:...]`` / ``[provider:...]``
-markers; it *is* a ``ScriptedProvider`` with more routes). Every request is logged in
-``requests`` (method, path, header names, body keys) so that what each CLI version asks for
-can be checked; unknown paths get a 404 JSON error.
+markers; it *is* a ``ScriptedProvider`` with more routes, so ``<url>/v1`` also serves as a
+BYOK provider). A repository's custom agents are none; every other path gets a 404 JSON
+error, and every response carries an ``X-GitHub-Request-Id`` (without one, 0.0.x CLIs take an
+error for a firewall's and give up). Every request is logged in ``requests`` (method, path,
+header names, body keys), so what each CLI version asks for can be checked.
 
 ``env()`` also points ``HTTP(S)_PROXY`` at this server: a request the CLI makes to any other
 host (telemetry, the GitHub API, update checks) arrives here as a proxy request, is logged
@@ -23,7 +27,6 @@ and the log shows what a CLI version would have contacted.
 Loopback only, port 0, and ``close()`` (or leaving the ``with`` block) stops the server and
 joins its threads.
 """
-
 from __future__ import annotations
 
 import json
@@ -33,7 +36,6 @@ from dataclasses import dataclass, field
 
 from tests.provider import ScriptedProvider, _Handler
 
-THREAD_PREFIX = "copilot-api"
 DUMMY_TOKEN = "gho_copilototeldummy"  # not a real token (too short); the CLI only checks the prefix (gho_, ghu_ or github_pat_)
 COPILOT_MODEL = "claude-sonnet-4.5"  # premium, multiplier 1: one user-initiated call costs 1
 
