@@ -187,6 +187,7 @@ class CopilotApi(ScriptedProvider):
     """The Copilot API stand-in on 127.0.0.1:<ephemeral port> (see the module docstring)."""
 
     handler_class = _ApiHandler
+    stream_by_default = False  # as the real API: 0.0.x CLIs' sub-agents ask without "stream" and read one object
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0, behaviour: str = "normal") -> None:
         super().__init__(host, port, behaviour)

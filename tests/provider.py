@@ -1,8 +1,9 @@
 """A scripted OpenAI-compatible chat-completions server for driving the real Copilot CLI.
 
 The Copilot CLI (``COPILOT_OFFLINE=true``, ``COPILOT_PROVIDER_BASE_URL=http://127.0.0.1:<port>/v1``)
-calls ``GET /v1/models`` and streams ``POST /v1/chat/completions`` (a request without
-``"stream": true`` gets one ``chat.completion`` object instead). This server answers
+calls ``GET /v1/models`` and streams ``POST /v1/chat/completions`` (a request with
+``"stream": false`` gets one ``chat.completion`` object instead; so does one without
+``"stream"`` where ``stream_by_default`` is off). This server answers
 those calls from a *script*, so the CLI performs real tool calls, spawns real sub-agents,
 gets real HTTP errors, ... and writes a real ``events.jsonl``.
 
@@ -554,7 +555,7 @@ class _Handler(BaseHTTPRequestHandler):
                 reply.headers,
             )
             return
-        if not body.get("stream"):  # OpenAI's default; 0.0.x CLIs' sub-agents ask without "stream"
+        if not body.get("stream", self.server.owner.stream_by_default):  # 0.0.x CLIs' sub-agents ask without "stream"
             self._complete(body.get("model") or MODEL, reply, ctx, behaviour, barg)
             return
         self._stream(body.get("model") or MODEL, reply, ctx, behaviour, barg)
@@ -659,6 +660,7 @@ class ScriptedProvider:
     """
 
     handler_class: type[BaseHTTPRequestHandler] = _Handler  # a subclass may serve more paths
+    stream_by_default = True  # a request without "stream" is streamed (OpenAI's default would be not to)
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0, behaviour: str = "normal") -> None:
         assert behaviour in BEHAVIOURS, behaviour
