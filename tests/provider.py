@@ -1,7 +1,9 @@
 """A scripted OpenAI-compatible chat-completions server for driving the real Copilot CLI.
 
 The Copilot CLI (``COPILOT_OFFLINE=true``, ``COPILOT_PROVIDER_BASE_URL=http://127.0.0.1:<port>/v1``)
-calls ``GET /v1/models`` and streams ``POST /v1/chat/completions``. This server answers
+calls ``GET /v1/models`` and streams ``POST /v1/chat/completions`` (a request with
+``"stream": false`` gets one ``chat.completion`` object instead; so does one without
+``"stream"`` where ``stream_by_default`` is off). This server answers
 those calls from a *script*, so the CLI performs real tool calls, spawns real sub-agents,
 gets real HTTP errors, ... and writes a real ``events.jsonl``.
 
@@ -18,6 +20,16 @@ one server can serve any number of concurrent CLI runs.
 Each scenario is a function ``(Ctx) -> Reply`` registered in ``SCENARIOS``. Every scripted
 LLM call has its own, scenario-specific token usage (see ``usage_for``), so tests can
 predict the exact numbers that must reach ``session.usage_record``.
+
+How the server *delivers* a reply is a separate choice, a provider behaviour (``BEHAVIOURS``),
+to imitate real providers: ``reuse_ids`` (one constant completion id for every call, as some
+proxies do), ``id_pool`` (ids from a small pool, as Ollama's come from ~1,000 values),
+``small_chunks`` (content and tool-call arguments streamed over many small SSE chunks) and
+``throttle`` (HTTP 429 with ``retry-after`` for the first attempt of each request, then the
+reply). A ``[provider:<name>]`` (or ``[provider:<name>:<n>]``) marker in any user message
+picks it for that conversation; else the server's own default
+(``ScriptedProvider(behaviour=...)``), else ``normal``. HTTP 500/400 errors stay scenarios
+(``provider_error``, ``provider_bad_request``).
 """
 
 from __future__ import annotations
@@ -39,6 +51,52 @@ MARKER_RE = re.compile(r"\[scenario:([A-Za-z0-9_\-]+)(?::([^\]\s]*))?\]")
 def marker(name: str, arg: object | None = None) -> str:
     """The marker text that selects scenario ``name`` (optionally with an argument)."""
     return f"[scenario:{name}]" if arg is None else f"[scenario:{name}:{arg}]"
+
+
+# ---------------------------------------------------------------------------------------
+# Provider behaviours: how a reply is delivered (the scenario decides what it says).
+
+BEHAVIOURS = ("normal", "reuse_ids", "id_pool", "small_chunks", "throttle")
+BEHAVIOUR_RE = re.compile(r"\[provider:([a-z_]+)(?::(\d+))?\]")
+REUSED_ID = "chatcmpl-reused"  # reuse_ids: the completion id of every call
+ID_POOL_SIZE = 2  # id_pool: ids chatcmpl-pool-0 .. -<n-1> (marker argument overrides)
+CHUNK_CHARS = 4  # small_chunks: characters of content / tool arguments per SSE chunk
+THROTTLE_ATTEMPTS = 1  # throttle: attempts answered 429 before the reply (marker argument overrides)
+THROTTLE_RETRY_AFTER = "1"  # throttle: the retry-after header (seconds)
+
+
+def provider_marker(behaviour: str, arg: object | None = None) -> str:
+    """The marker text that selects a provider behaviour for a conversation."""
+    assert behaviour in BEHAVIOURS, behaviour
+    return f"[provider:{behaviour}]" if arg is None else f"[provider:{behaviour}:{arg}]"
+
+
+def behaviour_of(body: dict, default: str = "normal") -> tuple[str, int | None]:
+    """The provider behaviour a request asks for (the last marker in its user messages)."""
+    found = None
+    for m in body.get("messages") or []:
+        if m.get("role") == "user":
+            for mm in BEHAVIOUR_RE.finditer(_text(m.get("content"))):
+                if mm.group(1) in BEHAVIOURS:
+                    found = mm
+    if found is None:
+        return default, None
+    return found.group(1), int(found.group(2)) if found.group(2) else None
+
+
+def response_id(behaviour: str, arg: int | None, ctx: "Ctx | None") -> str:
+    """The completion id a behaviour gives a step (normal: completion_id)."""
+    if behaviour == "reuse_ids":
+        return REUSED_ID
+    if ctx is None:
+        return "chatcmpl-none"
+    if behaviour == "id_pool":
+        return f"chatcmpl-pool-{(ctx.interaction * 7 + ctx.step) % (arg or ID_POOL_SIZE)}"
+    return completion_id(ctx.scenario, ctx.interaction, ctx.step)
+
+
+def split(text: str, size: int = CHUNK_CHARS) -> list[str]:
+    return [text[i : i + size] for i in range(0, len(text), size)] or [""]
 
 
 # ---------------------------------------------------------------------------------------
@@ -433,6 +491,7 @@ class Served:
     usage: Usage | None
     tool_calls: tuple[ToolCall, ...]
     body: dict = field(repr=False)
+    behaviour: str = "normal"
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -472,6 +531,9 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(404, {"error": {"message": "not found", "type": "invalid_request_error"}})
             return
         ctx, reply = decide(body)
+        behaviour, barg = behaviour_of(body, self.server.owner.behaviour)
+        if behaviour == "throttle" and reply.http_status == 200 and self.server.owner._throttled(body, barg or THROTTLE_ATTEMPTS):
+            reply = replace(reply, http_status=429, headers=(("retry-after", THROTTLE_RETRY_AFTER),))
         self.server.owner._record(
             Served(
                 path=self.path,
@@ -483,6 +545,7 @@ class _Handler(BaseHTTPRequestHandler):
                 usage=reply.usage,
                 tool_calls=reply.tool_calls,
                 body=body,
+                behaviour=behaviour,
             )
         )
         if reply.http_status != 200:
@@ -492,15 +555,36 @@ class _Handler(BaseHTTPRequestHandler):
                 reply.headers,
             )
             return
-        self._stream(body.get("model") or MODEL, reply, ctx)
+        if not body.get("stream", self.server.owner.stream_by_default):  # 0.0.x CLIs' sub-agents ask without "stream"
+            self._complete(body.get("model") or MODEL, reply, ctx, behaviour, barg)
+            return
+        self._stream(body.get("model") or MODEL, reply, ctx, behaviour, barg)
 
-    def _stream(self, model: str, reply: Reply, ctx: Ctx | None) -> None:
+    def _complete(self, model: str, reply: Reply, ctx: Ctx | None, behaviour: str = "normal", barg: int | None = None) -> None:
+        """The reply as one non-streamed chat.completion object."""
+        message: dict = {"role": "assistant", "content": reply.content or None}
+        if reply.tool_calls:
+            message["tool_calls"] = [
+                {"id": tc.id, "type": "function", "function": {"name": tc.name, "arguments": json.dumps(tc.arguments)}}
+                for tc in reply.tool_calls
+            ]
+        assert reply.usage is not None
+        self._json(200, {
+            "id": response_id(behaviour, barg, ctx),
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": model,
+            "choices": [{"index": 0, "message": message, "finish_reason": reply.finish_reason}],
+            "usage": reply.usage.as_openai(),
+        })
+
+    def _stream(self, model: str, reply: Reply, ctx: Ctx | None, behaviour: str = "normal", barg: int | None = None) -> None:
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Cache-Control", "no-cache")
         self.send_header("Connection", "close")
         self.end_headers()
-        ident = completion_id(ctx.scenario, ctx.interaction, ctx.step) if ctx else "chatcmpl-none"
+        ident = response_id(behaviour, barg, ctx)
         base = {"id": ident, "object": "chat.completion.chunk", "created": int(time.time()), "model": model}
 
         def send(delta: dict, finish: str | None = None, usage: dict | None = None) -> None:
@@ -510,6 +594,29 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
             self.wfile.flush()
 
+        if behaviour == "small_chunks":
+            self._send_small_chunks(send, reply)
+        else:
+            self._send_whole(send, reply)
+        assert reply.usage is not None
+        send({}, reply.finish_reason, reply.usage.as_openai())
+        self.wfile.write(b"data: [DONE]\n\n")
+        self.wfile.flush()
+        self.close_connection = True
+
+    @staticmethod
+    def _send_small_chunks(send, reply: Reply) -> None:
+        """The role first, then content and each tool call's arguments a few characters per chunk."""
+        send({"role": "assistant", "content": ""})
+        for piece in split(reply.content) if reply.content else ():
+            send({"content": piece})
+        for i, tc in enumerate(reply.tool_calls):
+            send({"tool_calls": [{"index": i, "id": tc.id, "type": "function", "function": {"name": tc.name, "arguments": ""}}]})
+            for piece in split(json.dumps(tc.arguments)):
+                send({"tool_calls": [{"index": i, "function": {"arguments": piece}}]})
+
+    @staticmethod
+    def _send_whole(send, reply: Reply) -> None:
         if reply.content:
             send({"role": "assistant", "content": reply.content})
         if reply.tool_calls:
@@ -527,11 +634,6 @@ class _Handler(BaseHTTPRequestHandler):
                     ],
                 }
             )
-        assert reply.usage is not None
-        send({}, reply.finish_reason, reply.usage.as_openai())
-        self.wfile.write(b"data: [DONE]\n\n")
-        self.wfile.flush()
-        self.close_connection = True
 
 
 class _Server(ThreadingHTTPServer):
@@ -557,7 +659,13 @@ class ScriptedProvider:
     and joins it, so nothing is left behind.
     """
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
+    handler_class: type[BaseHTTPRequestHandler] = _Handler  # a subclass may serve more paths
+    stream_by_default = True  # a request without "stream" is streamed (OpenAI's default would be not to)
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, behaviour: str = "normal") -> None:
+        assert behaviour in BEHAVIOURS, behaviour
+        self.behaviour = behaviour  # the default provider behaviour (a [provider:...] marker overrides it)
+        self._attempts: dict[str, int] = {}  # throttle: attempts per request body
         self._addr = (host, port)
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
@@ -569,7 +677,7 @@ class ScriptedProvider:
     def start(self) -> "ScriptedProvider":
         if self._server is not None:
             return self
-        server = _Server(self._addr, _Handler)
+        server = _Server(self._addr, self.handler_class)
         server.owner = self
         self._server = server
         self._thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1}, name=THREAD_PREFIX, daemon=True)
@@ -609,6 +717,13 @@ class ScriptedProvider:
     @property
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}/v1"
+
+    def _throttled(self, body: dict, attempts: int) -> bool:
+        """throttle: True for the first ``attempts`` arrivals of the same request body."""
+        key = json.dumps(body.get("messages"), sort_keys=True)
+        with self._lock:
+            seen = self._attempts[key] = self._attempts.get(key, 0) + 1
+        return seen <= attempts
 
     def _record(self, served: Served) -> None:
         with self._lock:
