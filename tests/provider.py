@@ -405,6 +405,138 @@ def _echo_secret_child(c: Ctx) -> Reply:
 
 
 # ---------------------------------------------------------------------------------------
+# Situations (tests/fixtures/record_situations.py records them): cut-off tools and sub-agents,
+# background shells, odd answers, parallel sub-agents, huge and many tool results.
+
+
+@dataclass(frozen=True)
+class FinishReply(Reply):
+    """A reply with a finish_reason of its own (e.g. "length")."""
+
+    finish: str = "length"
+
+    @property
+    def finish_reason(self) -> str:
+        return self.finish
+
+
+LARGE_OUTPUT_BYTES = 1_000_000
+MANY_TOOLS = 50  # sit_many_tools: every fifth call views a file outside the cwd, denied unattended
+
+
+def sit_task(child: str, arg: object, name: str = SUBAGENT_NAME) -> ToolCall:
+    """A `task` call whose sub-agent runs scenario ``child`` with ``arg``."""
+    return ToolCall("task", {"description": f"Run {name}", "prompt": f"{marker(child, arg)} Do the child task.",
+                             "agent_type": SUBAGENT_TYPE, "name": name})
+
+
+@scenario("sit_child")
+def _sit_child(c: Ctx) -> Reply:
+    """A sub-agent: bash sleeps, then answers. arg: <tag>-<seconds> (the tag names its tool call)."""
+    tag, _, seconds = (c.arg or "child-1").rpartition("-")
+    if c.step == 0:
+        return Reply(tool_calls=(ToolCall("bash", {"command": f"sleep {seconds}; echo {tag}", "description": f"{tag} sleeps",
+                                                   "initial_wait": int(seconds) + 30}, f"call_sit_child_{tag}"),))
+    return Reply(content=f"Sub-agent {tag} done.")
+
+
+@scenario("sit_task_sleep")
+def _sit_task_sleep(c: Ctx) -> Reply:
+    """A sub-agent whose bash sleeps <arg> seconds (default 120): to be cut off."""
+    if c.step == 0:
+        return Reply(tool_calls=(sit_task("sit_child", f"sub-{c.arg or 120}"),))
+    return Reply(content="The sub-agent finished.")
+
+
+@scenario("sit_parallel_tasks")
+def _sit_parallel_tasks(c: Ctx) -> Reply:
+    """<arg> (default 3) `task` calls in one turn; each sub-agent sleeps 2 s in bash."""
+    if c.step == 0:
+        return Reply(tool_calls=tuple(sit_task("sit_child", f"p{i}-2", f"helper-{i}") for i in range(int(c.arg or 3))))
+    return Reply(content="All sub-agents finished.")
+
+
+@scenario("sit_bg_shell")
+def _sit_bg_shell(c: Ctx) -> Reply:
+    """bash in async mode (sleeps <arg> s, default 5), then the answer; when the shell's
+    completion comes back (the CLI reads it itself), one more answer."""
+    if c.step == 0:
+        return Reply(tool_calls=(bash(f"sleep {c.arg or 5}; echo bg-done", "background sleep", mode="async", shellId="bg"),))
+    if c.step == 1:
+        return Reply(content="Started it in the background.")
+    return Reply(content="The background shell finished.")
+
+
+@scenario("sit_slow")
+def _sit_slow(c: Ctx) -> Reply:
+    """The first LLM call is held <arg> seconds (default 5), then answers; a later call (after a
+    message typed meanwhile) answers at once."""
+    if c.step == 0:
+        time.sleep(float(c.arg or 5))
+        return Reply(content="First answer, after a slow start.")
+    return Reply(content="Done after a slow start.")
+
+
+@scenario("sit_empty")
+def _sit_empty(c: Ctx) -> Reply:
+    """An empty completion: no content, no tool calls."""
+    return Reply()
+
+
+@scenario("sit_length")
+def _sit_length(c: Ctx) -> Reply:
+    """The first <arg> completions (default: all) are cut off by the output limit
+    (finish_reason "length"); then a normal answer."""
+    if c.arg is None or c.step < int(c.arg):
+        return FinishReply(content="This answer was cut off at the tok")
+    return Reply(content="ens limit; here is the rest of the answer.")
+
+
+@scenario("sit_large_output")
+def _sit_large_output(c: Ctx) -> Reply:
+    """bash prints about LARGE_OUTPUT_BYTES, then the answer."""
+    if c.step == 0:
+        return Reply(tool_calls=(bash(f"yes 0123456789abcdef | head -c {LARGE_OUTPUT_BYTES}", "print a megabyte"),))
+    return Reply(content="That was a lot of output.")
+
+
+@scenario("sit_many_tools")
+def _sit_many_tools(c: Ctx) -> Reply:
+    """<arg> (default MANY_TOOLS) tools in one turn: every fifth views a file outside the cwd (fails:
+    permission denied, nobody to ask), the others echo; then the answer."""
+    if c.step == 0:
+        return Reply(tool_calls=tuple(
+            ToolCall("view", {"path": f"/nonexistent/many-{i}.txt"}) if i % 5 == 4 else bash(f"echo many-{i}", f"echo {i}")
+            for i in range(int(c.arg or MANY_TOOLS))))
+    return Reply(content="Ran them all.")
+
+
+COMPACTION_PROMPT = "Please create a detailed summary of the conversation so far."  # how the CLI's request starts
+
+
+def is_compaction_request(body: dict) -> bool:
+    """A compaction request: tool_choice "none" and a last user message asking for a summary."""
+    msgs = body.get("messages") or []
+    return body.get("tool_choice") == "none" and bool(msgs) and _text(msgs[-1].get("content")).startswith(COMPACTION_PROMPT)
+
+
+@scenario("sit_compact")
+def _sit_compact(c: Ctx) -> Reply:
+    """<arg> (default 6) turns, each a bash printing 2,000 characters, then the answer: with a
+    small COPILOT_PROVIDER_MAX_PROMPT_TOKENS the CLI compacts the history. Progress is read
+    from the "compact-N" outputs (or the summary naming the last one): compaction drops turns."""
+    done = [int(n) for m in c.body.get("messages") or [] for n in re.findall(r"compact-(\d+)", _text(m.get("content")))]
+    last = max(done, default=-1)
+    if is_compaction_request(c.body):
+        return Reply(content=f"<overview>Printing screenfuls; the last one was compact-{last}.</overview>")
+    if last + 1 < int(c.arg or 6):
+        n = last + 1  # explicit call ids: the step count restarts after a compaction
+        return Reply(tool_calls=(ToolCall("bash", {"command": f"yes compact-{n} | head -c 2000", "description": f"print a screenful ({n})"},
+                                          f"call_sit_compact_{n}"),))
+    return Reply(content="Printed them all.")
+
+
+# ---------------------------------------------------------------------------------------
 # Request analysis
 
 
