@@ -1,4 +1,4 @@
-"""The situation fixtures (tests/fixtures/cli/1.0.102, recorded by tests/fixtures/record_situations.py
+"""The situation fixtures (tests/fixtures/situations, recorded by tests/fixtures/record_situations.py
 from the real CLI) show what they claim. Fast: no CLI runs here."""
 
 import shutil
