@@ -49,6 +49,11 @@ COPILOT_TASK_SUMMARY = "copilot.task.summary"
 COPILOT_TASK_SUCCESS = "copilot.task.success"
 COPILOT_SUBAGENT_TOTAL_TOKENS = "copilot.subagent.total_tokens"
 COPILOT_SUBAGENT_TOOL_CALLS = "copilot.subagent.tool_calls"
+COPILOT_TRIGGER = "copilot.trigger"  # what started an interaction's root when no prompt did (system.notification)
+COPILOT_COMPACTION_TRIGGER = "copilot.compaction.trigger"
+COPILOT_COMPACTION_OUTCOME = "copilot.compaction.outcome"
+COPILOT_COMPACTION_REQUESTS = "copilot.compaction.requests"
+COPILOT_COMPACTION_TOKENS = "copilot.compaction.tokens"  # .input, .output, .cache_read, .cache_write
 
 # usage_record key -> (span attribute, copilot_tokens_total{type} label)
 USAGE_TOKENS = (

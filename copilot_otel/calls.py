@@ -29,6 +29,7 @@ class CallBook:
         self._unmatched: dict[str, Counter] = {}
         # agent id -> [model, accounted] of the call in flight (headless stream: model.call_start .. _finished)
         self._in_flight: dict[str | None, list] = {}
+        self.tokens: Counter = Counter()  # (model, type) -> tokens counted so far
 
     def first_report(self, event: Event, usage: Usage) -> bool:
         """A usage report: True unless it is the other source's report of a call already told."""
@@ -81,8 +82,29 @@ class CallBook:
         self.out.span(span.close(event.timestamp_ns, error_type=error))
         if turn is not None and error is None:
             turn.llm_calls += 1
+            turn.truncated = usage.fields.get("finishReason") == "length"
         self.out.count(Metric.LLM_CALLS, model, ERROR if error else SUCCESS)
         self.out.count(Metric.LLM_CALL_DURATION, model, value=max(duration_ms, 0.0) / 1000.0)
         for label, value in tokens.items():
             if value > 0:
-                self.out.count(Metric.TOKENS, model, label, value=value)
+                self._count_tokens(model, label, value)
+
+    def _count_tokens(self, model: str, label: str, value: int) -> None:
+        self.tokens[(model, label)] += value
+        self.out.count(Metric.TOKENS, model, label, value=value)
+
+    def reconcile(self, model_metrics: object) -> None:
+        """Count the tokens a session's totals (session.shutdown ``modelMetrics`` of CLIs that log no
+        usage per call) hold beyond what the calls told; totals are cumulative over resumes."""
+        if not isinstance(model_metrics, dict):
+            return
+        for model, metrics in model_metrics.items():
+            usage = metrics.get("usage") if isinstance(metrics, dict) else None
+            if not isinstance(model, str) or not isinstance(usage, dict):
+                continue
+            for key, _attr, label in A.USAGE_TOKENS:
+                total = usage.get(key)
+                if isinstance(total, int) and not isinstance(total, bool):
+                    missing = total - self.tokens[(model, label)]
+                    if missing > 0:
+                        self._count_tokens(model, label, missing)

@@ -264,7 +264,7 @@ class Daemon:
                 continue
             decision = verdict(mid_turn=model.mid_turn, awaiting_confirmation=model.awaiting_confirmation,
                                last_event_ns=model.last_event_ns, quiet=quiet, now=now,
-                               alive=lambda f=follower: self._alive(f))
+                               alive=lambda f=follower: self._alive(f), locks_expected=follower.locks_expected)
             if decision == ABANDON:
                 self._abandon(follower, now)
             elif decision == DORMANT:  # its process is gone and nothing is open: set aside until it grows

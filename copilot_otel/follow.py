@@ -19,7 +19,8 @@ from .checkpoint import FilePosition
 from .config import ModelOptions
 from .decode import decode_line
 from .events import DecodeError
-from .liveness import SessionView
+from .liveness import LOCKS_SINCE, SessionView
+from .normalize import parse_version
 from .pipeline import Outputs, Warn, drive, finish
 from .sessions import SessionModel
 from .tail import FileTail, ReadResult
@@ -44,6 +45,7 @@ class Follower:
     pids: list[int] = field(default_factory=list)
     last_read: float = 0.0  # monotonic time new events were last read
     abandoned_at: float | None = None  # wall time the session was found dead mid-turn
+    locks_seen: bool = False  # a lock file was seen in the folder at some point
     session_id: str = field(init=False)  # the folder's name
 
     def __post_init__(self) -> None:
@@ -133,11 +135,22 @@ class Follower:
         resume_offset, resume_line = resume if resume is not None else (tail.offset, tail.line)
         return FilePosition(str(self.path), tail.identity, tail.offset, tail.line, resume_offset, resume_line)
 
+    @property
+    def locks_expected(self) -> bool:
+        """Does this session's CLI write lock files (so that a missing process means it is gone)?"""
+        if self.pids:
+            self.locks_seen = True
+        if self.locks_seen or self.model is None:
+            return True
+        version = parse_version(self.model.cli_version)
+        return version is None or version >= LOCKS_SINCE
+
     def view(self) -> SessionView:
         """A frozen snapshot for the scrape thread (which never touches the model)."""
         model = self.model
         return SessionView(self.session_id, model.state if model is not None else IDLE,
-                           model.last_event_ns if model is not None else 0, tuple(self.pids), self.abandoned_at)
+                           model.last_event_ns if model is not None else 0, tuple(self.pids), self.abandoned_at,
+                           self.locks_expected)
 
 
 _SESSION_FACTS = (b'"session.start"', b'"session.resume"', b'"session.model_change"')

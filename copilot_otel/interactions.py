@@ -30,6 +30,8 @@ class AgentLoop:
         # session.error that explains it, so they wait for the next event before they are exported.
         self.held: list[tuple[Agent, Turn]] = []
         self.summaries: list[InteractionSummary] | None = [] if summaries else None  # for `inspect`
+        self.last_ended: tuple[str, int, int] | None = None  # (interaction id, trace id, root span id)
+        self.facts: tuple[str | None, str | None, str | None] = (None, None, None)  # the session's model, cwd, CLI
 
     @property
     def main(self) -> Agent:
@@ -68,16 +70,40 @@ class AgentLoop:
         return agent.invoke_span or self.interaction_for(event).root
 
     def interaction_for(self, event: Event) -> Interaction:
-        """The running interaction, or one opened implicitly when the log starts mid-way."""
+        """The running interaction; else new work of the interaction that ended last (same id), or
+        one opened implicitly when the log starts mid-way."""
         current = self.current
         if current is None:
+            ended = self.last_ended
+            if ended is not None and event.agent_id is None and event.interaction_id == ended[0]:
+                return self.continue_after(event)
             current = self.open(event, event.interaction_id or f"implicit-{event.id}", implicit=True)
         return current
 
-    def open(self, event: Event, interaction_id: str, *, implicit: bool = False, prompt: str | None = None,
-             facts: tuple[str | None, str | None, str | None] = (None, None, None)) -> Interaction:
-        """Start an interaction at ``event``; ``facts``: the session's (model, cwd, CLI version)."""
-        model, cwd, cli_version = facts
+    def continue_after(self, event: Event) -> Interaction:
+        """Open a root for work the CLI started by itself after the loop of the last interaction ended
+        (e.g. ``system.notification`` of a background shell): same interaction id, its own trace,
+        linked to that interaction's root. The running one, if any, ends first."""
+        if self.current is not None:
+            self.end(self.current.pending_end or END_IDLE, self.current.last_end_ns)
+        interaction_id, trace_id, span_id = self.last_ended
+        model, cwd, cli_version = self.facts
+        attributes = spanattrs.interaction(self.session_id, interaction_id, model=model, cwd=cwd,
+                                           cli_version=cli_version, prompt=None)
+        attributes[A.COPILOT_TRIGGER] = event.type
+        root = OpenSpan(trace_id_for(self.session_id, f"{interaction_id}\x00{event.id}"),
+                        span_id_for(self.session_id, f"interaction\x00{event.id}"), None,
+                        f"{A.OP_INVOKE_AGENT} {A.AGENT_NAME}", KIND_INTERNAL, event.timestamp_ns, attributes,
+                        links=((trace_id, span_id),))
+        interaction = Interaction(interaction_id, root, event.offset, event.line, event.timestamp_ns)
+        self.current = interaction
+        self.main.invoke_span = root
+        return interaction
+
+    def open(self, event: Event, interaction_id: str, *, implicit: bool = False,
+             prompt: str | None = None) -> Interaction:
+        """Start an interaction at ``event``."""
+        model, cwd, cli_version = self.facts
         attributes = spanattrs.interaction(self.session_id, interaction_id, model=model, cwd=cwd,
                                            cli_version=cli_version, prompt=prompt)
         # Opened by another span's event (a log read from the middle): keep the ids apart.
@@ -95,8 +121,10 @@ class AgentLoop:
         interaction = self.interaction_for(event)
         if agent.turn is not None:  # a turn that never ended
             self.out.span(agent.turn.span.close(event.timestamp_ns, error_type=INCOMPLETE))
-        if event.agent_id is None:
-            interaction.pending_end = None
+        if event.agent_id is None and interaction.pending_end is not None:
+            # The loop had ended (a final answer, task_complete): a turn the CLI starts by itself now
+            # (after a background shell's notification) is new work of that interaction, in a trace of its own.
+            interaction = self.continue_after(event)
         parent = agent.invoke_span or interaction.root
         turn_id = event.turn_id or "?"
         attributes = spanattrs.turn(self.session_id, agent.name, turn_id, event.interaction_id or interaction.id,
@@ -116,15 +144,15 @@ class AgentLoop:
             return
         agent.turn = None
         turn.end_ns = event.timestamp_ns
-        if turn.llm_calls or turn.errored:
+        if turn.errored or (turn.llm_calls and (turn.requested_tools or turn.truncated)):
             self.out.span(turn.close())
-        else:
+        else:  # a turn that made no call, or gave the final answer, waits for a session.error explaining it
             self.held.append((agent, turn))
         self.out.count(Metric.TURN_DURATION, agent.name, value=max(0, event.timestamp_ns - turn.span.start_ns) / 1e9)
         current = self.current
         if event.agent_id is None and current is not None:
             current.last_end_ns = max(current.last_end_ns, event.timestamp_ns)
-            if not turn.requested_tools and current.pending_end is None:
+            if not turn.requested_tools and not turn.truncated and current.pending_end is None:
                 current.pending_end = END_IDLE
 
     def end(self, how: str, last_event_ns: int) -> None:
@@ -134,6 +162,7 @@ class AgentLoop:
             return
         self.current = None
         root = current.root
+        self.last_ended = (current.id, root.trace_id, root.span_id)
         root.attributes[A.COPILOT_INTERACTION_END] = how
         if how in LOOP_ENDS:
             self.out.count(Metric.COMPLETION_SIGNALS, SIGNAL_IDLE)

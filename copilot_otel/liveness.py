@@ -24,6 +24,8 @@ ABANDONED_RETENTION = 3600.0
 GRACE_SECONDS = 1.0
 # Seconds of quiet before a session with no live process and nothing open is set aside.
 DORMANT_AFTER = 5.0
+# The first CLI version known to write inuse.<pid>.lock (1.0.2 writes none; 1.0.24 does).
+LOCKS_SINCE = (1, 0, 24)
 
 ABANDON = "abandon"  # verdict: the process died mid-turn
 DORMANT = "dormant"  # verdict: the process is gone and nothing is open
@@ -71,6 +73,9 @@ class SessionView:
     last_event_ns: int
     pids: tuple[int, ...]
     abandoned_at: float | None = None  # wall time the session was found dead mid-turn
+    # False for a CLI that writes no lock file (up to 1.0.2) and whose folder never had one:
+    # no process can be found for it, which is then no evidence that it died.
+    locks_expected: bool = True
 
 
 def live_state(view: SessionView, *, now: float, stuck_after: float,
@@ -83,7 +88,10 @@ def live_state(view: SessionView, *, now: float, stuck_after: float,
     stalled = max(0.0, now - view.last_event_ns / 1e9)
     if view.abandoned_at is not None:
         return (ABANDONED, stalled) if now - view.abandoned_at < ABANDONED_RETENTION else None
-    if not any(alive(pid) for pid in view.pids):
+    if not view.pids and not view.locks_expected:
+        if stalled >= ABANDONED_RETENTION:
+            return None  # silent this long with no process to ask: no longer shown as live
+    elif not any(alive(pid) for pid in view.pids):
         return None
     if view.state in (WORKING, WAITING_TOOL) and stalled > stuck_after:
         return STUCK, stalled
@@ -91,12 +99,16 @@ def live_state(view: SessionView, *, now: float, stuck_after: float,
 
 
 def verdict(*, mid_turn: bool, awaiting_confirmation: bool, last_event_ns: int, quiet: float, now: float,
-            alive: Callable[[], bool]) -> str | None:
+            alive: Callable[[], bool], locks_expected: bool = True) -> str | None:
     """What a session's missing process means: ABANDON (it died mid-turn), DORMANT (gone, nothing
     open: set the session aside), or None (alive, or too soon to tell). ``quiet``: seconds since
-    the reader last read new events; ``alive`` is called only when the answer depends on it."""
+    the reader last read new events; ``alive`` is called only when the answer depends on it.
+    Without lock files (``locks_expected`` False) a missing process proves nothing: only a silence
+    of ABANDONED_RETENTION counts as its end."""
     since_event = now - last_event_ns / 1e9
     if since_event <= GRACE_SECONDS:
+        return None
+    if not locks_expected and since_event < ABANDONED_RETENTION:
         return None
     if mid_turn:
         return None if alive() else ABANDON

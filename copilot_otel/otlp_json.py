@@ -62,6 +62,8 @@ def _span_json(record: SpanRecord, shared: dict[tuple[str, str], dict[str, Any]]
     }
     if record.parent_span_id is not None:
         span["parentSpanId"] = f"{record.parent_span_id:016x}"
+    if record.links:
+        span["links"] = [{"traceId": f"{trace_id:032x}", "spanId": f"{span_id:016x}"} for trace_id, span_id in record.links]
     if record.events:
         span["events"] = [
             {"timeUnixNano": str(e.time_ns), "name": e.name, "attributes": _key_values(e.attributes, shared)}

@@ -41,6 +41,7 @@ class SpanRecord:
     status: int = STATUS_UNSET
     status_message: str = ""
     events: tuple[SpanEvent, ...] = ()
+    links: tuple[tuple[int, int], ...] = ()  # (trace id, span id) of related spans in other traces
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,6 +15,7 @@ from typing import Callable
 from . import attrs as A
 from . import spanattrs
 from .calls import CallBook
+from .compaction import CompactionBook
 from .interactions import AgentLoop
 from .normalize import Normalizer
 from .config import ModelOptions
@@ -47,6 +48,7 @@ class SessionModel:
         self._book = ToolBook(session_id, self._capture, self._out)
         self._calls = CallBook(session_id, self._out)
         self._loop = AgentLoop(session_id, self._out, self._book, summaries=summaries)
+        self._compactions = CompactionBook(session_id, self._out)
         self._requests: set[str] = set()  # requests waiting for the user (permission, input, ...)
         self._seen: set[int] = set()  # hashes of event ids, kept for the life of the model (one file generation)
         self._normalize = Normalizer()  # the CLI-version layer: any version's events in the shape read here
@@ -88,7 +90,7 @@ class SessionModel:
         """The loop looks finished (final answer, task_complete, error) and nothing is open."""
         current = self._loop.current
         return (current is not None and current.pending_end is not None and not self._book.tools
-                and self._loop.main.turn is None)
+                and self._loop.main.turn is None and not self._compactions.open)
 
     def confirm_end(self) -> Step:
         """The caller saw no new event for a quiet period: the agent loop really went idle."""
@@ -137,7 +139,7 @@ class SessionModel:
     @property
     def _work_open(self) -> bool:
         """A tool, a sub-agent or a turn is still running."""
-        return bool(self._book) or self._loop.turns_open()
+        return bool(self._book) or bool(self._compactions.open) or self._loop.turns_open()
 
     @property
     def mid_turn(self) -> bool:
@@ -171,6 +173,7 @@ class SessionModel:
         self._loop.release_held()
         had_open = self._work_open
         self._loop.close_all(self.last_event_ns)
+        self._compactions.cut_off(self.last_event_ns, INCOMPLETE)
         self._requests.clear()
         if self._loop.current is not None:
             # Work cut off (a shutdown or a crash mid-turn) makes the interaction incomplete too.
@@ -185,12 +188,14 @@ class SessionModel:
         self.model = facts.model or self.model
         self.cwd = facts.cwd or self.cwd
         self.cli_version = facts.cli_version or self.cli_version
+        self._loop.facts = (self.model, self.cwd, self.cli_version)
         if event.type == "session.start":
             self._out.count(Metric.SESSIONS_STARTED)
 
     def _on_model_change(self, event: Event) -> None:
         if event.agent_id is None:
             self.model = as_str(event.data.get("newModel")) or as_str(event.data.get("model")) or self.model
+            self._loop.facts = (self.model, self.cwd, self.cli_version)
 
     def _on_user_message(self, event: Event) -> None:
         message = UserMessage.of(event)
@@ -203,8 +208,7 @@ class SessionModel:
                 return
             # A new message (a nudge included: the CLI gives it its own interaction) ends the previous loop.
             self._end(current.pending_end or END_INCOMPLETE)
-        interaction = self._loop.open(event, interaction_id, prompt=self._capture.text(message.content),
-                                      facts=(self.model, self.cwd, self.cli_version))
+        interaction = self._loop.open(event, interaction_id, prompt=self._capture.text(message.content))
         if message.nudge:
             self._out.count(Metric.AUTOPILOT_NUDGES)
             interaction.autopilot = True
@@ -220,6 +224,7 @@ class SessionModel:
         turn = self._loop.agent(event).turn
         if turn is None:
             return
+        turn.truncated = False  # cut off at the length limit, yet kept as the answer
         if requested_tools(event):
             turn.requested_tools = True
         text = self._capture.text(event.data.get("content"))
@@ -244,7 +249,10 @@ class SessionModel:
     def _on_session_error(self, event: Event) -> None:
         error = SessionError.of(event)
         agent = self._loop.agent(event)
-        if not self.live_idle:  # live, each failed attempt arrives as model.call_failure
+        turns = [agent.turn] if agent.turn is not None else [turn for held, turn in self._loop.held if held is agent]
+        # An LLM call failed, unless the turn it ended got its answer (an empty one: "No response was returned").
+        # Live, each failed attempt arrives as model.call_failure instead.
+        if not self.live_idle and (error.status_code is not None or not any(t.llm_calls for t in turns)):
             self._out.count(Metric.LLM_CALLS, self.model or "unknown", ERROR)
         if event.agent_id is None:  # a sub-agent's error is its parent's failed task call, not a loop end
             self._out.count(Metric.COMPLETION_SIGNALS, SIGNAL_ERROR)
@@ -284,6 +292,8 @@ class SessionModel:
             self._requests.clear()
 
     def _on_shutdown(self, event: Event) -> None:
+        if self._normalize.synthesizes_calls:  # per-call tokens are partial or absent: the totals say the rest
+            self._calls.reconcile(event.data.get("modelMetrics"))
         if self.awaiting_confirmation:
             self._end(self._loop.current.pending_end)
         self._out.count(Metric.COMPLETION_SIGNALS, SIGNAL_SHUTDOWN)
@@ -292,6 +302,22 @@ class SessionModel:
     def _on_live_idle(self, event: Event) -> None:
         if self.live_idle and event.agent_id is None and self._loop.current is not None:
             self._end(self._loop.current.pending_end or END_IDLE)
+
+    def _on_notification(self, event: Event) -> None:
+        """system.notification: when it comes after the loop ended (a background shell finished), the work
+        the CLI does about it is new work of that interaction, with a root of its own."""
+        current = self._loop.current
+        if event.agent_id is None and (self.awaiting_confirmation or (current is None and self._loop.last_ended)):
+            self._loop.continue_after(event)
+
+    def _on_compaction_start(self, event: Event) -> None:
+        self._compactions.start(event, self._loop.interaction_for(event).root)
+
+    def _on_compaction_complete(self, event: Event) -> None:
+        end_ns = self._compactions.complete(event)
+        current = self._loop.current
+        if end_ns is not None and current is not None:
+            current.last_end_ns = max(current.last_end_ns, end_ns)  # the root never ends before it
 
     # ------------------------------------------------------------ LLM calls, tools and sub-agents
 
@@ -371,6 +397,9 @@ _HANDLERS: dict[str, Callable[[SessionModel, Event], None]] = {
     "session.shutdown": SessionModel._on_shutdown,
     "abort": SessionModel._on_abort,
     "session.idle": SessionModel._on_live_idle,
+    "system.notification": SessionModel._on_notification,
+    "session.compaction_start": SessionModel._on_compaction_start,
+    "session.compaction_complete": SessionModel._on_compaction_complete,
     "assistant.idle": SessionModel._on_live_idle,
 }
 HANDLED_TYPES = frozenset(_HANDLERS)  # event types the model reads; every other type only advances positions

@@ -13,7 +13,7 @@ from opentelemetry.sdk.trace import Event as OTelEvent
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExportResult
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
-from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
+from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
 from . import __version__
 from .config import ENV_OTLP_TRACES_ENDPOINT, ConfigError, OtlpSettings
@@ -61,6 +61,7 @@ def to_readable_span(record: SpanRecord, resource: Resource) -> ReadableSpan:
         resource=resource,
         attributes=dict(record.attributes),
         events=[OTelEvent(e.name, dict(e.attributes), e.time_ns) for e in record.events],
+        links=[Link(SpanContext(trace_id, span_id, is_remote=False, trace_flags=flags)) for trace_id, span_id in record.links],
         kind=_KINDS.get(record.kind, SpanKind.INTERNAL),
         status=Status(_STATUS[record.status], record.status_message or None)
         if record.status in _STATUS

@@ -25,6 +25,7 @@ class OpenSpan:
     events: list[SpanEvent] = field(default_factory=list)
     parent: "OpenSpan | None" = None
     end_ns: int | None = None  # set when closed
+    links: tuple[tuple[int, int], ...] = ()
 
     def close(self, end_ns: int, *, status: int = 0, message: str = "", error_type: str | None = None) -> SpanRecord:
         """The finished span; an ``error_type`` makes it an error. It never ends after its parent."""
@@ -36,7 +37,7 @@ class OpenSpan:
             end_ns = parent_end  # e.g. a sub-agent's end logged a few ms after its task call's
         self.end_ns = end_ns = max(end_ns, self.start_ns)
         return SpanRecord(self.trace_id, self.span_id, self.parent_span_id, self.name, self.kind, self.start_ns,
-                          end_ns, self.attributes, status, message, tuple(self.events))
+                          end_ns, self.attributes, status, message, tuple(self.events), self.links)
 
     def child(self, span_id: int, name: str, kind: int, start_ns: int, attributes: dict[str, Any]) -> "OpenSpan":
         """A span under this one, in the same trace."""
@@ -52,6 +53,7 @@ class Turn:
     requested_tools: bool = False
     errored: str | None = None
     llm_calls: int = 0
+    truncated: bool = False  # its last LLM call stopped at the length limit: the CLI asks it to go on
     end_ns: int = 0  # set when its turn_end came
 
     @property

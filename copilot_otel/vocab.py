@@ -47,7 +47,8 @@ FAILURE = "failure"  # a tool that ran and failed
 ERROR = "error"  # an LLM call that failed
 
 # copilot_tokens_total{type}
-TOKEN_TYPES = ("input", "output", "cache_read", "cache_write")
+TOKEN_TYPES = ("input", "output", "cache_read", "cache_write",
+               "compaction_input", "compaction_output", "compaction_cache_read", "compaction_cache_write")
 
 # Requests the CLI puts to the person at the terminal: while one is open the session is waiting_user.
 USER_REQUESTS = ("permission", "user_input", "elicitation", "exit_plan_mode")
