@@ -30,6 +30,7 @@ class CallBook:
         # agent id -> [model, accounted] of the call in flight (headless stream: model.call_start .. _finished)
         self._in_flight: dict[str | None, list] = {}
         self.tokens: Counter = Counter()  # (model, type) -> tokens counted so far
+        self.process_tokens: Counter = Counter()  # the same, since the session's last start or resume
 
     def first_report(self, event: Event, usage: Usage) -> bool:
         """A usage report: True unless it is the other source's report of a call already told."""
@@ -91,11 +92,14 @@ class CallBook:
 
     def _count_tokens(self, model: str, label: str, value: int) -> None:
         self.tokens[(model, label)] += value
+        self.process_tokens[(model, label)] += value
         self.out.count(Metric.TOKENS, model, label, value=value)
 
-    def reconcile(self, model_metrics: object) -> None:
+    def reconcile(self, model_metrics: object, *, cumulative: bool) -> None:
         """Count the tokens a session's totals (session.shutdown ``modelMetrics`` of CLIs that log no
-        usage per call) hold beyond what the calls told; totals are cumulative over resumes."""
+        usage per call) hold beyond what the calls told: totals of the whole session (``cumulative``)
+        or of the process that is ending."""
+        counted = self.tokens if cumulative else self.process_tokens
         if not isinstance(model_metrics, dict):
             return
         for model, metrics in model_metrics.items():
@@ -105,6 +109,6 @@ class CallBook:
             for key, _attr, label in A.USAGE_TOKENS:
                 total = usage.get(key)
                 if isinstance(total, int) and not isinstance(total, bool):
-                    missing = total - self.tokens[(model, label)]
+                    missing = total - counted[(model, label)]
                     if missing > 0:
                         self._count_tokens(model, label, missing)

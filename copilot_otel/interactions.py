@@ -51,6 +51,8 @@ class AgentLoop:
             parent_call = event.data.get("parentToolCallId")
             span = self.book.subagents.get(parent_call) if isinstance(parent_call, str) else None
             name = str(span.attributes.get(A.GEN_AI_AGENT_NAME, "subagent")) if span else "subagent"
+            if span is None and parent_call in self.book.tools:  # a CLI (0.0.400) that logs no subagent.started
+                span = self.book.tools[parent_call][0]
             agent = Agent(name, span)
             self.agents[event.agent_id] = agent
         return agent

@@ -13,6 +13,7 @@ The differences (measured with the real CLI; see README "CLI versions"):
 - Up to 1.0.24 sub-agent events have no ``agentId``, only ``data.parentToolCallId``: the agent
   gets the id ``task:<parentToolCallId>``.
 - Up to 1.0.24 autopilot nudges are not flagged: only ``transformedContent`` says so.
+- ``session.shutdown`` totals are per process up to 1.0.50, for the whole session from 1.0.70.
 """
 
 from __future__ import annotations
@@ -27,6 +28,9 @@ USAGE_RECORD_SINCE = (1, 0, 93)  # 1.0.92 writes none, 1.0.102 does; none was pu
 NUDGE_PREFIX = "You have not yet marked the task as complete"
 NUDGE_WINDOW = 200  # it follows a "<current_datetime>...</current_datetime>" preamble
 SUBAGENT_PREFIX = "task:"
+# session.shutdown's modelMetrics count the whole session from this version on (1.0.70 does; up to
+# 1.0.50 they count only the process that wrote them, so a resumed session's add up).
+CUMULATIVE_TOTALS_SINCE = (1, 0, 70)
 
 
 def parse_version(text: object) -> tuple[int, ...] | None:
@@ -42,11 +46,12 @@ def parse_version(text: object) -> tuple[int, ...] | None:
 class Normalizer:
     """Per session: rewrites one CLI version's events into the shape the model reads."""
 
-    __slots__ = ("version", "synthesizes_calls", "_turn_start")
+    __slots__ = ("version", "synthesizes_calls", "cumulative_totals", "_turn_start")
 
     def __init__(self) -> None:
         self.version: tuple[int, ...] | None = None
         self.synthesizes_calls = False  # True for CLIs that write no usage records
+        self.cumulative_totals = True  # session.shutdown totals cover every process of the session, not the last
         self._turn_start: dict[str | None, int] = {}  # agent -> timestamp of its open turn's start
 
     def __call__(self, event: Event) -> tuple[Event, ...]:
@@ -74,6 +79,7 @@ class Normalizer:
         if version is not None:
             self.version = version
             self.synthesizes_calls = version < USAGE_RECORD_SINCE
+            self.cumulative_totals = version >= CUMULATIVE_TOTALS_SINCE
 
     def _call_of(self, message: Event) -> Event:
         """The usage record an older CLI would have written for the LLM call behind ``message``."""
@@ -85,7 +91,10 @@ class Normalizer:
         started = self._turn_start.get(message.agent_id)
         if started is not None and started <= message.timestamp_ns:
             usage["duration"] = (message.timestamp_ns - started) / 1e6
-        return Event("session.usage_record", message.timestamp_ns, f"{message.id}\x00call", {"usage": usage},
+        call = {"usage": usage}
+        if "parentToolCallId" in data:  # a sub-agent's call: where its agent hangs
+            call["parentToolCallId"] = data["parentToolCallId"]
+        return Event("session.usage_record", message.timestamp_ns, f"{message.id}\x00call", call,
                      message.parent_id, message.agent_id, False, message.offset, message.line)
 
 

@@ -191,6 +191,8 @@ class SessionModel:
         self._loop.facts = (self.model, self.cwd, self.cli_version)
         if event.type == "session.start":
             self._out.count(Metric.SESSIONS_STARTED)
+        else:
+            self._calls.process_tokens.clear()  # a new process: the totals it will write start from here
 
     def _on_model_change(self, event: Event) -> None:
         if event.agent_id is None:
@@ -293,7 +295,8 @@ class SessionModel:
 
     def _on_shutdown(self, event: Event) -> None:
         if self._normalize.synthesizes_calls:  # per-call tokens are partial or absent: the totals say the rest
-            self._calls.reconcile(event.data.get("modelMetrics"))
+            self._calls.reconcile(event.data.get("modelMetrics"), cumulative=self._normalize.cumulative_totals)
+        self._calls.process_tokens.clear()  # a resume starts a new process
         if self.awaiting_confirmation:
             self._end(self._loop.current.pending_end)
         self._out.count(Metric.COMPLETION_SIGNALS, SIGNAL_SHUTDOWN)

@@ -32,9 +32,11 @@ class OpenSpan:
         if error_type is not None:
             self.attributes[A.ERROR_TYPE] = error_type
             status = STATUS_ERROR
-        parent_end = self.parent.end_ns if self.parent is not None else None
-        if parent_end is not None and end_ns > parent_end:
-            end_ns = parent_end  # e.g. a sub-agent's end logged a few ms after its task call's
+        ancestor = self.parent
+        while ancestor is not None:  # e.g. a sub-agent's last turn logged a few ms after its task call ended
+            if ancestor.end_ns is not None and end_ns > ancestor.end_ns:
+                end_ns = ancestor.end_ns
+            ancestor = ancestor.parent
         self.end_ns = end_ns = max(end_ns, self.start_ns)
         return SpanRecord(self.trace_id, self.span_id, self.parent_span_id, self.name, self.kind, self.start_ns,
                           end_ns, self.attributes, status, message, tuple(self.events), self.links)

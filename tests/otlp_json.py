@@ -29,6 +29,9 @@ def _fix_ids(request: dict) -> dict:
                 for key in ("traceId", "spanId", "parentSpanId"):
                     if span.get(key):
                         span[key] = _hex_to_b64(span[key])
+                for link in span.get("links", []):
+                    for key in ("traceId", "spanId"):
+                        link[key] = _hex_to_b64(link[key])
     return request
 
 
