@@ -15,6 +15,7 @@ from . import spanattrs
 from .events import Event
 from .records import KIND_CLIENT, span_id_for
 from .spans import Agent, OpenSpan, Outbox
+from .summary import Tally
 from .views import Usage, as_str
 from .vocab import ERROR, SUCCESS, Metric
 
@@ -22,8 +23,9 @@ from .vocab import ERROR, SUCCESS, Metric
 class CallBook:
     """Tells each LLM call once, whichever source reports it, and builds its chat span."""
 
-    def __init__(self, session_id: str, out: Outbox) -> None:
+    def __init__(self, session_id: str, out: Outbox, tally: Tally) -> None:
         self.session_id = session_id
+        self.tally = tally
         self.out = out
         # apiCallId -> reports of that id not yet matched by the other source, per source (event type)
         self._unmatched: dict[str, Counter] = {}
@@ -68,7 +70,7 @@ class CallBook:
         return usage, str(data.get("statusCode") or data.get("errorType") or "call_failed")
 
     def record(self, event: Event, usage: Usage, agent: Agent, parent: OpenSpan, session_model: str | None,
-               *, error: str | None = None) -> None:
+               *, error: str | None = None, nudge: bool = False) -> None:
         """Export the chat span of one call, ending at ``event``, and count it."""
         model = usage.model or session_model or "unknown"
         turn = agent.turn
@@ -81,6 +83,23 @@ class CallBook:
         span = parent.child(span_id_for(self.session_id, event.id), f"{A.OP_CHAT} {model}", KIND_CLIENT, start,
                             attributes)
         self.out.span(span.close(event.timestamp_ns, error_type=error))
+        tally = self.tally
+        if error is None:
+            tally.llm_calls += 1
+            cost = usage.fields.get("cost")
+            if usage.fields.get("initiator") == "user" and isinstance(cost, (int, float)) and cost > 0:
+                tally.premium_requests += cost
+                if nudge:
+                    tally.nudge_premium_requests += cost
+        else:
+            tally.llm_errors += 1
+        for label, value in tokens.items():
+            if label == "input":
+                tally.input_tokens += value
+            elif label == "output":
+                tally.output_tokens += value
+            elif label == "cache_read":
+                tally.cache_read_tokens += value
         if turn is not None and error is None:
             turn.llm_calls += 1
             turn.truncated = usage.fields.get("finishReason") == "length"

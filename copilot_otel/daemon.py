@@ -28,6 +28,7 @@ from .metrics import LiveSession, Metrics
 from .pipeline import Outputs
 from .sources import SESSION_STATE
 from .sinks import SpanSink, make_sink
+from .summary import SessionSummary
 from .vocab import END_INCOMPLETE
 
 log = logging.getLogger(__name__)
@@ -66,6 +67,9 @@ class Daemon:
         self._abandoned: dict[Path, Follower] = {}
         self._views: dict[Path, SessionView] = {}  # the reader's copy; scrapes read ``self.views``
         self.views: tuple[SessionView, ...] = ()
+        # Every known session at a glance, kept when its model is compacted away; other threads read it
+        # (copy with ``list(daemon.summaries.values())``: each entry is replaced whole, never changed).
+        self.summaries: dict[Path, SessionSummary] = {}
         self._restored = self.checkpoint.load()
         self._skip_history: set[Path] = set()
         self._unreadable = ReportedOnce(log)  # retried at every rescan
@@ -201,6 +205,7 @@ class Daemon:
         marker = follower.marker()
         if marker is not None:
             self.queue.put_marker(marker)
+        self.summaries[follower.path] = follower.model.summary()
 
     def _count_and_queue(self, follower: Follower, out: Outputs) -> None:
         try:
@@ -230,6 +235,7 @@ class Daemon:
         self._open.pop(path, None)
         self._abandoned.pop(path, None)
         self._views.pop(path, None)
+        self.summaries.pop(path, None)
         if follower is not None and follower.model is not None:
             log.info("%s was deleted; finishing session %s", path, follower.session_id)
             out = Outputs()

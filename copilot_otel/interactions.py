@@ -11,6 +11,7 @@ from . import spanattrs
 from .events import Event
 from .records import KIND_INTERNAL, STATUS_OK, span_id_for, trace_id_for
 from .spans import Agent, Interaction, InteractionSummary, OpenSpan, Outbox, Turn
+from .summary import Tally
 from .tools import ToolBook
 from .views import SessionError
 from .vocab import (CANCELLED, END_ABORTED, END_ERROR, END_IDLE, END_INCOMPLETE, INCOMPLETE, LOOP_ENDS, MAIN_AGENT, OUT_OF_ORDER,
@@ -20,8 +21,9 @@ from .vocab import (CANCELLED, END_ABORTED, END_ERROR, END_IDLE, END_INCOMPLETE,
 class AgentLoop:
     """The interaction in progress and the agents working in it."""
 
-    def __init__(self, session_id: str, out: Outbox, book: ToolBook, *, summaries: bool) -> None:
+    def __init__(self, session_id: str, out: Outbox, book: ToolBook, tally: Tally, *, summaries: bool) -> None:
         self.session_id = session_id
+        self.tally = tally
         self.out = out
         self.book = book
         self.current: Interaction | None = None
@@ -115,6 +117,7 @@ class AgentLoop:
         interaction = Interaction(interaction_id, root, event.offset, event.line, event.timestamp_ns)
         self.current = interaction
         self.main.invoke_span = root
+        self.tally.interactions += 1
         return interaction
 
     def start_turn(self, event: Event) -> None:
@@ -134,6 +137,7 @@ class AgentLoop:
         span = parent.child(span_id_for(self.session_id, event.id), f"turn {turn_id}", KIND_INTERNAL,
                             event.timestamp_ns, attributes)
         agent.turn = Turn(span, agent.name)
+        self.tally.turns += 1
         self.out.count(Metric.TURNS, agent.name)
 
     def end_turn(self, event: Event) -> None:
@@ -165,6 +169,7 @@ class AgentLoop:
         self.current = None
         root = current.root
         self.last_ended = (current.id, root.trace_id, root.span_id)
+        self.tally.last_end = how
         root.attributes[A.COPILOT_INTERACTION_END] = how
         if how in LOOP_ENDS:
             self.out.count(Metric.COMPLETION_SIGNALS, SIGNAL_IDLE)

@@ -22,6 +22,7 @@ from .config import ModelOptions
 from .events import Event
 from .records import SpanRecord, Step
 from .spans import InteractionSummary, Outbox
+from .summary import SessionSummary, Tally
 from .tools import ToolBook
 from .views import (SessionError, SessionFacts, SubagentEnd, SubagentStart, TaskComplete, ToolEnd, ToolStart, Usage,
                     UserMessage, as_str, request_id, requested_tools)
@@ -41,13 +42,15 @@ class SessionModel:
         self.model: str | None = None
         self.cwd: str | None = None
         self.cli_version: str | None = None
+        self.facts = SessionFacts(None, None, None)  # the latest session.start / resume, merged
         self.last_event_ns = 0
         self.ended: str | None = None  # END_SHUTDOWN or END_INCOMPLETE once the session is over
         self._capture = spanattrs.Capture(options.capture_content, options.content_max_chars)
         self._out = Outbox(keep_metrics=metrics)
-        self._book = ToolBook(session_id, self._capture, self._out)
-        self._calls = CallBook(session_id, self._out)
-        self._loop = AgentLoop(session_id, self._out, self._book, summaries=summaries)
+        self.tally = Tally()
+        self._book = ToolBook(session_id, self._capture, self._out, self.tally)
+        self._calls = CallBook(session_id, self._out, self.tally)
+        self._loop = AgentLoop(session_id, self._out, self._book, self.tally, summaries=summaries)
         self._compactions = CompactionBook(session_id, self._out)
         self._requests: set[str] = set()  # requests waiting for the user (permission, input, ...)
         self._seen: set[int] = set()  # hashes of event ids, kept for the life of the model (one file generation)
@@ -76,6 +79,8 @@ class SessionModel:
         if self.ended is not None and event.type != "session.shutdown":
             self.ended = None  # resumed after a shutdown or a crash
         if event.timestamp_ns > self.last_event_ns:
+            if not self.last_event_ns:
+                self.tally.first_event_ns = event.timestamp_ns
             self.last_event_ns = event.timestamp_ns
         handler = _HANDLERS.get(event.type)
         if handler is not None:
@@ -154,6 +159,18 @@ class SessionModel:
             return None
         return current.start_offset, current.start_line - 1
 
+    def summary(self) -> SessionSummary:
+        """The session at a glance, frozen (any thread may read it)."""
+        tally, facts = self.tally, self.facts
+        oldest = self._book.oldest_tool()
+        return SessionSummary(
+            self.session_id, self.state, self.ended, self.model, facts.cwd, facts.cli_version, facts.repository,
+            facts.branch, tally.first_event_ns, self.last_event_ns,
+            str(oldest.attributes[A.GEN_AI_TOOL_NAME]) if oldest is not None else None,
+            oldest.start_ns if oldest is not None else 0, tally.interactions, tally.nudges, tally.turns,
+            tally.llm_calls, tally.tool_calls, tally.tool_failures, tally.input_tokens, tally.output_tokens,
+            tally.cache_read_tokens, tally.premium_requests, tally.nudge_premium_requests, tally.last_end)
+
     @property
     def interactions(self) -> list[InteractionSummary]:
         """The interactions that ended so far (kept only with summaries=True, for `inspect`)."""
@@ -185,6 +202,10 @@ class SessionModel:
 
     def _on_session_start(self, event: Event) -> None:
         facts = SessionFacts.of(event)
+        self.facts = SessionFacts(*(new if new is not None else was for new, was in zip(
+            (facts.model, facts.cwd, facts.cli_version, facts.repository, facts.branch, facts.head_commit,
+             facts.repository_host), (self.facts.model, self.facts.cwd, self.facts.cli_version, self.facts.repository,
+                                      self.facts.branch, self.facts.head_commit, self.facts.repository_host))))
         self.model = facts.model or self.model
         self.cwd = facts.cwd or self.cwd
         self.cli_version = facts.cli_version or self.cli_version
@@ -212,6 +233,7 @@ class SessionModel:
             self._end(current.pending_end or END_INCOMPLETE)
         interaction = self._loop.open(event, interaction_id, prompt=self._capture.text(message.content))
         if message.nudge:
+            self.tally.nudges += 1
             self._out.count(Metric.AUTOPILOT_NUDGES)
             interaction.autopilot = True
             interaction.root.attributes[A.COPILOT_AUTOPILOT_CONTINUATION] = True
@@ -255,6 +277,7 @@ class SessionModel:
         # An LLM call failed, unless the turn it ended got its answer (an empty one: "No response was returned").
         # Live, each failed attempt arrives as model.call_failure instead.
         if not self.live_idle and (error.status_code is not None or not any(t.llm_calls for t in turns)):
+            self.tally.llm_errors += 1
             self._out.count(Metric.LLM_CALLS, self.model or "unknown", ERROR)
         if event.agent_id is None:  # a sub-agent's error is its parent's failed task call, not a loop end
             self._out.count(Metric.COMPLETION_SIGNALS, SIGNAL_ERROR)
@@ -344,7 +367,9 @@ class SessionModel:
 
     def _llm_call(self, event: Event, usage: Usage, *, error: str | None = None) -> None:
         agent = self._loop.agent(event)
-        self._calls.record(event, usage, agent, self._loop.work_parent(event, agent), self.model, error=error)
+        current = self._loop.current
+        self._calls.record(event, usage, agent, self._loop.work_parent(event, agent), self.model, error=error,
+                           nudge=current is not None and current.autopilot)
 
     def _on_tool_start(self, event: Event) -> None:
         view = ToolStart.of(event)

@@ -8,6 +8,7 @@ from .events import Event
 from .records import KIND_INTERNAL, STATUS_OK, span_id_for
 from .spanattrs import Capture
 from .spans import OpenSpan, Outbox
+from .summary import Tally
 from .views import SubagentEnd, SubagentStart, ToolEnd, ToolStart
 from .vocab import CANCELLED, FAILURE, INCOMPLETE, OUT_OF_ORDER, SUCCESS, Metric
 
@@ -15,8 +16,9 @@ from .vocab import CANCELLED, FAILURE, INCOMPLETE, OUT_OF_ORDER, SUCCESS, Metric
 class ToolBook:
     """Open tool spans by toolCallId, and open sub-agent spans by the toolCallId of their task call."""
 
-    def __init__(self, session_id: str, capture: Capture, out: Outbox) -> None:
+    def __init__(self, session_id: str, capture: Capture, out: Outbox, tally: Tally) -> None:
         self.session_id = session_id
+        self.tally = tally
         self.capture = capture
         self.out = out
         self.tools: dict[str, tuple[OpenSpan, str]] = {}  # toolCallId -> (span, agent name)
@@ -28,6 +30,10 @@ class ToolBook:
     def __bool__(self) -> bool:
         """True while a tool or a sub-agent runs."""
         return bool(self.tools or self.subagents)
+
+    def oldest_tool(self) -> OpenSpan | None:
+        """The tool that has run longest, of those running now."""
+        return min((span for span, _agent in self.tools.values()), key=lambda s: s.start_ns, default=None)
 
     def open_spans(self) -> list[OpenSpan]:
         """The spans still running."""
@@ -69,6 +75,9 @@ class ToolBook:
 
     def _count(self, span: OpenSpan, outcome: str) -> None:
         tool = str(span.attributes[A.GEN_AI_TOOL_NAME])
+        self.tally.tool_calls += 1
+        if outcome != SUCCESS:
+            self.tally.tool_failures += 1
         self.out.count(Metric.TOOL_CALLS, tool, outcome)
         self.out.count(Metric.TOOL_DURATION, tool, value=max(0, span.end_ns - span.start_ns) / 1e9)
 

@@ -34,17 +34,24 @@ def _dict(value: Any) -> Mapping[str, Any]:
 
 @dataclass(frozen=True, slots=True)
 class SessionFacts:
-    """session.start / session.resume: what the session runs with."""
+    """session.start / session.resume: what the session runs with, and where (the git context, if any)."""
 
     model: str | None
     cwd: str | None
     cli_version: str | None
+    repository: str | None = None  # "owner/name"
+    branch: str | None = None
+    head_commit: str | None = None
+    repository_host: str | None = None  # e.g. github.com
 
     @staticmethod
     def of(event: Event) -> "SessionFacts":
         data = event.data
-        return SessionFacts(as_str(data.get("selectedModel")), as_str(_dict(data.get("context")).get("cwd")),
-                            as_str(data.get("copilotVersion")))
+        context = _dict(data.get("context"))
+        return SessionFacts(as_str(data.get("selectedModel")), as_str(context.get("cwd")),
+                            as_str(data.get("copilotVersion")), as_str(context.get("repository")),
+                            as_str(context.get("branch")), as_str(context.get("headCommit")),
+                            as_str(context.get("repositoryHost")))
 
 
 @dataclass(frozen=True, slots=True)
