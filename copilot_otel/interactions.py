@@ -13,8 +13,8 @@ from .records import KIND_INTERNAL, STATUS_OK, span_id_for, trace_id_for
 from .spans import Agent, Interaction, InteractionSummary, OpenSpan, Outbox, Turn
 from .summary import Tally
 from .tools import ToolBook
-from .views import SessionError
-from .vocab import (CANCELLED, END_ABORTED, END_ERROR, END_IDLE, END_INCOMPLETE, INCOMPLETE, LOOP_ENDS, MAIN_AGENT, OUT_OF_ORDER,
+from .views import SessionError, SessionFacts, TaskComplete
+from .vocab import (CANCELLED, END_ABORTED, END_ERROR, END_TASK_COMPLETE, END_IDLE, END_INCOMPLETE, INCOMPLETE, LOOP_ENDS, MAIN_AGENT, OUT_OF_ORDER,
                     SIGNAL_IDLE, Metric)
 
 
@@ -33,7 +33,7 @@ class AgentLoop:
         self.held: list[tuple[Agent, Turn]] = []
         self.summaries: list[InteractionSummary] | None = [] if summaries else None  # for `inspect`
         self.last_ended: tuple[str, int, int] | None = None  # (interaction id, trace id, root span id)
-        self.facts: tuple[str | None, str | None, str | None] = (None, None, None)  # the session's model, cwd, CLI
+        self.facts = SessionFacts(None, None, None)  # the session's model, cwd and CLI version (set by the model)
 
     @property
     def main(self) -> Agent:
@@ -91,9 +91,9 @@ class AgentLoop:
         if self.current is not None:
             self.end(self.current.pending_end or END_IDLE, self.current.last_end_ns)
         interaction_id, trace_id, span_id = self.last_ended
-        model, cwd, cli_version = self.facts
-        attributes = spanattrs.interaction(self.session_id, interaction_id, model=model, cwd=cwd,
-                                           cli_version=cli_version, prompt=None)
+        facts = self.facts
+        attributes = spanattrs.interaction(self.session_id, interaction_id, model=facts.model, cwd=facts.cwd,
+                                           cli_version=facts.cli_version, prompt=None)
         attributes[A.COPILOT_TRIGGER] = event.type
         root = OpenSpan(trace_id_for(self.session_id, f"{interaction_id}\x00{event.id}"),
                         span_id_for(self.session_id, f"interaction\x00{event.id}"), None,
@@ -107,9 +107,9 @@ class AgentLoop:
     def open(self, event: Event, interaction_id: str, *, implicit: bool = False,
              prompt: str | None = None) -> Interaction:
         """Start an interaction at ``event``."""
-        model, cwd, cli_version = self.facts
-        attributes = spanattrs.interaction(self.session_id, interaction_id, model=model, cwd=cwd,
-                                           cli_version=cli_version, prompt=prompt)
+        facts = self.facts
+        attributes = spanattrs.interaction(self.session_id, interaction_id, model=facts.model, cwd=facts.cwd,
+                                           cli_version=facts.cli_version, prompt=prompt)
         # Opened by another span's event (a log read from the middle): keep the ids apart.
         first = f"interaction\x00{event.id}" if implicit else event.id
         root = OpenSpan(trace_id_for(self.session_id, interaction_id), span_id_for(self.session_id, first), None,
@@ -184,6 +184,41 @@ class AgentLoop:
         if self.summaries is not None:
             self.summaries.append(InteractionSummary(current.id, root.trace_id, root.start_ns, how, current.autopilot,
                                                      current.summary))
+
+    def task_complete(self, task: TaskComplete, summary: str | None) -> None:
+        """session.task_complete: the loop ends once this turn does."""
+        current = self.current
+        if current is not None:
+            current.pending_end = END_TASK_COMPLETE
+            current.summary = task.summary
+            if summary is not None:
+                current.root.attributes[A.COPILOT_TASK_SUMMARY] = summary
+            if task.failed:
+                current.root.attributes[A.COPILOT_TASK_SUCCESS] = False
+
+    def fail(self, event: Event, agent: Agent, error: SessionError) -> None:
+        """session.error: the agent's open (or just ended) turn failed; a main-agent error ends the loop."""
+        if agent.turn is not None:
+            agent.turn.errored = error.error_type
+            if error.status_code is not None:
+                agent.turn.span.attributes[A.HTTP_RESPONSE_STATUS_CODE] = error.status_code
+        self.release_held(agent, error)
+        current = self.current
+        if current is not None and event.agent_id is None:
+            current.pending_end = END_ERROR
+            current.error_type = error.error_type
+            current.last_end_ns = max(current.last_end_ns, event.timestamp_ns)
+            if error.status_code is not None:
+                current.root.attributes[A.HTTP_RESPONSE_STATUS_CODE] = error.status_code
+
+    def abort(self, event: Event, reason: str) -> None:
+        """The user stopped the loop: what is still running was cut off; the loop ends (the CLI goes idle)."""
+        self.cut_off(event.timestamp_ns, END_ABORTED, reason)
+        current = self.current
+        if current is not None:
+            current.pending_end = END_ABORTED
+            current.last_end_ns = max(current.last_end_ns, event.timestamp_ns)
+            current.root.attributes[A.COPILOT_ABORT_REASON] = reason
 
     def release_held(self, errored: Agent | None = None, error: SessionError | None = None) -> None:
         """Export the held turns; the one of agent ``errored`` as failed with ``error``."""

@@ -10,6 +10,7 @@ Tools and sub-agents are kept by :class:`~copilot_otel.tools.ToolBook`, LLM call
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Callable
 
 from . import attrs as A
@@ -26,8 +27,7 @@ from .summary import SessionSummary, Tally
 from .tools import ToolBook
 from .views import (SessionError, SessionFacts, SubagentEnd, SubagentStart, TaskComplete, ToolEnd, ToolStart, Usage,
                     UserMessage, as_str, request_id, requested_tools)
-from .vocab import (DUPLICATE_ID, ERROR, END_ABORTED, END_ERROR, END_IDLE, END_INCOMPLETE, END_SHUTDOWN, END_TASK_COMPLETE,
-                    IDLE, INCOMPLETE, SIGNAL_ERROR, SIGNAL_SHUTDOWN,
+from .vocab import (DUPLICATE_ID, ERROR, END_ABORTED, END_IDLE, END_INCOMPLETE, END_SHUTDOWN, IDLE, INCOMPLETE, SIGNAL_ERROR, SIGNAL_SHUTDOWN,
                     SIGNAL_TASK_COMPLETE, USER_REQUESTS, WAITING_TOOL, WAITING_USER, WORKING, Metric)
 
 
@@ -39,10 +39,7 @@ class SessionModel:
         self.session_id = session_id
         # With a live subscriber the real session.idle / assistant.idle ends the loop.
         self.live_idle = live_idle
-        self.model: str | None = None
-        self.cwd: str | None = None
-        self.cli_version: str | None = None
-        self.facts = SessionFacts(None, None, None)  # the latest session.start / resume, merged
+        self.facts = SessionFacts(None, None, None)  # session.start / resume / model_change, merged
         self.last_event_ns = 0
         self.ended: str | None = None  # END_SHUTDOWN or END_INCOMPLETE once the session is over
         self._capture = spanattrs.Capture(options.capture_content, options.content_max_chars)
@@ -200,25 +197,29 @@ class SessionModel:
 
     # ------------------------------------------------------------ session and interaction events
 
+    @property
+    def model(self) -> str | None:
+        return self.facts.model
+
+    @property
+    def cwd(self) -> str | None:
+        return self.facts.cwd
+
+    @property
+    def cli_version(self) -> str | None:
+        return self.facts.cli_version
+
     def _on_session_start(self, event: Event) -> None:
-        facts = SessionFacts.of(event)
-        self.facts = SessionFacts(*(new if new is not None else was for new, was in zip(
-            (facts.model, facts.cwd, facts.cli_version, facts.repository, facts.branch, facts.head_commit,
-             facts.repository_host), (self.facts.model, self.facts.cwd, self.facts.cli_version, self.facts.repository,
-                                      self.facts.branch, self.facts.head_commit, self.facts.repository_host))))
-        self.model = facts.model or self.model
-        self.cwd = facts.cwd or self.cwd
-        self.cli_version = facts.cli_version or self.cli_version
-        self._loop.facts = (self.model, self.cwd, self.cli_version)
+        self.facts = self._loop.facts = self.facts.merged(SessionFacts.of(event))
         if event.type == "session.start":
             self._out.count(Metric.SESSIONS_STARTED)
         else:
             self._calls.process_tokens.clear()  # a new process: the totals it will write start from here
 
     def _on_model_change(self, event: Event) -> None:
-        if event.agent_id is None:
-            self.model = as_str(event.data.get("newModel")) or as_str(event.data.get("model")) or self.model
-            self._loop.facts = (self.model, self.cwd, self.cli_version)
+        model = as_str(event.data.get("newModel")) or as_str(event.data.get("model"))
+        if event.agent_id is None and model:
+            self.facts = self._loop.facts = replace(self.facts, model=model)
 
     def _on_user_message(self, event: Event) -> None:
         message = UserMessage.of(event)
@@ -256,19 +257,10 @@ class SessionModel:
             turn.span.attributes[A.GEN_AI_OUTPUT_MESSAGES] = text
 
     def _on_task_complete(self, event: Event) -> None:
-        if event.agent_id is not None:
-            return
-        self._out.count(Metric.COMPLETION_SIGNALS, SIGNAL_TASK_COMPLETE)
-        current = self._loop.current
-        if current is not None:
+        if event.agent_id is None:
+            self._out.count(Metric.COMPLETION_SIGNALS, SIGNAL_TASK_COMPLETE)
             task = TaskComplete.of(event)
-            current.pending_end = END_TASK_COMPLETE
-            current.summary = task.summary
-            summary = self._capture.text(task.summary)
-            if summary is not None:
-                current.root.attributes[A.COPILOT_TASK_SUMMARY] = summary
-            if task.failed:
-                current.root.attributes[A.COPILOT_TASK_SUCCESS] = False
+            self._loop.task_complete(task, self._capture.text(task.summary))
 
     def _on_session_error(self, event: Event) -> None:
         error = SessionError.of(event)
@@ -281,30 +273,12 @@ class SessionModel:
             self._out.count(Metric.LLM_CALLS, self.model or "unknown", ERROR)
         if event.agent_id is None:  # a sub-agent's error is its parent's failed task call, not a loop end
             self._out.count(Metric.COMPLETION_SIGNALS, SIGNAL_ERROR)
-        if agent.turn is not None:
-            agent.turn.errored = error.error_type
-            if error.status_code is not None:
-                agent.turn.span.attributes[A.HTTP_RESPONSE_STATUS_CODE] = error.status_code
-        self._loop.release_held(agent, error)
-        current = self._loop.current
-        if current is not None and event.agent_id is None:
-            current.pending_end = END_ERROR
-            current.error_type = error.error_type
-            current.last_end_ns = max(current.last_end_ns, event.timestamp_ns)
-            if error.status_code is not None:
-                current.root.attributes[A.HTTP_RESPONSE_STATUS_CODE] = error.status_code
+        self._loop.fail(event, agent, error)
 
     def _on_abort(self, event: Event) -> None:
         """The user stopped the loop: what is still running was cut off; the loop ends (the CLI goes idle)."""
-        if event.agent_id is not None:
-            return
-        reason = as_str(event.data.get("reason")) or END_ABORTED
-        self._loop.cut_off(event.timestamp_ns, END_ABORTED, reason)
-        current = self._loop.current
-        if current is not None:
-            current.pending_end = END_ABORTED
-            current.last_end_ns = max(current.last_end_ns, event.timestamp_ns)
-            current.root.attributes[A.COPILOT_ABORT_REASON] = reason
+        if event.agent_id is None:
+            self._loop.abort(event, as_str(event.data.get("reason")) or END_ABORTED)
 
     def _on_user_request(self, event: Event) -> None:
         self._requests.add(request_id(event) or event.id)

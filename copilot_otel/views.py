@@ -44,6 +44,14 @@ class SessionFacts:
     head_commit: str | None = None
     repository_host: str | None = None  # e.g. github.com
 
+    def merged(self, newer: "SessionFacts") -> "SessionFacts":
+        """These facts, updated with what ``newer`` knows."""
+        return SessionFacts(*(new if new is not None else old for new, old in zip(
+            (newer.model, newer.cwd, newer.cli_version, newer.repository, newer.branch, newer.head_commit,
+             newer.repository_host),
+            (self.model, self.cwd, self.cli_version, self.repository, self.branch, self.head_commit,
+             self.repository_host))))
+
     @staticmethod
     def of(event: Event) -> "SessionFacts":
         data = event.data
