@@ -13,6 +13,7 @@ if _REPO not in sys.path:  # `tests.*` imports work however pytest was started
 
 from tests.copilot_cli import Corpus, CopilotCLI, CopilotCLIMissing, generate_corpus  # noqa: E402
 from tests.provider import ScriptedProvider  # noqa: E402
+from tests.support.net import free_port  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -41,16 +42,13 @@ def cli_corpus(cli, provider, tmp_path_factory) -> Corpus:
 # ---------------------------------------------------------------------------------------
 # General fixtures.
 
-import socket  # noqa: E402
 import threading  # noqa: E402
 
 
 @pytest.fixture
 def unused_port() -> int:
     """A loopback port that nothing listens on (bound then released)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    return free_port()
 
 
 @pytest.fixture(autouse=True)

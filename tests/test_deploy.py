@@ -17,7 +17,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from tests.deploy_helpers import (
+from tests.support.deploy import (
     CONTRACT_METRICS,
     DASHBOARD,
     DEPLOY,

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parent.parent.parent
 DEPLOY = REPO / "deploy"
 DASHBOARD = DEPLOY / "grafana" / "dashboards" / "copilot-otel.json"
 RULES = DEPLOY / "prometheus" / "rules" / "copilot-otel.rules.yml"
