@@ -8,5 +8,6 @@
 - ``otlp_json``: reading the OTLP JSON lines files the daemon and ``replay`` write.
 - ``spans``: comparable keys of spans, and waiting for what a replay says must be exported.
 - ``events``: session events written by hand (JSON lines planted into real logs).
+- ``contract``: the metric contract, read from docs/metrics.md.
 - ``deploy``: the dashboard, the alert rules and the external checkers of deploy/.
 """
