@@ -7,7 +7,8 @@
 - ``files``: session folders and appends, as the CLI writes them.
 - ``otlp_json``: reading the OTLP JSON lines files the daemon and ``replay`` write.
 - ``spans``: comparable keys of spans, and waiting for what a replay says must be exported.
-- ``events``: session events written by hand (JSON lines planted into real logs).
+- ``events``: session events written by hand, in the real CLI's shapes (``Event`` records or
+  JSONL lines) for unit tests, and single lines to plant into real logs.
 - ``contract``: the metric contract, read from docs/metrics.md.
 - ``deploy``: the dashboard, the alert rules and the external checkers of deploy/.
 """
