@@ -119,9 +119,9 @@ class SessionLog:
         """Each line, without its newline."""
         return list(self._lines)
 
-    def jsonl(self) -> bytes:
-        """The whole file."""
-        return b"".join(line + b"\n" for line in self._lines)
+    def jsonl(self, start: int = 0, stop: int | None = None) -> bytes:
+        """The whole file, or its lines ``start`` to ``stop`` (0-based, as a slice)."""
+        return b"".join(line + b"\n" for line in self._lines[start:stop])
 
     def decoded(self) -> list[Event | DecodeError]:
         """Every line decoded, with its byte offset and line number."""
@@ -293,17 +293,29 @@ class SessionLog:
         self.message(content, agent=agent)
         self.turn_end(agent=agent)
 
-    def tool_turn(self, *calls: tuple[str, str], agent: str | None = None, success: bool = True) -> None:
-        """One turn that makes one LLM call and runs the tools ``(name, call id)``, each to completion."""
+    def calling(self, *calls: tuple[str, str], agent: str | None = None) -> dict[str, Any]:
+        """A turn starts; its LLM call asks for the tools ``(name, call id)``, which start and keep running.
+        Returns the last tool start."""
         self.turn_start(agent=agent)
         self.usage(agent=agent, finish_reason="tool_calls")
         self.message(tools=[name for name, _call in calls], agent=agent)
-        for name, call in calls:
-            self.tool_start(name, call, agent=agent)
+        return [self.tool_start(name, call, agent=agent) for name, call in calls][-1]
+
+    def tool_turn(self, *calls: tuple[str, str], agent: str | None = None, success: bool = True) -> None:
+        """One turn that makes one LLM call and runs the tools ``(name, call id)``, each to completion."""
+        self.calling(*calls, agent=agent)
         for _name, call in calls:
             self.tool_complete(call, success=success, agent=agent)
         self.turn_end(agent=agent)
 
+    def spawn(self, call: str, agent: str, name: str = "general-purpose", *, prompt: bool = True) -> dict[str, Any]:
+        """A main-agent turn calls ``task``; sub-agent ``agent`` starts for it (and, with ``prompt``, gets
+        its prompt). Returns the subagent.started event."""
+        self.calling(("task", call))
+        started = self.subagent_started(call, agent, name)
+        if prompt:
+            self.subagent_prompt(agent)
+        return started
 
 def event_line(event_type: Any, timestamp: Any, event_id: Any, data: Any = None, **top: Any) -> bytes:
     """One event as a JSON line, any field of any type (for lines planted into a real log)."""

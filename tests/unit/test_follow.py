@@ -34,6 +34,15 @@ def read(follower: Follower) -> Outputs:
     return out
 
 
+def turn_running() -> SessionLog:
+    """A session whose first turn is running."""
+    log = SessionLog(SID)
+    log.start()
+    log.user()
+    log.turn_start()
+    return log
+
+
 def finished_session() -> SessionLog:
     log = SessionLog(SID)
     log.start(cwd="/work/a")
@@ -44,18 +53,23 @@ def finished_session() -> SessionLog:
     return log
 
 
-def write_lines(path: Path, lines: list[bytes]) -> None:
-    append(path, b"".join(line + b"\n" for line in lines))
+def following(tmp_path: Path, log: SessionLog, **kwargs) -> tuple[Path, Follower]:
+    """The log written to its session folder, followed and read to its end."""
+    path = log_path(tmp_path)
+    path.write_bytes(log.jsonl())
+    follower = start(path, **kwargs)
+    read(follower)
+    return path, follower
 
 
 def test_reads_what_was_appended(tmp_path):
     """A followed log delivers each event once, as it is appended, named after its folder."""
     log = finished_session()
     path = log_path(tmp_path)
-    write_lines(path, log.lines()[:5])
+    append(path, log.jsonl(0, 5))
     follower = start(path)
     first = read(follower)
-    write_lines(path, log.lines()[5:])
+    append(path, log.jsonl(5))
     second = read(follower)
     assert follower.session_id == SID
     assert sum(first.events.values()) + sum(second.events.values()) == len(log.entries)
@@ -65,10 +79,7 @@ def test_reads_what_was_appended(tmp_path):
 
 def test_a_finished_session_is_compacted_to_its_position(tmp_path):
     """After its shutdown nothing is open: the model is dropped, the position kept; the view says idle."""
-    path = log_path(tmp_path)
-    path.write_bytes(finished_session().jsonl())
-    follower = start(path)
-    read(follower)
+    path, follower = following(tmp_path, finished_session())
     assert follower.compact() is True
     assert follower.model is None
     assert follower.tail.offset == path.stat().st_size
@@ -77,14 +88,7 @@ def test_a_finished_session_is_compacted_to_its_position(tmp_path):
 
 def test_a_session_with_open_work_is_not_compacted(tmp_path):
     """A running turn keeps its model."""
-    log = SessionLog(SID)
-    log.start()
-    log.user()
-    log.turn_start()
-    path = log_path(tmp_path)
-    path.write_bytes(log.jsonl())
-    follower = start(path)
-    read(follower)
+    _path, follower = following(tmp_path, turn_running())
     assert follower.compact() is False and follower.model is not None
 
 
@@ -104,7 +108,7 @@ def test_a_compacted_session_that_grows_is_rebuilt_and_delivers_only_what_is_new
     log.user("Again.")
     log.answer()
     log.shutdown()
-    write_lines(path, log.lines()[old_entries:])
+    append(path, log.jsonl(old_entries))
     assert follower.wake() is True
     assert follower.floor == old_size and follower.model is not None
     after = read(follower)
@@ -117,10 +121,7 @@ def test_a_compacted_session_that_grows_is_rebuilt_and_delivers_only_what_is_new
 
 def test_a_compacted_session_whose_file_was_truncated_starts_a_new_generation(tmp_path):
     """A compacted log cut shorter than its position is read again from the start."""
-    path = log_path(tmp_path)
-    path.write_bytes(finished_session().jsonl())
-    follower = start(path)
-    read(follower)
+    path, follower = following(tmp_path, finished_session())
     follower.compact()
     other = SessionLog(SID, step_ms=7)
     other.start()
@@ -140,10 +141,7 @@ def test_a_restart_resumes_from_the_checkpoint_without_delivering_anything_twice
     log = SessionLog(SID)
     log.start(cwd="/work/b")
     log.user()
-    log.turn_start()
-    log.usage(finish_reason="tool_calls")
-    log.message(tools=["bash"])
-    log.tool_start("bash", "call-1")
+    log.calling(("bash", "call-1"))
     path = log_path(tmp_path)
     path.write_bytes(log.jsonl())
     first = start(path)
@@ -155,7 +153,7 @@ def test_a_restart_resumes_from_the_checkpoint_without_delivering_anything_twice
     log.tool_complete("call-1")
     log.turn_end()
     log.answer()
-    write_lines(path, log.lines()[old:])
+    append(path, log.jsonl(old))
     restarted = start(path, restored=marker)
     assert (restarted.floor, restarted.tail.offset) == (marker.offset, marker.resume_offset)
     out = read(restarted)
@@ -194,7 +192,7 @@ def test_skip_history_delivers_only_what_comes_later(tmp_path):
     log.user("Later.")
     log.turn_start()
     log.tool_start("bash", "call-1")
-    write_lines(path, log.lines()[old:])
+    append(path, log.jsonl(old))
     out = read(follower)
     assert sum(out.events.values()) == 3
     assert follower.model.state == WAITING_TOOL
@@ -205,14 +203,7 @@ def test_skip_history_delivers_only_what_comes_later(tmp_path):
 
 def test_a_replaced_file_finishes_the_old_generation(tmp_path):
     """A log replaced by another file ends what the old one left open, then reads the new one from 0."""
-    log = SessionLog(SID)
-    log.start()
-    log.user()
-    log.turn_start()
-    path = log_path(tmp_path)
-    path.write_bytes(log.jsonl())
-    follower = start(path)
-    read(follower)
+    path, follower = following(tmp_path, turn_running())
     fresh = path.with_name("new")
     fresh.write_bytes(finished_session().jsonl())
     fresh.replace(path)
@@ -224,15 +215,9 @@ def test_a_replaced_file_finishes_the_old_generation(tmp_path):
 
 def test_finish_and_view(tmp_path):
     """finish() ends open work as incomplete; view() is a frozen snapshot of state, last event and pids."""
-    log = SessionLog(SID)
-    log.start()
-    log.user()
-    log.turn_start()
+    log = turn_running()
     last = log.tool_start("bash", "call-1")
-    path = log_path(tmp_path)
-    path.write_bytes(log.jsonl())
-    follower = start(path, pids=[4242])
-    read(follower)
+    _path, follower = following(tmp_path, log, pids=[4242])
     view = follower.view()
     assert (view.session_id, view.state, view.last_event_ns, view.pids) == (SID, WAITING_TOOL, log.ns(last), (4242,))
     out = Outputs()

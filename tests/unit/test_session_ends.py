@@ -201,10 +201,7 @@ def test_a_live_error_counts_no_failed_call_twice():
 def aborted_tool() -> SessionLog:
     """The corpus' abort_sigint_tool: a tool runs, the user presses Ctrl-C: abort, turn_end, shutdown."""
     log = started()
-    log.turn_start()
-    log.usage(finish_reason="tool_calls")
-    log.message(tools=["bash"])
-    log.tool_start("bash", "call-sleep")
+    log.calling(("bash", "call-sleep"))
     log.wait(3)
     log.abort("user_initiated")
     log.turn_end()
@@ -230,12 +227,7 @@ def test_abort_cuts_off_the_running_tool():
 def test_abort_cuts_off_a_running_subagent():
     """A sub-agent running at the abort ends then, aborted, with its open turn incomplete."""
     log = started()
-    log.turn_start()
-    log.usage(finish_reason="tool_calls")
-    log.message(tools=["task"])
-    log.tool_start("task", "call-task")
-    log.subagent_started("call-task", "agent-1")
-    log.subagent_prompt("agent-1")
+    log.spawn("call-task", "agent-1")
     log.turn_start(agent="agent-1")
     log.turn_end()
     log.abort("user_abort")
@@ -252,11 +244,7 @@ def test_the_cancelled_completion_of_a_cut_off_subagent_is_expected():
     """After an abort the CLI writes subagent.completed (cancelled: true) for the sub-agent it cut
     off (design.md §1b): that is the expected order of a real log, not an end of something never started."""
     log = started()
-    log.turn_start()
-    log.usage(finish_reason="tool_calls")
-    log.message(tools=["task"])
-    log.tool_start("task", "call-task")
-    log.subagent_started("call-task", "agent-1")
+    log.spawn("call-task", "agent-1", prompt=False)
     log.turn_end()
     log.abort("user_abort")
     log.subagent_completed("call-task", "agent-1", cancelled=True)
@@ -267,10 +255,7 @@ def test_the_cancelled_completion_of_a_cut_off_subagent_is_expected():
 def test_shutdown_mid_turn_leaves_everything_incomplete():
     """A shutdown while a turn and its tool run ends both, and the interaction, as incomplete errors."""
     log = started()
-    log.turn_start()
-    log.usage(finish_reason="tool_calls")
-    log.message(tools=["bash"])
-    log.tool_start("bash", "call-1")
+    log.calling(("bash", "call-1"))
     shutdown = log.shutdown()
     model = SessionModel(SID)
     fed = feed(model, log.events())
@@ -287,10 +272,7 @@ def test_shutdown_mid_turn_leaves_everything_incomplete():
 def test_finish_closes_what_a_crash_left_open():
     """finish() (the process is gone, or a replay reached the end) ends open work as incomplete at the last event."""
     log = started()
-    log.turn_start()
-    log.usage(finish_reason="tool_calls")
-    log.message(tools=["bash"])
-    last = log.tool_start("bash", "call-1")
+    last = log.calling(("bash", "call-1"))
     model = SessionModel(SID)
     fed = feed(model, log.events())
     assert fed.named(ROOT) == []
@@ -419,11 +401,7 @@ def test_a_subagent_may_end_after_its_task_call():
     """subagent.completed a few ms after the task call's completion (design.md §1b) is no anomaly:
     the sub-agent's span ends at its own event."""
     log = started()
-    log.turn_start()
-    log.usage(finish_reason="tool_calls")
-    log.message(tools=["task"])
-    log.tool_start("task", "call-task")
-    log.subagent_started("call-task", "agent-1")
+    log.spawn("call-task", "agent-1", prompt=False)
     log.tool_complete("call-task")
     completed = log.subagent_completed("call-task", "agent-1")
     fed = feed(SessionModel(SID), log.events())

@@ -27,15 +27,24 @@ def ids(items) -> list[str]:
     return [item.id for item in items]
 
 
+def tailing(tmp_path, log: SessionLog):
+    """The log written to a file that a FileTail has read to its end."""
+    path = tmp_path / "events.jsonl"
+    path.write_bytes(log.jsonl())
+    tail = FileTail(path)
+    tail.read()
+    return path, tail
+
+
 def test_appends_are_read_once_each(tmp_path):
     """Each read returns the lines appended since the last one, with their offsets and line numbers."""
     log = session(2)
     lines = log.lines()
     path = tmp_path / "events.jsonl"
-    path.write_bytes(b"".join(line + b"\n" for line in lines[:4]))
+    path.write_bytes(log.jsonl(0, 4))
     tail = FileTail(path)
     first = tail.read()
-    append(path, b"".join(line + b"\n" for line in lines[4:]))
+    append(path, log.jsonl(4))
     second = tail.read()
     assert ids(first.items) + ids(second.items) == [e["id"] for e in log.entries]
     assert (first.restarted, second.restarted) == (None, None)
@@ -73,10 +82,7 @@ def test_blank_lines_and_crlf(tmp_path):
 def test_truncated_to_nothing_then_written(tmp_path):
     """A file truncated and written again is read again from its start, as a new generation."""
     first, second = session(session_id="first"), session(session_id="second")
-    path = tmp_path / "events.jsonl"
-    path.write_bytes(first.jsonl())
-    tail = FileTail(path)
-    tail.read()
+    path, tail = tailing(tmp_path, first)
     with open(path, "r+b") as handle:
         handle.truncate(0)
     append(path, second.jsonl())
@@ -89,11 +95,8 @@ def test_truncated_to_nothing_then_written(tmp_path):
 def test_truncated_to_its_own_first_half(tmp_path):
     """A file cut back to a prefix of itself (same first bytes, shorter than where we were) restarts."""
     log = session(2)
-    path = tmp_path / "events.jsonl"
-    path.write_bytes(log.jsonl())
-    tail = FileTail(path)
-    tail.read()
-    half = b"".join(line + b"\n" for line in log.lines()[:3])
+    path, tail = tailing(tmp_path, log)
+    half = log.jsonl(0, 3)
     with open(path, "r+b") as handle:
         handle.truncate(len(half))
     result = tail.read()
@@ -104,10 +107,7 @@ def test_truncated_to_its_own_first_half(tmp_path):
 def test_rewritten_in_place_with_other_first_bytes(tmp_path):
     """The same inode, longer than before, but other first bytes: another log, read from the start."""
     first, second = session(session_id="a"), session(3, session_id="other-session")
-    path = tmp_path / "events.jsonl"
-    path.write_bytes(first.jsonl())
-    tail = FileTail(path)
-    tail.read()
+    path, tail = tailing(tmp_path, first)
     with open(path, "r+b") as handle:
         handle.write(second.jsonl())
     result = tail.read()
@@ -118,10 +118,7 @@ def test_rewritten_in_place_with_other_first_bytes(tmp_path):
 def test_replaced_by_a_new_file(tmp_path):
     """A new file (new inode) under the same name is read from its start."""
     first, second = session(session_id="a"), session(session_id="b")
-    path = tmp_path / "events.jsonl"
-    path.write_bytes(first.jsonl())
-    tail = FileTail(path)
-    tail.read()
+    path, tail = tailing(tmp_path, first)
     fresh = tmp_path / "events.jsonl.new"
     fresh.write_bytes(second.jsonl())
     os.replace(fresh, path)
@@ -210,12 +207,11 @@ def test_an_event_from_the_future_is_rejected_by_the_injected_clock(tmp_path):
 def test_resume_at_a_saved_position(tmp_path):
     """A tail made with a saved offset, line and identity reads on from there, numbering on."""
     log = session(2)
-    lines = log.lines()
     path = tmp_path / "events.jsonl"
-    path.write_bytes(b"".join(line + b"\n" for line in lines[:3]))
+    path.write_bytes(log.jsonl(0, 3))
     first = FileTail(path)
     first.read()
-    append(path, b"".join(line + b"\n" for line in lines[3:]))
+    append(path, log.jsonl(3))
     resumed = FileTail(path, offset=first.offset, line=first.line, identity=first.identity)
     result = resumed.read()
     assert result.restarted is None
