@@ -9,6 +9,7 @@
 - ``spans``: comparable keys of spans, and waiting for what a replay says must be exported.
 - ``events``: session events written by hand, in the real CLI's shapes (``Event`` records or
   JSONL lines) for unit tests, and single lines to plant into real logs.
+- ``model``: feeding a SessionModel in a unit test, and reading what came out.
 - ``contract``: the metric contract, read from docs/metrics.md.
 - ``deploy``: the dashboard, the alert rules and the external checkers of deploy/.
 """

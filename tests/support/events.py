@@ -54,7 +54,7 @@ class SessionLog:
         self.session_id = session_id
         self.model = model
         self.step_ms = step_ms
-        self.entries: list[dict[str, Any]] = []
+        self.entries: list[dict[str, Any]] = []  # every event written, repeats included (not raw lines)
         self._lines: list[bytes] = []
         self._now = start
         self._ns: dict[str, int] = {}
@@ -65,6 +65,7 @@ class SessionLog:
         self._turn: dict[str | None, str] = {}  # agent -> its open turn id
         self._next_turn: dict[tuple[str | None, str | None], int] = {}
         self._calls = 0
+        self._interactions = 0
 
     # ------------------------------------------------------------ writing
 
@@ -96,8 +97,9 @@ class SessionLog:
         return entry
 
     def repeat(self, entry: dict[str, Any]) -> dict[str, Any]:
-        """Write an event again, the same id and all (a log copied into itself)."""
-        self._write(entry)
+        """Write an event again, the same id, time and all (a log copied into itself)."""
+        self.entries.append(entry)
+        self._lines.append(json.dumps(entry, separators=(",", ":")).encode())
         return entry
 
     def line(self, raw: bytes) -> None:
@@ -105,9 +107,8 @@ class SessionLog:
         self._lines.append(raw)
 
     def _write(self, entry: dict[str, Any]) -> None:
-        self.entries.append(entry)
         self._ns[entry["id"]] = (self._now - EPOCH) // timedelta(microseconds=1) * 1000
-        self._lines.append(json.dumps(entry, separators=(",", ":")).encode())
+        self.repeat(entry)
 
     # ------------------------------------------------------------ reading back
 
@@ -155,7 +156,8 @@ class SessionLog:
     def user(self, content: str = "Please do the task.", *, interaction: str | None = None,
              nudge: bool = False) -> dict[str, Any]:
         """user.message: a prompt (a new interaction), or with ``nudge`` an autopilot continuation."""
-        self.interaction = interaction or f"interaction-{sum(e['type'] == 'user.message' for e in self.entries) + 1}"
+        self._interactions += 1
+        self.interaction = interaction or f"interaction-{self._interactions}"
         data: dict[str, Any] = {"content": "" if nudge else content, "messageId": f"message-{self._count + 1}",
                                 "delivery": "idle", "interactionId": self.interaction, "turnId": "0"}
         if nudge:
