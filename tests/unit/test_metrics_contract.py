@@ -66,7 +66,7 @@ def test_type_and_label_names_are_as_documented(name):
     ("copilot_completion_signals_total", "signal", vocab.SIGNALS),
     ("copilot_tokens_total", "type", vocab.TOKEN_TYPES),
     ("copilot_llm_calls_total", "outcome", (vocab.SUCCESS, vocab.ERROR)),
-    ("copilot_tool_calls_total", "outcome", (vocab.SUCCESS, vocab.FAILURE)),
+    ("copilot_tool_calls_total", "outcome", (vocab.SUCCESS, vocab.FAILURE, vocab.END_ABORTED, vocab.INCOMPLETE)),
     ("copilot_otel_lines_rejected_total", "reason", decode.REASONS),
 ])
 def test_closed_label_sets_are_the_code_s(name, label, values):

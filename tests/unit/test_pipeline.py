@@ -29,9 +29,7 @@ def session_with_bad_lines() -> SessionLog:
     log.start()
     log.user()
     log.line(b"this is not json")
-    log.turn_start()
-    log.usage()
-    tool = log.tool_start("bash", "call-1")
+    tool = log.calling(("bash", "call-1"))
     log.repeat(tool)
     log.tool_complete("never-started")
     log.tool_complete("call-1")
@@ -58,7 +56,7 @@ def test_each_bad_line_is_warned_about_with_its_source_and_line():
     log = session_with_bad_lines()
     warnings = Warnings()
     drive(SessionModel(SID), log.decoded(), Outputs(), source="events.jsonl", warn=warnings)
-    assert [m.split(": ", 1)[0] for m in warnings.messages] == ["events.jsonl:3", "events.jsonl:7", "events.jsonl:8"]
+    assert [m.split(": ", 1)[0] for m in warnings.messages] == ["events.jsonl:3", "events.jsonl:8", "events.jsonl:9"]
     assert "skipped line (not_json)" in warnings.messages[0]
     assert "skipped line (duplicate_id)" in warnings.messages[1]
     assert "tool.execution_complete out of order" in warnings.messages[2]
@@ -70,13 +68,11 @@ def test_lines_below_the_floor_rebuild_the_model_but_are_not_delivered_again():
     log.start()
     log.user()
     log.line(b"not json, and delivered before")
-    log.turn_start()
-    log.usage()
-    log.tool_start("bash", "call-1")
+    log.calling(("bash", "call-1"))
     log.tool_complete("call-1")
     log.turn_end()
     items = log.decoded()
-    floor = items[6].offset  # the tool's completion and what follows are new
+    floor = items[7].offset  # the tool's completion and what follows are new
     model = SessionModel(SID)
     out = drive(model, items, Outputs(), source="x", warn=Warnings(), floor=floor)
     assert dict(out.events) == {"tool.execution_complete": 1, "assistant.turn_end": 1}

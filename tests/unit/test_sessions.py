@@ -105,10 +105,8 @@ def test_a_chat_never_starts_before_its_turn():
     log = SessionLog(SID)
     log.start()
     log.user()
-    log.turn_start()
-    log.usage(duration_ms=60_000)
-    log.message("Done.")
-    log.turn_end()
+    log.answer(duration_ms=60_000)
+    log.shutdown()
     fed = feed(SessionModel(SID), log.events())
     assert fed.one(f"chat {MODEL}").start_ns == fed.one("turn 0").start_ns
 
@@ -264,6 +262,7 @@ def test_turn_ids_restart_for_each_agent():
     log.user()
     log.spawn("call-task", "agent-1")
     log.answer("child", agent="agent-1")
+    log.subagent_completed("call-task", "agent-1")
     model = SessionModel(SID)
     fed = feed(model, log.events())
     assert [s.name for s in fed.spans if s.name.startswith("turn ")] == ["turn 0"]  # the sub-agent's
