@@ -1,21 +1,22 @@
-"""Helpers shared by the benchmark scripts: ports, the daemon subprocess, /proc figures, statistics.
+"""Helpers shared by the benchmark scripts: the daemon as they run it, /proc figures, statistics.
 
-Not a test helper: every script here prints figures, nothing asserts.
+Not a test helper: every script here prints figures, nothing asserts. The daemon harness and
+the scrape helpers are the tests' own (tests/support), so the repository root goes on sys.path.
 """
 
 from __future__ import annotations
 
 import os
-import signal
-import socket
 import statistics
-import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from tests.support.daemon import DaemonProcess  # noqa: E402
 DEFAULT_SOURCE = Path("/tmp/corpus/home_all")
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -26,13 +27,6 @@ def copilot_otel_bin() -> list[str]:
     if exe.exists():
         return [str(exe)]
     return [sys.executable, "-c", "from copilot_otel.cli import main; main()"]
-
-
-def free_port() -> int:
-    """A loopback port nothing listens on right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def median(values) -> float:
@@ -69,121 +63,11 @@ def rss_mb(pid: int) -> float:
 
 # ---------------------------------------------------------------- the daemon
 
-def http_get(url: str, timeout: float = 10.0) -> bytes:
-    with urllib.request.urlopen(url, timeout=timeout) as response:
-        return response.read()
-
-
-def metric_value(text: str, name: str) -> float | None:
-    """The value of an unlabelled sample ``name`` in Prometheus text, or None."""
-    for line in text.splitlines():
-        if line.startswith(name + " ") or line.startswith(name + "{}"):
-            return float(line.rsplit(" ", 1)[1])
-    return None
-
-
-def metric_samples(text: str, name: str) -> dict[str, float]:
-    """Every sample of ``name`` (labels text -> value)."""
-    out = {}
-    for line in text.splitlines():
-        if line.startswith(name + "{") or line.startswith(name + " "):
-            key, value = line.rsplit(" ", 1)
-            out[key[len(name):]] = float(value)
-    return out
-
-
-class DaemonProcess:
-    """`copilot-otel run` as a subprocess on a free loopback port; stopped by its pid on exit."""
-
-    def __init__(self, copilot_home: Path, work: Path, *, extra_args: list[str] | None = None,
-                 traces_file: Path | None = None, env: dict[str, str] | None = None) -> None:
-        self.copilot_home = Path(copilot_home)
-        self.work = Path(work)
-        self.port = free_port()
-        self.traces_file = traces_file or self.work / "traces.jsonl"
-        self.state_dir = self.work / "state"
-        self.log_path = self.work / "daemon.log"
-        self.args = copilot_otel_bin() + [
-            "run", "--copilot-home", str(self.copilot_home), "--state-dir", str(self.state_dir),
-            "--metrics-address", f"127.0.0.1:{self.port}", "--traces-file", str(self.traces_file),
-            "--log-level", "warning",
-        ] + list(extra_args or [])
-        self.env = dict(os.environ)
-        self.env.pop("OTEL_EXPORTER_OTLP_ENDPOINT", None)
-        self.env.update(env or {})
-        self.proc: subprocess.Popen | None = None
-        self.started_at = 0.0
-
-    @property
-    def pid(self) -> int:
-        assert self.proc is not None
-        return self.proc.pid
-
-    @property
-    def metrics_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/metrics"
-
-    def start(self, ready_timeout: float = 30.0) -> "DaemonProcess":
-        self.work.mkdir(parents=True, exist_ok=True)
-        self._log = open(self.log_path, "ab")
-        self.started_at = time.monotonic()
-        self.proc = subprocess.Popen(self.args, stdout=self._log, stderr=subprocess.STDOUT, env=self.env,
-                                     stdin=subprocess.DEVNULL)
-        deadline = time.monotonic() + ready_timeout
-        while True:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"daemon exited with {self.proc.returncode}; see {self.log_path}:\n"
-                                   + self.log_path.read_text(errors="replace")[-2000:])
-            try:
-                http_get(f"http://127.0.0.1:{self.port}/healthz", timeout=1.0)
-                return self
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"daemon not serving after {ready_timeout} s; see {self.log_path}")
-                time.sleep(0.02)
-
-    def scrape(self, timeout: float = 30.0) -> str:
-        return http_get(self.metrics_url, timeout=timeout).decode()
-
-    def wait_for_metric(self, name: str, at_least: float, timeout: float, *, interval: float = 0.1) -> float:
-        """Poll /metrics until ``name`` >= at_least; return the seconds since start()."""
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                value = metric_value(self.scrape(), name)
-            except OSError:
-                value = None
-            if value is not None and value >= at_least:
-                return time.monotonic() - self.started_at
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{name} = {value}, still below {at_least} after {timeout} s")
-            if self.proc is not None and self.proc.poll() is not None:
-                raise RuntimeError(f"daemon exited with {self.proc.returncode}; see {self.log_path}")
-            time.sleep(interval)
-
-    def stop(self, timeout: float = 20.0) -> int | None:
-        """SIGTERM by pid, wait, then SIGKILL by pid if it has not gone."""
-        proc, self.proc = self.proc, None
-        if proc is None:
-            return None
-        if proc.poll() is None:
-            try:
-                os.kill(proc.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-            try:
-                proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                os.kill(proc.pid, signal.SIGKILL)
-                proc.wait()
-        self._log.close()
-        return proc.returncode
-
-    def __enter__(self) -> "DaemonProcess":
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
+def bench_daemon(home: Path, work: Path, *, args: list[str] | tuple[str, ...] = (),
+                 traces_file: Path | None = None) -> DaemonProcess:
+    """``copilot-otel run`` as the benchmarks run it: warnings only, its state, traces and log under ``work``."""
+    return DaemonProcess(home, work / "state", traces_file=traces_file or work / "traces.jsonl", args=args,
+                         log_level="warning", log_path=work / "daemon.log")
 
 
 def add_daemon_options(parser, *, settle: float, daemon_arg_help: str = "") -> None:

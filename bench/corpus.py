@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import DEFAULT_SOURCE, REPO  # noqa: E402
+from _common import DEFAULT_SOURCE  # noqa: E402
 
 EVENTS_FILE = "events.jsonl"
 SESSION_STATE = "session-state"
@@ -86,7 +86,6 @@ class Template:
 
 def generate_source(dest: Path) -> Path:
     """Run every test scenario once with the real Copilot CLI (tests/cli) offline; return the home."""
-    sys.path.insert(0, str(REPO))
     from tests.copilot_cli import CopilotCLI, generate_corpus
     from tests.provider import ScriptedProvider
 

@@ -31,17 +31,17 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (  # noqa: E402
     DEFAULT_SOURCE,
-    DaemonProcess,
     add_daemon_options,
+    bench_daemon,
     FileGrowth,
     cpu_seconds,
     machine,
     median,
-    metric_value,
     percentile,
     rss_mb,
 )
 from corpus import make_idle, source_logs  # noqa: E402
+from tests.support.scrape import value  # noqa: E402
 
 
 def now_iso() -> str:
@@ -118,11 +118,11 @@ def bench_latency(args, work: Path) -> dict:
     session = LiveSession(state, real_shapes(args.source))
     session.begin()
     traces = work / "latency-traces.jsonl"
-    daemon = DaemonProcess(home, work / "latency-daemon", traces_file=traces, extra_args=args.daemon_arg)
+    daemon = bench_daemon(home, work / "latency-daemon", traces_file=traces, args=args.daemon_arg)
     latencies: list[float] = []
     timeouts = 0
     try:
-        daemon.start()
+        daemon.start(timeout=30)
         daemon.wait_for_metric("copilot_otel_files_watched", 1, timeout=30)
         while not traces.exists():
             time.sleep(0.01)
@@ -174,16 +174,13 @@ def bench_idle(args, work: Path) -> dict:
     made = make_idle(home, args.idle_folders, source=args.source)
     print(f"  created {made['sessions']} idle folders ({made['bytes'] / 1e6:.1f} MB) in "
           f"{time.perf_counter() - started:.1f} s", flush=True)
-    daemon = DaemonProcess(home, work / "idle-daemon", extra_args=args.daemon_arg)
+    daemon = bench_daemon(home, work / "idle-daemon", args=args.daemon_arg)
     try:
-        daemon.start(ready_timeout=60)
+        daemon.start(timeout=60)
         startup = daemon.wait_for_metric("copilot_otel_files_watched", args.idle_folders, timeout=args.startup_timeout,
                                          interval=0.25)
         # Then until every span of that history is exported.
-        while True:
-            text = daemon.scrape()
-            if (metric_value(text, "copilot_otel_export_queue_spans") or 0) == 0:
-                break
+        while value(daemon.scrape(timeout=30), "copilot_otel_export_queue_spans") > 0:
             time.sleep(0.25)
         drained = time.monotonic() - daemon.started_at
         rss_after_start = rss_mb(daemon.pid)
@@ -200,7 +197,7 @@ def bench_idle(args, work: Path) -> dict:
         rss = rss_mb(daemon.pid)
         with open(f"/proc/{daemon.pid}/status") as handle:
             hwm = next((int(line.split()[1]) / 1024 for line in handle if line.startswith("VmHWM:")), float("nan"))
-        watched = metric_value(daemon.scrape(), "copilot_otel_files_watched")
+        watched = value(daemon.scrape(timeout=30), "copilot_otel_files_watched")
     finally:
         daemon.stop()
     return {"folders": args.idle_folders, "startup": startup, "drained": drained, "watched": watched,

@@ -35,15 +35,14 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (  # noqa: E402
     DEFAULT_SOURCE,
-    DaemonProcess,
     add_daemon_options,
+    bench_daemon,
     machine,
     median,
-    metric_samples,
-    metric_value,
     percentile,
 )
 from corpus import EVENTS_FILE, SESSION_STATE, Template, make_idle, source_logs  # noqa: E402
+from tests.support.scrape import by_label, value  # noqa: E402
 
 OPENMETRICS = "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5"
 
@@ -115,22 +114,22 @@ def time_scrapes(url: str, count: int, accept: str | None) -> tuple[list[float],
 
 
 def run_case(label: str, home: Path, work: Path, args, expected: int) -> None:
-    daemon = DaemonProcess(home, work, extra_args=["--stuck-after", str(args.stuck_after)] + args.daemon_arg)
+    daemon = bench_daemon(home, work, args=["--stuck-after", str(args.stuck_after)] + args.daemon_arg)
     try:
-        daemon.start(ready_timeout=60)
+        daemon.start(timeout=60)
         startup = daemon.wait_for_metric("copilot_otel_files_watched", expected, timeout=args.startup_timeout,
                                          interval=0.5)
-        while (metric_value(daemon.scrape(), "copilot_otel_export_queue_spans") or 0) > 0:
+        while value(daemon.scrape(timeout=30), "copilot_otel_export_queue_spans") > 0:
             time.sleep(0.25)
         time.sleep(args.settle)  # idle confirmation (quiet period) and the first liveness pass
         time_scrapes(daemon.metrics_url, 3, None)  # warm up
         text_ms, text_size = time_scrapes(daemon.metrics_url, args.scrapes, None)
         om_ms, om_size = time_scrapes(daemon.metrics_url, args.scrapes, OPENMETRICS)
-        body = daemon.scrape()
+        samples = daemon.scrape(timeout=30)
     finally:
         daemon.stop()
-    states = {k.split('"')[1]: int(v) for k, v in metric_samples(body, "copilot_sessions").items() if '"' in k}
-    stalled = len(metric_samples(body, "copilot_session_stalled_seconds"))
+    states = {state: int(count) for state, count in by_label(samples, "copilot_sessions", "state").items()}
+    stalled = len(by_label(samples, "copilot_session_stalled_seconds", "session_id"))
     print(f"\n{label}: {expected} sessions followed after {startup:.1f} s; copilot_sessions "
           f"{ {k: v for k, v in states.items() if v} or 'none live'}; {stalled} stalled series")
     for name, ms, size in (("text 0.0.4", text_ms, text_size), ("OpenMetrics", om_ms, om_size)):

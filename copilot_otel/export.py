@@ -149,18 +149,15 @@ class ExportQueue:
                 self.healthy = False
                 self._on_failed(len(spans))
                 log.warning("%s; retrying in %.1f s", exc, backoff)
-                with self._cond:
-                    if self._stopping:
-                        return False
-                    self._cond.wait(backoff)
-                    if self._stopping:
-                        return False
+                if not self._wait_to_retry(backoff):
+                    return False
                 backoff = min(backoff * 2, self.max_backoff)
                 continue
             except Exception:  # a sink bug must not kill the exporter thread
                 log.exception("span sink %s failed unexpectedly", self.sink.description)
                 self._on_failed(len(spans))
-                time.sleep(backoff)
+                if not self._wait_to_retry(backoff):
+                    return False
                 backoff = min(backoff * 2, self.max_backoff)
                 continue
             if not self.healthy:
@@ -169,6 +166,13 @@ class ExportQueue:
             self._on_exported(len(spans))
             break
         return True
+
+    def _wait_to_retry(self, seconds: float) -> bool:
+        """Sleep before a retry; False once stop() was called (before or during the sleep)."""
+        with self._cond:
+            if not self._stopping:
+                self._cond.wait(seconds)
+            return not self._stopping
 
     def _commit(self, markers: list[FilePosition]) -> None:
         if not markers or self.checkpoint is None:

@@ -1,5 +1,8 @@
 import sys
+import threading
+import time
 from pathlib import Path
+from typing import Callable, Iterable
 
 import pytest
 
@@ -13,13 +16,21 @@ if _REPO not in sys.path:  # `tests.*` imports work however pytest was started
 
 from tests.copilot_cli import Corpus, CopilotCLI, CopilotCLIMissing, generate_corpus  # noqa: E402
 from tests.provider import ScriptedProvider  # noqa: E402
+from tests.support.net import free_port  # noqa: E402
+
+# The threads of session-scoped fixtures: they serve many tests, so they are no test's leak.
+_SESSION_THREADS: list[Callable[[], Iterable[threading.Thread]]] = []
 
 
 @pytest.fixture(scope="session")
 def provider():
     """One scripted OpenAI-compatible provider on 127.0.0.1 for the whole test run."""
     with ScriptedProvider() as p:
-        yield p
+        _SESSION_THREADS.append(p.threads)
+        try:
+            yield p
+        finally:
+            _SESSION_THREADS.remove(p.threads)
 
 
 @pytest.fixture(scope="session")
@@ -41,27 +52,26 @@ def cli_corpus(cli, provider, tmp_path_factory) -> Corpus:
 # ---------------------------------------------------------------------------------------
 # General fixtures.
 
-import socket  # noqa: E402
-import threading  # noqa: E402
-
 
 @pytest.fixture
 def unused_port() -> int:
     """A loopback port that nothing listens on (bound then released)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    return free_port()
 
 
 @pytest.fixture(autouse=True)
 def no_leaked_threads():
-    """Fail any test that leaves a thread of its own running."""
+    """Fail any test that leaves a thread of its own running, daemon threads included.
+
+    Threads that ran before the test (module- and session-scoped fixtures are set up first)
+    and the threads of session-scoped fixtures are not the test's."""
     before = set(threading.enumerate())
     yield
-    deadline = __import__("time").monotonic() + 5
+    deadline = time.monotonic() + 5
     while True:
-        leaked = [t for t in threading.enumerate() if t not in before and t.is_alive() and not t.daemon]
-        if not leaked or __import__("time").monotonic() > deadline:
+        shared = {thread for threads in _SESSION_THREADS for thread in threads()}
+        leaked = [t for t in threading.enumerate() if t not in before and t not in shared and t.is_alive()]
+        if not leaked or time.monotonic() > deadline:
             break
-        __import__("time").sleep(0.05)
+        time.sleep(0.05)
     assert not leaked, f"test leaked threads: {leaked}"

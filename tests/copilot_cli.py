@@ -240,6 +240,12 @@ class CopilotCLI:
             env.update(extra_env)
         return env
 
+    def sdk_env(self, *, home: Path, port: int) -> dict:
+        """The environment for a github-copilot-sdk client that runs this CLI."""
+        env = self.env(home=home, port=port, otel_file=None, extra_env=None)
+        env.update(COPILOT_CLI_PATH=str(self.binary), COPILOT_SKIP_CLI_DOWNLOAD="1")
+        return env
+
     def argv(
         self,
         prompt: str,

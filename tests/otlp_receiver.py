@@ -71,6 +71,8 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_serv
 from opentelemetry.proto.common.v1 import common_pb2
 from opentelemetry.proto.trace.v1 import trace_pb2
 
+from tests.support.net import free_ports
+
 __all__ = [
     "OtlpReceiver",
     "ReceivedSpan",
@@ -255,19 +257,6 @@ def rotel_agent_path() -> Path:
     raise ReceiverError("the `rotel` package has no rotel-agent binary for this platform")
 
 
-def _free_ports(n: int) -> list[int]:
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind((LOOPBACK, 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
 def _port_open(port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.settimeout(0.2)
@@ -404,7 +393,7 @@ class OtlpReceiver:
                 self._start_sink()
                 last: Exception | None = None
                 for _ in range(5):
-                    self.grpc_port, self.http_port = _free_ports(2)
+                    self.grpc_port, self.http_port = free_ports(2)
                     try:
                         self._spawn()
                         break

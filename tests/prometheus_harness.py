@@ -6,13 +6,12 @@ import json
 import os
 import signal
 import subprocess
-import time
 import urllib.parse
 import urllib.request
 from pathlib import Path
 
-from tests.daemon_harness import free_port, wait_until
-from tests.deploy_helpers import require_tool
+from tests.support.deploy import require_tool
+from tests.support.net import free_port, wait_until
 
 
 class Prometheus:

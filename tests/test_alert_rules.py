@@ -8,7 +8,7 @@ import re
 import pytest
 import yaml
 
-from tests.deploy_helpers import (
+from tests.support.deploy import (
     DEPLOY,
     DOCS,
     JOB,

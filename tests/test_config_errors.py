@@ -11,7 +11,6 @@ import os
 import shutil
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -19,18 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.daemon_harness import AS_NOBODY, DaemonProcess, cannot_run_as_nobody, free_port
-from tests.test_daemon import expected_keys, new_session, wait_for_keys
-
-EXE = [sys.executable, "-m", "copilot_otel.cli"]
-
-
-def run_cli(*args: str, env: dict | None = None, prefix: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
-    """The real command line, with a clean OTel/copilot-otel environment plus ``env``."""
-    environment = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "COPILOT_"))}
-    environment.update(env or {})
-    return subprocess.run([*prefix, *EXE, *args], capture_output=True, env=environment, timeout=60,
-                          stdin=subprocess.DEVNULL, cwd=Path(__file__).resolve().parent.parent)
+from tests.support.commands import run_copilot_otel
+from tests.support.daemon import AS_NOBODY, DaemonProcess, cannot_run_as_nobody
+from tests.support.files import new_session
+from tests.support.net import free_port
+from tests.support.spans import expected_keys, wait_for_keys
 
 
 @dataclass(frozen=True)
@@ -86,7 +78,7 @@ def session(cli_corpus) -> Path:
 def test_run_refuses_a_bad_setting(name, tmp_path):
     """`run` with a bad setting: one line saying what is wrong and how to fix it, exit 2."""
     bad = BAD_SETTINGS[name]
-    result = run_cli("run", "--copilot-home", str(tmp_path / "home"), "--state-dir", str(tmp_path / "state"),
+    result = run_copilot_otel("run", "--copilot-home", str(tmp_path / "home"), "--state-dir", str(tmp_path / "state"),
                      "--metrics-address", f"127.0.0.1:{free_port()}", *bad.args, env=bad.env)
     assert_one_clear_line(result, bad.says, bad.fix)
 
@@ -95,7 +87,7 @@ def test_run_refuses_a_bad_setting(name, tmp_path):
 def test_replay_refuses_a_bad_setting(name, session, tmp_path):
     """`replay` with a bad OTLP setting: the same one line, exit 2, nothing exported."""
     bad = BAD_SETTINGS[name]
-    result = run_cli("replay", str(session), "--state-dir", str(tmp_path / "state"), *bad.args, env=bad.env)
+    result = run_copilot_otel("replay", str(session), "--state-dir", str(tmp_path / "state"), *bad.args, env=bad.env)
     assert_one_clear_line(result, bad.says, bad.fix)
     assert not (tmp_path / "state" / "traces.jsonl").exists()
 
@@ -103,7 +95,7 @@ def test_replay_refuses_a_bad_setting(name, session, tmp_path):
 def test_inspect_is_not_broken_by_a_bad_otlp_setting(session):
     """`inspect` exports nothing, so a bad OTLP variable in the environment must not crash it:
     it either prints the tree or says what is wrong in one line."""
-    result = run_cli("inspect", str(session), env={"OTEL_EXPORTER_OTLP_PROTOCOL": "http/json"})
+    result = run_copilot_otel("inspect", str(session), env={"OTEL_EXPORTER_OTLP_PROTOCOL": "http/json"})
     stderr = result.stderr.decode(errors="replace")
     assert "Traceback" not in stderr, stderr[-3000:]
     if result.returncode != 0:
@@ -116,7 +108,7 @@ def test_port_in_use(tmp_path):
         holder.bind(("127.0.0.1", 0))
         holder.listen()
         port = holder.getsockname()[1]
-        result = run_cli("run", "--copilot-home", str(tmp_path / "home"), "--state-dir", str(tmp_path / "state"),
+        result = run_copilot_otel("run", "--copilot-home", str(tmp_path / "home"), "--state-dir", str(tmp_path / "state"),
                          "--metrics-address", f"127.0.0.1:{port}")
     assert_one_clear_line(result, (f"127.0.0.1:{port}", "in use"), ("--metrics-address",))
 
@@ -134,7 +126,7 @@ def blocked(tmp_path) -> Path:
 
 def test_run_with_state_dir_not_writable(blocked, tmp_path):
     """A state directory that cannot be created or written: one line naming it and --state-dir."""
-    result = run_cli("run", "--copilot-home", str(tmp_path / "home"), "--state-dir", str(blocked / "state"),
+    result = run_copilot_otel("run", "--copilot-home", str(tmp_path / "home"), "--state-dir", str(blocked / "state"),
                      "--metrics-address", f"127.0.0.1:{free_port()}")
     assert_one_clear_line(result, (str(blocked / "state"), "not writable"), ("--state-dir",))
 
@@ -150,7 +142,7 @@ def test_run_with_state_dir_not_writable_for_this_user(tmp_path):
     try:
         world.chmod(0o755)
         (world / "state").mkdir(mode=0o755)
-        result = run_cli("run", "--copilot-home", str(world / "home"), "--state-dir", str(world / "state"),
+        result = run_copilot_otel("run", "--copilot-home", str(world / "home"), "--state-dir", str(world / "state"),
                          "--metrics-address", f"127.0.0.1:{free_port()}",
                          prefix=AS_NOBODY)
     finally:
@@ -161,7 +153,7 @@ def test_run_with_state_dir_not_writable_for_this_user(tmp_path):
 def test_replay_with_state_dir_not_writable(blocked, session):
     """replay's default trace file lives in the state directory: if that cannot be written,
     one line naming it and --state-dir (or --traces-file), exit 2."""
-    result = run_cli("replay", str(session), "--state-dir", str(blocked / "state"))
+    result = run_copilot_otel("replay", str(session), "--state-dir", str(blocked / "state"))
     assert_one_clear_line(result, (str(blocked / "state"),), ("--state-dir", "--traces-file"))
 
 
@@ -173,7 +165,7 @@ def test_traces_file_not_writable(command, blocked, session, tmp_path):
         args = ("run", "--copilot-home", str(tmp_path / "home"), "--metrics-address", f"127.0.0.1:{free_port()}")
     else:
         args = ("replay", str(session))
-    result = run_cli(*args, "--state-dir", str(tmp_path / "state"), "--traces-file", str(target))
+    result = run_copilot_otel(*args, "--state-dir", str(tmp_path / "state"), "--traces-file", str(target))
     assert_one_clear_line(result, (str(target),), ("--traces-file",))
 
 

@@ -8,7 +8,6 @@ final files (replay itself is checked against the events in test_replay.py).
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import shutil
@@ -17,66 +16,22 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from pathlib import Path
 
 import pytest
 
-from copilot_otel.replay import replay_files
-from copilot_otel.sinks import MemorySink
 from tests.copilot_cli import prompt_for
-from tests.daemon_harness import DaemonProcess, complete_lines_spans, value, wait_until
 from tests.otlp_receiver import OtlpReceiver
+from tests.support.daemon import DaemonProcess, complete_lines_spans
+from tests.support.files import append, new_session
+from tests.support.net import wait_until
+from tests.support.scrape import value
+from tests.support.spans import expected_keys, key, spans_now, wait_for_keys
 
 FAST = ("--idle-quiet", "0.3", "--rescan-interval", "1")
 
 
-def key(span):
-    return (span.trace_id, span.span_id, span.parent_span_id, span.name, span.start_time_unix_nano,
-            span.end_time_unix_nano, span.status_code, json.dumps(span.attributes, sort_keys=True, default=str))
-
-
-def record_key(record):
-    status = {0: "UNSET", 1: "OK", 2: "ERROR"}[record.status]
-    return (f"{record.trace_id:032x}", f"{record.span_id:016x}",
-            None if record.parent_span_id is None else f"{record.parent_span_id:016x}", record.name,
-            record.start_ns, record.end_ns, status, json.dumps(dict(record.attributes), sort_keys=True, default=str))
-
-
-def expected_keys(paths) -> list:
-    sink = MemorySink()
-    replay_files([Path(p) for p in paths], sink)
-    return sorted(record_key(r) for r in sink.records)
-
-
 def lines_of(run) -> list[bytes]:
     return run.events_path.read_bytes().splitlines(keepends=True)
-
-
-def new_session(home: Path, name: str) -> Path:
-    """A session folder held by a live process, as the CLI does it (the holder is this test)."""
-    folder = home / "session-state" / name
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / f"inuse.{os.getpid()}.lock").write_text(str(os.getpid()))
-    return folder / "events.jsonl"
-
-
-def append(path: Path, data: bytes) -> None:
-    with open(path, "ab") as handle:
-        handle.write(data)
-
-
-def spans_now(traces: Path) -> list:
-    return sorted(key(s) for s in complete_lines_spans(traces))
-
-
-def wait_for_keys(traces: Path, expected: list, timeout: float = 20.0) -> list:
-    """Wait until the set of exported spans equals ``expected``; return all exported (duplicates too)."""
-    wanted = set(expected)
-    wait_until(lambda: set(spans_now(traces)) >= wanted, timeout=timeout,
-               what=f"{len(wanted)} spans in {traces}")
-    got = spans_now(traces)
-    assert set(got) == wanted
-    return got
 
 
 # ------------------------------------------------------------------------ live, real CLI

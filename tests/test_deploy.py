@@ -17,8 +17,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from tests.deploy_helpers import (
-    CONTRACT_METRICS,
+from tests.support.deploy import (
+    CONTRACT,
     DASHBOARD,
     DEPLOY,
     DOCS,
@@ -113,15 +113,22 @@ def test_dashboard_queries_parse_in_prometheus(tmp_path):
     assert f"SUCCESS: {len(exprs)} rules found" in result.stdout
 
 
+# Contract metrics the dashboard does not show yet, and why that is acceptable for now.
+NOT_ON_THE_DASHBOARD = {
+    "copilot_otel_events_out_of_order_total": "a debugging aid: each such event is also logged with its file and line",
+}
+
+
 def test_dashboard_shows_every_contract_metric():
-    """Every metric of the contract appears on some panel: the fleet view and the
-    daemon's own health."""
+    """Every copilot_* and copilot_otel_* metric of docs/metrics.md appears on some panel (the
+    fleet view and the daemon's own health), but for the few NOT_ON_THE_DASHBOARD names."""
     used = set()
     for _, expr in QUERIES:
         used |= promql_metric_names(expr)
-    for name, kind in CONTRACT_METRICS.items():
-        wanted = f"{name}_bucket" if kind == "histogram" else name
-        assert wanted in used, f"{name} is on no panel"
+    ours = {name: metric for name, metric in CONTRACT.items() if name.startswith("copilot_")}
+    assert set(NOT_ON_THE_DASHBOARD) <= set(ours), "an exception names a metric the contract does not have"
+    missing = sorted(name for name, metric in ours.items() if not metric.series & used)
+    assert missing == sorted(NOT_ON_THE_DASHBOARD), f"on no panel: {missing}"
 
 
 def test_dashboard_variables_are_defined_and_used():

@@ -25,17 +25,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.daemon_harness import (
-    AS_NOBODY,
-    DaemonProcess,
-    cannot_run_as_nobody,
-    complete_lines_spans,
-    value,
-    wait_until,
-)
-from tests.otlp_json import read_spans
-from tests.test_daemon import append, expected_keys, key, new_session, spans_now, wait_for_keys
-from tests.test_replay import run_replay
+from tests.support.commands import run_replay
+from tests.support.daemon import AS_NOBODY, DaemonProcess, cannot_run_as_nobody, complete_lines_spans
+from tests.support.events import event_line as event
+from tests.support.files import append, new_session
+from tests.support.net import wait_until
+from tests.support.otlp_json import read_spans
+from tests.support.scrape import by_label, value
+from tests.support.spans import expected_keys, key, spans_now, wait_for_keys
 
 FAST = ("--idle-quiet", "0.3", "--rescan-interval", "0.3")
 MAX_LINE = 65536  # above the CLI's own longest lines (system.message is ~22 kB)
@@ -44,7 +41,7 @@ SKIPPED = re.compile(r"^(?P<path>/\S+):(?P<line>\d+): skipped line \((?P<reason>
 
 def counters(samples: dict, name: str, label: str) -> Counter:
     """{label value: value} of one labelled counter, zeros left out."""
-    return Counter({dict(labels)[label]: v for (n, labels), v in samples.items() if n == name and v})
+    return Counter({found: v for found, v in by_label(samples, name, label).items() if v})
 
 
 def skipped_lines(log: str) -> list[tuple[str, int, str]]:
@@ -92,11 +89,6 @@ class Log:
 
     def ts(self, number: int) -> str:
         return self.events[number - 1]["timestamp"]
-
-
-def event(kind, ts, ident, data=None, **top) -> bytes:
-    return json.dumps({"type": kind, "data": {} if data is None else data, "id": ident, "timestamp": ts,
-                       "parentId": None, **top}).encode()
 
 
 def _malformed(log: Log) -> dict[str, Planted]:
@@ -521,23 +513,6 @@ def _can_drop_privileges() -> str | None:
     return cannot_run_as_nobody()
 
 
-class UnprivilegedDaemon(DaemonProcess):
-    """The real daemon, run as nobody when the tests run as root, so that chmod 000 means unreadable."""
-
-    def start(self):
-        if os.geteuid() != 0:
-            return super().start()
-        from unittest import mock
-
-        original = subprocess.Popen
-
-        def popen(argv, **kwargs):
-            return original([*AS_NOBODY, *argv], **kwargs)
-
-        with mock.patch.object(subprocess, "Popen", popen):
-            return super().start()
-
-
 @pytest.fixture
 def world_dir():
     """A directory everyone may traverse (pytest's tmp_path is private to root)."""
@@ -578,7 +553,9 @@ def test_unreadable_files_and_folders_are_reported_once_and_retried(cli_corpus, 
     state.chmod(0o000)
     files["unreadable-file"].chmod(0o000)
     files["unreadable-folder"].parent.chmod(0o000)
-    with UnprivilegedDaemon(home, daemon_state, traces_file=traces, args=FAST) as daemon:
+    # As nobody when the tests run as root, so that chmod 000 means unreadable.
+    as_nobody = AS_NOBODY if os.geteuid() == 0 else ()
+    with DaemonProcess(home, daemon_state, traces_file=traces, args=FAST, prefix=as_nobody) as daemon:
         time.sleep(1.5)  # several rescans of an unreadable session-state
         state.chmod(0o755)
         wait_for_keys(traces, expected_keys([files["readable"]]))

@@ -8,7 +8,6 @@ the events in test_replay.py).
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import subprocess
 import sys
@@ -24,8 +23,7 @@ from copilot_otel.replay import ReplayStats, replay_session
 from copilot_otel.tail import read_all
 from copilot_otel.sinks import FileSink, MemorySink
 from tests.copilot_cli import MODEL, prompt_for
-from tests.daemon_harness import wait_until
-from tests.otlp_json import read_spans
+from tests.support.otlp_json import read_spans
 
 copilot = pytest.importorskip("copilot", reason="github-copilot-sdk is installed by the test command")
 from copilot import CopilotClient  # noqa: E402
@@ -68,17 +66,11 @@ def chats(records):
                   for r in records if r.name.startswith("chat "))
 
 
-def sdk_env(cli, home, port):
-    env = cli.env(home=home, port=port, otel_file=None, extra_env=None)
-    env.update(COPILOT_CLI_PATH=str(cli.binary), COPILOT_SKIP_CLI_DOWNLOAD="1")
-    return env
-
-
 async def drive(cli, provider, home, scenarios, *, before_send=None):
     """One SDK session on the real CLI; send each prompt and wait for its session.idle.
     Returns (session id, attachment, idle events seen by the app, sink)."""
     home.mkdir(parents=True, exist_ok=True)
-    async with CopilotClient(env=sdk_env(cli, home, provider.port), working_directory=str(home)) as client:
+    async with CopilotClient(env=cli.sdk_env(home=home, port=provider.port), working_directory=str(home)) as client:
         session = await client.create_session(
             on_permission_request=PermissionHandler.approve_all, model=MODEL, streaming=True,
             provider={"type": "openai", "base_url": f"http://127.0.0.1:{provider.port}/v1", "api_key": "unused"})
@@ -181,7 +173,7 @@ def test_two_sessions_share_one_registry(cli, provider, tmp_path):
         home = tmp_path / "home"
         home.mkdir()
         registry = CollectorRegistry()
-        async with CopilotClient(env=sdk_env(cli, home, provider.port), working_directory=str(home)) as client:
+        async with CopilotClient(env=cli.sdk_env(home=home, port=provider.port), working_directory=str(home)) as client:
             config = dict(on_permission_request=PermissionHandler.approve_all, model=MODEL, streaming=True,
                           provider={"type": "openai", "base_url": f"http://127.0.0.1:{provider.port}/v1",
                                     "api_key": "unused"})

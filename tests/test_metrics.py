@@ -11,14 +11,15 @@ import shutil
 import subprocess
 import time
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
 from tests.copilot_cli import prompt_for
-from tests.daemon_harness import DaemonProcess, value, wait_until
-from tests.deploy_helpers import RULES, dashboard_queries, promtool, render_grafana_expr
 from tests.prometheus_harness import Prometheus
+from tests.support.daemon import DaemonProcess
+from tests.support.deploy import RULES, dashboard_queries, promtool, render_grafana_expr
+from tests.support.net import wait_until
+from tests.support.scrape import by_label, value
 
 FAST = ("--idle-quiet", "0.3", "--rescan-interval", "1")
 
@@ -282,7 +283,7 @@ def test_stuck_and_abandoned_sessions(cli, provider, tmp_path):
         samples = daemon.scrape()
         assert value(samples, "copilot_session_stalled_seconds", session_id=victim.session_id, state="abandoned") > 0
         panels_list(prometheus, victim.session_id)
-    from tests.otlp_json import read_spans
+    from tests.support.otlp_json import read_spans
 
     incomplete = [s for s in read_spans(traces) if s.attributes.get("gen_ai.conversation.id") == victim.session_id
                   and s.attributes.get("error.type") == "incomplete"]
@@ -293,12 +294,11 @@ def test_live_states_of_an_sdk_session(cli, provider, tmp_path):
     """A session held open by the real SDK: waiting_user while its permission prompt waits for
     an answer (never stuck, however long), stuck while a tool sleeps past --stuck-after, and
     idle again once the loop ends, while its CLI process still lives."""
-    copilot = pytest.importorskip("copilot", reason="github-copilot-sdk is installed by the test command")
+    pytest.importorskip("copilot", reason="github-copilot-sdk is installed by the test command")
     from copilot import CopilotClient
     from copilot.generated.rpc import PermissionDecisionApproveOnce
 
     from tests.copilot_cli import MODEL
-    from tests.test_live import sdk_env
 
     home, cwd = tmp_path / "home", tmp_path / "work"
     (home / "session-state").mkdir(parents=True)
@@ -307,8 +307,7 @@ def test_live_states_of_an_sdk_session(cli, provider, tmp_path):
                        args=FAST + ("--stuck-after", "1")) as daemon:
 
         def states() -> dict[str, float]:
-            samples = daemon.scrape()
-            return {labels[0][1]: v for (name, labels), v in samples.items() if name == "copilot_sessions"}
+            return by_label(daemon.scrape(), "copilot_sessions", "state")
 
         async def scenario() -> None:
             asked, answer = asyncio.Event(), asyncio.Event()
@@ -318,7 +317,7 @@ def test_live_states_of_an_sdk_session(cli, provider, tmp_path):
                 await answer.wait()
                 return PermissionDecisionApproveOnce()
 
-            async with CopilotClient(env=sdk_env(cli, home, provider.port), working_directory=str(cwd)) as client:
+            async with CopilotClient(env=cli.sdk_env(home=home, port=provider.port), working_directory=str(cwd)) as client:
                 session = await client.create_session(
                     on_permission_request=ask_the_person, model=MODEL, streaming=True,
                     provider={"type": "openai", "base_url": f"http://127.0.0.1:{provider.port}/v1",

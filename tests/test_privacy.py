@@ -28,11 +28,14 @@ from copilot_otel.config import ModelOptions
 from copilot_otel.replay import replay_files
 from copilot_otel.sinks import MemorySink
 from tests.copilot_cli import CliRun, prompt_for
-from tests.daemon_harness import DaemonProcess, complete_lines_spans, value, wait_until
-from tests.otlp_json import read_spans
 from tests.provider import echo_secret_answer
-from tests.test_daemon import expected_keys, record_key, wait_for_keys
-from tests.test_replay import run_replay
+from tests.support.commands import run_replay
+from tests.support.daemon import DaemonProcess, complete_lines_spans
+from tests.support.events import event_line
+from tests.support.net import wait_until
+from tests.support.otlp_json import read_spans
+from tests.support.scrape import value
+from tests.support.spans import expected_keys, record_key, wait_for_keys
 
 FAST = ("--idle-quiet", "0.3", "--rescan-interval", "0.5")
 CAPTURE = {"OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "true"}
@@ -61,8 +64,7 @@ def _hostile_session(home: Path, real: Path, secret: str) -> Path:
     ts = json.loads(lines[-1])["timestamp"]
 
     def ev(kind, ident, data, **top):
-        return json.dumps({"type": kind, "data": data, "id": f"hostile-{ident}", "timestamp": ts, "parentId": None,
-                           **top}).encode()
+        return event_line(kind, ts, f"hostile-{ident}", data, **top)
 
     interaction = {"interactionId": "hostile-interaction"}
     planted = [

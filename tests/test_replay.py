@@ -12,8 +12,6 @@ import multiprocessing
 import os
 import shutil
 import signal
-import subprocess
-import sys
 import threading
 from collections import Counter
 from pathlib import Path
@@ -24,17 +22,8 @@ from copilot_otel.replay import find_event_files, replay_files, resolve
 from copilot_otel.sinks import MemorySink
 from copilot_otel.workers import WorkerError
 from tests.copilot_cli import CORPUS_SCENARIOS, prompt_for
-from tests.otlp_json import iso_ns, read_spans
-
-EXE = [sys.executable, "-m", "copilot_otel.cli"]
-
-
-def run_replay(*args: str, env: dict | None = None, stdin: bytes | None = None) -> subprocess.CompletedProcess:
-    """Run the real command line in a subprocess."""
-    environment = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "COPILOT_OTEL_"))}
-    environment.update(env or {})
-    return subprocess.run([*EXE, "replay", *args], capture_output=True, env=environment, input=stdin, timeout=120)
-
+from tests.support.commands import run_inspect, run_replay
+from tests.support.otlp_json import iso_ns, read_spans
 
 @pytest.fixture(scope="module")
 def exported(cli_corpus, tmp_path_factory):
@@ -524,12 +513,6 @@ def test_a_worker_that_dies_fails_the_replay(cli_corpus):
     assert killed and not multiprocessing.active_children()
 
 
-def run_inspect(*args: str) -> subprocess.CompletedProcess:
-    environment = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "COPILOT_"))}
-    environment["COLUMNS"] = "200"
-    return subprocess.run([*EXE, "inspect", *args], capture_output=True, env=environment, timeout=60)
-
-
 @pytest.mark.parametrize("scenario", ["subagent", "autopilot", "provider_error", "failing_tool", "resume"])
 def test_inspect_prints_the_session_tree(cli_corpus, scenario):
     """`inspect` shows interactions, turns, LLM calls with tokens, tools with outcomes, sub-agents
@@ -590,7 +573,7 @@ def test_inspect_a_session_still_running(cli, provider, tmp_path):
     home, cwd = tmp_path / "home", tmp_path / "work"
     cwd.mkdir()
     from tests.copilot_cli import prompt_for
-    from tests.daemon_harness import wait_until
+    from tests.support.net import wait_until
 
     process = cli.start(prompt_for("sleep_tool", 4), home=home, port=provider.port, cwd=cwd)
     try:

@@ -1,5 +1,5 @@
-"""Helpers for the tests of deploy/: the metric contract, PromQL pulled out of the
-dashboard and the rules, and the external checkers (promtool, systemd-analyze).
+"""Helpers for the tests of deploy/: the metric contract (read from docs/metrics.md), PromQL
+pulled out of the dashboard and the rules, and the external checkers (promtool, systemd-analyze).
 
 A later test that runs the daemon against a real Prometheus can reuse them, e.g.
 ``for title, expr in dashboard_queries(DASHBOARD): query(render_grafana_expr(expr))``.
@@ -17,7 +17,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-REPO = Path(__file__).resolve().parent.parent
+from tests.support.contract import documented_metrics
+
+REPO = Path(__file__).resolve().parent.parent.parent
 DEPLOY = REPO / "deploy"
 DASHBOARD = DEPLOY / "grafana" / "dashboards" / "copilot-otel.json"
 RULES = DEPLOY / "prometheus" / "rules" / "copilot-otel.rules.yml"
@@ -27,53 +29,18 @@ DOCS = REPO / "docs" / "deploy.md"
 METRICS_PORT = 9464
 JOB = "copilot-otel"
 
-# design.md section 2, plus the daemon's self-metrics: name -> type.
-CONTRACT_METRICS: dict[str, str] = {
-    "copilot_sessions_started_total": "counter",
-    "copilot_turns_total": "counter",
-    "copilot_llm_calls_total": "counter",
-    "copilot_tool_calls_total": "counter",
-    "copilot_autopilot_nudges_total": "counter",
-    "copilot_completion_signals_total": "counter",
-    "copilot_tokens_total": "counter",
-    "copilot_turn_duration_seconds": "histogram",
-    "copilot_tool_duration_seconds": "histogram",
-    "copilot_llm_call_duration_seconds": "histogram",
-    "copilot_sessions": "gauge",
-    "copilot_session_stalled_seconds": "gauge",
-    "copilot_otel_events_read_total": "counter",
-    "copilot_otel_lines_rejected_total": "counter",
-    "copilot_otel_spans_exported_total": "counter",
-    "copilot_otel_spans_failed_total": "counter",
-    "copilot_otel_export_queue_spans": "gauge",
-    "copilot_otel_files_watched": "gauge",
-    "copilot_otel_lag_seconds": "gauge",
-    "copilot_otel_checkpoint_commits_total": "counter",
-    "copilot_otel_build_info": "gauge",
-}
-
-# Series Prometheus has besides the contract: its own `up`, and the standard
-# process collector of prometheus_client.
-OTHER_SERIES = {
-    "up",
-    "process_cpu_seconds_total",
-    "process_resident_memory_bytes",
-    "process_virtual_memory_bytes",
-    "process_open_fds",
-    "process_max_fds",
-    "process_start_time_seconds",
-}
+# docs/metrics.md: every metric the daemon serves, by name (sessions, health, process).
+CONTRACT = documented_metrics()
+# The series Prometheus itself adds to every scrape.
+PROMETHEUS_SERIES = {"up"}
 
 
 def series_names() -> set[str]:
-    """Every series name a query may select: contract metrics (histograms as
-    _bucket/_sum/_count) and OTHER_SERIES."""
-    names = set(OTHER_SERIES)
-    for name, kind in CONTRACT_METRICS.items():
-        if kind == "histogram":
-            names.update(f"{name}_{suffix}" for suffix in ("bucket", "sum", "count"))
-        else:
-            names.add(name)
+    """Every series name a query may select: the contract's (histograms as _bucket/_sum/_count)
+    and Prometheus's own ``up``."""
+    names = set(PROMETHEUS_SERIES)
+    for metric in CONTRACT.values():
+        names |= metric.series
     return names
 
 

@@ -1,0 +1,166 @@
+"""The one harness that runs the real ``copilot-otel run`` as a subprocess (tests and bench/)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.support.commands import COMMAND, REPO, clean_env
+from tests.support.net import LOOPBACK, free_port, wait_until
+from tests.support.scrape import Samples, fetch, parse, value
+
+
+class DaemonProcess:
+    """``copilot-otel run`` on a home and a state dir, metrics on a free loopback port; stopped by its pid.
+
+    ``args``: extra flags; ``env``: extra variables (OTEL_* and COPILOT_* of this process are
+    not passed on); ``log_level`` and ``log_path``: where its log goes (by default next to the
+    state dir). ``prefix``: a command to run it under (e.g. ``AS_NOBODY``).
+    """
+
+    def __init__(self, home: Path, state_dir: Path, *, traces_file: Path | None = None, env: dict | None = None,
+                 args: tuple[str, ...] | list[str] = (), log_level: str = "debug", log_path: Path | None = None,
+                 prefix: tuple[str, ...] = ()) -> None:
+        self.home, self.state_dir, self.traces_file = Path(home), Path(state_dir), traces_file
+        self.port = free_port()
+        self.extra_env = env or {}
+        self.args = tuple(args)
+        self.log_level = log_level
+        self.prefix = prefix
+        self.proc: subprocess.Popen | None = None
+        self.started_at = 0.0  # time.monotonic() at start()
+        self.log_path = Path(log_path) if log_path else self.state_dir.parent / f"daemon-{self.port}.log"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://{LOOPBACK}:{self.port}/metrics"
+
+    @property
+    def health_url(self) -> str:
+        return f"http://{LOOPBACK}:{self.port}/healthz"
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None, "daemon not started"
+        return self.proc.pid
+
+    def argv(self) -> list[str]:
+        """The command line it runs."""
+        argv = [*self.prefix, *COMMAND, "run", "--copilot-home", str(self.home), "--state-dir", str(self.state_dir),
+                "--metrics-address", f"{LOOPBACK}:{self.port}", "--log-level", self.log_level, *self.args]
+        if self.traces_file is not None:
+            argv += ["--traces-file", str(self.traces_file)]
+        return argv
+
+    def start(self, timeout: float = 20.0) -> "DaemonProcess":
+        """Start it and wait until /healthz answers."""
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = open(self.log_path, "ab")
+        try:
+            self.started_at = time.monotonic()
+            self.proc = subprocess.Popen(self.argv(), env=clean_env(self.extra_env), stdin=subprocess.DEVNULL,
+                                         stdout=log, stderr=log, cwd=REPO)
+        finally:
+            log.close()
+        wait_until(self._ready, timeout=timeout, what=f"daemon /healthz (log: {self.log_text()[-2000:]})")
+        return self
+
+    def _exited(self) -> None:
+        if self.proc is not None and self.proc.poll() is not None:
+            raise AssertionError(f"daemon exited with {self.proc.returncode}: {self.log_text()[-3000:]}")
+
+    def _ready(self) -> bool:
+        self._exited()
+        try:
+            fetch(self.health_url, timeout=1)
+            return True
+        except OSError:
+            return False
+
+    def scrape_text(self, timeout: float = 5.0) -> str:
+        """/metrics as text."""
+        return fetch(self.metrics_url, timeout)
+
+    def scrape(self, timeout: float = 5.0) -> Samples:
+        """/metrics as samples."""
+        return parse(self.scrape_text(timeout))
+
+    def wait_for_metric(self, name: str, at_least: float, timeout: float, *, interval: float = 0.1,
+                        **labels: str) -> float:
+        """Wait until sample ``name`` is at least ``at_least``; return the seconds since start()."""
+
+        def reached() -> bool:
+            self._exited()
+            try:
+                return value(self.scrape(timeout=30), name, **labels) >= at_least
+            except OSError:  # a scrape that timed out while the daemon is busy
+                return False
+
+        wait_until(reached, timeout=timeout, interval=interval, what=f"{name} >= {at_least}")
+        return time.monotonic() - self.started_at
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 15.0) -> int:
+        """Send ``sig`` to our daemon (by pid) and wait for it to exit; return its exit code."""
+        proc = self.proc
+        if proc is None:
+            return 0
+        if proc.poll() is None:
+            os.kill(proc.pid, sig)
+        try:
+            return proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=5)
+            raise AssertionError(f"daemon did not exit within {timeout} s of signal {sig}")
+
+    def kill9(self) -> None:
+        self.stop(signal.SIGKILL)
+
+    def __enter__(self) -> "DaemonProcess":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def complete_lines_spans(path: Path):
+    """Spans of an OTLP JSON lines file that a daemon may still be writing (complete lines only)."""
+    from tests.support.otlp_json import read_spans
+
+    if not path.exists():
+        return []
+    data = path.read_bytes()
+    cut = data.rfind(b"\n")
+    if cut < 0:
+        return []
+    scratch = path.with_name(path.name + ".complete")
+    scratch.write_bytes(data[: cut + 1])
+    return read_spans(scratch)
+
+
+# ------------------------------------------------------------------------ running as another user
+
+SETPRIV = shutil.which("setpriv")
+AS_NOBODY = (SETPRIV or "setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups")
+
+
+def cannot_run_as_nobody() -> str | None:
+    """Why this run (as root) cannot start copilot-otel as the user nobody, or None when it can.
+
+    Root reads any file, so tests of permission errors run the daemon as nobody; that needs
+    setpriv and a checkout that nobody may read (a clone inside a private folder is not)."""
+    if SETPRIV is None:
+        return "setpriv is missing: cannot run the daemon as another user"
+    probe = subprocess.run([*AS_NOBODY, sys.executable, "-c", "import copilot_otel.cli"], capture_output=True,
+                           cwd=REPO)
+    if probe.returncode != 0:
+        return f"cannot run the daemon as nobody: {probe.stderr.decode(errors='replace')[-300:]}"
+    return None

@@ -1,0 +1,52 @@
+"""Feeding a SessionModel in a unit test, and reading what came out."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable
+
+from copilot_otel.events import Event
+from copilot_otel.records import Anomaly, MetricUpdate, SpanRecord, Step
+from copilot_otel.sessions import SessionModel
+from copilot_otel.vocab import Metric
+
+
+@dataclass
+class Fed:
+    """Everything the model produced, in order."""
+
+    spans: list[SpanRecord] = field(default_factory=list)
+    metrics: list[MetricUpdate] = field(default_factory=list)
+    anomalies: list[Anomaly] = field(default_factory=list)
+
+    def add(self, step: Step) -> "Fed":
+        self.spans.extend(step.spans)
+        self.metrics.extend(step.metrics)
+        self.anomalies.extend(step.anomalies)
+        return self
+
+    def named(self, name: str) -> list[SpanRecord]:
+        """The spans of this name ("turn 0", "execute_tool bash"...), in the order they closed."""
+        return [span for span in self.spans if span.name == name]
+
+    def one(self, name: str) -> SpanRecord:
+        """The one span of this name."""
+        found = self.named(name)
+        assert len(found) == 1, f"{len(found)} spans named {name!r} among {[s.name for s in self.spans]}"
+        return found[0]
+
+    def total(self, metric: Metric, *labels: str) -> float:
+        """The sum of the updates of ``metric`` with these label values (a counter's increase)."""
+        return sum(u.value for u in self.metrics if u.metric is metric and u.labels == labels)
+
+    def observed(self, metric: Metric, *labels: str) -> list[float]:
+        """The values observed in histogram ``metric`` with these label values."""
+        return [u.value for u in self.metrics if u.metric is metric and u.labels == labels]
+
+
+def feed(model: SessionModel, events: Iterable[Event], into: Fed | None = None) -> Fed:
+    """Apply each event, gathering every step."""
+    fed = into if into is not None else Fed()
+    for event in events:
+        fed.add(model.feed(event))
+    return fed

@@ -1,0 +1,49 @@
+"""Spans as comparable keys, and what must be exported: the replay of the final logs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from copilot_otel.replay import replay_files
+from copilot_otel.sinks import MemorySink
+from tests.support.daemon import complete_lines_spans
+from tests.support.net import wait_until
+
+_STATUS = {0: "UNSET", 1: "OK", 2: "ERROR"}
+
+
+def key(span) -> tuple:
+    """A received span (OTLP receiver or JSON lines file) as a comparable tuple."""
+    return (span.trace_id, span.span_id, span.parent_span_id, span.name, span.start_time_unix_nano,
+            span.end_time_unix_nano, span.status_code, json.dumps(span.attributes, sort_keys=True, default=str))
+
+
+def record_key(record) -> tuple:
+    """A ``SpanRecord`` as the same tuple as ``key`` makes of its exported form."""
+    return (f"{record.trace_id:032x}", f"{record.span_id:016x}",
+            None if record.parent_span_id is None else f"{record.parent_span_id:016x}", record.name,
+            record.start_ns, record.end_ns, _STATUS[record.status],
+            json.dumps(dict(record.attributes), sort_keys=True, default=str))
+
+
+def expected_keys(paths) -> list:
+    """The keys of every span an in-process replay of these logs exports, sorted."""
+    sink = MemorySink()
+    replay_files([Path(p) for p in paths], sink)
+    return sorted(record_key(r) for r in sink.records)
+
+
+def spans_now(traces: Path) -> list:
+    """The keys of the spans written so far to an OTLP JSON lines file, sorted (duplicates kept)."""
+    return sorted(key(s) for s in complete_lines_spans(traces))
+
+
+def wait_for_keys(traces: Path, expected: list, timeout: float = 20.0) -> list:
+    """Wait until the set of exported spans equals ``expected``; return all exported (duplicates too)."""
+    wanted = set(expected)
+    wait_until(lambda: set(spans_now(traces)) >= wanted, timeout=timeout,
+               what=f"{len(wanted)} spans in {traces}")
+    got = spans_now(traces)
+    assert set(got) == wanted
+    return got

@@ -1,0 +1,137 @@
+"""decode.py: one line in, an Event or a DecodeError with its reason out."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+
+import pytest
+
+from copilot_otel import decode
+from copilot_otel.decode import decode_line, decode_object, parse_timestamp
+from copilot_otel.events import DecodeError, Event
+from tests.support.events import SessionLog, event_line
+
+TS = "2026-12-03T12:01:45.787Z"
+
+
+def epoch_ns(moment: datetime) -> int:
+    return round(moment.timestamp() * 1_000_000) * 1000
+
+
+def test_the_cli_timestamp_form_to_nanoseconds():
+    """The CLI's own form (milliseconds and Z) is read exactly, to the nanosecond."""
+    expected = epoch_ns(datetime(2026, 12, 3, 12, 1, 45, 787000, tzinfo=timezone.utc))
+    assert parse_timestamp(TS) == expected
+
+
+@pytest.mark.parametrize("text,moment", [
+    ("2026-12-03T13:01:45.787+01:00", datetime(2026, 12, 3, 12, 1, 45, 787000, tzinfo=timezone.utc)),
+    ("2026-12-03T12:01:45+00:00", datetime(2026, 12, 3, 12, 1, 45, tzinfo=timezone.utc)),
+    ("2026-12-03T12:01:45.123456Z", datetime(2026, 12, 3, 12, 1, 45, 123456, tzinfo=timezone.utc)),
+])
+def test_other_iso_forms_with_a_zone(text, moment):
+    """Any ISO-8601 time with a zone is read, whatever its offset and precision."""
+    assert parse_timestamp(text) == epoch_ns(moment)
+
+
+def test_nine_fraction_digits_keep_their_nanoseconds():
+    """A fraction of nine digits is not rounded to microseconds."""
+    assert parse_timestamp("2026-12-03T12:01:45.123456789Z") % 1_000_000_000 == 123456789
+
+
+@pytest.mark.parametrize("value", ["2026-12-03T12:01:45.787", "yesterday", "", 1764700000, None,
+                                   "2026-13-03T12:01:45.787Z"])
+def test_unusable_timestamps(value):
+    """No zone, not a time, not a string, an impossible date: None, never an exception."""
+    assert parse_timestamp(value) is None
+
+
+def test_a_real_line_becomes_an_event_with_its_position():
+    """The fields the model keys on are lifted out; data stays whole; offset and line are kept."""
+    log = SessionLog("s-1")
+    log.start()
+    log.user("hi")
+    log.subagent_started("call-task", "agent-7")
+    raw = log.lines()[2]
+    event = decode_line(raw, offset=1234, line=3)
+    entry = json.loads(raw)
+    assert isinstance(event, Event)
+    assert (event.type, event.id, event.parent_id, event.agent_id) == (
+        "subagent.started", entry["id"], entry["parentId"], "agent-7")
+    assert event.timestamp_ns == log.ns(entry)
+    assert dict(event.data) == entry["data"]
+    assert (event.offset, event.line, event.ephemeral) == (1234, 3, False)
+    assert event.tool_call_id == "call-task"
+
+
+def test_ephemeral_and_ids_of_the_data():
+    """ephemeral: true is kept; interaction and turn ids are read from data (a numeric turn id as text)."""
+    event = decode_line(event_line("assistant.turn_start", TS, "e-1", {"interactionId": "i-1", "turnId": 3},
+                                   ephemeral=True))
+    assert event.ephemeral is True
+    assert (event.interaction_id, event.turn_id) == ("i-1", "3")
+
+
+def test_an_event_without_an_id_is_named_by_its_position():
+    """Span ids derive from event ids: a line without one gets one from its byte offset (or line)."""
+    line = json.dumps({"type": "session.info", "timestamp": TS, "data": {}}).encode()
+    assert decode_line(line, offset=512).id == "@512"
+    assert decode_line(line, line=7).id == "@line7"
+
+
+def test_an_empty_agent_id_is_no_agent():
+    """agentId "" is the main agent, as if it were absent."""
+    assert decode_line(event_line("assistant.turn_start", TS, "e-1", agentId="")).agent_id is None
+
+
+@pytest.mark.parametrize("raw,reason", [
+    (b"this is not json", decode.NOT_JSON),
+    (b'{"type": "assistant.message", "timestamp": "2026-', decode.NOT_JSON),
+    (b'{"type": "session.info", "data": {"text": "caf\xe9"}}', decode.INVALID_UTF8),
+    (b'["an", "array"]', decode.NOT_OBJECT),
+    (b"42", decode.NOT_OBJECT),
+    (b"null", decode.NOT_OBJECT),
+    (event_line(7, TS, "e-1"), decode.BAD_TYPE),
+    (event_line("", TS, "e-1"), decode.BAD_TYPE),
+    (json.dumps({"timestamp": TS, "id": "e-1", "data": {}}).encode(), decode.BAD_TYPE),
+    (event_line("session.info", "yesterday", "e-1"), decode.BAD_TIMESTAMP),
+    (event_line("session.info", TS.rstrip("Z"), "e-1"), decode.BAD_TIMESTAMP),
+    (json.dumps({"type": "session.info", "id": "e-1", "data": {}}).encode(), decode.BAD_TIMESTAMP),
+    (event_line("session.info", TS, "e-1", [1, 2]), decode.BAD_DATA),
+    (json.dumps({"type": "session.info", "id": "e-1", "timestamp": TS}).encode(), decode.BAD_DATA),
+    (event_line("session.info", TS, "e-1", {"text": "a\x00b"}).replace(b"\\u0000", b"\x00"), decode.NUL_BYTE),
+])
+def test_each_reason_a_line_is_rejected(raw, reason):
+    """Every kind of unusable line is a DecodeError with its reason, never an exception."""
+    result = decode_line(raw, offset=40, line=2)
+    assert isinstance(result, DecodeError)
+    assert (result.reason, result.offset, result.line) == (reason, 40, 2)
+    assert result.detail
+
+
+def test_a_line_over_the_limit_is_too_long():
+    """A line longer than max_bytes is rejected before it is parsed."""
+    raw = event_line("session.info", TS, "e-1", {"pad": "x" * 2000})
+    assert decode_line(raw, max_bytes=len(raw)).type == "session.info"
+    assert decode_line(raw, max_bytes=len(raw) - 1).reason == decode.TOO_LONG
+
+
+def test_a_timestamp_past_the_believable_is_in_the_future():
+    """An event stamped after not_after_ns is rejected; at that instant exactly it is accepted."""
+    raw = event_line("session.info", TS, "e-1")
+    at = parse_timestamp(TS)
+    assert decode_line(raw, not_after_ns=at).type == "session.info"
+    assert decode_line(raw, not_after_ns=at - 1).reason == decode.FUTURE_TIMESTAMP
+
+
+def test_decode_object_takes_parsed_json():
+    """The stream and the SDK hand over parsed objects: the same checks apply."""
+    assert decode_object({"type": "session.idle", "timestamp": TS, "data": {}, "id": "e-1"}).type == "session.idle"
+    assert decode_object(["not", "an", "object"]).reason == decode.NOT_OBJECT
+
+
+def test_every_reason_is_a_known_label():
+    """The reasons decode gives are the label values copilot_otel_lines_rejected_total is created with."""
+    reasons = {value for name, value in vars(decode).items() if name.isupper() and isinstance(value, str)}
+    assert reasons == set(decode.REASONS)

@@ -1,0 +1,266 @@
+"""export.py: the export queue delivers spans in order with retries, commits each checkpoint
+marker only after the spans before it, holds bounded memory, and stops."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from copilot_otel.checkpoint import FilePosition
+from copilot_otel.export import ExportQueue
+from copilot_otel.records import SpanRecord
+from copilot_otel.sinks import ExportError, MemorySink
+from copilot_otel.tail import FileIdentity
+from tests.support.net import wait_until
+
+EXPORT_THREAD = "copilot-otel-export"
+
+
+def spans(count: int, first: int = 1) -> list[SpanRecord]:
+    return [SpanRecord(7, n, None, f"span {n}", 1, n, n + 1, {}) for n in range(first, first + count)]
+
+
+def marker(path: str, offset: int) -> FilePosition:
+    return FilePosition(path, FileIdentity(1, 2, "", 0), offset, offset, offset, offset)
+
+
+class Checkpoint:
+    """Records each commit, and how many spans the sink held at that moment."""
+
+    def __init__(self, sink: MemorySink, failures: int = 0) -> None:
+        self.sink = sink
+        self.failures = failures
+        self.commits: list[tuple[list[FilePosition], int]] = []
+
+    def commit(self, positions: list[FilePosition]) -> None:
+        if self.failures:
+            self.failures -= 1
+            raise OSError("disk full")
+        self.commits.append((positions, len(self.sink.records)))
+
+
+class FlakySink(MemorySink):
+    """Fails the first ``failures`` exports (with ExportError, or another exception), then delivers."""
+
+    description = "flaky"
+
+    def __init__(self, failures: int, error: type[Exception] = ExportError) -> None:
+        super().__init__()
+        self.failures = failures
+        self.error = error
+        self.attempts = 0
+
+    def export(self, records) -> None:
+        self.attempts += 1
+        if self.failures:
+            self.failures -= 1
+            raise self.error("backend down")
+        super().export(records)
+
+
+class GatedSink(MemorySink):
+    """Delivers only once the gate is open."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = threading.Event()
+
+    def export(self, records) -> None:
+        self.gate.wait(10)
+        super().export(records)
+
+
+def export_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == EXPORT_THREAD]
+
+
+@pytest.fixture
+def make_queue():
+    """Build started queues (fast backoff); each is stopped at the end of the test."""
+    queues: list[ExportQueue] = []
+
+    def make(sink, checkpoint=None, **options) -> ExportQueue:
+        options = {"initial_backoff": 0.01, "max_backoff": 0.05, **options}
+        queue = ExportQueue(sink, checkpoint, **options)
+        queue.start()
+        queues.append(queue)
+        return queue
+
+    yield make
+    for queue in queues:
+        queue.stop(timeout=1)
+
+
+def test_spans_are_delivered_in_order_in_batches(make_queue):
+    """Every span reaches the sink once, in order, in batches of at most ``batch``; each batch is reported."""
+    sink = MemorySink()
+    exported: list[int] = []
+    queue = make_queue(sink, batch=4, on_exported=exported.append)
+    sent = spans(10)
+    for start in range(0, 10, 3):
+        queue.put_spans(sent[start:start + 3])
+    assert queue.flush(5)
+    assert sink.records == sent
+    assert sum(exported) == 10 and max(exported) <= 4 + 2  # a batch stops after the list that reaches it
+    assert queue.depth == 0
+
+
+def test_a_marker_is_committed_only_after_the_spans_before_it(make_queue):
+    """Markers share the FIFO with spans: a position is committed once everything queued before it is delivered."""
+    sink = GatedSink()
+    checkpoint = Checkpoint(sink)
+    committed: list[int] = []
+    queue = make_queue(sink, checkpoint, batch=2, on_commit=lambda: committed.append(1))
+    queue.put_spans(spans(3))
+    queue.put_marker(marker("/a", 100))
+    queue.put_spans(spans(2, first=4))
+    queue.put_marker(marker("/a", 200))
+    time.sleep(0.1)
+    assert checkpoint.commits == []  # the sink has delivered nothing yet
+    sink.gate.set()
+    assert queue.flush(5)
+    queued_before = {100: 3, 200: 5}  # spans queued before each marker
+    assert [positions[0].offset for positions, _ in checkpoint.commits] == [100, 200]
+    assert all(delivered >= queued_before[positions[0].offset] for positions, delivered in checkpoint.commits)
+    assert len(committed) == 2
+
+
+def test_the_latest_marker_of_a_file_wins_within_a_batch(make_queue):
+    """Several positions of one file taken together commit only the last one."""
+    sink = GatedSink()
+    checkpoint = Checkpoint(sink)
+    queue = make_queue(sink, checkpoint)
+    queue.put_spans(spans(1))  # holds the exporter while the rest queue up
+    time.sleep(0.05)
+    queue.put_spans(spans(1, first=2))
+    for offset in (10, 20, 30):
+        queue.put_marker(marker("/a", offset))
+    queue.put_marker(marker("/b", 5))
+    sink.gate.set()
+    assert queue.flush(5)
+    last = checkpoint.commits[-1][0]
+    assert sorted((p.path, p.offset) for p in last) == [("/a", 30), ("/b", 5)]
+
+
+def test_a_failing_backend_is_retried_until_it_recovers(make_queue):
+    """Export errors are retried with backoff, reported as failures, and the queue is unhealthy until the
+    backend takes the batch; the marker behind it is committed only then."""
+    sink = FlakySink(failures=3)
+    checkpoint = Checkpoint(sink)
+    failed: list[int] = []
+    queue = make_queue(sink, checkpoint, on_failed=failed.append)
+    queue.put_spans(spans(5))
+    queue.put_marker(marker("/a", 100))
+    wait_until(lambda: failed, timeout=5, what="a failed export")
+    assert queue.healthy is False
+    assert queue.flush(5)
+    assert (sink.attempts, failed, len(sink.records)) == (4, [5, 5, 5], 5)
+    assert queue.healthy is True
+    assert [(positions[0].offset, delivered) for positions, delivered in checkpoint.commits] == [(100, 5)]
+
+
+def test_a_sink_bug_does_not_kill_the_exporter(make_queue):
+    """A sink that raises something other than ExportError is retried like a failure; the thread goes on."""
+    sink = FlakySink(failures=2, error=ValueError)
+    failed: list[int] = []
+    queue = make_queue(sink, on_failed=failed.append)
+    queue.put_spans(spans(3))
+    assert queue.flush(5)
+    assert (len(sink.records), failed) == (3, [3, 3])
+
+
+def test_a_failed_commit_is_retried_with_the_next_batch(make_queue):
+    """A checkpoint that cannot commit costs nothing but time: the position is committed with the next marker."""
+    sink = MemorySink()
+    checkpoint = Checkpoint(sink, failures=1)
+    queue = make_queue(sink, checkpoint)
+    queue.put_spans(spans(1))
+    queue.put_marker(marker("/a", 100))
+    assert queue.flush(5)
+    assert checkpoint.commits == []
+    queue.put_spans(spans(1, first=2))
+    queue.put_marker(marker("/a", 200))
+    assert queue.flush(5)
+    assert [p.offset for p in checkpoint.commits[-1][0]] == [200]
+
+
+def test_stop_while_the_backend_is_down_leaves_the_checkpoint_behind(make_queue):
+    """Stopping with undeliverable spans returns False at once after the timeout, commits nothing, and joins."""
+    sink = FlakySink(failures=10**9)
+    checkpoint = Checkpoint(sink)
+    before = set(export_threads())
+    queue = ExportQueue(sink, checkpoint, initial_backoff=0.01, max_backoff=0.05)
+    queue.start()
+    queue.put_spans(spans(2))
+    queue.put_marker(marker("/a", 100))
+    wait_until(lambda: sink.attempts, timeout=5, what="an export attempt")
+    started = time.monotonic()
+    assert queue.stop(timeout=0.2) is False
+    assert time.monotonic() - started < 2
+    assert checkpoint.commits == [] and sink.records == []
+    assert set(export_threads()) == before
+
+
+def test_stop_joins_the_thread_while_the_sink_keeps_raising(make_queue):
+    """A sink that raises an unexpected exception on every attempt does not keep the exporter thread
+    alive after stop()."""
+    sink = FlakySink(failures=10**9, error=RuntimeError)
+    before = set(export_threads())
+    queue = ExportQueue(sink, None, initial_backoff=0.01, max_backoff=0.05)
+    queue.start()
+    queue.put_spans(spans(2))
+    wait_until(lambda: sink.attempts >= 2, timeout=5, what="retries")
+    assert queue.stop(timeout=0.1) is False
+    assert set(export_threads()) == before
+
+
+def test_a_full_queue_blocks_the_producer_until_there_is_room(make_queue):
+    """Back-pressure: past max_spans put_spans waits (the queue says it is blocked), and goes on once
+    the exporter made room; nothing is dropped."""
+    sink = GatedSink()
+    queue = make_queue(sink, max_spans=3, batch=2)
+    queue.put_spans(spans(3))
+    producer_done = threading.Event()
+
+    def produce() -> None:
+        queue.put_spans(spans(2, first=4))
+        producer_done.set()
+
+    producer = threading.Thread(target=produce)
+    producer.start()
+    try:
+        wait_until(lambda: queue.blocked, timeout=5, what="the producer to block")
+        assert not producer_done.is_set() and queue.depth == 3
+        sink.gate.set()
+        assert producer_done.wait(5)
+        assert queue.flush(5)
+    finally:
+        sink.gate.set()
+        producer.join(5)
+    assert [s.span_id for s in sink.records] == [1, 2, 3, 4, 5]
+    assert queue.blocked is False
+
+
+def test_a_blocked_producer_can_give_up_when_asked_to_stop(make_queue):
+    """put_spans returns when should_stop() says so, even with the queue still full."""
+    sink = GatedSink()
+    queue = make_queue(sink, max_spans=1)
+    queue.put_spans(spans(1))
+    started = time.monotonic()
+    queue.put_spans(spans(1, first=2), should_stop=lambda: time.monotonic() - started > 0.3)
+    assert 0.3 <= time.monotonic() - started < 3
+    sink.gate.set()
+
+
+def test_offer_never_blocks_and_says_what_it_dropped(make_queue):
+    """offer_spans (the SDK's thread) drops what does not fit and returns how many."""
+    sink = GatedSink()
+    queue = make_queue(sink, max_spans=2)
+    assert queue.offer_spans(spans(2)) == 0
+    assert queue.offer_spans(spans(3, first=3)) == 3
+    assert queue.offer_spans([]) == 0
+    sink.gate.set()
+    assert queue.flush(5)
+    assert [s.span_id for s in sink.records] == [1, 2]

@@ -1,0 +1,226 @@
+"""follow.py: one session log followed for the daemon: reading, compaction and rebuild, the floor
+after a restart, skipping history, and the checkpoint position it offers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from copilot_otel import attrs as A
+from copilot_otel.config import DEFAULT_MAX_LINE_BYTES, ModelOptions
+from copilot_otel.follow import Follower
+from copilot_otel.pipeline import Outputs
+from copilot_otel.vocab import END_INCOMPLETE, IDLE, INCOMPLETE, WAITING_TOOL, Metric
+from tests.support.events import MODEL, SessionLog
+from tests.support.files import append
+
+SID = "session-1"
+ROOT = "invoke_agent copilot"
+
+
+def log_path(tmp_path: Path) -> Path:
+    folder = tmp_path / "session-state" / SID
+    folder.mkdir(parents=True)
+    return folder / "events.jsonl"
+
+
+def start(path: Path, **kwargs) -> Follower:
+    return Follower.start(path, ModelOptions(), max_line_bytes=DEFAULT_MAX_LINE_BYTES, **kwargs)
+
+
+def read(follower: Follower) -> Outputs:
+    out = Outputs()
+    result = follower.read(out, warn=lambda *args: None)
+    assert not (result.gone or result.error)
+    return out
+
+
+def turn_running() -> SessionLog:
+    """A session whose first turn is running."""
+    log = SessionLog(SID)
+    log.start()
+    log.user()
+    log.turn_start()
+    return log
+
+
+def finished_session() -> SessionLog:
+    log = SessionLog(SID)
+    log.start(cwd="/work/a")
+    log.user()
+    log.tool_turn(("bash", "call-1"))
+    log.answer()
+    log.shutdown()
+    return log
+
+
+def following(tmp_path: Path, log: SessionLog, **kwargs) -> tuple[Path, Follower]:
+    """The log written to its session folder, followed and read to its end."""
+    path = log_path(tmp_path)
+    path.write_bytes(log.jsonl())
+    follower = start(path, **kwargs)
+    read(follower)
+    return path, follower
+
+
+def test_reads_what_was_appended(tmp_path):
+    """A followed log delivers each event once, as it is appended, named after its folder."""
+    log = finished_session()
+    path = log_path(tmp_path)
+    append(path, log.jsonl(0, 5))
+    follower = start(path)
+    first = read(follower)
+    append(path, log.jsonl(5))
+    second = read(follower)
+    assert follower.session_id == SID
+    assert sum(first.events.values()) + sum(second.events.values()) == len(log.entries)
+    assert sorted(s.name for s in first.spans + second.spans) == sorted(
+        [ROOT, "turn 0", "turn 1", f"chat {MODEL}", f"chat {MODEL}", "execute_tool bash"])
+
+
+def test_a_finished_session_is_compacted_to_its_position(tmp_path):
+    """After its shutdown nothing is open: the model is dropped, the position kept; the view says idle."""
+    path, follower = following(tmp_path, finished_session())
+    assert follower.compact() is True
+    assert follower.model is None
+    assert follower.tail.offset == path.stat().st_size
+    assert (follower.view().state, follower.view().last_event_ns) == (IDLE, 0)
+
+
+def test_a_session_with_open_work_is_not_compacted(tmp_path):
+    """A running turn keeps its model."""
+    _path, follower = following(tmp_path, turn_running())
+    assert follower.compact() is False and follower.model is not None
+
+
+def test_a_compacted_session_that_grows_is_rebuilt_and_delivers_only_what_is_new(tmp_path):
+    """When a compacted log grows (the CLI resumed the session), the model is rebuilt from the whole
+    file, but only the new lines are counted and only the spans they close are delivered."""
+    log = finished_session()
+    path = log_path(tmp_path)
+    path.write_bytes(log.jsonl())
+    follower = start(path)
+    before = read(follower)
+    follower.compact()
+    assert follower.wake() is False  # nothing changed yet
+    old_size = path.stat().st_size
+    old_entries = len(log.entries)
+    log.resume()
+    log.user("Again.")
+    log.answer()
+    log.shutdown()
+    append(path, log.jsonl(old_entries))
+    assert follower.wake() is True
+    assert follower.floor == old_size and follower.model is not None
+    after = read(follower)
+    new_types = [e["type"] for e in log.entries[old_entries:]]
+    assert sum(after.events.values()) == len(new_types)
+    assert sum(u.value for u in after.metrics if u.metric is Metric.TURNS) == new_types.count("assistant.turn_start")
+    assert not {s.span_id for s in before.spans} & {s.span_id for s in after.spans}
+    assert sorted(s.name for s in after.spans) == sorted([ROOT, "turn 0", f"chat {MODEL}"])
+
+
+def test_a_compacted_session_whose_file_was_truncated_starts_a_new_generation(tmp_path):
+    """A compacted log cut shorter than its position is read again from the start."""
+    path, follower = following(tmp_path, finished_session())
+    follower.compact()
+    other = SessionLog(SID, step_ms=7)
+    other.start()
+    with open(path, "r+b") as handle:
+        handle.truncate(0)
+    path.write_bytes(other.jsonl())
+    assert follower.wake() is True
+    out = Outputs()
+    result = follower.read(out, warn=lambda *args: None)
+    assert result.restarted == "truncated"
+    assert dict(out.events) == {"session.start": 1}
+
+
+def test_a_restart_resumes_from_the_checkpoint_without_delivering_anything_twice(tmp_path):
+    """A follower started from a committed position re-reads the open interaction from its first
+    event (to rebuild its spans) but delivers only what lies past the committed offset."""
+    log = SessionLog(SID)
+    log.start(cwd="/work/b")
+    log.user()
+    log.calling(("bash", "call-1"))
+    path = log_path(tmp_path)
+    path.write_bytes(log.jsonl())
+    first = start(path)
+    delivered = read(first)
+    marker = first.marker()
+    user_line = log.decoded()[1]
+    assert (marker.offset, marker.resume_offset, marker.resume_line) == (path.stat().st_size, user_line.offset, 1)
+    old = len(log.entries)
+    log.tool_complete("call-1")
+    log.turn_end()
+    log.answer()
+    log.shutdown()
+    append(path, log.jsonl(old))
+    restarted = start(path, restored=marker)
+    assert (restarted.floor, restarted.tail.offset) == (marker.offset, marker.resume_offset)
+    out = read(restarted)
+    assert sum(out.events.values()) == len(log.entries) - old
+    assert sorted(s.name for s in out.spans) == sorted(["execute_tool bash", "turn 0", "turn 1", f"chat {MODEL}",
+                                                         ROOT])
+    assert not {s.span_id for s in delivered.spans} & {s.span_id for s in out.spans}
+    root = next(s for s in out.spans if s.name == ROOT)
+    assert root.attributes[A.COPILOT_CWD] == "/work/b"  # a session fact primed from before the resume position
+
+
+def test_the_marker_waits_for_the_floor(tmp_path):
+    """No checkpoint position is offered while reading has not passed what was delivered before."""
+    log = finished_session()
+    path = log_path(tmp_path)
+    path.write_bytes(log.jsonl())
+    follower = start(path)
+    follower.floor = path.stat().st_size + 1
+    read(follower)
+    assert follower.marker() is None
+
+
+def test_skip_history_delivers_only_what_comes_later(tmp_path):
+    """--from-end: a log present at start is followed from its end; the session facts before it are known."""
+    log = SessionLog(SID)
+    log.start(cwd="/work/c")
+    log.user()
+    log.answer()
+    path = log_path(tmp_path)
+    path.write_bytes(log.jsonl() + b'{"type":"session.info"')  # a partial last line is not history yet
+    follower = start(path, skip_history=True)
+    assert follower.tail.offset == follower.floor == len(log.jsonl())
+    with open(path, "r+b") as handle:
+        handle.truncate(len(log.jsonl()))
+    old = len(log.entries)
+    log.user("Later.")
+    log.turn_start()
+    log.tool_start("bash", "call-1")
+    append(path, log.jsonl(old))
+    out = read(follower)
+    assert sum(out.events.values()) == 3
+    assert follower.model.state == WAITING_TOOL
+    out.add(follower.model.finish())
+    root = next(s for s in out.spans if s.name == ROOT)
+    assert (root.attributes[A.COPILOT_CWD], root.attributes[A.ERROR_TYPE]) == ("/work/c", INCOMPLETE)
+
+
+def test_a_replaced_file_finishes_the_old_generation(tmp_path):
+    """A log replaced by another file ends what the old one left open, then reads the new one from 0."""
+    path, follower = following(tmp_path, turn_running())
+    fresh = path.with_name("new")
+    fresh.write_bytes(finished_session().jsonl())
+    fresh.replace(path)
+    out = read(follower)
+    incomplete = [s.name for s in out.spans if s.attributes.get(A.ERROR_TYPE) == INCOMPLETE]
+    assert sorted(incomplete) == sorted([ROOT, "turn 0"])
+    assert out.events["session.start"] == 1 and follower.floor == 0
+
+
+def test_finish_and_view(tmp_path):
+    """finish() ends open work as incomplete; view() is a frozen snapshot of state, last event and pids."""
+    log = turn_running()
+    last = log.tool_start("bash", "call-1")
+    _path, follower = following(tmp_path, log, pids=[4242])
+    view = follower.view()
+    assert (view.session_id, view.state, view.last_event_ns, view.pids) == (SID, WAITING_TOOL, log.ns(last), (4242,))
+    out = Outputs()
+    follower.finish(out, END_INCOMPLETE)
+    assert {s.attributes.get(A.ERROR_TYPE) for s in out.spans} == {INCOMPLETE}

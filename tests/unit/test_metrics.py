@@ -1,0 +1,183 @@
+"""metrics.py: metric updates and pipeline outputs applied to a private registry, read back with
+registry.get_sample_value; bounded event-type labels; the live sessions collector."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from copilot_otel import __version__
+from copilot_otel.decode import NOT_JSON, REASONS
+from copilot_otel.metrics import MAX_EVENT_TYPES, LiveSession, Metrics
+from copilot_otel.pipeline import Outputs, drive, finish
+from copilot_otel.records import MetricUpdate
+from copilot_otel.sessions import SessionModel
+from copilot_otel.vocab import (ABANDONED, IDLE, SIGNALS, STATES, STUCK, WAITING_TOOL, WORKING, Metric)
+from tests.support.events import MODEL, SessionLog
+
+
+def fresh() -> Metrics:
+    return Metrics(process=False)
+
+
+# Each session metric key: the labels an update carries, the sample it moves, and that sample's labels.
+COUNTERS = [
+    (Metric.SESSIONS_STARTED, (), "copilot_sessions_started_total", {}),
+    (Metric.TURNS, ("main",), "copilot_turns_total", {"agent": "main"}),
+    (Metric.LLM_CALLS, (MODEL, "error"), "copilot_llm_calls_total", {"model": MODEL, "outcome": "error"}),
+    (Metric.TOOL_CALLS, ("bash", "failure"), "copilot_tool_calls_total", {"tool": "bash", "outcome": "failure"}),
+    (Metric.AUTOPILOT_NUDGES, (), "copilot_autopilot_nudges_total", {}),
+    (Metric.COMPLETION_SIGNALS, ("task_complete",), "copilot_completion_signals_total", {"signal": "task_complete"}),
+    (Metric.TOKENS, (MODEL, "cache_read"), "copilot_tokens_total", {"model": MODEL, "type": "cache_read"}),
+]
+HISTOGRAMS = [
+    (Metric.TURN_DURATION, ("helper",), "copilot_turn_duration_seconds", {"agent": "helper"}),
+    (Metric.TOOL_DURATION, ("bash",), "copilot_tool_duration_seconds", {"tool": "bash"}),
+    (Metric.LLM_CALL_DURATION, (MODEL,), "copilot_llm_call_duration_seconds", {"model": MODEL}),
+]
+
+
+def test_every_metric_key_has_a_case_here():
+    """The cases below cover every key the session model may update."""
+    assert {case[0] for case in COUNTERS + HISTOGRAMS} == set(Metric)
+
+
+@pytest.mark.parametrize("metric,labels,sample,sample_labels", COUNTERS, ids=[c[2] for c in COUNTERS])
+def test_a_counter_update_adds_its_value(metric, labels, sample, sample_labels):
+    """A counter key adds the update's value to the series of its label values."""
+    metrics = fresh()
+    metrics.apply(MetricUpdate(metric, labels))
+    metrics.apply(MetricUpdate(metric, labels, 41.0))
+    assert metrics.registry.get_sample_value(sample, sample_labels) == 42.0
+
+
+@pytest.mark.parametrize("metric,labels,sample,sample_labels", HISTOGRAMS, ids=[h[2] for h in HISTOGRAMS])
+def test_a_histogram_update_observes_its_value(metric, labels, sample, sample_labels):
+    """A histogram key observes the update's value: one more in _count, the value in _sum, in its bucket."""
+    metrics = fresh()
+    metrics.apply(MetricUpdate(metric, labels, 0.3))
+    metrics.apply(MetricUpdate(metric, labels, 7.0))
+    get = metrics.registry.get_sample_value
+    assert get(f"{sample}_count", sample_labels) == 2
+    assert get(f"{sample}_sum", sample_labels) == pytest.approx(7.3)
+    assert get(f"{sample}_bucket", {**sample_labels, "le": "+Inf"}) == 2
+
+
+def test_a_driven_session_counts_what_its_updates_say():
+    """apply_outputs of a real drive moves each series by the sum of the model's updates for it."""
+    log = SessionLog("s-1")
+    log.start()
+    log.user()
+    log.tool_turn(("bash", "c-1"), ("view", "c-2"))
+    log.answer(input_tokens=10, output_tokens=3)
+    log.shutdown()
+    model = SessionModel("s-1")
+    out = finish(model, drive(model, log.decoded(), Outputs(), source="x"))
+    metrics = fresh()
+    metrics.apply_outputs(out)
+    get = metrics.registry.get_sample_value
+    turns = sum(u.value for u in out.metrics if u.metric is Metric.TURNS)
+    assert get("copilot_turns_total", {"agent": "main"}) == turns == 2
+    inputs = sum(u.value for u in out.metrics if u.metric is Metric.TOKENS and u.labels[1] == "input")
+    assert get("copilot_tokens_total", {"model": MODEL, "type": "input"}) == inputs
+    assert get("copilot_tool_calls_total", {"tool": "view", "outcome": "success"}) == 1
+    assert get("copilot_completion_signals_total", {"signal": "shutdown"}) == 1
+
+
+def test_apply_outputs_counts_events_rejections_and_out_of_order_ends():
+    """Events read by type, lines rejected by reason and out-of-order ends by type, as the drive found them."""
+    log = SessionLog("s-1")
+    log.start()
+    log.line(b"not json")
+    log.tool_complete("never-started")
+    model = SessionModel("s-1")
+    out = drive(model, log.decoded(), Outputs(), source="x", warn=lambda *a: None)
+    metrics = fresh()
+    metrics.apply_outputs(out)
+    get = metrics.registry.get_sample_value
+    assert get("copilot_otel_events_read_total", {"type": "session.start"}) == 1
+    assert get("copilot_otel_events_read_total", {"type": "tool.execution_complete"}) == 1
+    assert get("copilot_otel_lines_rejected_total", {"reason": NOT_JSON}) == 1
+    assert get("copilot_otel_events_out_of_order_total", {"type": "tool.execution_complete"}) == 1
+
+
+def test_lag_is_measured_from_the_newest_event():
+    """copilot_otel_lag_seconds is how far the newest event read lies behind now (0 before any)."""
+    metrics = fresh()
+    assert metrics.registry.get_sample_value("copilot_otel_lag_seconds") == 0
+    out = Outputs()
+    out.newest_ns = int((time.time() - 30) * 1e9)
+    metrics.apply_outputs(out)
+    assert 29 < metrics.registry.get_sample_value("copilot_otel_lag_seconds") < 60
+    older = Outputs()
+    older.newest_ns = out.newest_ns - 10**12
+    metrics.apply_outputs(older)  # an older backlog does not move the newest event back
+    assert metrics.registry.get_sample_value("copilot_otel_lag_seconds") < 60
+
+
+def test_event_type_labels_are_bounded():
+    """Past MAX_EVENT_TYPES distinct types, new types are counted as 'other'; known ones keep their series."""
+    metrics = fresh()
+    for n in range(MAX_EVENT_TYPES):
+        metrics.count_event(f"x.made_up.t{n}")
+    metrics.count_event("x.made_up.one_too_many", 5)
+    metrics.count_event("x.made_up.t0")
+    get = metrics.registry.get_sample_value
+    assert get("copilot_otel_events_read_total", {"type": "other"}) == 5
+    assert get("copilot_otel_events_read_total", {"type": "x.made_up.one_too_many"}) is None
+    assert get("copilot_otel_events_read_total", {"type": "x.made_up.t0"}) == 2
+
+
+@pytest.mark.parametrize("odd", ["Not.An.Event", "nodots", "a.b.c.d.e", "session.start\n", "x." + "é"])
+def test_names_that_do_not_look_like_event_types_are_other(odd):
+    """A type that is not dotted lower-case words (2 to 4 of them) mints no series of its own."""
+    metrics = fresh()
+    metrics.count_event(odd)
+    assert metrics.registry.get_sample_value("copilot_otel_events_read_total", {"type": "other"}) == 1
+
+
+def test_closed_label_sets_exist_from_the_start():
+    """Every rejection reason and completion signal has its series at 0 before anything happened,
+    and build_info names this version."""
+    get = fresh().registry.get_sample_value
+    assert [get("copilot_otel_lines_rejected_total", {"reason": r}) for r in REASONS] == [0.0] * len(REASONS)
+    assert [get("copilot_completion_signals_total", {"signal": s}) for s in SIGNALS] == [0.0] * len(SIGNALS)
+    assert get("copilot_otel_build_info", {"version": __version__}) == 1
+
+
+def test_live_sessions_are_computed_when_scraped():
+    """copilot_sessions has every state (0 when none), copilot_session_stalled_seconds a series only per
+    stuck or abandoned session; both come from a fresh snapshot at each scrape."""
+    metrics = fresh()
+    snapshot = [LiveSession("s-1", WORKING), LiveSession("s-2", STUCK, 720.0), LiveSession("s-3", ABANDONED, 90.0),
+                LiveSession("s-4", WORKING)]
+    metrics.add_live_sessions(lambda: list(snapshot))
+    get = metrics.registry.get_sample_value
+    assert {state: get("copilot_sessions", {"state": state}) for state in STATES} == {
+        WORKING: 2, WAITING_TOOL: 0, "waiting_user": 0, IDLE: 0, STUCK: 1, ABANDONED: 1}
+    assert get("copilot_session_stalled_seconds", {"session_id": "s-2", "state": STUCK}) == 720.0
+    assert get("copilot_session_stalled_seconds", {"session_id": "s-3", "state": ABANDONED}) == 90.0
+    assert get("copilot_session_stalled_seconds", {"session_id": "s-1", "state": WORKING}) is None
+    snapshot[:] = [LiveSession("s-5", IDLE)]
+    assert get("copilot_sessions", {"state": STUCK}) == 0 and get("copilot_sessions", {"state": IDLE}) == 1
+    assert get("copilot_session_stalled_seconds", {"session_id": "s-2", "state": STUCK}) is None
+
+
+def test_registering_the_collector_takes_no_snapshot():
+    """The collector describes itself by name: registering it does not call the snapshot."""
+    calls = []
+    fresh().add_live_sessions(lambda: calls.append(1) or [])
+    assert calls == []
+
+
+def test_each_metrics_has_its_own_registry():
+    """Two Metrics never share series (no global registry); process metrics only when asked."""
+    first, second = Metrics(), Metrics(process=False)
+    first.apply(MetricUpdate(Metric.SESSIONS_STARTED))
+    assert second.registry.get_sample_value("copilot_sessions_started_total") == 0
+    assert first.registry.get_sample_value("process_cpu_seconds_total") is not None
+    assert second.registry.get_sample_value("process_cpu_seconds_total") is None
+    shared = CollectorRegistry()
+    assert Metrics(registry=shared, process=False).registry is shared

@@ -1,0 +1,77 @@
+"""docs/metrics.md and the code cannot drift: the daemon's registry holds exactly the metrics the
+document lists, with their types and label names, and the closed label sets it names are the code's."""
+
+from __future__ import annotations
+
+import pytest
+
+from copilot_otel import decode, vocab
+from copilot_otel.metrics import LiveSession, Metrics
+from copilot_otel.pipeline import Outputs, drive, finish
+from copilot_otel.sessions import SessionModel
+from tests.support.contract import DocumentedMetric, documented_metrics
+from tests.support.events import SessionLog
+
+DOCUMENTED = documented_metrics()
+
+
+def daemon_registry():
+    """Metrics() with the live-sessions collector, as the daemon builds it, with a series in every
+    labelled metric: a session that touches each of them, a bad line, an out-of-order end, a stuck session."""
+    metrics = Metrics()
+    metrics.add_live_sessions(lambda: [LiveSession("s-stuck", vocab.STUCK, 900.0)])
+    log = SessionLog("s-1")
+    log.start()
+    log.line(b"not json")
+    log.user()
+    log.tool_turn(("bash", "c-1"))
+    log.tool_complete("never-started")
+    log.answer()
+    log.shutdown()
+    model = SessionModel("s-1")
+    metrics.apply_outputs(finish(model, drive(model, log.decoded(), Outputs(), source="x", warn=lambda *a: None)))
+    return metrics.registry
+
+
+def registered() -> dict[str, tuple[str, tuple[str, ...]]]:
+    """{name as exposed: (type, label names)} of every family the daemon's registry serves."""
+    found = {}
+    for family in daemon_registry().collect():
+        name = family.name + "_total" if family.type == "counter" else family.name
+        labels = {key for sample in family.samples for key in sample.labels if key != "le"}
+        assert family.samples, f"{name} has no sample to read its labels from"
+        found[name] = (family.type, tuple(sorted(labels)))
+    return found
+
+
+def test_the_registry_serves_exactly_the_documented_metrics():
+    """Every metric the code registers is in docs/metrics.md, and every one documented is registered."""
+    code = set(registered())
+    assert sorted(code - set(DOCUMENTED)) == [], "registered, but not in docs/metrics.md"
+    assert sorted(set(DOCUMENTED) - code) == [], "in docs/metrics.md, but not registered"
+
+
+@pytest.mark.parametrize("name", sorted(DOCUMENTED))
+def test_type_and_label_names_are_as_documented(name):
+    """Each metric has the documented type and exactly the documented label names."""
+    documented: DocumentedMetric = DOCUMENTED[name]
+    code = registered()
+    assert name in code, f"{name} is documented but not registered"
+    assert code[name] == (documented.type, tuple(sorted(documented.labels)))
+
+
+@pytest.mark.parametrize("name,label,values", [
+    ("copilot_sessions", "state", vocab.STATES),
+    ("copilot_session_stalled_seconds", "state", vocab.STALLED_STATES),
+    ("copilot_completion_signals_total", "signal", vocab.SIGNALS),
+    ("copilot_tokens_total", "type", vocab.TOKEN_TYPES),
+    ("copilot_llm_calls_total", "outcome", (vocab.SUCCESS, vocab.ERROR)),
+    ("copilot_tool_calls_total", "outcome", (vocab.SUCCESS, vocab.FAILURE, vocab.END_ABORTED, vocab.INCOMPLETE)),
+    ("copilot_otel_lines_rejected_total", "reason", decode.REASONS),
+])
+def test_closed_label_sets_are_the_code_s(name, label, values):
+    """Where a label takes a fixed set of values, the document names each of the code's values."""
+    documented = DOCUMENTED[name]
+    assert label in documented.labels
+    named = {value for value in values if f"`{value}`" in documented.values}
+    assert named == set(values), f"{name}{{{label}}}: docs/metrics.md does not name {set(values) - named}"

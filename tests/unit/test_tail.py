@@ -1,0 +1,227 @@
+"""tail.py: following one file (appends, partial lines, truncation, replacement, deletion) in tmp_path."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from copilot_otel import tail as tail_module
+from copilot_otel.decode import FUTURE_TIMESTAMP, TOO_LONG
+from copilot_otel.events import DecodeError, Event
+from copilot_otel.tail import FileTail, read_all
+from tests.support.events import SessionLog
+from tests.support.files import append
+
+
+def session(n_answers: int = 1, session_id: str = "session-1") -> SessionLog:
+    log = SessionLog(session_id)
+    log.start()
+    log.user()
+    for _ in range(n_answers):
+        log.answer()
+    return log
+
+
+def ids(items) -> list[str]:
+    return [item.id for item in items]
+
+
+def tailing(tmp_path, log: SessionLog):
+    """The log written to a file that a FileTail has read to its end."""
+    path = tmp_path / "events.jsonl"
+    path.write_bytes(log.jsonl())
+    tail = FileTail(path)
+    tail.read()
+    return path, tail
+
+
+def test_appends_are_read_once_each(tmp_path):
+    """Each read returns the lines appended since the last one, with their offsets and line numbers."""
+    log = session(2)
+    lines = log.lines()
+    path = tmp_path / "events.jsonl"
+    path.write_bytes(log.jsonl(0, 4))
+    tail = FileTail(path)
+    first = tail.read()
+    append(path, log.jsonl(4))
+    second = tail.read()
+    assert ids(first.items) + ids(second.items) == [e["id"] for e in log.entries]
+    assert (first.restarted, second.restarted) == (None, None)
+    assert [(e.offset, e.line) for e in second.items][0] == (sum(len(line) + 1 for line in lines[:4]), 5)
+    assert (tail.offset, tail.line) == (path.stat().st_size, len(lines))
+    assert tail.read().items == []
+
+
+def test_a_partial_line_waits_for_its_newline(tmp_path):
+    """A line without its newline is not read; once completed it is read whole, once."""
+    log = session()
+    lines = log.lines()
+    path = tmp_path / "events.jsonl"
+    path.write_bytes(lines[0] + b"\n" + lines[1][:25])
+    tail = FileTail(path)
+    assert ids(tail.read().items) == [log.entries[0]["id"]]
+    assert tail.offset == len(lines[0]) + 1
+    assert tail.read().items == []
+    append(path, lines[1][25:] + b"\n")
+    (event,) = tail.read().items
+    assert (event.id, event.offset, event.line) == (log.entries[1]["id"], len(lines[0]) + 1, 2)
+
+
+def test_blank_lines_and_crlf(tmp_path):
+    """Blank lines are skipped but counted in line numbers; a CRLF ending is not part of the event."""
+    log = session()
+    a, b = log.lines()[:2]
+    path = tmp_path / "events.jsonl"
+    path.write_bytes(b"\n" + a + b"\r\n\r\n" + b + b"\n")
+    items = FileTail(path).read().items
+    assert [(type(i), i.line) for i in items] == [(Event, 2), (Event, 4)]
+    assert ids(items) == [log.entries[0]["id"], log.entries[1]["id"]]
+
+
+def test_truncated_to_nothing_then_written(tmp_path):
+    """A file truncated and written again is read again from its start, as a new generation."""
+    first, second = session(session_id="first"), session(session_id="second")
+    path, tail = tailing(tmp_path, first)
+    with open(path, "r+b") as handle:
+        handle.truncate(0)
+    append(path, second.jsonl())
+    result = tail.read()
+    assert result.restarted == "truncated"
+    assert ids(result.items) == [e["id"] for e in second.entries]
+    assert result.items[0].offset == 0 and result.items[0].line == 1
+
+
+def test_truncated_to_its_own_first_half(tmp_path):
+    """A file cut back to a prefix of itself (same first bytes, shorter than where we were) restarts."""
+    log = session(2)
+    path, tail = tailing(tmp_path, log)
+    half = log.jsonl(0, 3)
+    with open(path, "r+b") as handle:
+        handle.truncate(len(half))
+    result = tail.read()
+    assert result.restarted == "truncated"
+    assert ids(result.items) == [e["id"] for e in log.entries[:3]]
+
+
+def test_rewritten_in_place_with_other_first_bytes(tmp_path):
+    """The same inode, longer than before, but other first bytes: another log, read from the start."""
+    first, second = session(session_id="a"), session(3, session_id="other-session")
+    path, tail = tailing(tmp_path, first)
+    with open(path, "r+b") as handle:
+        handle.write(second.jsonl())
+    result = tail.read()
+    assert result.restarted == "truncated"
+    assert ids(result.items) == [e["id"] for e in second.entries]
+
+
+def test_replaced_by_a_new_file(tmp_path):
+    """A new file (new inode) under the same name is read from its start."""
+    first, second = session(session_id="a"), session(session_id="b")
+    path, tail = tailing(tmp_path, first)
+    fresh = tmp_path / "events.jsonl.new"
+    fresh.write_bytes(second.jsonl())
+    os.replace(fresh, path)
+    result = tail.read()
+    assert result.restarted == "replaced"
+    assert ids(result.items) == [e["id"] for e in second.entries]
+
+
+def test_deleted(tmp_path):
+    """A deleted file says it is gone; nothing is read and nothing raises."""
+    path = tmp_path / "events.jsonl"
+    path.write_bytes(session().jsonl())
+    tail = FileTail(path)
+    tail.read()
+    path.unlink()
+    result = tail.read()
+    assert (result.gone, result.items, result.error) == (True, [], None)
+
+
+def test_unreadable(tmp_path):
+    """A path that exists but cannot be read as a file reports the error, not gone."""
+    path = tmp_path / "events.jsonl"
+    path.mkdir()
+    result = FileTail(path).read()
+    assert (result.gone, result.items) == (False, [])
+    assert result.error
+
+
+def test_a_line_over_the_limit_is_skipped(tmp_path):
+    """An oversized line is one too_long error with its line number; the lines around it are read."""
+    log = session()
+    lines = log.lines()
+    path = tmp_path / "events.jsonl"
+    big = b'{"type":"session.info","pad":"' + b"x" * 5000 + b'"}'
+    path.write_bytes(lines[0] + b"\n" + big + b"\n" + lines[1] + b"\n")
+    items = FileTail(path, max_line_bytes=1024).read().items
+    assert [type(i) for i in items] == [Event, DecodeError, Event]
+    assert (items[1].reason, items[1].line, items[2].line) == (TOO_LONG, 2, 3)
+
+
+def test_a_line_longer_than_a_read_chunk_is_skipped_without_holding_it(tmp_path, monkeypatch):
+    """Past the limit a line is skipped chunk by chunk, its size still reported; the next line is read."""
+    monkeypatch.setattr(tail_module, "CHUNK", 256)
+    log = session()
+    lines = log.lines()
+    path = tmp_path / "events.jsonl"
+    big = b"y" * 3000
+    path.write_bytes(big + b"\n" + lines[0] + b"\n")
+    items = FileTail(path, max_line_bytes=1024).read().items
+    assert (items[0].reason, f"{len(big)} bytes" in items[0].detail) == (TOO_LONG, True)
+    assert (items[1].id, items[1].offset, items[1].line) == (log.entries[0]["id"], len(big) + 1, 2)
+
+
+@pytest.mark.xfail(strict=True, reason="product bug: past max_bytes FileTail._read_lines keeps reading while a "
+                   "line is pending, and a chunk almost never ends exactly at a newline, so one read takes the whole "
+                   "backlog (follow.READ_BYTES does not bound a read); stopping once a complete line was read fixes it")
+def test_a_read_stops_between_lines_after_about_max_bytes(tmp_path):
+    """A backlog of several chunks is read in parts of about max_bytes, each ending at a line's end."""
+    log = SessionLog("session-1")
+    log.start()
+    while len(log.jsonl()) < 4 * tail_module.CHUNK:
+        log.add("session.info", {"pad": "x" * 5000})
+    path = tmp_path / "events.jsonl"
+    path.write_bytes(log.jsonl())
+    tail = FileTail(path)
+    parts = []
+    while items := tail.read(max_bytes=tail_module.CHUNK).items:
+        parts.append(items)
+    assert [i.id for part in parts for i in part] == [e["id"] for e in log.entries]
+    assert len(parts) >= 2
+
+
+def test_an_event_from_the_future_is_rejected_by_the_injected_clock(tmp_path):
+    """Timestamps more than an hour past the clock are not believed."""
+    log = session()
+    path = tmp_path / "events.jsonl"
+    path.write_bytes(log.jsonl())
+    first_event_s = log.ns(log.entries[0]) / 1e9
+    now = first_event_s - tail_module.FUTURE_TOLERANCE_S - 60  # every event is an hour and a minute ahead
+    items = FileTail(path, clock=lambda: now).read().items
+    assert {i.reason for i in items} == {FUTURE_TIMESTAMP}
+    believed = FileTail(path, clock=lambda: first_event_s).read().items
+    assert all(isinstance(i, Event) for i in believed)
+
+
+def test_resume_at_a_saved_position(tmp_path):
+    """A tail made with a saved offset, line and identity reads on from there, numbering on."""
+    log = session(2)
+    path = tmp_path / "events.jsonl"
+    path.write_bytes(log.jsonl(0, 3))
+    first = FileTail(path)
+    first.read()
+    append(path, log.jsonl(3))
+    resumed = FileTail(path, offset=first.offset, line=first.line, identity=first.identity)
+    result = resumed.read()
+    assert result.restarted is None
+    assert result.items[0].line == first.line + 1 == 4
+    assert ids(result.items) == [e["id"] for e in log.entries[3:]]
+
+
+def test_read_all_leaves_out_a_partial_last_line(tmp_path):
+    """read_all is every complete line of a file."""
+    log = session()
+    path = tmp_path / "events.jsonl"
+    path.write_bytes(log.jsonl() + b'{"type":"session.info"')
+    assert ids(read_all(path)) == [e["id"] for e in log.entries]
