@@ -181,7 +181,9 @@ def test_live_daemon_counts_every_call_of_a_provider_that_reuses_ids(cli, provid
     """The real CLI against a provider that gives every completion the same id, followed by the live
     daemon: each of the calls the provider answered is a chat span and an LLM call on /metrics."""
     from tests.copilot_cli import prompt_for
-    from tests.daemon_harness import DaemonProcess, complete_lines_spans, value, wait_until
+    from tests.support.daemon import DaemonProcess, complete_lines_spans
+    from tests.support.net import wait_until
+    from tests.support.scrape import value
     from tests.provider import provider_marker
 
     home, traces = tmp_path / "home", tmp_path / "traces.jsonl"

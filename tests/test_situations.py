@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.daemon_harness import DaemonProcess, complete_lines_spans, wait_until
 from tests.fixtures.situations import FIXTURES, Fixture
-from tests.otlp_json import iso_ns, read_spans
+from tests.support.daemon import DaemonProcess, complete_lines_spans
+from tests.support.net import wait_until
+from tests.support.otlp_json import iso_ns, read_spans
 
 VERSIONS = Path(__file__).resolve().parent / "fixtures" / "cli"
 
