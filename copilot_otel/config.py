@@ -53,15 +53,15 @@ def env_flag(name: str) -> str:
     return ENV_PREFIX + name.upper().replace("-", "_")
 
 
-def default_copilot_home() -> Path:
+def default_copilot_home(environ: Mapping[str, str] | None = None) -> Path:
     """$COPILOT_HOME, else ~/.copilot."""
-    value = os.environ.get(ENV_COPILOT_HOME)
+    value = (os.environ if environ is None else environ).get(ENV_COPILOT_HOME)
     return Path(value).expanduser() if value else Path.home() / ".copilot"
 
 
-def default_state_dir() -> Path:
+def default_state_dir(environ: Mapping[str, str] | None = None) -> Path:
     """$XDG_STATE_HOME/copilot-otel, else ~/.local/state/copilot-otel."""
-    base = os.environ.get("XDG_STATE_HOME")
+    base = (os.environ if environ is None else environ).get("XDG_STATE_HOME")
     return (Path(base) if base else Path.home() / ".local" / "state") / "copilot-otel"
 
 
@@ -104,9 +104,10 @@ class OtlpSettings:
         if env.get(ENV_TRACES_EXPORTER, "").strip().lower() == "none":
             return cls(None, "grpc")
         endpoint = env.get(ENV_OTLP_TRACES_ENDPOINT) or env.get(ENV_OTLP_ENDPOINT) or None
-        protocol = (env.get(ENV_OTLP_TRACES_PROTOCOL) or env.get(ENV_OTLP_PROTOCOL) or "grpc").strip()
+        variable = ENV_OTLP_TRACES_PROTOCOL if env.get(ENV_OTLP_TRACES_PROTOCOL) else ENV_OTLP_PROTOCOL
+        protocol = (env.get(variable) or "grpc").strip()
         if protocol not in PROTOCOLS:
-            raise ConfigError(f"{ENV_OTLP_PROTOCOL}={protocol!r} is not supported: use one of {', '.join(PROTOCOLS)}")
+            raise ConfigError(f"{variable}={protocol!r} is not supported: use one of {', '.join(PROTOCOLS)}")
         if endpoint:
             parsed = urlparse(endpoint)
             if parsed.scheme not in ("http", "https") or not parsed.hostname:
@@ -170,9 +171,8 @@ class Config:
             text = env.get(env_flag(name.replace("_", "-")), "").strip()
             if text:
                 values[name] = parse(env_flag(name.replace("_", "-")), text)
-        home = env.get(ENV_COPILOT_HOME)
-        if home and "copilot_home" not in values:
-            values["copilot_home"] = Path(home).expanduser()
+        values.setdefault("copilot_home", default_copilot_home(env))
+        values.setdefault("state_dir", default_state_dir(env))
         max_chars = values.pop("content_max_chars", DEFAULT_CONTENT_MAX_CHARS)
         override = overrides.pop("content_max_chars", None)
         values["model"] = ModelOptions(capture_content_from_env(env), max_chars if override is None else override)
