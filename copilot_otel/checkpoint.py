@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from .private import private_dir, touch_private
 from .tail import FileIdentity
 
 log = logging.getLogger(__name__)
@@ -57,7 +58,8 @@ class Checkpoint:
         self._db = self._open()
 
     def _open(self) -> sqlite3.Connection:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        private_dir(self.path.parent)
+        touch_private(self.path)  # SQLite gives its -wal and -shm files the database's mode
         try:
             db = self._connect()
             db.execute("SELECT count(*) FROM files").fetchone()
@@ -71,6 +73,7 @@ class Checkpoint:
                 source = Path(str(self.path) + suffix)
                 if source.exists():
                     source.replace(Path(str(broken) + suffix))
+            touch_private(self.path)
             return self._connect()
 
     def _connect(self) -> sqlite3.Connection:

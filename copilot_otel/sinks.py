@@ -18,7 +18,9 @@ from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode,
 from . import __version__
 from .config import ENV_OTLP_TRACES_ENDPOINT, ConfigError, OtlpSettings
 from .otlp_json import SCOPE_NAME, OtlpJsonEncoder
+from .private import private_dir
 from .records import KIND_CLIENT, STATUS_ERROR, STATUS_OK, SpanRecord
+from .rotation import RotatingFile, Rotation
 
 log = logging.getLogger(__name__)
 
@@ -103,16 +105,17 @@ class MemorySink:
 
 
 class FileSink:
-    """Appends OTLP JSON lines to a file, one ExportTraceServiceRequest per batch."""
+    """Appends OTLP JSON lines to a file, one ExportTraceServiceRequest per batch; the file is
+    created 0600 and rotates as ``rotation`` says."""
 
-    def __init__(self, path: Path, *, resource: Resource | None = None) -> None:
+    def __init__(self, path: Path, *, resource: Resource | None = None, rotation: Rotation = Rotation()) -> None:
         self.path = Path(path)
         self.description = str(self.path)
         self.encoder = OtlpJsonEncoder((resource or build_resource()).attributes)
         self._lock = threading.Lock()
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._file = open(self.path, "ab")
+            private_dir(self.path.parent)
+            self._file = RotatingFile(self.path, rotation)
         except OSError as exc:
             raise ConfigError(f"cannot write traces to {self.path} ({exc.strerror or exc}); "
                               "choose another file with --traces-file, or another --state-dir") from None
@@ -127,17 +130,13 @@ class FileSink:
         try:
             with self._lock:
                 self._file.write(lines)
-                self._file.flush()
         except OSError as exc:
             raise ExportError(f"cannot write traces to {self.path}: {exc}") from exc
 
     def shutdown(self) -> None:
         """Flush to disk and close."""
         with self._lock:
-            if not self._file.closed:
-                self._file.flush()
-                os.fsync(self._file.fileno())
-                self._file.close()
+            self._file.close()
 
 
 class OtlpSink:
@@ -178,11 +177,12 @@ class OtlpSink:
         self._exporter.shutdown()
 
 
-def make_sink(*, traces_file: Path | None, otlp: OtlpSettings, default_file: Path) -> SpanSink:
+def make_sink(*, traces_file: Path | None, otlp: OtlpSettings, default_file: Path,
+              rotation: Rotation = Rotation()) -> SpanSink:
     """The destination the configuration names; a JSON-lines file when nothing is configured."""
     if traces_file is not None:
-        return FileSink(traces_file)
+        return FileSink(traces_file, rotation=rotation)
     if otlp.endpoint:
         return OtlpSink(otlp)
-    return FileSink(default_file)
+    return FileSink(default_file, rotation=rotation)
 
