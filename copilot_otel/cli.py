@@ -3,16 +3,22 @@
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from pathlib import Path
 
 import click
-from rich.console import Console
+import orjson
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.console import Console
 
 from . import __version__
+from .status import SESSION_STATES
 from .config import (
     DEFAULT_CONTENT_MAX_CHARS,
+    DEFAULT_STUCK_AFTER_TOOL,
+    DEFAULT_TRACES_FILE_BACKUPS,
+    DEFAULT_TRACES_FILE_MAX_BYTES,
     DEFAULT_IDLE_QUIET,
     DEFAULT_MAX_BUFFERED_SPANS,
     DEFAULT_MAX_LINE_BYTES,
@@ -32,6 +38,8 @@ EXIT_EXPORT_FAILED = 1
 EXIT_USAGE = 2
 
 log = logging.getLogger("copilot_otel")
+# Paths are checked where they are used, which says what is wrong in one line (click's check would add usage).
+PATH = click.Path(path_type=Path, readable=False)
 
 
 def _option(name: str, **kwargs):
@@ -41,27 +49,50 @@ def _option(name: str, **kwargs):
     return click.option(f"--{name}", envvar=envvar, show_envvar=True, **kwargs)
 
 
-def common_options(func):
-    """Options shared by every command that reads sessions and exports traces."""
-    for decorator in reversed(
-        [
-            _option("copilot-home", type=click.Path(path_type=Path), default=None, also_env=ENV_COPILOT_HOME,
-                    help="Copilot's home folder (default ~/.copilot)."),
-            _option("state-dir", type=click.Path(path_type=Path), default=None,
-                    help="Where copilot-otel keeps its checkpoint and default trace file "
-                         "(default ~/.local/state/copilot-otel)."),
-            _option("traces-file", type=click.Path(path_type=Path), default=None,
-                    help="Write traces as OTLP JSON lines to this file instead of OTLP."),
-            _option("max-line-bytes", type=click.IntRange(min=MIN_MAX_LINE_BYTES), default=DEFAULT_MAX_LINE_BYTES,
-                    help="Lines longer than this are counted and skipped."),
-            _option("content-max-chars", type=click.IntRange(min=1), default=DEFAULT_CONTENT_MAX_CHARS,
-                    help="With OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true, truncate each "
-                         "captured prompt, argument or result to this many characters."),
-            _option("log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info"),
-        ]
-    ):
-        func = decorator(func)
-    return func
+def _options(*decorators):
+    """Apply option decorators in the order written (as they appear in --help)."""
+    def apply(func):
+        for decorator in reversed(decorators):
+            func = decorator(func)
+        return func
+    return apply
+
+
+_COPILOT_HOME = _option("copilot-home", type=PATH, default=None, also_env=ENV_COPILOT_HOME,
+                        help="Copilot's home folder (default ~/.copilot).")
+_STATE_DIR = _option("state-dir", type=PATH, default=None,
+                     help="Where copilot-otel keeps its checkpoint, caches and default trace file "
+                          "(default ~/.local/state/copilot-otel).")
+_MAX_LINE_BYTES = _option("max-line-bytes", type=click.IntRange(min=MIN_MAX_LINE_BYTES), default=DEFAULT_MAX_LINE_BYTES,
+                          help="Lines longer than this are counted and skipped.")
+_LOG_LEVEL = _option("log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info")
+_STUCK_AFTER = _option("stuck-after", type=float, default=None,
+                       help=f"Seconds without an event before a working session counts as stuck "
+                            f"[default: {DEFAULT_STUCK_AFTER:g}].")
+_STUCK_AFTER_TOOL = _option("stuck-after-tool", default=None, metavar="[SECONDS][,TOOL=SECONDS...]",
+                            help=f"The same for a session waiting on a tool [default: {DEFAULT_STUCK_AFTER_TOOL:g}], "
+                                 "with per-tool thresholds, e.g. 1800,bash=3600.")
+_METRICS_ADDRESS = _option("metrics-address", default=DEFAULT_METRICS_ADDRESS, show_default=True,
+                           help="HOST:PORT for /metrics, /healthz and /api/sessions.")
+
+# What every command that reads sessions takes.
+reading_options = _options(_COPILOT_HOME, _MAX_LINE_BYTES, _LOG_LEVEL)
+# What the commands that export traces take.
+export_options = _options(
+    _STATE_DIR,
+    _option("traces-file", type=PATH, default=None,
+            help="Write traces as OTLP JSON lines to this file instead of OTLP."),
+    _option("traces-file-max-bytes", type=click.IntRange(min=0), default=DEFAULT_TRACES_FILE_MAX_BYTES,
+            show_default=True, help="Rotate the trace file when it would grow past this (0: never), as the "
+                                    "Collector's file exporter does: it is renamed NAME-<UTC time>.EXT."),
+    _option("traces-file-backups", type=click.IntRange(min=0), default=DEFAULT_TRACES_FILE_BACKUPS,
+            show_default=True, help="Rotated trace files to keep."),
+    _option("content-max-chars", type=click.IntRange(min=1), default=DEFAULT_CONTENT_MAX_CHARS,
+            help="With OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true, truncate each "
+                 "captured prompt, argument or result to this many characters."),
+)
+# The thresholds that name a session stuck (the daemon's, and what `inspect` and `sessions` apply).
+stuck_options = _options(_STUCK_AFTER, _STUCK_AFTER_TOOL)
 
 
 def build_config(*, exports: bool = True, **flags) -> Config:
@@ -94,8 +125,9 @@ def main() -> None:
 
 @main.command()
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path, allow_dash=True))
-@common_options
-@_option("metrics-file", type=click.Path(path_type=Path), default=None,
+@reading_options
+@export_options
+@_option("metrics-file", type=PATH, default=None,
          help="Also write the run's Prometheus metrics to this file (node_exporter textfile format).")
 @_option("workers", type=click.IntRange(min=0), default=0, show_default=True,
          help="Processes that share the work (0: one per CPU when there are many sessions, else one); "
@@ -111,7 +143,8 @@ def replay(paths, log_level, metrics_file, workers, **options) -> None:
     try:
         config = build_config(**options)
         files = [] if from_stdin else resolve(paths)
-        sink = make_sink(traces_file=config.traces_file, otlp=config.otlp, default_file=config.default_traces_file)
+        sink = make_sink(traces_file=config.traces_file, otlp=config.otlp, default_file=config.default_traces_file,
+                         rotation=config.traces_rotation)
     except (ConfigError, SourceError) as exc:
         _fail(str(exc))
         return
@@ -151,42 +184,126 @@ def replay(paths, log_level, metrics_file, workers, **options) -> None:
 
 @main.command()
 @click.argument("session")
-@common_options
-def inspect(session, log_level, **options) -> None:
-    """Print one session (an id, a session folder or an events.jsonl) as a tree."""
-    from .liveness import session_alive
-    from .replay import SourceError, find_event_files, session_id_of
-    from .tree import inspect_session
+@reading_options
+@stuck_options
+@_option("json", is_flag=True, help="Print the session as one JSON object.")
+@_option("follow", is_flag=True, help="Redraw the tree while the session runs (Ctrl-C to stop).")
+def inspect(session, log_level, json, follow, **options) -> None:
+    """Show one session as a tree of interactions, turns, LLM calls and tools.
+
+    SESSION is a session id, any unique start of one, `latest` (the session written to last),
+    a session folder or an events.jsonl. Tool arguments are shown only with
+    OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true.
+    """
+    from .config import ModelOptions, capture_content_from_env
+    from .snapshot import SessionReader
+    from .sources import SourceError, UnreadableLog
 
     _setup_logging(log_level)
+    as_json = json
+    if as_json and follow:
+        _fail("--json and --follow do not go together: --json prints one snapshot")
+        return
     try:
         config = build_config(exports=False, **options)  # inspect exports nothing: OTLP settings do not matter
-    except ConfigError as exc:
+        path = _session_log(session, config)
+        reader = SessionReader(path, options=ModelOptions(capture_content_from_env(), INSPECT_CONTENT_CHARS),
+                               max_line_bytes=config.max_line_bytes)
+        reader.update()
+    except (ConfigError, SourceError) as exc:
         _fail(str(exc))
         return
-    candidate = Path(session).expanduser()
-    if not candidate.exists():
-        candidate = config.copilot_home / "session-state" / session
+    policy = config.stuck_policy
+    console = Console()
     try:
+        if follow:
+            from .follow_view import follow_session
+
+            follow_session(reader, policy=policy, console=console)
+        elif as_json:
+            from .tree import to_json
+
+            click.echo(orjson.dumps(to_json(reader.snapshot(policy=policy)), option=orjson.OPT_INDENT_2).decode())
+        else:
+            from .tree import build_tree
+
+            console.print(build_tree(reader.snapshot(policy=policy)))
+    except UnreadableLog as exc:
+        _fail(str(exc), EXIT_EXPORT_FAILED)
+
+
+INSPECT_CONTENT_CHARS = 200  # tool arguments and task summaries on one terminal line
+
+
+def _session_log(text: str, config: Config) -> Path:
+    """The events.jsonl a SESSION argument names: a path, else an id, a unique prefix or `latest`."""
+    from .sources import SESSION_STATE, SourceError, find_event_files, find_session
+
+    candidate = Path(text).expanduser()
+    if os.path.lexists(candidate) and (os.sep in text or text.endswith(".jsonl") or candidate.is_dir()):
         files = find_event_files(candidate)
-    except SourceError:
-        _fail(f"{session}: not a session id under {config.copilot_home / 'session-state'}, "
-              "nor a session folder or events.jsonl")
-        return
-    if len(files) != 1:
-        _fail(f"{session}: holds {len(files)} sessions; name one")
-        return
-    path = files[0]
-    inspect_session(path, session_id_of(path), console=Console(), running=session_alive(path.parent),
-                    max_line_bytes=config.max_line_bytes)
+        if len(files) != 1:
+            raise SourceError(f"{text}: holds {len(files)} sessions; name one")
+        return files[0]
+    return find_session(config.copilot_home / SESSION_STATE, text)
 
 
 @main.command()
-@common_options
-@_option("metrics-address", default=DEFAULT_METRICS_ADDRESS, show_default=True,
-         help="HOST:PORT for /metrics and /healthz.")
-@_option("stuck-after", type=float, default=DEFAULT_STUCK_AFTER, show_default=True,
-         help="Seconds without events before a working session counts as stuck.")
+@_COPILOT_HOME
+@_STATE_DIR
+@_METRICS_ADDRESS
+@stuck_options
+@_option("state", multiple=True, type=click.Choice([*SESSION_STATES, "live"]),
+         help="Only sessions in this state (repeat for several; `live`: every state but ended).")
+@_option("repository", metavar="OWNER/NAME", help="Only sessions in this repository (a name, or a glob).")
+@_option("since", metavar="WHEN", help="Only sessions active since then: 30m, 2h, 1d, or 2026-12-01.")
+@_option("json", is_flag=True, help="Print a JSON array, one object per session.")
+@_option("from-files", is_flag=True, help="Read the session logs even when a daemon runs.")
+@_LOG_LEVEL
+def sessions(state, repository, since, json, from_files, log_level, **options) -> None:
+    """List sessions, newest first: state, activity, turns, tokens, premium requests, how the last
+    interaction ended, model and repository.
+
+    From the running daemon (`copilot-otel run` on --metrics-address, following the same
+    COPILOT_HOME) when there is one, else from the session logs.
+    """
+    from .listing import from_daemon, from_files as read_files, parse_since, render, select
+    from .sources import SESSION_STATE, SourceError
+
+    states, as_json = state, json
+    _setup_logging(log_level)
+    try:
+        config = build_config(exports=False, **options)
+        since_time = parse_since(since) if since else 0.0
+    except (ConfigError, ValueError) as exc:
+        _fail(str(exc))
+        return
+    root = config.copilot_home / SESSION_STATE
+    statuses = None if from_files else from_daemon(config.metrics_address, config.copilot_home)
+    unreadable = []
+    if statuses is None:
+        try:
+            listing = read_files(root, policy=config.stuck_policy, cache_file=config.summary_cache, since=since_time)
+        except SourceError as exc:
+            _fail(str(exc))
+            return
+        statuses, unreadable = listing.statuses, listing.unreadable
+    for path, reason in unreadable:
+        click.echo(f"copilot-otel: {path}: cannot read it ({reason})", err=True)
+    chosen = select(statuses, states=states, repository=repository, since=since_time)
+    if as_json:
+        click.echo(orjson.dumps([status.to_json() for status in chosen], option=orjson.OPT_INDENT_2).decode())
+    elif chosen:
+        render(chosen, Console())
+    else:
+        click.echo("no sessions" + (" match" if states or repository or since else f" under {root}"), err=True)
+
+
+@main.command()
+@reading_options
+@export_options
+@_METRICS_ADDRESS
+@stuck_options
 @_option("poll", is_flag=True, default=False, help="Do not use inotify; find changes by rescanning only.")
 @_option("rescan-interval", type=float, default=DEFAULT_RESCAN_INTERVAL, show_default=True,
          help="Seconds between rescans that back up the file watcher.")
@@ -196,16 +313,14 @@ def inspect(session, log_level, **options) -> None:
          help="Seconds of silence after a final answer that confirm the agent loop went idle.")
 @_option("max-buffered-spans", type=click.IntRange(min=1), default=DEFAULT_MAX_BUFFERED_SPANS, show_default=True,
          help="Spans held while the trace backend is down; past this, reading pauses (nothing is dropped).")
-def run(log_level, metrics_address, stuck_after, poll, rescan_interval, from_end, idle_quiet, max_buffered_spans,
-        **options) -> None:
-    """The daemon: follow every session under COPILOT_HOME, export spans, serve /metrics."""
+def run(log_level, poll, rescan_interval, from_end, idle_quiet, max_buffered_spans, **options) -> None:
+    """The daemon: follow every session under COPILOT_HOME, export spans, serve /metrics and /api/sessions."""
     from .daemon import run_daemon
 
     _setup_logging(log_level)
     try:
-        config = build_config(metrics_address=metrics_address, stuck_after=stuck_after, poll=poll,
-                              rescan_interval=rescan_interval, from_start=not from_end, idle_quiet=idle_quiet,
-                              max_buffered_spans=max_buffered_spans, **options)
+        config = build_config(poll=poll, rescan_interval=rescan_interval, from_start=not from_end,
+                              idle_quiet=idle_quiet, max_buffered_spans=max_buffered_spans, **options)
     except ConfigError as exc:
         _fail(str(exc))
         return

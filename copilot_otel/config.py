@@ -9,6 +9,9 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 from urllib.parse import urlparse
 
+from .liveness import StuckPolicy
+from .rotation import Rotation
+
 # Our own variables: every flag --some-flag is COPILOT_OTEL_SOME_FLAG.
 ENV_PREFIX = "COPILOT_OTEL_"
 ENV_COPILOT_HOME = "COPILOT_HOME"
@@ -27,11 +30,15 @@ DEFAULT_METRICS_HOST = "127.0.0.1"
 DEFAULT_METRICS_PORT = 9464
 DEFAULT_METRICS_ADDRESS = f"{DEFAULT_METRICS_HOST}:{DEFAULT_METRICS_PORT}"
 DEFAULT_STUCK_AFTER = 600.0
+DEFAULT_STUCK_AFTER_TOOL = 1800.0  # a build or a test run is often longer than a silent model
 DEFAULT_MAX_LINE_BYTES = 16 * 1024 * 1024
 DEFAULT_CONTENT_MAX_CHARS = 4096
 DEFAULT_IDLE_QUIET = 2.0
 DEFAULT_RESCAN_INTERVAL = 10.0
 DEFAULT_MAX_BUFFERED_SPANS = 20_000
+# The Collector file exporter's rotation default is 100 MB; it keeps 100 backups, a laptop fewer.
+DEFAULT_TRACES_FILE_MAX_BYTES = 100 * 1024 * 1024
+DEFAULT_TRACES_FILE_BACKUPS = 10
 MIN_MAX_LINE_BYTES = 1024
 MIN_IDLE_QUIET = 0.05
 
@@ -143,9 +150,21 @@ class Config:
     poll: bool = False
     from_start: bool = True
     max_buffered_spans: int = DEFAULT_MAX_BUFFERED_SPANS
+    # A session waiting on a tool is stuck after stuck_after_tool seconds, or its tool's own (tool, seconds).
+    stuck_after_tool: float = DEFAULT_STUCK_AFTER_TOOL
+    stuck_after_tools: tuple[tuple[str, float], ...] = ()
+    traces_file_max_bytes: int = DEFAULT_TRACES_FILE_MAX_BYTES  # 0: never rotate
+    traces_file_backups: int = DEFAULT_TRACES_FILE_BACKUPS
 
     def __post_init__(self) -> None:
         _positive("--stuck-after", self.stuck_after)
+        _positive("--stuck-after-tool", self.stuck_after_tool)
+        for tool, seconds in self.stuck_after_tools:
+            _positive(f"--stuck-after-tool {tool}=SECONDS", seconds)
+        if self.traces_file_max_bytes < 0:
+            raise ConfigError("--traces-file-max-bytes must be 0 (never rotate) or a number of bytes")
+        if self.traces_file_backups < 0:
+            raise ConfigError("--traces-file-backups must be 0 or more")
         _positive("--idle-quiet", self.idle_quiet, minimum=MIN_IDLE_QUIET)
         if not math.isfinite(self.rescan_interval) or self.rescan_interval < 0:
             raise ConfigError(f"--rescan-interval must be 0 (off) or a positive number of seconds, "
@@ -183,18 +202,63 @@ class Config:
                 values[key] = Path(values[key]).expanduser()
         if isinstance(values.get("metrics_address"), str):
             values["metrics_address"] = parse_address(values["metrics_address"])
+        tools = values.pop("stuck_after_tool", None)
+        if isinstance(tools, str):
+            tools = parse_tool_thresholds("--stuck-after-tool", tools)
+        elif isinstance(tools, (int, float)):
+            tools = (float(tools), ())
+        if tools is not None:
+            default, overrides = tools
+            if default is not None:
+                values["stuck_after_tool"] = default
+            values["stuck_after_tools"] = overrides
         return cls(**values)
+
+    @property
+    def stuck_policy(self) -> StuckPolicy:
+        """The thresholds as the live-state policy reads them."""
+        return StuckPolicy(self.stuck_after, self.stuck_after_tool, dict(self.stuck_after_tools))
+
+    @property
+    def traces_rotation(self) -> Rotation:
+        """When the trace file rotates."""
+        return Rotation(self.traces_file_max_bytes, self.traces_file_backups)
 
     @property
     def default_traces_file(self) -> Path:
         """Where traces go when no destination is configured."""
         return self.state_dir / "traces.jsonl"
 
+    @property
+    def summary_cache(self) -> Path:
+        """Where the session summaries `sessions` and /api/sessions read are cached."""
+        return self.state_dir / "summaries.json"
+
 
 def _positive(flag: str, value: float, *, minimum: float = 0.0) -> None:
     if not math.isfinite(value) or value <= 0 or value < minimum:
         least = f" of at least {minimum}" if minimum else ""
         raise ConfigError(f"{flag} must be a positive number of seconds{least}, not {value}")
+
+
+def parse_tool_thresholds(flag: str, text: str) -> tuple[float | None, tuple[tuple[str, float], ...]]:
+    """'1800' or '1800,bash=3600,view=60' or 'bash=3600' -> (default or None, ((tool, seconds), ...))."""
+    default = None
+    overrides: dict[str, float] = {}
+    for item in filter(None, (part.strip() for part in text.replace(" ", ",").split(","))):
+        tool, sep, seconds = item.rpartition("=")
+        if sep and not tool.strip():
+            raise ConfigError(f"{flag} {item!r}: expected TOOL=SECONDS, e.g. bash=1800")
+        try:
+            value = float(seconds)
+        except ValueError:
+            raise ConfigError(f"{flag} {item!r}: expected SECONDS or TOOL=SECONDS, e.g. 1800,bash=3600") from None
+        _positive(f"{flag} {item!r}:", value)
+        if sep:
+            overrides[tool.strip()] = value
+        else:
+            default = value
+    return default, tuple(sorted(overrides.items()))
 
 
 def _parse_float(variable: str, text: str) -> float:
@@ -231,6 +295,9 @@ _ENV_FIELDS: dict[str, Callable[[str, str], Any]] = {
     "traces_file": _parse_path,
     "metrics_address": lambda _variable, text: parse_address(text),
     "stuck_after": _parse_float,
+    "stuck_after_tool": lambda variable, text: parse_tool_thresholds(variable, text),
+    "traces_file_max_bytes": _parse_int,
+    "traces_file_backups": _parse_int,
     "max_line_bytes": _parse_int,
     "content_max_chars": _parse_int,
     "idle_quiet": _parse_float,

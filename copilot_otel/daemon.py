@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from .catalog import Catalog
 from .checkpoint import Checkpoint
 from .config import Config, ConfigError
 from .discover import Discoverer
@@ -25,11 +26,14 @@ from .follow import Follower
 from .liveness import ABANDON, ABANDONED_RETENTION, DORMANT, SessionView, live_state, lock_pids, pid_alive, verdict
 from .logs import RateLimitedLog, ReportedOnce
 from .metrics import LiveSession, Metrics
+from .notices import SessionNotices
 from .pipeline import Outputs
-from .sources import SESSION_STATE
+from .private import private_dir
+from .sources import SESSION_STATE, SourceError
 from .sinks import SpanSink, make_sink
+from .status import SessionStatus, api_document, status_of
 from .summary import SessionSummary
-from .vocab import END_INCOMPLETE
+from .vocab import END_INCOMPLETE, END_SHUTDOWN, WAITING_TOOL, WORKING
 
 log = logging.getLogger(__name__)
 
@@ -45,12 +49,14 @@ class Daemon:
         self.config = config
         self.root = config.copilot_home / SESSION_STATE
         self.clock = clock
+        self.policy = config.stuck_policy
         self.metrics = metrics or Metrics()
         self.metrics.add_live_sessions(self.live_sessions)
-        config.state_dir.mkdir(parents=True, exist_ok=True)
+        self.metrics.measure_lag_while(self._sessions_at_work)
+        private_dir(config.state_dir)
         self.checkpoint = Checkpoint(config.state_dir / "checkpoint.sqlite")
         self.sink = sink or make_sink(traces_file=config.traces_file, otlp=config.otlp,
-                                      default_file=config.default_traces_file)
+                                      default_file=config.default_traces_file, rotation=config.traces_rotation)
         self.queue = ExportQueue(
             self.sink, self.checkpoint, max_spans=config.max_buffered_spans,
             on_exported=self.metrics.spans_exported.inc, on_failed=self.metrics.spans_failed.inc,
@@ -67,9 +73,12 @@ class Daemon:
         self._abandoned: dict[Path, Follower] = {}
         self._views: dict[Path, SessionView] = {}  # the reader's copy; scrapes read ``self.views``
         self.views: tuple[SessionView, ...] = ()
-        # Every known session at a glance, kept when its model is compacted away; other threads read it
-        # (copy with ``list(daemon.summaries.values())``: each entry is replaced whole, never changed).
+        # The sessions this daemon read whole (from their first line) at a glance, kept when their model is
+        # compacted away; other threads read it (copy with ``list(daemon.summaries.values())``: each entry
+        # is replaced whole, never changed). A session resumed from the checkpoint mid-file is not here.
         self.summaries: dict[Path, SessionSummary] = {}
+        self.notices = SessionNotices(self.policy)
+        self.catalog = Catalog(self.root, cache_file=config.summary_cache, max_line_bytes=config.max_line_bytes)
         self._restored = self.checkpoint.load()
         self._skip_history: set[Path] = set()
         self._unreadable = ReportedOnce(log)  # retried at every rescan
@@ -90,12 +99,15 @@ class Daemon:
         self._stop.set()
 
     def health(self) -> tuple[bool, str]:
-        """Healthy while the reader loop turns; says whether exports succeed."""
+        """Healthy while the reader loop turns and sessions can be seen; says whether exports succeed."""
         stalled = time.monotonic() - self._last_loop
         if self.queue.blocked:  # back-pressure: the queue is full and reading waits for the backend
             return True, f"ok (trace export failing, {self.queue.depth} spans queued; reading paused)"
         if stalled > 30:
             return False, f"reader loop stalled for {stalled:.0f} s"
+        problem = self.discoverer.problem()
+        if problem is not None:
+            return False, problem
         if not self.queue.healthy:
             return True, f"ok (trace export failing, {self.queue.depth} spans queued)"
         return True, "ok"
@@ -199,13 +211,14 @@ class Daemon:
         """Count what a read produced, queue its spans, then the checkpoint position behind them."""
         self._count_and_queue(follower, out)
         if follower.model.ended is None:
-            self._watch(follower)
+            self._watch(follower, resumed=bool(out.events.get("session.resume")))
         else:
             self._unwatch(follower)
         marker = follower.marker()
         if marker is not None:
             self.queue.put_marker(marker)
-        self.summaries[follower.path] = follower.model.summary()
+        if follower.whole:
+            self.summaries[follower.path] = follower.model.summary()
 
     def _count_and_queue(self, follower: Follower, out: Outputs) -> None:
         try:
@@ -214,11 +227,15 @@ class Daemon:
             log.exception("cannot count the metrics of %s", follower.path)
         self.queue.put_spans(out.spans, should_stop=self._stop.is_set)
 
-    def _watch(self, follower: Follower) -> None:
+    def _watch(self, follower: Follower, *, resumed: bool = False) -> None:
+        if follower.path not in self._open and self._alive(follower):
+            self.notices.started(follower, resumed=resumed)
         self._open[follower.path] = follower
         self._views[follower.path] = follower.view()
 
     def _unwatch(self, follower: Follower) -> None:
+        if follower.model is not None and follower.model.ended == END_SHUTDOWN:
+            self.notices.ended(follower, "shut down")
         self._open.pop(follower.path, None)
         if follower.abandoned_at is None:
             self._views.pop(follower.path, None)
@@ -236,6 +253,8 @@ class Daemon:
         self._abandoned.pop(path, None)
         self._views.pop(path, None)
         self.summaries.pop(path, None)
+        if follower is not None:
+            self.notices.forget(follower, "its log was deleted")
         if follower is not None and follower.model is not None:
             log.info("%s was deleted; finishing session %s", path, follower.session_id)
             out = Outputs()
@@ -253,7 +272,7 @@ class Daemon:
         if check_liveness:
             self._next_liveness = monotonic + LIVENESS_EVERY
             for path, follower in list(self._abandoned.items()):
-                if follower.abandoned_at is None or now - follower.abandoned_at >= ABANDONED_RETENTION:
+                if follower.abandoned_at is None or now - follower.model.last_event_ns / 1e9 >= ABANDONED_RETENTION:
                     del self._abandoned[path]
                     follower.abandoned_at = None
                     self._views.pop(path, None)
@@ -274,9 +293,15 @@ class Daemon:
             if decision == ABANDON:
                 self._abandon(follower, now)
             elif decision == DORMANT:  # its process is gone and nothing is open: set aside until it grows
+                self.notices.ended(follower, "its CLI process exited")
                 self._open.pop(follower.path, None)
                 self._views.pop(follower.path, None)
                 self._compact(follower)
+            elif model.mid_turn or self.notices.is_stuck(follower):
+                live = live_state(follower.view(), now=now, policy=self.policy, alive=pid_alive)
+                self.queue.put_spans(self.notices.check_stuck(follower, live, now), should_stop=self._stop.is_set)
+        if check_liveness:
+            self.notices.sweep(self._open)
 
     def _alive(self, follower: Follower) -> bool:
         """Is a process holding the session? The known lock pids first, the folder listed again if none lives."""
@@ -291,6 +316,7 @@ class Daemon:
 
     def _abandon(self, follower: Follower, now: float) -> None:
         """The process that held a session died mid-turn: end its open spans as incomplete."""
+        self.notices.forget(follower, "abandoned")
         if now - follower.model.last_event_ns / 1e9 < ABANDONED_RETENTION:
             follower.abandoned_at = now
             self._abandoned[follower.path] = follower
@@ -312,16 +338,42 @@ class Daemon:
 
         out = []
         for view in self.views:
-            live = live_state(view, now=now, stuck_after=self.config.stuck_after, alive=probe)
+            live = live_state(view, now=now, policy=self.policy, alive=probe)
             if live is not None:
-                out.append(LiveSession(view.session_id, *live))
+                out.append(LiveSession(view.session_id, *live, view.waiting_on or "", view.repository or ""))
         return out
+
+    def session_statuses(self) -> list[SessionStatus]:
+        """Every session under COPILOT_HOME now (any thread): the summaries of the logs this daemon read
+        whole, the others' from the files (cached), each in its state by the rules of the scrapes."""
+        now = self.clock()
+        views = {view.session_id: view for view in self.views}
+        statuses = []
+        try:
+            scanned = self.catalog.scan(known=dict(self.summaries), workers=1)
+        except SourceError:  # no session-state folder (yet): /healthz says why, when it matters
+            return []
+        for item in scanned:
+            if item.summary is None:
+                continue
+            view = views.get(item.summary.session_id)
+            pids = view.pids if view is not None else lock_pids(item.path.parent) if item.summary.ended is None else ()
+            statuses.append(status_of(item.summary, pids, policy=self.policy, now=now, view=view, path=str(item.path)))
+        return statuses
+
+    def api_sessions(self) -> dict:
+        """The body of /api/sessions."""
+        return api_document(self.session_statuses(), copilot_home=str(self.config.copilot_home))
+
+    def _sessions_at_work(self) -> bool:
+        """Some session is mid-turn (working or waiting on a tool), not abandoned: lag means something."""
+        return any(view.state in (WORKING, WAITING_TOOL) and view.abandoned_at is None for view in self.views)
 
 
 def _check_state_dir(state_dir: Path) -> None:
     """The state directory must exist (we create it) and be writable, or start-up stops here."""
     try:
-        state_dir.mkdir(parents=True, exist_ok=True)
+        private_dir(state_dir)
         probe = state_dir / f".write-test-{os.getpid()}"
         probe.write_bytes(b"")
         probe.unlink()
@@ -332,12 +384,14 @@ def _check_state_dir(state_dir: Path) -> None:
 
 def run_daemon(config: Config) -> int:
     """`copilot-otel run`: start, serve until SIGTERM/SIGINT, flush, exit 0."""
+    from .listing import API_PATH
     from .server import MetricsServer
 
     try:
         _check_state_dir(config.state_dir)
         daemon = Daemon(config, freeze_gc=True)
-        server = MetricsServer(config.metrics_address, daemon.metrics.registry, daemon.health)
+        server = MetricsServer(config.metrics_address, daemon.metrics.registry, daemon.health,
+                               api={API_PATH: daemon.api_sessions})
     except ConfigError as exc:
         log.error("%s", exc)
         return 2

@@ -7,10 +7,12 @@ data. Both feed one set of "look at this path" hints that the daemon drains.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import threading
 import time
+import warnings
 from pathlib import Path
 
 from watchdog.events import (
@@ -35,6 +37,8 @@ EVENTS_FILE = "events.jsonl"
 # While the watcher is on, the rescan is only its back-up: space rescans so that they take at
 # most 1/RESCAN_BUDGET of a core (10,000 folders: about 80 ms a rescan, one every 16 s).
 RESCAN_BUDGET = 200
+# COPILOT_HOME missing for this long makes the daemon unhealthy (a misspelled path reads nothing).
+MISSING_GRACE = 60.0
 # Only changes to the tree. Without a filter inotify also reports every open and close, and
 # reading a log would report it changed: the daemon would re-read every file forever.
 WATCHED_EVENTS = [FileCreatedEvent, FileModifiedEvent, FileDeletedEvent, FileMovedEvent,
@@ -70,6 +74,24 @@ class Discoverer:
         self._warned_missing = False
         self._reported = ReportedOnce()
         self.rescans = 0
+        # What keeps it from seeing sessions: (message, monotonic time it began, whether a grace applies).
+        self._problem: tuple[str, float, bool] | None = None
+        self._watch_error: str | None = None
+
+    def problem(self, grace: float = MISSING_GRACE) -> str | None:
+        """Why sessions cannot be seen now (a missing COPILOT_HOME only after ``grace`` seconds), or None."""
+        problem = self._problem
+        if problem is not None:
+            message, since, graced = problem
+            if not graced or self._clock() - since >= grace:
+                return message
+        return self._watch_error
+
+    def _set_problem(self, message: str | None, *, graced: bool = False) -> None:
+        if message is None:
+            self._problem = None
+        elif self._problem is None or self._problem[0] != message:
+            self._problem = (message, self._clock(), graced)
 
     # ---------------------------------------------------------------- hints
 
@@ -113,28 +135,52 @@ class Discoverer:
         if self._observer is not None:
             self._next_rescan = started + max(interval, self._scan_seconds * RESCAN_BUDGET)
 
-    def _rescan(self) -> None:
-        if not self.root.is_dir():
-            if not self._warned_missing:
-                log.warning("%s does not exist yet; waiting for the Copilot CLI to create it", self.root)
-                self._warned_missing = True
-            return
+    def _list_root(self) -> list[os.DirEntry] | None:
+        """The session folders, or None (and the problem set, said once) when the root cannot be listed."""
+        try:
+            with os.scandir(self.root) as listing:
+                entries = list(listing)
+        except OSError as exc:
+            if exc.errno in (errno.ENOENT, errno.ENOTDIR):
+                self._missing()
+            else:
+                message = f"cannot read {self.root}: {exc.strerror or exc}"
+                self._set_problem(message)
+                self._reported.report(self.root, f"{message}; will retry")
+            return None
+        self._set_problem(None)
+        self._reported.recovered(self.root)
         if self._warned_missing:
             log.info("%s appeared; following it", self.root)
             self._warned_missing = False
+        return entries
+
+    def _missing(self) -> None:
+        """No session-state folder: normal before the CLI's first session, unless COPILOT_HOME is missing too."""
+        if not self._warned_missing:
+            log.warning("%s does not exist yet; waiting for the Copilot CLI to create it", self.root)
+            self._warned_missing = True
+        home = self.root.parent
+        try:
+            os.stat(home)
+        except (FileNotFoundError, NotADirectoryError):
+            self._set_problem(f"{home} does not exist (is COPILOT_HOME or --copilot-home right?)", graced=True)
+        except OSError as exc:
+            self._set_problem(f"cannot read {home}: {exc.strerror or exc}")
+        else:
+            self._set_problem(None)
+
+    def _rescan(self) -> None:
+        scan_started = time.monotonic()
+        entries = self._list_root()
+        if entries is None:
+            return
         if self._observer is None and not self.poll:
             self._start_observer()
         # Plain strings while walking: a Path is built only for what changed (10,000 folders, every 10 s).
         seen: dict[str, tuple[int, int]] = {}
         changed: list[str] = []
         known = self._known
-        scan_started = time.monotonic()
-        try:
-            entries = list(os.scandir(self.root))
-        except OSError as exc:
-            self._reported.report(self.root, f"cannot list {self.root}: {exc.strerror or exc}; will retry")
-            return
-        self._reported.recovered(self.root)
         suffix = os.sep + EVENTS_FILE
         for entry in entries:
             path = entry.path + suffix
@@ -162,15 +208,25 @@ class Discoverer:
     # ---------------------------------------------------------------- lifecycle
 
     def _start_observer(self) -> None:
+        # watchdog's inotify observer warns (a RuntimeWarning of kilobytes, on stderr) when a folder is
+        # re-created under a recursive watch; the watch is renewed all the same, so the warning says nothing.
+        warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"watchdog\.observers\.")
         observer = Observer()
         try:
             observer.schedule(_Handler(self), str(self.root), recursive=True, event_filter=WATCHED_EVENTS)
             observer.start()
         except OSError as exc:
-            # inotify watch limit, unsupported filesystem...: rescans alone still find everything.
-            log.warning("file watching unavailable on %s (%s); relying on rescans every %.0f s",
-                        self.root, exc, self.rescan_interval)
-            observer = None
+            # inotify watch limit, unsupported filesystem...: rescans alone still find everything, late.
+            error = (f"cannot watch {self.root} ({exc.strerror or exc}); changes are found only by rescans "
+                     f"every {self.rescan_interval:.0f} s: raise fs.inotify.max_user_watches, or run with --poll")
+            if error != self._watch_error:
+                log.warning("%s", error)
+            self._watch_error = error
+            self._observer = None
+            return
+        if self._watch_error is not None:
+            log.info("watching %s again", self.root)
+            self._watch_error = None
         self._observer = observer
 
     def start(self) -> None:

@@ -19,7 +19,7 @@ from .checkpoint import FilePosition
 from .config import ModelOptions
 from .decode import decode_line
 from .events import DecodeError
-from .liveness import LOCKS_SINCE, SessionView
+from .liveness import SessionView, locks_expected
 from .normalize import parse_version
 from .pipeline import Outputs, Warn, drive, finish
 from .sessions import SessionModel
@@ -46,6 +46,8 @@ class Follower:
     last_read: float = 0.0  # monotonic time new events were last read
     abandoned_at: float | None = None  # wall time the session was found dead mid-turn
     locks_seen: bool = False  # a lock file was seen in the folder at some point
+    cut_off_tool: str | None = None  # the tool it waited on when it was found abandoned
+    whole: bool = True  # the model read the file from its first line (so its summary counts everything)
     session_id: str = field(init=False)  # the folder's name
 
     def __post_init__(self) -> None:
@@ -65,7 +67,7 @@ class Follower:
             floor = restored.offset
         elif skip_history:
             floor = tail.offset = _last_newline_end(path)
-        follower = cls(path, tail, options, floor=floor, pids=pids or [])
+        follower = cls(path, tail, options, floor=floor, pids=pids or [], whole=tail.offset == 0)
         if tail.offset > 0:
             _prime(follower.model, path, tail.offset, max_line_bytes)
         return follower
@@ -88,6 +90,7 @@ class Follower:
             finish(self.model, out)
             self.model = self.new_model()
             self.floor = 0
+            self.whole = True
         if result.items:
             drive(self.model, result.items, out, source=str(self.path), warn=warn, floor=self.floor)
             self.abandoned_at = None
@@ -106,6 +109,7 @@ class Follower:
                 and st.st_ino == tail.identity.inode:
             return False
         self.model = self.new_model()
+        self.whole = True  # read again from the first line, one way or the other
         if st is not None and st.st_size < tail.offset:
             return True  # truncated: the read sees it and starts a new generation from 0
         self.floor = max(self.floor, tail.offset)
@@ -122,6 +126,7 @@ class Follower:
     def finish(self, out: Outputs, reason: str = END_INCOMPLETE) -> None:
         """The session is over (its process died, its file was deleted): close what is open into ``out``."""
         if self.model is not None:
+            self.cut_off_tool = self.model.summary().waiting_on
             finish(self.model, out, reason)
 
     # ------------------------------------------------------------ what others read
@@ -140,17 +145,19 @@ class Follower:
         """Does this session's CLI write lock files (so that a missing process means it is gone)?"""
         if self.pids:
             self.locks_seen = True
-        if self.locks_seen or self.model is None:
+        if self.model is None:
             return True
-        version = parse_version(self.model.cli_version)
-        return version is None or version >= LOCKS_SINCE
+        return locks_expected(self.pids, parse_version(self.model.cli_version), seen=self.locks_seen)
 
     def view(self) -> SessionView:
         """A frozen snapshot for the scrape thread (which never touches the model)."""
         model = self.model
-        return SessionView(self.session_id, model.state if model is not None else IDLE,
-                           model.last_event_ns if model is not None else 0, tuple(self.pids), self.abandoned_at,
-                           self.locks_expected)
+        if model is None:
+            return SessionView(self.session_id, IDLE, 0, tuple(self.pids), self.abandoned_at, self.locks_expected)
+        summary = model.summary()
+        tool = summary.waiting_on or (self.cut_off_tool if self.abandoned_at is not None else None)
+        return SessionView(self.session_id, summary.state, summary.last_event_ns, tuple(self.pids), self.abandoned_at,
+                           self.locks_expected, tool, summary.repository)
 
 
 _SESSION_FACTS = (b'"session.start"', b'"session.resume"', b'"session.model_change"')

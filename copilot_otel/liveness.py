@@ -8,16 +8,16 @@ the probe are passed in, so it is tested without processes.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Mapping
 
 from .vocab import ABANDONED, STUCK, WAITING_TOOL, WORKING
 
 LOCK_PREFIX = "inuse."
 LOCK_SUFFIX = ".lock"
 
-# How long a dead session stays visible as abandoned.
+# How long after its last event a dead session stays visible as abandoned.
 ABANDONED_RETENTION = 3600.0
 # After its last event a session gets this long before a missing process counts: a CLI that is
 # starting may write before its lock exists.
@@ -64,6 +64,34 @@ def session_alive(session_dir: Path) -> bool:
     return any(pid_alive(pid) for pid in lock_pids(session_dir))
 
 
+def locks_expected(pids: list[int] | tuple[int, ...], cli_version: tuple[int, ...] | None, *,
+                   seen: bool = False) -> bool:
+    """Does a session's CLI write lock files, so that a missing process means it is gone?
+    Yes once one was ``seen`` (or is there now), or when its version is unknown or LOCKS_SINCE on."""
+    return bool(pids) or seen or cli_version is None or cli_version >= LOCKS_SINCE
+
+
+@dataclass(frozen=True, slots=True)
+class StuckPolicy:
+    """How long a session at work may go without an event before it is stuck.
+
+    Working (the model thinking, a turn open): ``stuck_after``. Waiting on a tool: that tool's
+    own threshold in ``tools`` (``{"bash": 1800}``), else ``stuck_after_tool``.
+    """
+
+    stuck_after: float = 600.0
+    stuck_after_tool: float = 1800.0
+    tools: Mapping[str, float] = field(default_factory=dict)
+
+    def threshold(self, state: str, tool: str | None = None) -> float | None:
+        """Seconds of silence after which a session in ``state`` (waiting on ``tool``) is stuck; None: never."""
+        if state == WORKING:
+            return self.stuck_after
+        if state == WAITING_TOOL:
+            return self.tools.get(tool, self.stuck_after_tool) if tool else self.stuck_after_tool
+        return None
+
+
 @dataclass(frozen=True, slots=True)
 class SessionView:
     """A frozen snapshot of one followed session, published by the reader for scrapes to read."""
@@ -76,26 +104,39 @@ class SessionView:
     # False for a CLI that writes no lock file (up to 1.0.2) and whose folder never had one:
     # no process can be found for it, which is then no evidence that it died.
     locks_expected: bool = True
+    waiting_on: str | None = None  # the tool it waits on (the oldest running), or waited on when it died
+    repository: str | None = None
 
 
-def live_state(view: SessionView, *, now: float, stuck_after: float,
+def live_state(view: SessionView, *, now: float, policy: StuckPolicy,
                alive: Callable[[int], bool]) -> tuple[str, float] | None:
-    """(state, seconds stalled) of a session at scrape time; None when it is not live.
+    """(state, seconds stalled) of a session now; None when it is not live.
 
-    Abandoned sessions stay visible for ABANDONED_RETENTION; a live one that works or waits
-    on a tool with no event for ``stuck_after`` seconds is stuck.
+    Abandoned sessions stay visible until ABANDONED_RETENTION after their last event; a live
+    one at work with no event for longer than ``policy`` allows is stuck.
     """
     stalled = max(0.0, now - view.last_event_ns / 1e9)
     if view.abandoned_at is not None:
-        return (ABANDONED, stalled) if now - view.abandoned_at < ABANDONED_RETENTION else None
+        return (ABANDONED, stalled) if stalled < ABANDONED_RETENTION else None
     if not view.pids and not view.locks_expected:
         if stalled >= ABANDONED_RETENTION:
             return None  # silent this long with no process to ask: no longer shown as live
     elif not any(alive(pid) for pid in view.pids):
         return None
-    if view.state in (WORKING, WAITING_TOOL) and stalled > stuck_after:
+    threshold = policy.threshold(view.state, view.waiting_on)
+    if threshold is not None and stalled > threshold:
         return STUCK, stalled
     return view.state, 0.0
+
+
+def abandoned_now(*, mid_turn: bool, last_event_ns: int, now: float, alive: Callable[[], bool],
+                  locks_expected: bool = True) -> bool:
+    """Would the daemon find this session abandoned now (its process died mid-turn, recently enough
+    to be shown)? The same verdict the daemon's reader applies, for a reader of the files alone."""
+    if now - last_event_ns / 1e9 >= ABANDONED_RETENTION:
+        return False
+    return verdict(mid_turn=mid_turn, awaiting_confirmation=False, last_event_ns=last_event_ns, quiet=0.0, now=now,
+                   alive=alive, locks_expected=locks_expected) == ABANDON
 
 
 def verdict(*, mid_turn: bool, awaiting_confirmation: bool, last_event_ns: int, quiet: float, now: float,

@@ -30,6 +30,7 @@ TOOL_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800
 LLM_BUCKETS = (0.25, 0.5, 1, 2, 4, 8, 15, 30, 60, 120, 300)
 # The CLI has about 150 event types; a file full of invented ones must not mint series.
 MAX_EVENT_TYPES = 250
+STALLED_LABELS = ["session_id", "state", "tool", "repository"]
 _EVENT_TYPE = re.compile(r"[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*){1,3}")
 
 
@@ -40,6 +41,8 @@ class LiveSession:
     session_id: str
     state: str  # one of STATES
     stalled_seconds: float = 0.0
+    tool: str = ""  # the tool a stalled session waits on ("" when none)
+    repository: str = ""  # owner/name of its git repository ("" outside one)
 
 
 class LiveSessionsCollector:
@@ -53,11 +56,12 @@ class LiveSessionsCollector:
         counts = dict.fromkeys(STATES, 0)
         stalled = GaugeMetricFamily("copilot_session_stalled_seconds",
                                     "Seconds since the last event of each session that is stuck or abandoned now.",
-                                    labels=["session_id", "state"])
+                                    labels=STALLED_LABELS)
         for session in self._snapshot():
             counts[session.state] = counts.get(session.state, 0) + 1
             if session.state in STALLED_STATES:
-                stalled.add_metric([session.session_id, session.state], session.stalled_seconds)
+                stalled.add_metric([session.session_id, session.state, session.tool, session.repository],
+                                   session.stalled_seconds)
         sessions = GaugeMetricFamily("copilot_sessions", "Live Copilot sessions by state.", labels=["state"])
         for state, count in counts.items():
             sessions.add_metric([state], count)
@@ -67,7 +71,7 @@ class LiveSessionsCollector:
     def describe(self):
         """Names only, so registering does not take a snapshot."""
         yield GaugeMetricFamily("copilot_sessions", "", labels=["state"])
-        yield GaugeMetricFamily("copilot_session_stalled_seconds", "", labels=["session_id", "state"])
+        yield GaugeMetricFamily("copilot_session_stalled_seconds", "", labels=STALLED_LABELS)
 
 
 class Metrics:
@@ -114,6 +118,7 @@ class Metrics:
         for reason in REASONS:
             self.lines_rejected.labels(reason)
         self.newest_event_ns = 0
+        self._lag_applies: Callable[[], bool] = lambda: True
         self._event_types: set[str] = set()
         self.lag.set_function(self._lag)
         if process:
@@ -135,9 +140,13 @@ class Metrics:
         assert set(self._series) == set(Metric), "every metric key needs its series"
 
     def _lag(self) -> float:
-        if not self.newest_event_ns:
+        if not self.newest_event_ns or not self._lag_applies():
             return 0.0
         return max(0.0, time.time() - self.newest_event_ns / 1e9)
+
+    def measure_lag_while(self, sessions_open: Callable[[], bool]) -> None:
+        """Report lag only while ``sessions_open()``: with no session at work, old events are no backlog."""
+        self._lag_applies = sessions_open
 
     def count_event(self, event_type: str, count: int = 1) -> None:
         """Count events read, by type; past MAX_EVENT_TYPES distinct names (or an odd one) as 'other'."""

@@ -6,8 +6,9 @@ import ipaddress
 import logging
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Callable
+from typing import Callable, Mapping
 
+import orjson
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 
@@ -20,10 +21,13 @@ class MetricsServer:
     """Serves a registry on HOST:PORT in a background thread; ``health()`` says if we are well."""
 
     def __init__(self, address: tuple[str, int], registry: CollectorRegistry,
-                 health: Callable[[], tuple[bool, str]] = lambda: (True, "ok")) -> None:
+                 health: Callable[[], tuple[bool, str]] = lambda: (True, "ok"), *,
+                 api: Mapping[str, Callable[[], object]] = {}) -> None:
+        """``api``: more GET paths, each answered with the JSON of what its function returns."""
         host, port = address
         self._registry = registry
         self._health = health
+        self._api = dict(api)
         handler = self._make_handler()
         try:
             self._server = ThreadingHTTPServer((host, port), handler)
@@ -53,6 +57,14 @@ class MetricsServer:
                 elif path == "/healthz":
                     ok, detail = server._health()
                     self._reply(200 if ok else 503, "text/plain; charset=utf-8", (detail + "\n").encode())
+                elif path in server._api:
+                    try:
+                        body = orjson.dumps(server._api[path]())
+                    except Exception:
+                        log.exception("%s failed", path)
+                        self._reply(500, "text/plain; charset=utf-8", b"internal error; see the daemon's log\n")
+                        return
+                    self._reply(200, "application/json", body)
                 else:
                     self._reply(404, "text/plain; charset=utf-8", b"try /metrics or /healthz\n")
 

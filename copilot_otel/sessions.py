@@ -112,14 +112,16 @@ class SessionModel:
             self._settle(reason)
         return self._out.take()
 
-    def open_spans(self) -> list[SpanRecord]:
-        """Snapshots of the spans still open, ending at the last event (for `inspect` of a live session)."""
+    def open_spans(self, end_ns: int | None = None) -> list[SpanRecord]:
+        """Snapshots of the spans still open, marked running, ending at ``end_ns`` (default: the last
+        event); the turns that ended but wait for the next event come first, as they will be exported."""
         spans = self._book.open_spans() + self._loop.open_turn_spans()
         if self._loop.current is not None:
             spans.append(self._loop.current.root)
         held = [turn.close() for _agent, turn in self._loop.held]
+        end = self.last_event_ns if end_ns is None else end_ns
         return held + [SpanRecord(s.trace_id, s.span_id, s.parent_span_id, s.name, s.kind, s.start_ns,
-                                  max(s.start_ns, self.last_event_ns), {**s.attributes, A.COPILOT_RUNNING: True})
+                                  max(s.start_ns, end), {**s.attributes, A.COPILOT_RUNNING: True})
                        for s in spans]
 
     @property

@@ -12,7 +12,16 @@ SESSION_STATE = "session-state"
 
 
 class SourceError(ValueError):
-    """A path given to replay or inspect that is not a session log."""
+    """A path given to replay or inspect that is not a session log, or cannot be read."""
+
+
+class UnreadableLog(SourceError):
+    """A session log that exists but cannot be read (permissions, I/O); the message names it and why."""
+
+    def __init__(self, path: Path, reason: str) -> None:
+        super().__init__(f"{path}: cannot read it ({reason})")
+        self.path = path
+        self.reason = reason
 
 
 def session_id_of(path: Path) -> str:
@@ -34,14 +43,34 @@ def resolve(paths: Iterable[Path]) -> list[Path]:
     return list(seen)
 
 
+def list_sessions(root: Path) -> list[Path]:
+    """The events.jsonl of each session folder in ``root`` (a session-state folder), by name;
+    raises SourceError naming the folder and the reason when it cannot be listed."""
+    return [root / name / EVENTS_FILE for name, _plain in _session_folders(root)]
+
+
+def _kind(path: Path) -> int | None:
+    """The file type bits of ``path`` (following symlinks), None if it does not exist; a SourceError
+    naming it and the reason when it cannot be looked at (a folder on its way that we may not enter)."""
+    try:
+        return stat.S_IFMT(os.stat(path).st_mode)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as exc:
+        raise SourceError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+
+
 def _find(path: Path, *, resolved: bool) -> list[Path]:
     """find_event_files; with ``resolved``, each as ``Path.resolve()`` makes it."""
-    if not path.exists():
+    kind = _kind(path)
+    if kind is None:
         raise SourceError(f"{path}: no such file or directory")
+    if kind == stat.S_IFDIR and not os.access(path, os.R_OK | os.X_OK):
+        raise SourceError(f"{path}: cannot read it (permission denied)")
     for candidate in (path, path / EVENTS_FILE):
-        if candidate.is_file():
+        if _kind(candidate) == stat.S_IFREG:
             return [candidate.resolve() if resolved else candidate]
-    root = path / SESSION_STATE if (path / SESSION_STATE).is_dir() else path
+    root = path / SESSION_STATE if _kind(path / SESSION_STATE) == stat.S_IFDIR else path
     sessions = _session_folders(root)
     if not sessions:
         raise SourceError(f"{path}: no {EVENTS_FILE} found (expected COPILOT_HOME, its {SESSION_STATE}/, "
@@ -69,6 +98,39 @@ def _session_folders(root: Path) -> list[tuple[str, bool]]:
                     found.append((entry.name, not entry.is_symlink()))
                 elif stat.S_ISLNK(mode) and os.path.isfile(candidate):
                     found.append((entry.name, False))
-    except OSError:
-        return []
+    except OSError as exc:
+        raise SourceError(f"{root}: cannot read it ({exc.strerror or exc})") from None
     return sorted(found)
+
+
+LATEST = "latest"
+
+
+def find_session(root: Path, text: str) -> Path:
+    """The events.jsonl under ``root`` (a session-state folder) that ``text`` names: a session id, a
+    prefix of exactly one, or ``latest`` (the session whose log was written last). Raises SourceError
+    saying what did not match (and, for a prefix of several, which)."""
+    if _kind(root) is None:
+        raise SourceError(f"{text}: not a session id under {root} (no such folder), nor a session folder or "
+                          "events.jsonl")
+    folders = [name for name, _plain in _session_folders(root)]
+    if text == LATEST:
+        if not folders:
+            raise SourceError(f"no session under {root}")
+        return max((root / name / EVENTS_FILE for name in folders), key=_mtime)
+    if text in folders:
+        return root / text / EVENTS_FILE
+    matches = [name for name in folders if name.startswith(text)] if text else []
+    if len(matches) == 1:
+        return root / matches[0] / EVENTS_FILE
+    if not matches:
+        raise SourceError(f"{text}: not a session id under {root}, nor a session folder or events.jsonl")
+    shown = ", ".join(sorted(matches)[:5]) + (f" and {len(matches) - 5} more" if len(matches) > 5 else "")
+    raise SourceError(f"{text}: {len(matches)} sessions start with it ({shown}); give more of the id")
+
+
+def _mtime(path: Path) -> int:
+    try:
+        return os.stat(path).st_mtime_ns
+    except OSError:
+        return 0

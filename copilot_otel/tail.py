@@ -17,6 +17,7 @@ from typing import Callable
 
 from .decode import TOO_LONG, decode_line
 from .events import DecodeError, Event
+from .sources import UnreadableLog
 
 CHUNK = 1 << 20
 FINGERPRINT_BYTES = 256
@@ -147,5 +148,9 @@ class FileTail:
 
 
 def read_all(path: Path, *, max_line_bytes: int = 16 * 1024 * 1024) -> list[Event | DecodeError]:
-    """Every complete line of a file, decoded (a partial last line is left out)."""
-    return FileTail(path, max_line_bytes=max_line_bytes).read(max_bytes=sys.maxsize).items
+    """Every complete line of a file, decoded (a partial last line is left out); raises UnreadableLog
+    (naming the file and the reason) when it is gone or cannot be read."""
+    result = FileTail(path, max_line_bytes=max_line_bytes).read(max_bytes=sys.maxsize)
+    if result.gone or result.error:
+        raise UnreadableLog(Path(path), "no such file" if result.gone else result.error)
+    return result.items

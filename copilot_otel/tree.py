@@ -1,20 +1,26 @@
-"""`inspect`: one session as an interaction / turn / tool tree in the terminal."""
+"""`inspect`: a session snapshot as an interaction / turn / tool tree for the terminal, or as JSON.
+
+Every line fits the terminal (long ones end in an ellipsis, never wrap). Interactions carry
+their start time, duration, how they ended and their totals; the header names the session's
+state as the daemon would, with the session's totals. Tool arguments appear only when
+content capture is on (the model holds none otherwise).
+"""
 
 from __future__ import annotations
 
 from collections import defaultdict
-from pathlib import Path
+from dataclasses import asdict, dataclass
 
-from rich.console import Console
+import orjson
+from rich.console import Group
 from rich.text import Text
 from rich.tree import Tree
 
 from . import attrs as A
-from .config import DEFAULT_MAX_LINE_BYTES, ModelOptions
-from .pipeline import Outputs, drive
-from .records import STATUS_ERROR, SpanRecord
-from .sessions import SessionModel
-from .tail import read_all
+from .display import clock_time, count, duration, iso_time, plural, where
+from .records import STATUS_ERROR, STATUS_OK, SpanRecord
+from .snapshot import Snapshot
+from .vocab import ABANDONED, INCOMPLETE, STUCK, WAITING_TOOL, WAITING_USER, WORKING
 
 _ENDINGS = {
     "idle": ("idle", "green"),
@@ -24,105 +30,238 @@ _ENDINGS = {
     "incomplete": ("incomplete", "red"),
     "aborted": ("aborted by the user", "yellow"),
 }
+_STATE_STYLES = {WORKING: "cyan", WAITING_TOOL: "cyan", WAITING_USER: "magenta", STUCK: "bold red",
+                 ABANDONED: "bold red"}
 
 
-def _duration(span: SpanRecord) -> str:
-    seconds = (span.end_ns - span.start_ns) / 1e9
-    if seconds < 1:
-        return f"{seconds * 1000:.0f} ms"
-    if seconds < 120:
-        return f"{seconds:.1f} s"
-    return f"{seconds / 60:.1f} min"
+@dataclass(slots=True)
+class Totals:
+    """What a set of spans adds up to (an interaction's, or the session's)."""
+
+    turns: int = 0
+    llm_calls: int = 0
+    tool_calls: int = 0
+    tool_failures: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    premium_requests: float = 0.0
+
+    def add(self, span: SpanRecord) -> None:
+        a = span.attributes
+        operation = a.get(A.GEN_AI_OPERATION_NAME)
+        if operation == A.OP_CHAT:
+            self.llm_calls += 1
+            self.input_tokens += int(a.get(A.GEN_AI_USAGE_INPUT_TOKENS, 0))
+            self.output_tokens += int(a.get(A.GEN_AI_USAGE_OUTPUT_TOKENS, 0))
+            cost = a.get(A.COPILOT_COST)
+            if a.get(A.COPILOT_INITIATOR) == "user" and isinstance(cost, (int, float)) and cost > 0:
+                self.premium_requests += cost
+        elif operation == A.OP_EXECUTE_TOOL:
+            self.tool_calls += 1
+            self.tool_failures += span.status == STATUS_ERROR
+        elif span.name.startswith("turn "):
+            self.turns += 1
+
+    @property
+    def tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+    def text(self) -> str:
+        """'3 turns · 4 LLM calls · 2 tools (1 failed) · 12.1k tokens · 1 premium'."""
+        failed = f" ({self.tool_failures} failed)" if self.tool_failures else ""
+        parts = [plural(self.turns, "turn"), plural(self.llm_calls, "LLM call"),
+                 plural(self.tool_calls, "tool") + failed, f"{count(self.tokens)} tokens"]
+        if self.premium_requests:
+            parts.append(f"{self.premium_requests:g} premium")
+        return " · ".join(parts)
 
 
-def _label(span: SpanRecord) -> Text:
-    a = span.attributes
-    operation = a.get(A.GEN_AI_OPERATION_NAME)
-    text = Text()
-    if operation == A.OP_CHAT:
-        text.append(f"chat {a.get(A.GEN_AI_REQUEST_MODEL)}", style="cyan")
-        tokens = f" in={a.get(A.GEN_AI_USAGE_INPUT_TOKENS, 0)} out={a.get(A.GEN_AI_USAGE_OUTPUT_TOKENS, 0)}"
-        cached = a.get(A.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS)
-        text.append(tokens + (f" cache_read={cached}" if cached else ""), style="dim")
-    elif operation == A.OP_EXECUTE_TOOL:
-        ok = span.status != STATUS_ERROR
-        text.append(f"tool {a.get(A.GEN_AI_TOOL_NAME)}", style="bold")
-        if not a.get(A.COPILOT_RUNNING):
-            text.append(" ok" if ok else f" failed ({a.get(A.ERROR_TYPE)})", style="green" if ok else "red")
-    elif operation == A.OP_INVOKE_AGENT and span.parent_span_id is not None:
-        text.append(f"sub-agent {a.get(A.GEN_AI_AGENT_NAME)}", style="magenta")
-        if span.status == STATUS_ERROR:
-            text.append(f" failed ({a.get(A.ERROR_TYPE)})", style="red")
-    elif span.name.startswith("turn "):
-        text.append(span.name, style="bold")
-        if a.get(A.COPILOT_AUTOPILOT_CONTINUATION):
-            text.append(" (autopilot)", style="yellow")
-        if span.status == STATUS_ERROR:
-            text.append(f" {a.get(A.ERROR_TYPE)}", style="red")
-    else:
-        text.append(span.name)
-    text.append(f"  {_duration(span)}", style="dim")
-    if a.get(A.COPILOT_RUNNING):
-        text.append(" so far, running", style="yellow")
+class Layout:
+    """A snapshot's spans arranged: roots (one per interaction or continuation) in time order, children
+    under their parent in time order, and the totals under each root."""
+
+    def __init__(self, spans: list[SpanRecord]) -> None:
+        self.children: dict[int | None, list[SpanRecord]] = defaultdict(list)
+        for span in spans:
+            self.children[span.parent_span_id].append(span)
+        for siblings in self.children.values():
+            siblings.sort(key=lambda s: (s.start_ns, s.end_ns))
+        self.roots = self.children.get(None, [])
+
+    def below(self, span: SpanRecord) -> list[SpanRecord]:
+        """Every span under ``span``, depth first."""
+        out = []
+        for child in self.children.get(span.span_id, ()):
+            out.append(child)
+            out.extend(self.below(child))
+        return out
+
+    def totals(self, root: SpanRecord) -> Totals:
+        totals = Totals()
+        for span in self.below(root):
+            totals.add(span)
+        return totals
+
+
+def _line(*parts: tuple[str, str] | str) -> Text:
+    text = Text(no_wrap=True, overflow="ellipsis")
+    for part in parts:
+        text.append(*part) if isinstance(part, tuple) else text.append(part)
     return text
 
 
-def build_tree(session_id: str, spans: list[SpanRecord], model: SessionModel) -> Tree:
-    """A rich Tree of the session's spans, interactions first, children in time order."""
-    children: dict[int | None, list[SpanRecord]] = defaultdict(list)
-    for span in spans:
-        children[span.parent_span_id].append(span)
-    for siblings in children.values():
-        siblings.sort(key=lambda s: (s.start_ns, s.end_ns))
-    header = Text(f"session {session_id}", style="bold")
-    details = [x for x in (model.model, model.cwd, model.cli_version and f"CLI {model.cli_version}") if x]
-    if details:
-        header.append("  " + "  ".join(details), style="dim")
-    tree = Tree(header)
+def _took(span: SpanRecord) -> str:
+    seconds = (span.end_ns - span.start_ns) / 1e9
+    if span.attributes.get(A.COPILOT_RUNNING):
+        return f"running {duration(seconds)}"
+    if span.attributes.get(A.ERROR_TYPE) == INCOMPLETE:
+        # Cut off by a crash: the log holds no end, only the last event written (a lower bound).
+        return f">= {duration(seconds)}, end unknown"
+    return duration(seconds)
 
-    def add(node: Tree, span: SpanRecord) -> None:
-        branch = node.add(_label(span))
-        for child in children.get(span.span_id, ()):
-            add(branch, child)
 
-    summaries = {s.trace_id: s for s in model.interactions}
-    for root in children.get(None, ()):
-        summary = summaries.get(root.trace_id)
-        label = Text(f"interaction {root.attributes.get(A.COPILOT_INTERACTION_ID)}", style="bold blue")
-        label.append(f"  {_duration(root)}", style="dim")
-        end = root.attributes.get(A.COPILOT_INTERACTION_END)
+def _label(span: SpanRecord, root_start_ns: int) -> Text:
+    a = span.attributes
+    operation = a.get(A.GEN_AI_OPERATION_NAME)
+    ok = span.status != STATUS_ERROR
+    text = _line()
+    if operation == A.OP_CHAT:
+        text.append(f"chat {a.get(A.GEN_AI_REQUEST_MODEL)}", style="cyan")
+        cached = a.get(A.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS)
+        text.append(f" in={a.get(A.GEN_AI_USAGE_INPUT_TOKENS, 0)} out={a.get(A.GEN_AI_USAGE_OUTPUT_TOKENS, 0)}"
+                    + (f" cache_read={cached}" if cached else ""), style="dim")
+        if not ok:
+            text.append(f" failed ({a.get(A.ERROR_TYPE)})", style="red")
+    elif operation == A.OP_EXECUTE_TOOL:
+        text.append(f"tool {a.get(A.GEN_AI_TOOL_NAME)}", style="bold")
+        if not a.get(A.COPILOT_RUNNING):
+            text.append(" ok" if ok else f" failed ({a.get(A.ERROR_TYPE)})", style="green" if ok else "red")
+    elif operation == A.OP_INVOKE_AGENT:
+        text.append(f"sub-agent {a.get(A.GEN_AI_AGENT_NAME)}", style="magenta")
+        if not ok:
+            text.append(f" failed ({a.get(A.ERROR_TYPE)})", style="red")
+    elif span.name.startswith("turn "):
+        text.append(span.name, style="bold")
+        text.append(f" +{duration((span.start_ns - root_start_ns) / 1e9)}", style="dim")
+        if a.get(A.COPILOT_AUTOPILOT_CONTINUATION):
+            text.append(" (autopilot)", style="yellow")
+        if not ok:
+            text.append(f" {a.get(A.ERROR_TYPE)}", style="red")
+    else:
+        text.append(span.name)
+    text.append(f"  {_took(span)}", style="yellow" if a.get(A.COPILOT_RUNNING) else "dim")
+    arguments = a.get(A.GEN_AI_TOOL_CALL_ARGUMENTS)  # present only with content capture on
+    if arguments:
+        text.append(f"  {_shown_arguments(str(arguments))}", style="dim italic")
+    return text
+
+
+def _shown_arguments(arguments: str) -> str:
+    """A shell tool's command as '$ command'; other arguments as their JSON."""
+    try:
+        parsed = orjson.loads(arguments)
+    except orjson.JSONDecodeError:
+        return arguments
+    if isinstance(parsed, dict) and isinstance(parsed.get("command"), str):
+        return "$ " + parsed["command"]
+    return arguments
+
+
+def header(snapshot: Snapshot) -> Group:
+    """The session's id, state, where it runs, its times and totals: lines that fit 80 columns."""
+    status = snapshot.status
+    summary = status.summary
+    now = snapshot.now_ns / 1e9
+    lines = [_line(("session ", "bold"), (summary.session_id, "bold"))]
+    state = _line("  ", (status.state, _STATE_STYLES.get(status.state, "green")))
+    if status.state in (STUCK, ABANDONED):
+        state.append(f" for {duration(status.stalled_seconds)}", style=_STATE_STYLES[status.state])
+    if status.waiting_on and status.state in (WAITING_TOOL, STUCK, ABANDONED):
+        since = f" since {clock_time(summary.waiting_since_ns, now)}" if summary.waiting_since_ns else ""
+        state.append(f": waiting on tool {status.waiting_on}{since}")
+    if summary.ended:
+        state.append(f" ({summary.ended})" if status.state == "ended" else f" (session ended: {summary.ended})",
+                     style="dim")
+    lines.append(state)
+    facts = [x for x in (summary.model, where(summary), summary.cli_version and f"CLI {summary.cli_version}") if x]
+    if facts:
+        lines.append(_line(("  " + " · ".join(facts), "dim")))
+    lines.append(_line((f"  started {clock_time(summary.started_ns, now)} · last event "
+                        f"{clock_time(summary.last_event_ns, now)}", "dim")))
+    totals = Totals(summary.turns, summary.llm_calls, summary.tool_calls, summary.tool_failures, summary.input_tokens,
+                    summary.output_tokens, summary.premium_requests)
+    lines.append(_line((f"  {plural(summary.interactions, 'interaction')} · {totals.text()}", "dim")))
+    return Group(*lines)
+
+
+def build_tree(snapshot: Snapshot) -> Tree:
+    """The rich Tree of the session's interactions, header on top."""
+    layout = Layout(snapshot.spans)
+    tree = Tree(header(snapshot), guide_style="dim")
+    ended = {s.trace_id: s for s in snapshot.interactions}
+    now = snapshot.now_ns / 1e9
+    for number, root in enumerate(layout.roots, start=1):
+        summary = ended.get(root.trace_id)
+        a = root.attributes
+        label = _line((f"interaction {number}", "bold blue"), (f"  {clock_time(root.start_ns, now)}", "dim"),
+                      (f"  {_took(root)}", "dim"))
+        end = a.get(A.COPILOT_INTERACTION_END)
         word, style = _ENDINGS.get(str(end), ("not yet, running", "yellow"))
         label.append(f"  ended: {word}", style=style)
-        if summary and summary.autopilot:
-            label.append("  (autopilot nudge)", style="yellow")
         if end == "error":
-            label.append(f" ({root.attributes.get(A.ERROR_TYPE)})", style="red")
+            label.append(f" ({a.get(A.ERROR_TYPE)})", style="red")
+        if (summary and summary.autopilot) or a.get(A.COPILOT_AUTOPILOT_CONTINUATION):
+            label.append("  (autopilot nudge)", style="yellow")
+        if a.get(A.COPILOT_TRIGGER):
+            label.append(f"  (after {a.get(A.COPILOT_TRIGGER)})", style="dim")
         branch = tree.add(label)
+        branch.add(_line(("totals: " + layout.totals(root).text(), "dim")))
         if summary and summary.summary:
-            branch.add(Text(f"task_complete: {summary.summary}", style="green"))
-        for child in children.get(root.span_id, ()):
-            add(branch, child)
+            branch.add(_line((f"task_complete: {summary.summary}", "green")))
+        _add_children(branch, layout, root, root.start_ns)
+    if snapshot.rejected:
+        tree.add(_line((f"{snapshot.rejected} malformed line(s) skipped", "red")))
     return tree
 
 
-def inspect_session(path: Path, session_id: str, *, console: Console, running: bool = False,
-                    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> int:
-    """Print the tree of one session's log; return the number of rejected lines (each logged)."""
-    model = SessionModel(session_id, ModelOptions(capture_content=True, content_max_chars=200))
-    out = drive(model, read_all(path, max_line_bytes=max_line_bytes), Outputs(), source=str(path))
-    spans = out.spans
-    still_running = running and model.ended is None
-    if still_running:
-        spans.extend(model.open_spans())
-    else:
-        spans.extend(model.finish().spans)
-    tree = build_tree(session_id, spans, model)
-    if still_running:
-        tree.add(Text(f"still running: {model.state}", style="yellow"))
-    elif model.ended:
-        tree.add(Text(f"session ended: {model.ended}", style="dim"))
-    rejected = sum(out.rejected.values())
-    if rejected:
-        tree.add(Text(f"{rejected} malformed line(s) skipped", style="red"))
-    console.print(tree)
-    return rejected
+def _add_children(node: Tree, layout: Layout, span: SpanRecord, root_start_ns: int) -> None:
+    for child in layout.children.get(span.span_id, ()):
+        _add_children(node.add(_label(child, root_start_ns)), layout, child, root_start_ns)
+
+
+# ---------------------------------------------------------------- JSON
+
+
+def _span_json(span: SpanRecord, layout: Layout) -> dict:
+    return {
+        "name": span.name,
+        "span_id": f"{span.span_id:016x}",
+        "start": iso_time(span.start_ns),
+        "end": iso_time(span.end_ns),
+        "duration_seconds": round((span.end_ns - span.start_ns) / 1e9, 6),
+        "status": {STATUS_OK: "ok", STATUS_ERROR: "error"}.get(span.status, "unset"),
+        "running": bool(span.attributes.get(A.COPILOT_RUNNING)),
+        "attributes": {k: v for k, v in span.attributes.items() if k != A.COPILOT_RUNNING},
+        "children": [_span_json(child, layout) for child in layout.children.get(span.span_id, ())],
+    }
+
+
+def to_json(snapshot: Snapshot) -> dict:
+    """The snapshot as one JSON object: the session's status, its totals and each interaction's tree."""
+    layout = Layout(snapshot.spans)
+    ended = {s.trace_id: s for s in snapshot.interactions}
+    interactions = []
+    for number, root in enumerate(layout.roots, start=1):
+        summary = ended.get(root.trace_id)
+        interactions.append({
+            "number": number,
+            "interaction_id": root.attributes.get(A.COPILOT_INTERACTION_ID),
+            "trace_id": f"{root.trace_id:032x}",
+            "end": root.attributes.get(A.COPILOT_INTERACTION_END),
+            "autopilot": bool((summary and summary.autopilot) or root.attributes.get(A.COPILOT_AUTOPILOT_CONTINUATION)),
+            "task_summary": summary.summary if summary else None,
+            "totals": {**asdict(layout.totals(root)), "tokens": layout.totals(root).tokens},
+            "tree": _span_json(root, layout),
+        })
+    return {"session": snapshot.status.to_json(), "running": snapshot.running, "rejected_lines": snapshot.rejected,
+            "interactions": interactions}

@@ -241,7 +241,7 @@ def test_restart_counts_history_once(cli_corpus, tmp_path):
 
 
 def test_stuck_and_abandoned_sessions(cli, provider, tmp_path):
-    """A tool sleeping past --stuck-after makes its session stuck until it completes; a CLI
+    """A tool sleeping past --stuck-after-tool makes its session stuck until it completes; a CLI
     killed with SIGKILL mid-turn leaves its session abandoned, its open spans ended as incomplete.
     Meanwhile a real Prometheus runs the dashboard's stalled-session panels: they list each one."""
     home = tmp_path / "home"
@@ -259,13 +259,14 @@ def test_stuck_and_abandoned_sessions(cli, provider, tmp_path):
                        timeout=20, what=f"panel {title!r} to show {session_id}")
 
     with DaemonProcess(home, tmp_path / "state", traces_file=traces,
-                       args=FAST + ("--stuck-after", "1")) as daemon, \
+                       args=FAST + ("--stuck-after", "1", "--stuck-after-tool", "1")) as daemon, \
             Prometheus(tmp_path / "prometheus", [f"127.0.0.1:{daemon.port}"], rule_files=[RULES]) as prometheus:
         sleeper = cli.start(prompt_for("sleep_tool", 8), home=home, port=provider.port, cwd=cwd)
         wait_until(lambda: value(daemon.scrape(), "copilot_sessions", state="stuck") == 1, timeout=90,
                    what="the sleeping session to be stuck")
         samples = daemon.scrape()
-        assert value(samples, "copilot_session_stalled_seconds", session_id=sleeper.session_id, state="stuck") >= 1
+        assert value(samples, "copilot_session_stalled_seconds", session_id=sleeper.session_id, state="stuck",
+                     tool="bash", repository="") >= 1
         panels_list(prometheus, sleeper.session_id)
         sleeper.wait()
         wait_until(lambda: value(daemon.scrape(), "copilot_sessions", state="stuck") == 0, what="stuck to clear")
@@ -281,7 +282,8 @@ def test_stuck_and_abandoned_sessions(cli, provider, tmp_path):
         wait_until(lambda: value(daemon.scrape(), "copilot_sessions", state="abandoned") == 1, timeout=20,
                    what="the killed session to be abandoned")
         samples = daemon.scrape()
-        assert value(samples, "copilot_session_stalled_seconds", session_id=victim.session_id, state="abandoned") > 0
+        assert value(samples, "copilot_session_stalled_seconds", session_id=victim.session_id, state="abandoned",
+                     tool="bash", repository="") > 0
         panels_list(prometheus, victim.session_id)
     from tests.support.otlp_json import read_spans
 
@@ -292,7 +294,7 @@ def test_stuck_and_abandoned_sessions(cli, provider, tmp_path):
 
 def test_live_states_of_an_sdk_session(cli, provider, tmp_path):
     """A session held open by the real SDK: waiting_user while its permission prompt waits for
-    an answer (never stuck, however long), stuck while a tool sleeps past --stuck-after, and
+    an answer (never stuck, however long), stuck while a tool sleeps past --stuck-after-tool, and
     idle again once the loop ends, while its CLI process still lives."""
     pytest.importorskip("copilot", reason="github-copilot-sdk is installed by the test command")
     from copilot import CopilotClient
@@ -304,7 +306,7 @@ def test_live_states_of_an_sdk_session(cli, provider, tmp_path):
     (home / "session-state").mkdir(parents=True)
     cwd.mkdir()
     with DaemonProcess(home, tmp_path / "state", traces_file=tmp_path / "traces.jsonl",
-                       args=FAST + ("--stuck-after", "1")) as daemon:
+                       args=FAST + ("--stuck-after", "1", "--stuck-after-tool", "1")) as daemon:
 
         def states() -> dict[str, float]:
             return by_label(daemon.scrape(), "copilot_sessions", "state")

@@ -524,7 +524,7 @@ def test_inspect_prints_the_session_tree(cli_corpus, scenario):
     events = run.events()
     lines = out.splitlines()
     interactions = [e for e in events if e["type"] == "user.message" and not e.get("agentId")]
-    assert sum(1 for line in lines if "interaction " in line) == len(interactions)
+    assert sum(1 for line in lines if "── interaction " in line) == len(interactions)
     for usage in (e["data"]["usage"] for e in events if e["type"] == "session.usage_record"):
         assert f"chat {usage['model']} in={usage['inputTokens']} out={usage['outputTokens']}" in out
     names = {e["data"]["toolCallId"]: e["data"]["toolName"] for e in events if e["type"] == "tool.execution_start"}
@@ -542,7 +542,7 @@ def test_inspect_prints_the_session_tree(cli_corpus, scenario):
     for error in (e for e in events if e["type"] == "session.error" and not e.get("agentId")):
         assert f"ended: error ({error['data']['errorType']})" in out
     if any(e["type"] == "session.shutdown" for e in events):
-        assert "session ended: shutdown" in out
+        assert "ended (shutdown)" in out
 
 
 def test_inspect_names_each_malformed_line(cli_corpus, tmp_path):
@@ -558,7 +558,7 @@ def test_inspect_names_each_malformed_line(cli_corpus, tmp_path):
     stderr = result.stderr.decode()
     assert f"{log}:4:" in stderr and f"{log}:5:" in stderr
     assert "2 malformed line(s) skipped" in result.stdout.decode()
-    assert result.stdout.decode().count("interaction ") == sum(1 for e in run.events() if e["type"] == "user.message")
+    assert result.stdout.decode().count("── interaction ") == sum(1 for e in run.events() if e["type"] == "user.message")
 
 
 def test_inspect_unknown_session_is_a_clear_error(tmp_path):
@@ -582,7 +582,7 @@ def test_inspect_a_session_still_running(cli, provider, tmp_path):
         result = run_inspect(str(process.session_dir))
         assert result.returncode == 0, result.stderr.decode()
         out = result.stdout.decode()
-        assert "still running: waiting_tool" in out
+        assert "waiting_tool: waiting on tool bash" in out
         assert "ended: not yet, running" in out
         assert any("tool bash" in line and "running" in line for line in out.splitlines())
     finally:

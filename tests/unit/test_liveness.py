@@ -7,16 +7,20 @@ import os
 import pytest
 
 from copilot_otel.liveness import (ABANDON, ABANDONED_RETENTION, DORMANT, DORMANT_AFTER, GRACE_SECONDS, SessionView,
-                                   live_state, lock_pids, pid_alive, verdict)
+                                   StuckPolicy, abandoned_now, live_state, locks_expected, lock_pids, pid_alive,
+                                   verdict)
 from copilot_otel.vocab import ABANDONED, IDLE, STUCK, WAITING_TOOL, WAITING_USER, WORKING
 
 NOW = 1_800_000_000.0
 STUCK_AFTER = 600.0
+STUCK_AFTER_TOOL = 1800.0
+POLICY = StuckPolicy(STUCK_AFTER, STUCK_AFTER_TOOL, {"bash": 3600.0})
 
 
-def view(state: str, *, quiet_for: float, pids=(101,), abandoned_at: float | None = None) -> SessionView:
-    """A session whose last event was ``quiet_for`` seconds before NOW."""
-    return SessionView("s-1", state, int((NOW - quiet_for) * 1e9), tuple(pids), abandoned_at)
+def view(state: str, *, quiet_for: float, pids=(101,), abandoned_at: float | None = None,
+         tool: str | None = None) -> SessionView:
+    """A session whose last event was ``quiet_for`` seconds before NOW (waiting on ``tool``)."""
+    return SessionView("s-1", state, int((NOW - quiet_for) * 1e9), tuple(pids), abandoned_at, True, tool, "acme/api")
 
 
 def alive(*pids: int):
@@ -26,35 +30,51 @@ def alive(*pids: int):
 @pytest.mark.parametrize("state", [WORKING, WAITING_TOOL, WAITING_USER, IDLE])
 def test_a_live_session_reports_its_own_state(state):
     """A session whose process lives and that was heard from recently is in the model's state, not stalled."""
-    assert live_state(view(state, quiet_for=5), now=NOW, stuck_after=STUCK_AFTER, alive=alive(101)) == (state, 0.0)
+    assert live_state(view(state, quiet_for=5), now=NOW, policy=POLICY, alive=alive(101)) == (state, 0.0)
 
 
-@pytest.mark.parametrize("state", [WORKING, WAITING_TOOL])
-def test_working_or_waiting_on_a_tool_for_too_long_is_stuck(state):
-    """Past --stuck-after without an event, a session at work is stuck, with the seconds it has been quiet."""
-    quiet = STUCK_AFTER + 30
-    assert live_state(view(state, quiet_for=quiet), now=NOW, stuck_after=STUCK_AFTER, alive=alive(101)) == (
+@pytest.mark.parametrize("state,tool,threshold", [(WORKING, None, STUCK_AFTER), (WAITING_TOOL, "view", STUCK_AFTER_TOOL),
+                                                  (WAITING_TOOL, "bash", 3600.0), (WAITING_TOOL, None, STUCK_AFTER_TOOL)])
+def test_past_its_threshold_a_session_at_work_is_stuck(state, tool, threshold):
+    """Working: --stuck-after; waiting on a tool: that tool's own threshold, else --stuck-after-tool.
+    Past it without an event, the session is stuck, with the seconds it has been quiet."""
+    quiet = threshold + 30
+    assert live_state(view(state, quiet_for=quiet, tool=tool), now=NOW, policy=POLICY, alive=alive(101)) == (
         STUCK, pytest.approx(quiet))
-    assert live_state(view(state, quiet_for=STUCK_AFTER - 1), now=NOW, stuck_after=STUCK_AFTER,
+    assert live_state(view(state, quiet_for=threshold - 1, tool=tool), now=NOW, policy=POLICY,
                       alive=alive(101))[0] == state
+
+
+def test_a_long_build_is_not_stuck_at_the_working_threshold():
+    """A tool quiet for longer than --stuck-after but within --stuck-after-tool is only waiting on it."""
+    assert live_state(view(WAITING_TOOL, quiet_for=STUCK_AFTER * 2, tool="bash"), now=NOW, policy=POLICY,
+                      alive=alive(101)) == (WAITING_TOOL, 0.0)
+
+
+def test_policy_thresholds():
+    """Each state's threshold: none for a session waiting on its user or idle."""
+    assert POLICY.threshold(WORKING) == STUCK_AFTER
+    assert POLICY.threshold(WAITING_TOOL, "bash") == 3600.0
+    assert POLICY.threshold(WAITING_TOOL, "edit") == STUCK_AFTER_TOOL
+    assert POLICY.threshold(WAITING_USER) is None and POLICY.threshold(IDLE) is None
 
 
 @pytest.mark.parametrize("state", [WAITING_USER, IDLE])
 def test_waiting_for_the_person_or_idle_is_never_stuck(state):
     """However long a session waits for its user, or sits idle, it is not stuck."""
-    assert live_state(view(state, quiet_for=10 * STUCK_AFTER), now=NOW, stuck_after=STUCK_AFTER,
+    assert live_state(view(state, quiet_for=10 * STUCK_AFTER), now=NOW, policy=POLICY,
                       alive=alive(101)) == (state, 0.0)
 
 
 def test_a_session_without_a_live_process_is_not_live():
     """No pid alive (or none known): the session is not reported at all."""
-    assert live_state(view(WORKING, quiet_for=5), now=NOW, stuck_after=STUCK_AFTER, alive=alive()) is None
-    assert live_state(view(WORKING, quiet_for=5, pids=()), now=NOW, stuck_after=STUCK_AFTER, alive=alive()) is None
+    assert live_state(view(WORKING, quiet_for=5), now=NOW, policy=POLICY, alive=alive()) is None
+    assert live_state(view(WORKING, quiet_for=5, pids=()), now=NOW, policy=POLICY, alive=alive()) is None
 
 
 def test_any_live_holder_is_enough():
     """With several lock files, one live pid makes the session live."""
-    assert live_state(view(WORKING, quiet_for=5, pids=(101, 202)), now=NOW, stuck_after=STUCK_AFTER,
+    assert live_state(view(WORKING, quiet_for=5, pids=(101, 202)), now=NOW, policy=POLICY,
                       alive=alive(202)) == (WORKING, 0.0)
 
 
@@ -63,9 +83,9 @@ def test_an_abandoned_session_stays_visible_for_a_while():
     recent = view(WORKING, quiet_for=120, abandoned_at=NOW - 60)
     old = view(WORKING, quiet_for=ABANDONED_RETENTION + 120, abandoned_at=NOW - ABANDONED_RETENTION)
     never_probed = []
-    assert live_state(recent, now=NOW, stuck_after=STUCK_AFTER, alive=never_probed.append) == (
+    assert live_state(recent, now=NOW, policy=POLICY, alive=never_probed.append) == (
         ABANDONED, pytest.approx(120))
-    assert live_state(old, now=NOW, stuck_after=STUCK_AFTER, alive=never_probed.append) is None
+    assert live_state(old, now=NOW, policy=POLICY, alive=never_probed.append) is None
     assert never_probed == []
 
 
@@ -131,3 +151,20 @@ def test_pid_alive():
     """This process is alive; pid 0 and negative pids never are."""
     assert pid_alive(os.getpid()) is True
     assert pid_alive(0) is False and pid_alive(-1) is False
+
+
+def test_abandoned_now_applies_the_daemons_verdict_to_a_logs_end():
+    """Read from the files alone: mid-turn with its process gone is abandoned, until an hour after its last event;
+    a live process, nothing open, or a CLI that writes no locks is not."""
+    recent, old = int((NOW - 120) * 1e9), int((NOW - ABANDONED_RETENTION - 1) * 1e9)
+    assert abandoned_now(mid_turn=True, last_event_ns=recent, now=NOW, alive=lambda: False)
+    assert not abandoned_now(mid_turn=True, last_event_ns=old, now=NOW, alive=lambda: False)
+    assert not abandoned_now(mid_turn=True, last_event_ns=recent, now=NOW, alive=lambda: True)
+    assert not abandoned_now(mid_turn=False, last_event_ns=recent, now=NOW, alive=lambda: False)
+    assert not abandoned_now(mid_turn=True, last_event_ns=recent, now=NOW, alive=lambda: False, locks_expected=False)
+
+
+def test_locks_expected_by_version():
+    """A lock seen, or a CLI from 1.0.24 on (or of unknown version), writes lock files; 1.0.2 does not."""
+    assert locks_expected([], (1, 0, 102)) and locks_expected([], None) and locks_expected([7], (1, 0, 2))
+    assert not locks_expected([], (1, 0, 2)) and locks_expected([], (1, 0, 2), seen=True)

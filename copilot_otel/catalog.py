@@ -1,0 +1,172 @@
+"""Every session under a COPILOT_HOME at a glance, from its files: what `sessions` lists, and what
+the daemon's /api/sessions serves for the sessions it did not read whole itself.
+
+Tallying a session means reading its whole log through the session model, which costs
+(about 0.5 ms per 10 kB): so each summary is kept under its log's identity (inode, size,
+modification time) and only logs that changed are read again, in worker processes when
+there are many. The cache lives in memory, and in a file (0600, replaced whole) when one is
+named. A log last written before ``since`` is skipped without being read.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Mapping
+
+import orjson
+
+from .config import DEFAULT_MAX_LINE_BYTES, ModelOptions
+from .pipeline import Outputs, drive
+from .private import private_dir, write_private
+from .sessions import SessionModel
+from .sources import EVENTS_FILE, SourceError, UnreadableLog, list_sessions
+from .summary import SessionSummary
+from .tail import read_all
+
+log = logging.getLogger(__name__)
+
+# A summary with other fields (a newer copilot-otel) makes the cached ones unusable: start afresh.
+CACHE_VERSION = "1:" + ",".join(f.name for f in fields(SessionSummary))
+PARALLEL_MIN = 128  # fewer logs to read are read in this process: starting workers costs more
+SHARD = 32
+
+
+@dataclass(frozen=True, slots=True)
+class LogSummary:
+    """A session log and its summary (None: the log could not be read; ``error`` says why)."""
+
+    path: Path
+    summary: SessionSummary | None
+    error: str | None = None
+
+
+def summarize(path: Path, *, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> LogSummary:
+    """Read one whole session log through the model and tally it (malformed lines are skipped quietly)."""
+    try:
+        items = read_all(path, max_line_bytes=max_line_bytes)
+    except UnreadableLog as exc:
+        return LogSummary(path, None, exc.reason)
+    model = SessionModel(path.parent.name, ModelOptions(), summaries=False, metrics=False)
+    drive(model, items, Outputs(), source=str(path), warn=_quiet)
+    return LogSummary(path, model.summary())
+
+
+def _quiet(*_args) -> None:
+    """Bad lines are `replay`'s and the daemon's to report, not a listing's."""
+
+
+@dataclass(frozen=True)
+class _Shard:
+    """Summarize a list of logs (plain data: a worker process can be handed it)."""
+
+    max_line_bytes: int
+
+    def __call__(self, paths: list[Path]) -> list[LogSummary]:
+        return [summarize(path, max_line_bytes=self.max_line_bytes) for path in paths]
+
+
+def _key(st: os.stat_result) -> list[int]:
+    return [st.st_ino, st.st_size, st.st_mtime_ns]
+
+
+class Catalog:
+    """The summaries of the sessions in one session-state folder, each read again only when its log changed."""
+
+    def __init__(self, root: Path, *, cache_file: Path | None = None,
+                 max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> None:
+        self.root = Path(root)
+        self.cache_file = cache_file
+        self.max_line_bytes = max_line_bytes
+        self._cache: dict[str, tuple[list[int], dict]] = {}  # str(path) -> (identity key, summary as a dict)
+        self._lock = threading.Lock()
+        self._loaded = False
+
+    def scan(self, *, since_ns: int = 0, workers: int | None = None,
+             known: Mapping[Path, SessionSummary] | None = None) -> list[LogSummary]:
+        """Every session log (those written since ``since_ns``), summarized; raises SourceError when the
+        folder cannot be listed. Unreadable logs come back with their error. ``known``: summaries the
+        caller already holds (the daemon's, of the logs it read whole), used as they are."""
+        known = known or {}
+        with self._lock:
+            self._load()
+            stale: list[tuple[Path, list[int]]] = []
+            found: list[LogSummary] = []
+            for path in list_sessions(self.root):
+                if path in known:
+                    if known[path].last_event_ns >= since_ns:
+                        found.append(LogSummary(path, known[path]))
+                    continue
+                try:
+                    st = os.stat(path)
+                except OSError as exc:
+                    found.append(LogSummary(path, None, exc.strerror or str(exc)))
+                    continue
+                if st.st_mtime_ns < since_ns:
+                    continue
+                key = _key(st)
+                cached = self._cache.get(str(path))
+                if cached is not None and cached[0] == key:
+                    found.append(LogSummary(path, SessionSummary(**cached[1])))
+                else:
+                    stale.append((path, key))
+            fresh = self._read([path for path, _key_ in stale], workers)
+            changed = False
+            for (path, key), item in zip(stale, fresh):
+                found.append(item)
+                if item.summary is not None:
+                    self._cache[str(path)] = (key, asdict(item.summary))
+                    changed = True
+            changed |= self._drop_missing()
+            if changed:
+                self._save()
+            return found
+
+    def _read(self, paths: list[Path], workers: int | None) -> list[LogSummary]:
+        job = _Shard(self.max_line_bytes)
+        if len(paths) < PARALLEL_MIN or workers == 1:
+            return job(paths)
+        from .workers import MAX_WORKERS, WorkerPool, available_cpus
+
+        count = workers or max(1, min(available_cpus(), MAX_WORKERS))
+        shards = [paths[i:i + SHARD] for i in range(0, len(paths), SHARD)]
+        with WorkerPool(count) as pool:
+            return [item for result in pool.map(job, shards) for item in result]
+
+    def _drop_missing(self) -> bool:
+        """Forget the logs of this folder that are gone (those of other folders stay: one file serves many)."""
+        prefix = str(self.root) + os.sep
+        gone = [name for name in self._cache if name.startswith(prefix) and not os.path.exists(name)]
+        for name in gone:
+            del self._cache[name]
+        return bool(gone)
+
+    def _load(self) -> None:
+        if self._loaded or self.cache_file is None:
+            self._loaded = True
+            return
+        self._loaded = True
+        try:
+            document = orjson.loads(self.cache_file.read_bytes())
+            if document.get("version") == CACHE_VERSION:
+                self._cache = {name: (entry[0], entry[1]) for name, entry in document["logs"].items()}
+        except FileNotFoundError:
+            pass
+        except (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:
+            log.debug("ignoring the summary cache %s: %s", self.cache_file, exc)
+
+    def _save(self) -> None:
+        if self.cache_file is None:
+            return
+        document = {"version": CACHE_VERSION, "logs": {name: list(entry) for name, entry in self._cache.items()}}
+        try:
+            private_dir(self.cache_file.parent)
+            write_private(self.cache_file, orjson.dumps(document))
+        except OSError as exc:  # a read-only state folder costs speed, not the listing
+            log.debug("cannot save the summary cache %s: %s", self.cache_file, exc)
+
+
+__all__ = ["Catalog", "LogSummary", "summarize", "SourceError", "EVENTS_FILE"]

@@ -1,0 +1,154 @@
+"""`sessions`: every session on one line, newest first, from the running daemon or from the files.
+
+With a daemon on ``--metrics-address`` that follows the same COPILOT_HOME, its /api/sessions
+answers (its cache is warm and its thresholds are the ones that page people); otherwise the
+session logs are read here (:class:`~copilot_otel.catalog.Catalog`, cached in the state
+folder) and named by the same rules.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import logging
+import os
+import re
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Iterable
+
+import orjson
+from rich.console import Console
+from rich.text import Text
+
+from .catalog import Catalog
+from .display import ago, clock_time, count, where
+from .liveness import StuckPolicy, lock_pids
+from .status import ENDED, SessionStatus, status_of
+from .vocab import ABANDONED, STUCK, WAITING_TOOL, WAITING_USER, WORKING
+
+log = logging.getLogger(__name__)
+
+API_PATH = "/api/sessions"
+LIVE = "live"  # --state live: every state but ended
+WIDE = 140  # columns from which each session fits on one line
+_STYLES = {WORKING: "cyan", WAITING_TOOL: "cyan", WAITING_USER: "magenta", STUCK: "bold red", ABANDONED: "bold red",
+           ENDED: "dim"}
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+@dataclass(frozen=True)
+class Listing:
+    """The sessions, where they came from, and the logs that could not be read (path, reason)."""
+
+    statuses: list[SessionStatus]
+    source: str
+    unreadable: list[tuple[str, str]]
+
+
+def parse_since(text: str, *, now: float | None = None) -> float:
+    """'90s', '30m', '2h', '1d', '1w' ago, or an ISO date/time ('2026-12-01', '2026-12-01T10:00'): epoch seconds."""
+    now = time.time() if now is None else now
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*", text)
+    if match:
+        return now - float(match.group(1)) * _UNITS[match.group(2)]
+    try:
+        return datetime.fromisoformat(text.strip()).timestamp()
+    except ValueError:
+        raise ValueError(f"--since {text!r}: expected a duration such as 30m, 2h, 1d, or a date such as "
+                         "2026-12-01 or 2026-12-01T10:00") from None
+
+
+def from_daemon(address: tuple[str, int], copilot_home: Path, *, timeout: float = 30.0) -> list[SessionStatus] | None:
+    """The daemon's statuses, or None when no daemon answers there for this COPILOT_HOME."""
+    host, port = address
+    host = "127.0.0.1" if host in ("0.0.0.0", "") else ("::1" if host == "::" else host)
+    url = f"http://[{host}]:{port}{API_PATH}" if ":" in host else f"http://{host}:{port}{API_PATH}"
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:  # noqa: S310 (loopback, our daemon)
+            document = orjson.loads(response.read())
+        theirs = document["copilot_home"]
+        if os.path.realpath(theirs) != os.path.realpath(copilot_home):
+            log.debug("the daemon at %s follows %s, not %s: reading the files", url, theirs, copilot_home)
+            return None
+        return [SessionStatus.from_json(record) for record in document["sessions"]]
+    except (OSError, urllib.error.URLError, ValueError, KeyError, TypeError) as exc:
+        log.debug("no daemon answers at %s (%s): reading the files", url, exc)
+        return None
+
+
+def from_files(root: Path, *, policy: StuckPolicy, cache_file: Path | None, since: float = 0.0,
+               max_line_bytes: int | None = None) -> Listing:
+    """Every session log under ``root`` summarized (cached) and named by the daemon's rules."""
+    catalog = Catalog(root, cache_file=cache_file, **({"max_line_bytes": max_line_bytes} if max_line_bytes else {}))
+    now = time.time()
+    statuses, unreadable = [], []
+    for item in catalog.scan(since_ns=int(since * 1e9)):
+        if item.summary is None:
+            unreadable.append((str(item.path), item.error or "unreadable"))
+            continue
+        pids = lock_pids(item.path.parent) if item.summary.ended is None else []
+        statuses.append(status_of(item.summary, pids, policy=policy, now=now, path=str(item.path)))
+    return Listing(statuses, f"the files under {root}", unreadable)
+
+
+def select(statuses: Iterable[SessionStatus], *, states: Iterable[str] = (), repository: str | None = None,
+           since: float = 0.0) -> list[SessionStatus]:
+    """The statuses that pass the filters, newest first (by start)."""
+    wanted = set(states)
+    if LIVE in wanted:
+        wanted.discard(LIVE)
+        wanted.update(s for s in (WORKING, WAITING_TOOL, WAITING_USER, "idle", STUCK, ABANDONED))
+    out = []
+    for status in statuses:
+        summary = status.summary
+        if wanted and status.state not in wanted:
+            continue
+        if repository and not _repository_matches(summary.repository, repository):
+            continue
+        if since and summary.last_event_ns < since * 1e9:
+            continue
+        out.append(status)
+    return sorted(out, key=lambda s: (s.summary.started_ns, s.summary.last_event_ns), reverse=True)
+
+
+def _repository_matches(actual: str | None, pattern: str) -> bool:
+    """'owner/name', or just 'name', or a glob ('acme/*'); case does not matter."""
+    if not actual:
+        return False
+    actual, pattern = actual.lower(), pattern.lower()
+    if any(c in pattern for c in "*?["):
+        return fnmatch.fnmatchcase(actual, pattern)
+    return actual == pattern or actual.rsplit("/", 1)[-1] == pattern
+
+
+def render(statuses: list[SessionStatus], console: Console, *, now: float | None = None) -> None:
+    """One line per session (two below WIDE columns: the facts that do not fit go on a dim second line)."""
+    now = time.time() if now is None else now
+    wide = console.width >= WIDE
+    head = f"{'SESSION':<8}  {'STATE':<12}  {'LAST':<8} {'TURNS':>5} {'TOKENS':>7} {'PREMIUM':>7}  {'LAST END':<13}"
+    if wide:
+        head += f"  {'STARTED':<12}  {'MODEL':<18}  REPOSITORY / FOLDER"
+    console.print(Text(head, style="bold"), no_wrap=True, overflow="ellipsis", crop=True)
+    for status in statuses:
+        s = status.summary
+        line = Text(no_wrap=True, overflow="ellipsis")
+        line.append(f"{s.session_id[:8]:<8}  ")
+        line.append(f"{status.state:<12}", style=_STYLES.get(status.state, "green"))
+        premium = f"{s.premium_requests:g}" if s.premium_requests else "-"
+        line.append(f"  {ago(s.last_event_ns, now):<8} {s.turns:>5} {count(s.tokens):>7} {premium:>7}  "
+                    f"{s.last_end or '-':<13}")
+        started = clock_time(s.started_ns, now)
+        if wide:
+            line.append(f"  {started:<12}  {(s.model or '-')[:18]:<18}  {where(s) or '-'}", style="")
+            console.print(line, no_wrap=True, overflow="ellipsis", crop=True)
+            continue
+        console.print(line, no_wrap=True, overflow="ellipsis", crop=True)
+        facts = [x for x in (where(s), s.model, f"started {started}") if x]
+        if status.waiting_on and status.state in (WAITING_TOOL, STUCK, ABANDONED):
+            facts.insert(0, f"on {status.waiting_on}")
+        console.print(Text("          " + " · ".join(facts), style="dim"), no_wrap=True, overflow="ellipsis",
+                      crop=True)

@@ -1,0 +1,98 @@
+"""One session's log read so far, and what it looks like now: for `inspect`, `inspect --follow` and the web view.
+
+A :class:`SessionReader` follows the log through the session model (new lines only, at each
+``update``). A :class:`Snapshot` is the session at one moment: every span, the open ones
+ending *now* while the CLI process lives (their durations grow) or closed as the daemon would
+close them once it is gone, and the session's state named by the daemon's rules.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from .config import DEFAULT_MAX_LINE_BYTES, ModelOptions
+from .liveness import StuckPolicy, lock_pids, pid_alive
+from .pipeline import Outputs, Warn, drive
+from .records import SpanRecord
+from .sessions import SessionModel
+from .sources import UnreadableLog, session_id_of
+from .spans import InteractionSummary
+from .status import ENDED, SessionStatus, status_of
+from .summary import SessionSummary
+from .tail import FileTail
+from .vocab import ABANDONED
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A session at one moment."""
+
+    status: SessionStatus
+    spans: list[SpanRecord]  # finished, then the open ones (marked copilot.running) or their cut-off ends
+    interactions: list[InteractionSummary]  # the interactions that ended (autopilot, task summary, how)
+    running: bool  # its CLI process lives and the session is not over: open spans end now
+    now_ns: int
+    rejected: int  # malformed lines skipped
+
+
+class SessionReader:
+    """Reads one session log incrementally through the model."""
+
+    def __init__(self, path: Path, *, options: ModelOptions = ModelOptions(),
+                 max_line_bytes: int = DEFAULT_MAX_LINE_BYTES, warn: Warn = log.warning) -> None:
+        self.path = Path(path)
+        self.session_id = session_id_of(self.path)
+        self.options = options
+        self.max_line_bytes = max_line_bytes
+        self.warn = warn
+        self._reset()
+
+    def _reset(self) -> None:
+        self.model = SessionModel(self.session_id, self.options)
+        self.tail = FileTail(self.path, max_line_bytes=self.max_line_bytes)
+        self.spans: list[SpanRecord] = []
+        self.rejected = 0
+        # Once its process is gone: what finish() closed, and the summary from before (what it was doing).
+        self._closed: tuple[list[SpanRecord], SessionSummary] | None = None
+
+    def update(self) -> bool:
+        """Read what was appended; True if there were new lines. Raises UnreadableLog."""
+        result = self.tail.read(max_bytes=1 << 62)
+        if result.gone or result.error:
+            raise UnreadableLog(self.path, "no such file" if result.gone else result.error)
+        if result.restarted:  # truncated or replaced: the tail read it from the start
+            tail = self.tail
+            self._reset()
+            self.tail = tail
+        elif result.items and self._closed is not None:  # resumed after we closed it: read it again whole
+            self._reset()
+            return self.update()
+        if not result.items:
+            return False
+        out = drive(self.model, result.items, Outputs(), source=str(self.path), warn=self.warn)
+        self.spans.extend(out.spans)
+        self.rejected += sum(out.rejected.values())
+        return True
+
+    def snapshot(self, *, policy: StuckPolicy, now: float | None = None,
+                 alive: Callable[[int], bool] = pid_alive) -> Snapshot:
+        """The session now: its state by the daemon's rules, and its spans."""
+        now = time.time() if now is None else now
+        now_ns = int(now * 1e9)
+        summary = self._closed[1] if self._closed is not None else self.model.summary()
+        status = status_of(summary, lock_pids(self.path.parent), policy=policy, now=now, alive=alive,
+                           path=str(self.path))
+        running = self._closed is None and self.model.ended is None and status.state not in (ENDED, ABANDONED)
+        if running:
+            spans = self.spans + self.model.open_spans(max(now_ns, self.model.last_event_ns))
+        else:
+            if self._closed is None:
+                self._closed = (list(self.model.finish().spans), summary)  # closed as the daemon closes them
+            spans = self.spans + self._closed[0]
+        return Snapshot(status, spans, list(self.model.interactions), running, now_ns, self.rejected)
