@@ -9,13 +9,13 @@ from pathlib import Path
 
 import click
 import orjson
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.console import Console
 
 from . import __version__
 from .status import SESSION_STATES
 from .config import (
     DEFAULT_CONTENT_MAX_CHARS,
+    DEFAULT_GIVE_UP_AFTER,
     DEFAULT_STUCK_AFTER_TOOL,
     DEFAULT_TRACES_FILE_BACKUPS,
     DEFAULT_TRACES_FILE_MAX_BYTES,
@@ -124,7 +124,7 @@ def main() -> None:
 
 
 @main.command()
-@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path, allow_dash=True))
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path, allow_dash=True, readable=False))
 @reading_options
 @export_options
 @_option("metrics-file", type=PATH, default=None,
@@ -132,11 +132,21 @@ def main() -> None:
 @_option("workers", type=click.IntRange(min=0), default=0, show_default=True,
          help="Processes that share the work (0: one per CPU when there are many sessions, else one); "
               "the output is the same for any number.")
-def replay(paths, log_level, metrics_file, workers, **options) -> None:
-    """Export the traces of session folders, events.jsonl files, a COPILOT_HOME, or - (stdin)."""
-    from .replay import SourceError, replay_files, replay_stream, resolve
+@_option("rate", type=click.FloatRange(min=0), default=0, show_default=True,
+         help="Send at most this many spans a second (0: as fast as the backend takes them).")
+@_option("give-up-after", type=click.FloatRange(min=0), default=DEFAULT_GIVE_UP_AFTER, show_default=True,
+         help="Seconds a backend may refuse or throttle one batch before the replay stops, naming the "
+              "sessions not delivered (a re-run continues with them).")
+@_option("restart", is_flag=True, help="Forget an interrupted replay of the same sessions and send everything.")
+def replay(paths, log_level, metrics_file, workers, rate, give_up_after, restart, **options) -> None:
+    """Export the traces of session folders, events.jsonl files, a COPILOT_HOME, or - (stdin).
+
+    A replay that stops (Ctrl-C, a crash, a backend that refused for too long) is continued by
+    running the same command again: what was delivered is not sent twice.
+    """
+    from .replay import SourceError, replay_stream, resolve
+    from .replay_job import replay_logs, report
     from .sinks import ExportError, make_sink
-    from .workers import WorkerError
 
     _setup_logging(log_level)
     from_stdin = [str(p) for p in paths] == ["-"]
@@ -148,38 +158,42 @@ def replay(paths, log_level, metrics_file, workers, **options) -> None:
     except (ConfigError, SourceError) as exc:
         _fail(str(exc))
         return
-    model_options = {"options": config.model, "max_line_bytes": config.max_line_bytes}
-    interactive = sys.stderr.isatty()
-    try:
-        if from_stdin:
-            stats = replay_stream(sys.stdin.buffer.read(), sink, **model_options)
-        else:
-            with Progress(TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                          TimeElapsedColumn(), disable=not interactive, transient=True) as progress:
-                task = progress.add_task("replaying sessions", total=len(files))
-                stats = replay_files(files, sink, on_file=lambda _path: progress.advance(task),
-                                     workers=workers or None, keep_metrics=metrics_file is not None, **model_options)
-        sink.shutdown()
-    except (ExportError, WorkerError) as exc:
-        _fail(f"export failed: {exc}", EXIT_EXPORT_FAILED)
+    if from_stdin:
+        try:
+            stats = replay_stream(sys.stdin.buffer.read(), sink, options=config.model,
+                                  max_line_bytes=config.max_line_bytes)
+            sink.shutdown()
+        except ExportError as exc:
+            _fail(f"export failed: {exc}", EXIT_EXPORT_FAILED)
+            return
+        _write_metrics(metrics_file, stats)
+        click.echo(f"copilot-otel: exported {stats.spans} spans from the stream, {stats.events} events -> "
+                   f"{sink.description}", err=True)
         return
-    if metrics_file is not None:
-        from prometheus_client import write_to_textfile
+    outcome = replay_logs(files, sink, config, workers=workers or None, rate=rate, give_up_after=give_up_after,
+                          restart=restart, keep_metrics=metrics_file is not None, interactive=sys.stderr.isatty())
+    sink.shutdown()
+    _write_metrics(metrics_file, outcome.stats)
+    report(outcome, sink.description)
+    sys.exit(outcome.code)
 
-        from .metrics import Metrics
 
-        metrics = Metrics(process=False)
-        for update in stats.metrics:
-            metrics.apply(update)
-        for reason, count in stats.rejected.items():
-            metrics.lines_rejected.labels(reason).inc(count)
-        for event_type, count in stats.out_of_order.items():
-            metrics.events_out_of_order.labels(event_type).inc(count)
-        write_to_textfile(str(metrics_file), metrics.registry)
-    rejected = sum(stats.rejected.values())
-    click.echo(f"copilot-otel: exported {stats.spans} spans from {stats.files} session(s), "
-               f"{stats.events} events" + (f", {rejected} malformed line(s) skipped" if rejected else "")
-               + f" -> {sink.description}", err=True)
+def _write_metrics(metrics_file: Path | None, stats) -> None:
+    """The replay's metrics in the node_exporter textfile format, when asked for."""
+    if metrics_file is None:
+        return
+    from prometheus_client import write_to_textfile
+
+    from .metrics import Metrics
+
+    metrics = Metrics(process=False)
+    for update in stats.metrics or ():
+        metrics.apply(update)
+    for reason, count in stats.rejected.items():
+        metrics.lines_rejected.labels(reason).inc(count)
+    for event_type, count in stats.out_of_order.items():
+        metrics.events_out_of_order.labels(event_type).inc(count)
+    write_to_textfile(str(metrics_file), metrics.registry)
 
 
 @main.command()

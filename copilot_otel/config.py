@@ -39,6 +39,7 @@ DEFAULT_MAX_BUFFERED_SPANS = 20_000
 # The Collector file exporter's rotation default is 100 MB; it keeps 100 backups, a laptop fewer.
 DEFAULT_TRACES_FILE_MAX_BYTES = 100 * 1024 * 1024
 DEFAULT_TRACES_FILE_BACKUPS = 10
+DEFAULT_GIVE_UP_AFTER = 600.0  # replay: seconds a backend may refuse one batch before the replay stops
 MIN_MAX_LINE_BYTES = 1024
 MIN_IDLE_QUIET = 0.05
 

@@ -19,14 +19,15 @@ from .pipeline import Outputs, drive, finish
 from .records import MetricUpdate, SpanRecord
 from .sessions import SessionModel
 from .sinks import FileSink, SpanSink
-from .sources import EVENTS_FILE, SESSION_STATE, SourceError, find_event_files, resolve, session_id_of
+from .sources import (EVENTS_FILE, SESSION_STATE, SourceError, UnreadableLog, find_event_files, resolve,
+                      session_id_of)
 from .tail import FUTURE_TOLERANCE_S, read_all
 from .workers import MAX_WORKERS, WorkerPool, available_cpus
 
 log = logging.getLogger(__name__)
 
 __all__ = ["EVENTS_FILE", "SESSION_STATE", "SourceError", "find_event_files", "resolve", "session_id_of",
-           "ReplayStats", "replay_files", "replay_stream", "replay_session"]
+           "Batch", "ReplayStats", "replay_files", "replay_stream", "replay_session"]
 
 BATCH = 512
 # Files per unit of work, in one process or spread over several; a request never holds spans of
@@ -74,20 +75,38 @@ def replay_session(session_id: str, items: list[Event | DecodeError], stats: Rep
     return out.spans
 
 
-@dataclass
-class ShardResult:
-    """One shard's figures and spans: batches of records, or those batches encoded as request lines."""
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """One request's spans (as records, or encoded as a request line), and whose they are: (log, its spans
+    in this batch, whether this batch holds the log's last span) for each log, in order."""
 
-    stats: ReplayStats
-    batches: list[list[SpanRecord]]
-    encoded: bytes = b""
+    records: list[SpanRecord]
+    encoded: bytes
+    parts: tuple[tuple[str, int, bool], ...]
+
+    @property
+    def spans(self) -> int:
+        return sum(count for _path, count, _last in self.parts)
 
     def export(self, sink: SpanSink) -> None:
-        """Hand the spans to the sink (raises ExportError)."""
+        """Hand the spans to the sink (raises ExportError); a batch of no span sends nothing."""
         if self.encoded:
             sink.write_encoded(self.encoded)
-        for batch in self.batches:
-            sink.export(batch)
+        elif self.records:
+            sink.export(self.records)
+
+
+@dataclass
+class ShardResult:
+    """One shard's figures, its batches, and the logs it could not read (path, reason)."""
+
+    stats: ReplayStats
+    batches: list[Batch]
+    unreadable: list[tuple[str, str]] = field(default_factory=list)
+
+
+def _deliver_plainly(batch: Batch, sink: SpanSink) -> None:
+    batch.export(sink)
 
 
 @dataclass(frozen=True)
@@ -98,22 +117,48 @@ class ShardJob:
     max_line_bytes: int
     encoder: OtlpJsonEncoder | None  # None: the spans stay records, for a sink that encodes them itself
     keep_metrics: bool
+    batch: int = BATCH
 
-    def __call__(self, files: list[Path], on_file: Callable[[Path], None] | None = None) -> ShardResult:
-        """Decode and model each file; the spans in batches of at most BATCH, encoded if asked."""
+    def __call__(self, files: list[Path | tuple[Path, int]],
+                 on_file: Callable[[Path], None] | None = None) -> ShardResult:
+        """Decode and model each file (leaving out the first ``skip`` spans of a ``(path, skip)``: a
+        replay that resumes); the spans in batches of at most ``self.batch``, encoded if asked."""
         stats = ReplayStats(metrics=[] if self.keep_metrics else None)
+        result = ShardResult(stats, [])
         spans: list[SpanRecord] = []
-        for path in files:
-            items = read_all(path, max_line_bytes=self.max_line_bytes)
-            spans.extend(replay_session(session_id_of(path), items, stats, source=str(path), options=self.options))
+        parts: list[list] = []  # [path, spans in the current batch, last piece of the log]
+        for item in files:
+            path, skip = item if isinstance(item, tuple) else (item, 0)
+            try:
+                items = read_all(path, max_line_bytes=self.max_line_bytes)
+            except UnreadableLog as exc:
+                result.unreadable.append((str(path), exc.reason))
+                continue
+            mine = replay_session(session_id_of(path), items, stats, source=str(path), options=self.options)[skip:]
             stats.files += 1
+            stats.spans += len(mine)
+            while True:
+                room = self.batch - len(spans)
+                taken, mine = mine[:room], mine[room:]
+                spans.extend(taken)
+                parts.append([str(path), len(taken), not mine])
+                if len(spans) < self.batch:
+                    break
+                result.batches.append(self._batch(spans, parts))
+                spans, parts = [], []
+                if not mine:
+                    break
             if on_file is not None:
                 on_file(path)
-        stats.spans = len(spans)
-        batches = [spans[i:i + BATCH] for i in range(0, len(spans), BATCH)]
-        if self.encoder is not None:
-            return ShardResult(stats, [], b"".join(self.encoder.encode(batch) for batch in batches))
-        return ShardResult(stats, batches)
+        if parts:
+            result.batches.append(self._batch(spans, parts))
+        return result
+
+    def _batch(self, spans: list[SpanRecord], parts: list[list]) -> Batch:
+        parts = tuple((path, count, last) for path, count, last in parts)
+        if self.encoder is not None and spans:
+            return Batch([], self.encoder.encode(spans), parts)
+        return Batch(spans, b"", parts)
 
 
 def default_workers(files: int) -> int:
@@ -123,34 +168,47 @@ def default_workers(files: int) -> int:
     return max(1, min(available_cpus(), MAX_WORKERS))
 
 
-def replay_files(files: list[Path], sink: SpanSink, *, options: ModelOptions = ModelOptions(),
+def replay_files(files: list[Path | tuple[Path, int]], sink: SpanSink, *, options: ModelOptions = ModelOptions(),
                  on_file: Callable[[Path], None] | None = None, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
-                 workers: int | None = None, keep_metrics: bool = False, shard_files: int = SHARD_FILES) -> ReplayStats:
+                 workers: int | None = None, keep_metrics: bool = False, shard_files: int = SHARD_FILES,
+                 batch: int = BATCH, deliver: Callable[[Batch, SpanSink], None] = _deliver_plainly,
+                 unreadable: list[tuple[str, str]] | None = None) -> ReplayStats:
     """Export every file's spans through ``sink``, in file order; raise ExportError if delivery fails.
 
-    ``workers`` processes share the work (None: :func:`default_workers`); the spans, their order
-    and the requests are the same for any number. ``keep_metrics``: keep the model's metric
-    updates in ``stats.metrics`` (else the model makes none). Raises WorkerError if a worker died.
+    A ``(path, skip)`` item leaves out the path's first ``skip`` spans. ``workers`` processes share
+    the work (None: :func:`default_workers`); the spans, their order and the requests are the same
+    for any number. ``deliver(batch, sink)`` sends each batch (default: once, raising what the sink
+    raises). ``keep_metrics``: keep the model's metric updates in ``stats.metrics`` (else the model
+    makes none). Logs that cannot be read are left out, and added to ``unreadable`` (logged without one).
+    Raises WorkerError if a worker died.
     """
     encoder = sink.encoder if isinstance(sink, FileSink) else None
-    job = ShardJob(options, max_line_bytes, encoder, keep_metrics)
+    job = ShardJob(options, max_line_bytes, encoder, keep_metrics, batch)
     shards = [files[i:i + shard_files] for i in range(0, len(files), shard_files)]
     count = min(default_workers(len(files)) if workers is None else workers, len(shards))
     stats = ReplayStats(metrics=[] if keep_metrics else None)
+
+    def take(result: ShardResult) -> None:
+        for one in result.batches:
+            deliver(one, sink)
+        stats.add(result.stats)
+        if unreadable is not None:
+            unreadable.extend(result.unreadable)
+        else:
+            for path, reason in result.unreadable:
+                log.warning("%s: cannot read it (%s); left out", path, reason)
+
     if count <= 1:
         for shard in shards:
-            result = job(shard, on_file)
-            result.export(sink)
-            stats.add(result.stats)
+            take(job(shard, on_file))
         return stats
     with WorkerPool(count) as pool:
         log.debug("replaying %d files in %d worker processes (%s)", len(files), count, pool.start_method)
         for shard, result in zip(shards, pool.map(job, shards)):
-            result.export(sink)
-            stats.add(result.stats)
+            take(result)
             if on_file is not None:
-                for path in shard:
-                    on_file(path)
+                for item in shard:
+                    on_file(item[0] if isinstance(item, tuple) else item)
     return stats
 
 

@@ -139,6 +139,38 @@ class FileSink:
             self._file.close()
 
 
+class _Complaints(logging.Filter):
+    """While an OtlpSink exports in a thread, what the SDK's exporter logs there (a line per failed
+    attempt, retries included) becomes the reason in the sink's ExportError instead of lines of its own."""
+
+    LOGGERS = ("opentelemetry.exporter.otlp.proto.grpc.exporter",
+               "opentelemetry.exporter.otlp.proto.http.trace_exporter")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._local = threading.local()
+        for name in self.LOGGERS:
+            logging.getLogger(name).addFilter(self)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        heard = getattr(self._local, "heard", None)
+        if heard is None:
+            return True
+        heard.append(record.getMessage())
+        return False
+
+    def collect(self) -> list[str]:
+        """Start collecting this thread's exporter messages into the list returned."""
+        self._local.heard = []
+        return self._local.heard
+
+    def stop(self) -> None:
+        self._local.heard = None
+
+
+_COMPLAINTS = _Complaints()
+
+
 class OtlpSink:
     """Sends spans with the SDK's OTLP exporter over gRPC or HTTP/protobuf."""
 
@@ -165,12 +197,16 @@ class OtlpSink:
         if not records:
             return
         spans = [to_readable_span(r, self._resource) for r in records]
+        heard = _COMPLAINTS.collect()
         try:
             result = self._exporter.export(spans)
         except Exception as exc:  # the exporter should not raise, but a sink must not crash the caller
             raise ExportError(f"OTLP export to {self.description} raised {type(exc).__name__}") from exc
+        finally:
+            _COMPLAINTS.stop()
         if result is not SpanExportResult.SUCCESS:
-            raise ExportError(f"OTLP export to {self.description} failed")
+            reason = (f": {heard[-1]}" + (f" (first: {heard[0]})" if heard[0] != heard[-1] else "")) if heard else ""
+            raise ExportError(f"OTLP export to {self.description} failed{reason}")
 
     def shutdown(self) -> None:
         """Close the exporter's channel."""

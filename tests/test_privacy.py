@@ -269,7 +269,8 @@ def test_otlp_headers_never_in_replay_errors(planted, unused_port):
     def attempt(combination):
         protocol, form = combination
         token = "tok" + uuid.uuid4().hex
-        result = run_replay(str(planted.run.session_dir), "--log-level", "debug",
+        result = run_replay(str(planted.run.session_dir), "--log-level", "debug", "--give-up-after", "1",
+                            "--state-dir", str(planted.run.home.parent / f"state-{uuid.uuid4().hex}"),
                             env=_otlp_env(unused_port, protocol, form, token))
         output = result.stdout + result.stderr
         problems = []

@@ -358,13 +358,16 @@ def test_missing_path_is_a_clear_error(tmp_path):
     assert "nope: no such file or directory" in result.stderr.decode()
 
 
-def test_export_failure_exits_non_zero(cli_corpus, unused_port):
-    """When the OTLP backend cannot be reached, replay says so and exits 1."""
+def test_export_failure_exits_non_zero(cli_corpus, unused_port, tmp_path):
+    """When the OTLP backend cannot be reached for longer than --give-up-after, replay says so, names the
+    session it could not deliver, and exits 1."""
     env = {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{unused_port}",
-           "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf", "OTEL_EXPORTER_OTLP_TIMEOUT": "2"}
-    result = run_replay(str(cli_corpus["plain"].session_dir), env=env)
+           "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf", "OTEL_EXPORTER_OTLP_TIMEOUT": "1"}
+    run = cli_corpus["plain"]
+    result = run_replay(str(run.session_dir), "--give-up-after", "2", "--state-dir", str(tmp_path), env=env)
     assert result.returncode == 1
-    assert "export failed" in result.stderr.decode()
+    stderr = result.stderr.decode()
+    assert "export failed, gave up" in stderr and f"1 of 1 session(s) not delivered: {run.session_id}" in stderr
 
 
 def test_default_destination_is_announced(cli_corpus, tmp_path):
@@ -470,7 +473,8 @@ def test_worker_processes_export_failure_exits_non_zero(cli_corpus, tmp_path, un
     home = many_sessions(cli_corpus, tmp_path / "home", copies=11)
     env = {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{unused_port}",
            "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf", "OTEL_EXPORTER_OTLP_TIMEOUT": "2"}
-    result = run_replay(str(home), "--workers", "2", "--log-level", "debug", env=env)
+    result = run_replay(str(home), "--workers", "2", "--log-level", "debug", "--give-up-after", "2",
+                        "--state-dir", str(tmp_path / "state"), env=env)
     assert result.returncode == 1
     assert "in 2 worker processes" in result.stderr.decode()
     assert "export failed" in result.stderr.decode()

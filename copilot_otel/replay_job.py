@@ -1,0 +1,143 @@
+"""One `copilot-otel replay` of session logs, from start to exit code: what is left to send (the
+ledger of an interrupted run), sending it (rate, throttling, deadline), progress on a terminal or
+one summary line, and the sessions not delivered when it gives up.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import click
+from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                           TimeRemainingColumn)
+
+from .config import Config
+from .delivery import Delivery, GaveUp
+from .ledger import Ledger, identity_of
+from .replay import BATCH, Batch, ReplayStats, replay_files
+from .sinks import SpanSink
+from .sources import session_id_of
+from .workers import WorkerError
+
+log = logging.getLogger(__name__)
+
+EXIT_OK, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 130
+NAMED = 10  # sessions named in a failure message; the rest are counted
+
+
+@dataclass
+class Outcome:
+    """How a replay went: its figures, what was left undelivered, and the exit code."""
+
+    stats: ReplayStats
+    total: int = 0  # sessions the replay was asked for
+    code: int = EXIT_OK
+    delivered: int = 0  # spans this run delivered
+    before: int = 0  # sessions an interrupted run had delivered already
+    retries: int = 0
+    seconds: float = 0.0
+    undelivered: list[Path] = field(default_factory=list)
+    unreadable: list[tuple[str, str]] = field(default_factory=list)
+    reason: str = ""
+
+
+def _progress(interactive: bool) -> Progress:
+    return Progress(TextColumn("{task.description}"), BarColumn(bar_width=None), MofNCompleteColumn(),
+                    TextColumn("sessions  {task.fields[spans]} spans  {task.fields[rate]}/s"),
+                    TimeRemainingColumn(), TimeElapsedColumn(), disable=not interactive, transient=True)
+
+
+def replay_logs(files: list[Path], sink: SpanSink, config: Config, *, workers: int | None = None, rate: float = 0.0,
+                give_up_after: float, restart: bool = False, keep_metrics: bool = False,
+                interactive: bool = False) -> Outcome:
+    """Send every log's spans through ``sink``, continuing an interrupted replay of the same logs to the
+    same destination unless ``restart``; never raises for a delivery problem: the Outcome says."""
+    settings = f"{config.model.capture_content}:{config.model.content_max_chars}"
+    ledger = _open_ledger(Ledger.path_for(config.state_dir, sink.description, files, settings), restart)
+    progress = ledger.load() if ledger is not None else {}
+    identities = {str(path): identity_of(path) for path in files}
+    todo: list[tuple[Path, int]] = []
+    for path in files:
+        known = progress.get(str(path))
+        if known is None or known.identity != identities[str(path)]:
+            todo.append((path, 0))
+        elif not known.done:
+            todo.append((path, known.sent))
+    outcome = Outcome(ReplayStats(metrics=[] if keep_metrics else None), len(files), before=len(files) - len(todo))
+    if outcome.before:
+        log.info("continuing an interrupted replay: %d of %d sessions were delivered before", outcome.before,
+                 len(files))
+    started = time.monotonic()
+    with _progress(interactive) as bar:
+        task = bar.add_task("replaying", total=len(todo), spans=0, rate=0)
+
+        def delivered(batch: Batch) -> None:
+            elapsed = max(time.monotonic() - started, 1e-6)
+            bar.update(task, advance=sum(1 for _p, _n, last in batch.parts if last), description="replaying",
+                       spans=delivery.spans, rate=f"{delivery.spans / elapsed:.0f}")
+
+        def waiting(_reason: str, seconds: float) -> None:
+            bar.update(task, description=f"backend refuses; retry in {seconds:.0f} s")
+
+        delivery = Delivery(ledger=ledger, identities=identities, sent={str(p): s for p, s in todo}, rate=rate,
+                            give_up_after=give_up_after, on_delivered=delivered, on_waiting=waiting)
+        batch = min(BATCH, max(1, int(rate))) if rate > 0 else BATCH
+        try:
+            outcome.stats = replay_files(todo, sink, options=config.model, max_line_bytes=config.max_line_bytes,
+                                         workers=workers, keep_metrics=keep_metrics, batch=batch, deliver=delivery,
+                                         unreadable=outcome.unreadable)
+        except GaveUp as exc:
+            outcome.code, outcome.reason = EXIT_FAILED, f"export failed, gave up: {exc}"
+        except WorkerError as exc:
+            outcome.code, outcome.reason = EXIT_FAILED, f"export failed: {exc}"
+        except KeyboardInterrupt:
+            outcome.code, outcome.reason = EXIT_INTERRUPTED, "interrupted"
+    outcome.delivered, outcome.retries = delivery.spans, delivery.retries
+    outcome.seconds = time.monotonic() - started
+    finished = {str(p) for p in files} - {str(p) for p, _skip in todo} | delivery.done
+    outcome.undelivered = [path for path in files if str(path) not in finished]
+    if outcome.unreadable and outcome.code == EXIT_OK:
+        outcome.code, outcome.reason = EXIT_FAILED, f"{len(outcome.unreadable)} session log(s) could not be read"
+    if ledger is not None:
+        ledger.close(remove=not outcome.undelivered)
+    return outcome
+
+
+def _open_ledger(path: Path, restart: bool) -> Ledger | None:
+    """The ledger of this replay (a fresh one with ``restart``); None, said once, if the state folder is not writable."""
+    try:
+        if restart:
+            for suffix in ("", "-wal", "-shm"):
+                Path(str(path) + suffix).unlink(missing_ok=True)
+        return Ledger(path)
+    except OSError as exc:
+        log.warning("cannot keep the replay's progress in %s (%s): an interrupted replay will start over",
+                    path, exc.strerror or exc)
+        return None
+
+
+def report(outcome: Outcome, destination: str) -> None:
+    """The summary line, and for a replay that did not finish, which sessions were not delivered."""
+    stats = outcome.stats
+    rejected = sum(stats.rejected.values())
+    rate = outcome.delivered / outcome.seconds if outcome.seconds > 0 else 0.0
+    extras = [f"{rejected} malformed line(s) skipped" if rejected else "",
+              f"{outcome.before} session(s) delivered by an earlier run" if outcome.before else "",
+              f"{outcome.retries} retries" if outcome.retries else ""]
+    click.echo(f"copilot-otel: exported {outcome.delivered} spans from {stats.files} session(s), {stats.events} events"
+               + "".join(f", {x}" for x in extras if x)
+               + f" -> {destination} in {outcome.seconds:.1f} s ({rate:.0f} spans/s)", err=True)
+    for path, reason in outcome.unreadable:
+        click.echo(f"copilot-otel: {path}: cannot read it ({reason})", err=True)
+    if outcome.code == EXIT_OK:
+        return
+    missing = outcome.undelivered
+    named = ", ".join(session_id_of(p) for p in missing[:NAMED]) + (
+        f" and {len(missing) - NAMED} more" if len(missing) > NAMED else "")
+    click.echo(f"copilot-otel: {outcome.reason}; {len(missing)} of {outcome.total} session(s) not delivered: "
+               f"{named or 'none'}", err=True)
+    if missing:
+        click.echo("copilot-otel: run the same command again to continue where it stopped", err=True)

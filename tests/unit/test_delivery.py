@@ -1,0 +1,138 @@
+"""delivery.py and ledger.py: a replay's batches go out at a rate, through refusals until a deadline, and
+a replay that stopped continues from its ledger without sending a span twice."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from copilot_otel.delivery import Delivery, GaveUp, RateLimit
+from copilot_otel.ledger import Ledger, identity_of
+from copilot_otel.replay import replay_files
+from copilot_otel.sinks import ExportError, MemorySink
+from tests.support.events import SessionLog
+
+
+class FakeTime:
+    """A clock that only moves when slept on."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+        self.slept: list[float] = []
+
+    def clock(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+
+
+class Refusing(MemorySink):
+    """A backend that refuses (as a throttled one does) while ``refuse()`` says so; what it accepts, it keeps."""
+
+    def __init__(self, refuse) -> None:
+        super().__init__()
+        self.refuse = refuse
+        self.attempts = 0
+
+    def export(self, records) -> None:
+        self.attempts += 1
+        if self.refuse(self.attempts):
+            raise ExportError("OTLP export failed: StatusCode.RESOURCE_EXHAUSTED, Server is at capacity")
+        super().export(records)
+
+
+def logs(tmp_path, sessions: int = 6):
+    """Session logs of a few spans each, in their own folders."""
+    paths = []
+    for n in range(sessions):
+        log = SessionLog(f"s-{n}")
+        log.start()
+        log.user()
+        log.tool_turn(("bash", f"c-{n}"))
+        log.answer()
+        log.shutdown()
+        folder = tmp_path / "session-state" / f"s-{n}"
+        folder.mkdir(parents=True)
+        (folder / "events.jsonl").write_bytes(log.jsonl())
+        paths.append(folder / "events.jsonl")
+    return paths
+
+
+def keys(records) -> Counter:
+    return Counter((r.trace_id, r.span_id) for r in records)
+
+
+def test_the_rate_limit_spaces_spans():
+    """At 100 spans/s, 1000 spans in batches of 100 take 9 s of waiting (the first second's worth goes at once)."""
+    time = FakeTime()
+    limit = RateLimit(100, clock=time.clock, sleep=time.sleep)
+    for _ in range(10):
+        limit.take(100)
+    assert sum(time.slept) == pytest.approx(9.0)
+    RateLimit(0, clock=time.clock, sleep=time.sleep).take(10 ** 6)  # 0: no limit
+    assert sum(time.slept) == pytest.approx(9.0)
+
+
+def test_refusals_are_waited_out_and_every_span_arrives_once(tmp_path):
+    """A backend that refuses the first five attempts: the replay waits with growing backoff, retries, and
+    the backend holds each span once; the ledger says every log is done."""
+    time = FakeTime()
+    reference = MemorySink()
+    replay_files(logs(tmp_path), reference)
+    sink = Refusing(lambda attempt: attempt <= 5)
+    ledger = Ledger(tmp_path / "state" / "replay" / "x.sqlite")
+    delivery = Delivery(ledger=ledger, give_up_after=60, clock=time.clock, sleep=time.sleep)
+    replay_files(sorted((tmp_path / "session-state").glob("*/events.jsonl")), sink, deliver=delivery, batch=4)
+    assert keys(sink.records) == keys(reference.records) and max(keys(sink.records).values()) == 1
+    assert time.slept == [0.5, 1.0, 2.0, 4.0, 8.0] and delivery.retries == 5
+    assert all(progress.done for progress in ledger.load().values()) and len(ledger.load()) == 6
+
+
+def test_a_backend_refusing_past_the_deadline_ends_the_replay(tmp_path):
+    """Refused for longer than give_up_after: GaveUp, with the backend's reason; what went before is recorded."""
+    time = FakeTime()
+    sink = Refusing(lambda attempt: attempt > 2)
+    ledger = Ledger(tmp_path / "l.sqlite")
+    delivery = Delivery(ledger=ledger, give_up_after=20, clock=time.clock, sleep=time.sleep)
+    with pytest.raises(GaveUp, match="RESOURCE_EXHAUSTED"):
+        replay_files(logs(tmp_path), sink, deliver=delivery, batch=4)
+    assert sum(time.slept) == pytest.approx(20)
+    assert sum(progress.sent for progress in ledger.load().values()) == len(sink.records) == 8
+
+
+def test_a_replay_that_stopped_continues_without_sending_a_span_twice(tmp_path):
+    """Stopped mid-way (a log half delivered), then run again from the ledger: together the two runs deliver
+    every span exactly once; a log that changed since is sent from its start."""
+    paths = logs(tmp_path)
+    reference = MemorySink()
+    replay_files(paths, reference)
+    time = FakeTime()
+    ledger_path = tmp_path / "l.sqlite"
+    sink = Refusing(lambda attempt: attempt > 3)
+    with pytest.raises(GaveUp):
+        replay_files(paths, sink, deliver=Delivery(ledger=Ledger(ledger_path), give_up_after=1,
+                                                   identities={str(p): identity_of(p) for p in paths},
+                                                   clock=time.clock, sleep=time.sleep), batch=5)
+    progress = Ledger(ledger_path).load()
+    assert any(not p.done and p.sent for p in progress.values()), "a log was cut in the middle"
+    todo = [(p, progress[str(p)].sent if str(p) in progress else 0) for p in paths
+            if not (str(p) in progress and progress[str(p)].done)]
+    sink.refuse = lambda attempt: False
+    replay_files(todo, sink, deliver=Delivery(ledger=Ledger(ledger_path), sent=dict((str(p), n) for p, n in todo)),
+                 batch=5)
+    assert keys(sink.records) == keys(reference.records) and max(keys(sink.records).values()) == 1
+    assert identity_of(paths[0]) != "" and identity_of(tmp_path / "missing") == ""
+
+
+def test_the_ledger_is_named_by_what_is_replayed_where():
+    """The same logs to the same destination find the same ledger; another destination or setting another."""
+    from pathlib import Path
+
+    one = Ledger.path_for(Path("/s"), "http://a:4317 (grpc)", [Path("/x/1"), Path("/x/2")], "False:4096")
+    assert one == Ledger.path_for(Path("/s"), "http://a:4317 (grpc)", [Path("/x/2"), Path("/x/1")], "False:4096")
+    assert one != Ledger.path_for(Path("/s"), "http://b:4317 (grpc)", [Path("/x/1"), Path("/x/2")], "False:4096")
+    assert one != Ledger.path_for(Path("/s"), "http://a:4317 (grpc)", [Path("/x/1"), Path("/x/2")], "True:4096")
+    assert one.parent == Path("/s/replay")
