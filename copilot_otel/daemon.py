@@ -25,15 +25,14 @@ from .export import ExportQueue
 from .follow import Follower
 from .liveness import ABANDON, ABANDONED_RETENTION, DORMANT, SessionView, live_state, lock_pids, pid_alive, verdict
 from .logs import RateLimitedLog, ReportedOnce
-from .metrics import LiveSession, Metrics
+from .metrics import Metrics
 from .notices import SessionNotices
 from .pipeline import Outputs
 from .private import private_dir
-from .sources import SESSION_STATE, SourceError
+from .sources import SESSION_STATE
 from .sinks import SpanSink, make_sink
-from .status import SessionStatus, api_document, status_of
-from .summary import SessionSummary
-from .vocab import END_INCOMPLETE, END_SHUTDOWN, WAITING_TOOL, WORKING
+from .readout import Readout
+from .vocab import END_INCOMPLETE, END_SHUTDOWN
 
 log = logging.getLogger(__name__)
 
@@ -50,9 +49,11 @@ class Daemon:
         self.root = config.copilot_home / SESSION_STATE
         self.clock = clock
         self.policy = config.stuck_policy
+        self.readout = Readout(Catalog(self.root, cache_file=config.summary_cache, max_line_bytes=config.max_line_bytes),
+                               self.policy, copilot_home=config.copilot_home, clock=clock)
         self.metrics = metrics or Metrics()
-        self.metrics.add_live_sessions(self.live_sessions)
-        self.metrics.measure_lag_while(self._sessions_at_work)
+        self.metrics.add_live_sessions(self.readout.live_sessions)
+        self.metrics.measure_lag_while(self.readout.sessions_at_work)
         private_dir(config.state_dir)
         self.checkpoint = Checkpoint(config.state_dir / "checkpoint.sqlite")
         self.sink = sink or make_sink(traces_file=config.traces_file, otlp=config.otlp,
@@ -71,14 +72,9 @@ class Daemon:
         # thousands of finished sessions cost nothing between their writes.
         self._open: dict[Path, Follower] = {}
         self._abandoned: dict[Path, Follower] = {}
-        self._views: dict[Path, SessionView] = {}  # the reader's copy; scrapes read ``self.views``
-        self.views: tuple[SessionView, ...] = ()
-        # The sessions this daemon read whole (from their first line) at a glance, kept when their model is
-        # compacted away; other threads read it (copy with ``list(daemon.summaries.values())``: each entry
-        # is replaced whole, never changed). A session resumed from the checkpoint mid-file is not here.
-        self.summaries: dict[Path, SessionSummary] = {}
+        self._views: dict[Path, SessionView] = {}  # the reader's copy; other threads read ``readout.views``
+        self.summaries = self.readout.summaries  # the sessions read whole at a glance, kept after compaction
         self.notices = SessionNotices(self.policy)
-        self.catalog = Catalog(self.root, cache_file=config.summary_cache, max_line_bytes=config.max_line_bytes)
         self._restored = self.checkpoint.load()
         self._skip_history: set[Path] = set()
         self._unreadable = ReportedOnce(log)  # retried at every rescan
@@ -150,7 +146,7 @@ class Daemon:
                 if follower.model is not None and follower.model.ended is None:
                     self._watch(follower)  # a CLI took it up again
         self._housekeeping()
-        self.views = tuple(self._views.values())
+        self.readout.views = tuple(self._views.values())
         if self._freeze_gc and not files:
             self._freeze_gc = False
             gc.collect()
@@ -325,50 +321,6 @@ class Daemon:
         follower.finish(out, END_INCOMPLETE)
         self._deliver(follower, out)
 
-    def live_sessions(self) -> list[LiveSession]:
-        """Scrape-time states of the sessions that are live now (or recently abandoned), from the views."""
-        now = self.clock()
-        alive: dict[int, bool] = {}  # one kill(0) per pid per scrape
-
-        def probe(pid: int) -> bool:
-            known = alive.get(pid)
-            if known is None:
-                known = alive[pid] = pid_alive(pid)
-            return known
-
-        out = []
-        for view in self.views:
-            live = live_state(view, now=now, policy=self.policy, alive=probe)
-            if live is not None:
-                out.append(LiveSession(view.session_id, *live, view.waiting_on or "", view.repository or ""))
-        return out
-
-    def session_statuses(self) -> list[SessionStatus]:
-        """Every session under COPILOT_HOME now (any thread): the summaries of the logs this daemon read
-        whole, the others' from the files (cached), each in its state by the rules of the scrapes."""
-        now = self.clock()
-        views = {view.session_id: view for view in self.views}
-        statuses = []
-        try:
-            scanned = self.catalog.scan(known=dict(self.summaries), workers=1)
-        except SourceError:  # no session-state folder (yet): /healthz says why, when it matters
-            return []
-        for item in scanned:
-            if item.summary is None:
-                continue
-            view = views.get(item.summary.session_id)
-            pids = view.pids if view is not None else lock_pids(item.path.parent) if item.summary.ended is None else ()
-            statuses.append(status_of(item.summary, pids, policy=self.policy, now=now, view=view, path=str(item.path)))
-        return statuses
-
-    def api_sessions(self) -> dict:
-        """The body of /api/sessions."""
-        return api_document(self.session_statuses(), copilot_home=str(self.config.copilot_home))
-
-    def _sessions_at_work(self) -> bool:
-        """Some session is mid-turn (working or waiting on a tool), not abandoned: lag means something."""
-        return any(view.state in (WORKING, WAITING_TOOL) and view.abandoned_at is None for view in self.views)
-
 
 def _check_state_dir(state_dir: Path) -> None:
     """The state directory must exist (we create it) and be writable, or start-up stops here."""
@@ -391,7 +343,7 @@ def run_daemon(config: Config) -> int:
         _check_state_dir(config.state_dir)
         daemon = Daemon(config, freeze_gc=True)
         server = MetricsServer(config.metrics_address, daemon.metrics.registry, daemon.health,
-                               api={API_PATH: daemon.api_sessions})
+                               api={API_PATH: daemon.readout.api_sessions})
     except ConfigError as exc:
         log.error("%s", exc)
         return 2
