@@ -217,6 +217,7 @@ class Discoverer:
             observer.start()
         except OSError as exc:
             # inotify watch limit, unsupported filesystem...: rescans alone still find everything, late.
+            _close_quietly(observer)
             error = (f"cannot watch {self.root} ({exc.strerror or exc}); changes are found only by rescans "
                      f"every {self.rescan_interval:.0f} s: raise fs.inotify.max_user_watches, or run with --poll")
             if error != self._watch_error:
@@ -242,3 +243,15 @@ class Discoverer:
         with self._cond:
             self._cond.notify_all()
 
+
+
+def _close_quietly(observer) -> None:
+    """Release what an observer that failed to start holds (watchdog's inotify reader thread among it)."""
+    try:
+        observer.stop()
+        if observer.is_alive():
+            observer.join(timeout=5)
+    except Exception:  # it never started properly: nothing more to release
+        pass
+    for emitter in list(getattr(observer, "emitters", ())):
+        emitter.stop()
