@@ -6,7 +6,6 @@ summary line."""
 from __future__ import annotations
 
 import os
-import pty
 import re
 import shutil
 import signal
@@ -22,7 +21,7 @@ from tests.otlp_receiver import OtlpReceiver
 from tests.support.commands import COMMAND, REPO, clean_env, run_replay
 from tests.support.otlp_json import read_spans
 from tests.support.terminal import plain as strip_terminal_codes
-from tests.support.terminal import read_pty
+from tests.support.terminal import run_on_pty
 from tests.throttling_receiver import ThrottlingGate
 
 # The SDK exporter retries within its own timeout, then gives up on the batch: 1 s makes the
@@ -162,21 +161,11 @@ def test_a_terminal_gets_a_progress_bar_and_a_pipe_one_summary_line(corpus_home,
     with OtlpReceiver() as receiver, ThrottlingGate(receiver) as gate:
         gate.capacity(100)
         env = clean_env({**otlp_env(gate, "grpc"), "COLUMNS": "80", "LINES": "24", "TERM": "xterm-256color"})
-        primary, secondary = pty.openpty()
-        process = subprocess.Popen([*COMMAND, "replay", str(corpus_home), "--state-dir", str(tmp_path / "a")],
-                                   env=env, stdin=subprocess.DEVNULL, stdout=secondary, stderr=secondary, cwd=REPO)
-        os.close(secondary)
-        try:
-            screen = read_pty(primary, process)
-            process.wait(timeout=60)
-        finally:
-            os.close(primary)
-            if process.poll() is None:
-                process.kill()
-                process.wait()
+        code, screen = run_on_pty([*COMMAND, "replay", str(corpus_home), "--state-dir", str(tmp_path / "a")], env,
+                                  cwd=REPO, timeout=60)
         gate.open()
         piped = run_replay(str(corpus_home), "--state-dir", str(tmp_path / "b"), env=otlp_env(gate, "grpc"))
-    assert process.returncode == 0, screen
+    assert code == 0, screen
     plain = strip_terminal_codes(screen)
     assert re.search(r"\d+/\d+ sessions\s+\d+ spans\s+\d+/s", plain), plain
     assert "exported" in plain

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import pty
 import re
 import shutil
 import subprocess
@@ -22,7 +21,7 @@ from tests.support.net import wait_until
 from tests.support.otlp_json import read_spans
 from tests.support.scrape import value
 from tests.support.terminal import plain as strip_terminal_codes
-from tests.support.terminal import read_pty
+from tests.support.terminal import run_on_pty
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "cli" / "1.0.102"
 GIT_REPO = FIXTURES / "git_repo"  # a real session in a git repository, on a Copilot subscription
@@ -209,24 +208,13 @@ def test_inspect_of_a_running_session_and_follow(cli, provider, tmp_path):
         second = inspect(process.session_id, "--copilot-home", str(home)).stdout.decode()
         assert "waiting_tool: waiting on tool bash" in first
         assert running_seconds(second) >= running_seconds(first) + 1
-        primary, secondary = pty.openpty()
         env = clean_env({"COLUMNS": "80", "LINES": "24", "TERM": "xterm-256color"})
-        follower = subprocess.Popen([*COMMAND, "inspect", process.session_id[:8], "--follow", "--copilot-home",
-                                     str(home)], env=env, stdin=secondary, stdout=secondary, stderr=secondary,
-                                    cwd=REPO)
-        os.close(secondary)
-        try:
-            screen = read_pty(primary, follower, timeout=90)
-            follower.wait(timeout=30)
-        finally:
-            os.close(primary)
-            if follower.poll() is None:
-                follower.kill()
-                follower.wait()
+        code, screen = run_on_pty([*COMMAND, "inspect", process.session_id[:8], "--follow", "--copilot-home",
+                                   str(home)], env, cwd=REPO)
     finally:
         process.wait()
     plain = strip_terminal_codes(screen)
-    assert follower.returncode == 0, plain
+    assert code == 0, plain
     assert "running" in plain and "following; Ctrl-C to stop" in plain
     frames = [line for line in re.split(r"[\r\n]", plain) if line.strip()]
     assert max(len(line) for line in frames) <= 80

@@ -33,3 +33,20 @@ def read_pty(fd: int, process: subprocess.Popen, timeout: float = 60) -> str:
 def plain(screen: str) -> str:
     """What a terminal shows, without its escape sequences."""
     return ANSI.sub("", screen)
+
+
+def run_on_pty(argv: list[str], env: dict[str, str], *, cwd, timeout: float = 90) -> tuple[int, str]:
+    """Run ``argv`` with a pseudo-terminal as its stdin, stdout and stderr; (exit code, what it drew).
+    The process is ended by its pid if it outlives ``timeout``."""
+    primary, secondary = os.openpty()
+    process = subprocess.Popen(argv, env=env, stdin=secondary, stdout=secondary, stderr=secondary, cwd=cwd)
+    os.close(secondary)
+    try:
+        screen = read_pty(primary, process, timeout=timeout)
+        process.wait(timeout=30)
+    finally:
+        os.close(primary)
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    return process.returncode, screen
