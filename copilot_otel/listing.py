@@ -126,29 +126,34 @@ def _repository_matches(actual: str | None, pattern: str) -> bool:
 
 
 def render(statuses: list[SessionStatus], console: Console, *, now: float | None = None) -> None:
-    """One line per session (two below WIDE columns: the facts that do not fit go on a dim second line)."""
+    """One line per session (two below WIDE columns: the facts that do not fit go on a dim second line),
+    each cut to the terminal's width, never wrapped. Piped, the same lines without colour."""
     now = time.time() if now is None else now
     wide = console.width >= WIDE
     head = f"{'SESSION':<8}  {'STATE':<12}  {'LAST':<8} {'TURNS':>5} {'TOKENS':>7} {'PREMIUM':>7}  {'LAST END':<13}"
     if wide:
         head += f"  {'STARTED':<12}  {'MODEL':<18}  REPOSITORY / FOLDER"
-    console.print(Text(head, style="bold"), no_wrap=True, overflow="ellipsis", crop=True)
+    lines: list[tuple[str, str]] = [(head, "bold")]
     for status in statuses:
         s = status.summary
-        line = Text(no_wrap=True, overflow="ellipsis")
-        line.append(f"{s.session_id[:8]:<8}  ")
-        line.append(f"{status.state:<12}", style=_STYLES.get(status.state, "green"))
         premium = f"{s.premium_requests:g}" if s.premium_requests else "-"
-        line.append(f"  {ago(s.last_event_ns, now):<8} {s.turns:>5} {count(s.tokens):>7} {premium:>7}  "
-                    f"{s.last_end or '-':<13}")
+        line = (f"{s.session_id[:8]:<8}  {status.state:<12}  {ago(s.last_event_ns, now):<8} {s.turns:>5} "
+                f"{count(s.tokens):>7} {premium:>7}  {s.last_end or '-':<13}")
         started = clock_time(s.started_ns, now)
         if wide:
-            line.append(f"  {started:<12}  {(s.model or '-')[:18]:<18}  {where(s) or '-'}", style="")
-            console.print(line, no_wrap=True, overflow="ellipsis", crop=True)
+            lines.append((f"{line}  {started:<12}  {(s.model or '-')[:18]:<18}  {where(s) or '-'}",
+                          _STYLES.get(status.state, "")))
             continue
-        console.print(line, no_wrap=True, overflow="ellipsis", crop=True)
-        facts = [x for x in (where(s), s.model, f"started {started}") if x]
+        lines.append((line, _STYLES.get(status.state, "")))
+        facts = [x for x in (f"started {started}", s.model, where(s)) if x]
         if status.waiting_on and status.state in (WAITING_TOOL, STUCK, ABANDONED):
             facts.insert(0, f"on {status.waiting_on}")
-        console.print(Text("          " + " · ".join(facts), style="dim"), no_wrap=True, overflow="ellipsis",
-                      crop=True)
+        lines.append(("          " + " · ".join(facts), "dim"))
+    lines = [(line.rstrip(), style) for line, style in lines]
+    if console.is_terminal:
+        text = Text("\n").join(Text(line, style=style) for line, style in lines)
+        console.print(text, no_wrap=True, overflow="ellipsis", crop=True)
+        return
+    width = console.width  # piped: COLUMNS, else 80; rich would spend a second on thousands of lines
+    console.file.write("".join((line if len(line) <= width else line[:width - 1] + "…") + "\n"
+                               for line, _style in lines))

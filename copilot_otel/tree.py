@@ -127,11 +127,13 @@ def _label(span: SpanRecord, root_start_ns: int) -> Text:
     text = _line()
     if operation == A.OP_CHAT:
         text.append(f"chat {a.get(A.GEN_AI_REQUEST_MODEL)}", style="cyan")
-        cached = a.get(A.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS)
-        text.append(f" in={a.get(A.GEN_AI_USAGE_INPUT_TOKENS, 0)} out={a.get(A.GEN_AI_USAGE_OUTPUT_TOKENS, 0)}"
-                    + (f" cache_read={cached}" if cached else ""), style="dim")
+        text.append(f"  {_took(span)}", style="dim")
         if not ok:
             text.append(f" failed ({a.get(A.ERROR_TYPE)})", style="red")
+        cached = a.get(A.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS)
+        text.append(f"  in={a.get(A.GEN_AI_USAGE_INPUT_TOKENS, 0)} out={a.get(A.GEN_AI_USAGE_OUTPUT_TOKENS, 0)}"
+                    + (f" cache_read={cached}" if cached else ""), style="dim")
+        return text
     elif operation == A.OP_EXECUTE_TOOL:
         text.append(f"tool {a.get(A.GEN_AI_TOOL_NAME)}", style="bold")
         if not a.get(A.COPILOT_RUNNING):
@@ -188,8 +190,9 @@ def header(snapshot: Snapshot) -> Group:
         lines.append(_line(("  " + " · ".join(facts), "dim")))
     lines.append(_line((f"  started {clock_time(summary.started_ns, now)} · last event "
                         f"{clock_time(summary.last_event_ns, now)}", "dim")))
-    totals = Totals(summary.turns, summary.llm_calls, summary.tool_calls, summary.tool_failures, summary.input_tokens,
-                    summary.output_tokens, summary.premium_requests)
+    totals = Totals()  # from the spans, as each interaction's: what ran, the work still running included
+    for span in snapshot.spans:
+        totals.add(span)
     lines.append(_line((f"  {plural(summary.interactions, 'interaction')} · {totals.text()}", "dim")))
     return Group(*lines)
 

@@ -10,6 +10,7 @@ import json
 import logging
 import multiprocessing
 import os
+import re
 import shutil
 import signal
 import threading
@@ -530,7 +531,8 @@ def test_inspect_prints_the_session_tree(cli_corpus, scenario):
     interactions = [e for e in events if e["type"] == "user.message" and not e.get("agentId")]
     assert sum(1 for line in lines if "── interaction " in line) == len(interactions)
     for usage in (e["data"]["usage"] for e in events if e["type"] == "session.usage_record"):
-        assert f"chat {usage['model']} in={usage['inputTokens']} out={usage['outputTokens']}" in out
+        assert re.search(rf"chat {re.escape(usage['model'])}  \S+ m?s  in={usage['inputTokens']} "
+                         rf"out={usage['outputTokens']}", out), out
     names = {e["data"]["toolCallId"]: e["data"]["toolName"] for e in events if e["type"] == "tool.execution_start"}
     for done in (e for e in events if e["type"] == "tool.execution_complete"):
         outcome = "ok" if done["data"]["success"] else f"failed ({done['data']['error']['code']})"
