@@ -180,7 +180,8 @@ def attach(session: Any, *, config: Config | None = None, traces_file: str | Pat
                      otlp=otlp or base.otlp, max_buffered_spans=max_buffered_spans or base.max_buffered_spans)
     owns_sink = sink is None
     if sink is None:
-        sink = make_sink(traces_file=config.traces_file, otlp=config.otlp, default_file=config.default_traces_file)
+        sink = make_sink(traces_file=config.traces_file, otlp=config.otlp, default_file=config.default_traces_file,
+                         rotation=config.traces_rotation)
     shared = _shared_for(registry)
     if metrics_address is not None:
         serve_metrics(shared.metrics.registry, metrics_address)
