@@ -36,6 +36,7 @@ class Outcome:
     total: int = 0  # sessions the replay was asked for
     code: int = EXIT_OK
     delivered: int = 0  # spans this run delivered
+    completed: int = 0  # sessions this run delivered whole
     before: int = 0  # sessions an interrupted run had delivered already
     retries: int = 0
     seconds: float = 0.0
@@ -95,7 +96,7 @@ def replay_logs(files: list[Path], sink: SpanSink, config: Config, *, workers: i
             outcome.code, outcome.reason = EXIT_FAILED, f"export failed: {exc}"
         except KeyboardInterrupt:
             outcome.code, outcome.reason = EXIT_INTERRUPTED, "interrupted"
-    outcome.delivered, outcome.retries = delivery.spans, delivery.retries
+    outcome.delivered, outcome.retries, outcome.completed = delivery.spans, delivery.retries, len(delivery.done)
     outcome.seconds = time.monotonic() - started
     finished = {str(p) for p in files} - {str(p) for p, _skip in todo} | delivery.done
     outcome.undelivered = [path for path in files if str(path) not in finished]
@@ -127,7 +128,8 @@ def report(outcome: Outcome, destination: str) -> None:
     extras = [f"{rejected} malformed line(s) skipped" if rejected else "",
               f"{outcome.before} session(s) delivered by an earlier run" if outcome.before else "",
               f"{outcome.retries} retries" if outcome.retries else ""]
-    click.echo(f"copilot-otel: exported {outcome.delivered} spans from {stats.files} session(s), {stats.events} events"
+    events = f", {stats.events} events" if outcome.code == EXIT_OK else ""  # counted as whole shards finish
+    click.echo(f"copilot-otel: exported {outcome.delivered} spans from {outcome.completed} session(s){events}"
                + "".join(f", {x}" for x in extras if x)
                + f" -> {destination} in {outcome.seconds:.1f} s ({rate:.0f} spans/s)", err=True)
     for path, reason in outcome.unreadable:
