@@ -30,6 +30,9 @@ HEADER_TIMEOUT = 10.0  # s from the first byte of a request head to its end
 IDLE_TIMEOUT = 30.0  # s a connection may wait for its next request (its head included)
 WRITE_TIMEOUT = 30.0  # s to send a response to a client that reads slowly
 MAX_HEAD_BYTES = 32 * 1024
+# asyncio accepts up to BACKLOG connections per wake-up before the cap can close any, and a
+# closed one frees its descriptor an iteration later: the cap leaves room for both.
+BACKLOG = 64
 RENDER_THREADS = 2
 MAX_PENDING_RENDERS = 8  # distinct formats rendering or queued; more is a flood: 503
 STOP_GRACE = 0.5  # s for requests in progress to finish at stop() (aiohttp waits twice this at most)
@@ -74,7 +77,7 @@ class MetricsServer:
     def start(self) -> None:
         """Start serving (raising the open-files limit so the connection cap can be reached)."""
         nofile = raise_open_files_limit()
-        limit = min(self._max_connections, max(16, nofile // 2))
+        limit = min(self._max_connections, max(16, min(nofile // 2, nofile - 2 * BACKLOG - 64)))
         if limit < self._max_connections:
             log.info("metrics server: at most %d connections (open-files limit %d)", limit, nofile)
         self._loop = asyncio.new_event_loop()
@@ -95,11 +98,12 @@ class MetricsServer:
         if thread is None:
             self._sock.close()
             return
-        loop = self._loop
-        try:
-            loop.call_soon_threadsafe(self._stopping.set)
-        except RuntimeError:  # the loop already ended
-            pass
+        stopping = self._stopping
+        if stopping is not None:
+            try:
+                self._loop.call_soon_threadsafe(stopping.set)
+            except RuntimeError:  # the loop already ended
+                pass
         thread.join(timeout=10)
         if thread.is_alive():
             log.warning("metrics server: its loop did not end within 10 s")
@@ -139,19 +143,21 @@ class MetricsServer:
                                lingering_time=0, logger=QuietLog(logging.getLogger("aiohttp.server"), self._count),
                                max_line_size=8190, max_field_size=8190, max_headers=64)
         await runner.setup()
-        server = await self._loop.create_server(connections.factory(runner.server), sock=self._sock,
-                                                backlog=128)
-        ready.set()
+        server = None
         try:
+            server = await self._loop.create_server(connections.factory(runner.server), sock=self._sock,
+                                                    backlog=BACKLOG)
+            ready.set()
             await self._stopping.wait()
         finally:
-            server.close()
-            await runner.cleanup()
-            try:
-                async with asyncio.timeout(STOP_GRACE):
-                    await server.wait_closed()
-            except TimeoutError:
-                pass
+            if server is not None:
+                server.close()  # no new connections; the listening socket closes
+            await runner.cleanup()  # idle connections close now, busy ones within 2 * STOP_GRACE
+        try:
+            async with asyncio.timeout(STOP_GRACE):
+                await server.wait_closed()
+        except TimeoutError:
+            pass
 
     async def _metrics(self, request: web.Request) -> web.Response:
         encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
@@ -205,7 +211,7 @@ def _bind(host: str, port: int) -> socket.socket:
     try:
         infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
         family, _type, _proto, _name, sockaddr = sorted(infos, key=lambda info: info[0] != socket.AF_INET)[0]
-        return socket.create_server(sockaddr[:2], family=family, backlog=128)
+        return socket.create_server(sockaddr[:2], family=family, backlog=BACKLOG)
     except OSError as exc:
         raise ConfigError(f"cannot serve metrics on {host}:{port}: {exc.strerror or exc}; "
                           "choose another port with --metrics-address HOST:PORT") from None
