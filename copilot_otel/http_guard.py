@@ -7,8 +7,9 @@ protocol object and middleware API:
 
 - a deadline for a request head, counted from its first byte (a trickle does not extend it)
   and a cap on the bytes a head may take;
-- a cap on open connections: at the cap the connection idle the longest is closed, or a new
-  one refused when every connection is busy;
+- a cap on open connections: at the cap the connection idle the longest is closed if it has
+  had a second to send its request, else the new one is refused (so a burst of connections
+  cannot push out a scraper before its request is read);
 - a deadline for writing a response to a client that does not read it;
 - quiet failures: one debug line and a counted reason per bad request or broken
   connection, a traceback only the first time a handler fails in a new way.
@@ -32,6 +33,7 @@ from prometheus_client import CollectorRegistry, Counter
 
 log = logging.getLogger(__name__)
 
+EVICTION_GRACE = 1.0  # s a connection may wait for its request before a newcomer can push it out
 REASONS = ("bad_request", "header_timeout", "header_too_large", "write_timeout", "connection_evicted",
            "connection_refused", "render_busy", "handler_error", "loop_error")
 
@@ -93,12 +95,13 @@ class Connections:
         return len(self._open)
 
     def opened(self, conn: "_Connection") -> bool:
-        """Admit a new connection, closing the longest idle one at the cap; False to refuse it."""
+        """Admit a new connection, at the cap closing the longest idle one if it has been idle
+        for EVICTION_GRACE; False to refuse the new one."""
         if len(self._open) >= self.limit:
-            if not self._idle:
+            oldest = next(iter(self._idle), None)
+            if oldest is None or time.monotonic() - oldest.idle_since < EVICTION_GRACE:
                 self.count("connection_refused")
                 return False
-            oldest = next(iter(self._idle))
             self.closed(oldest)
             oldest.close()
             self.count("connection_evicted")
@@ -150,7 +153,8 @@ class Connections:
 class _Connection(asyncio.Protocol):
     """aiohttp's protocol for one connection, plus the request-head deadline and size cap."""
 
-    __slots__ = ("_table", "protocol", "_transport", "_deadline", "_head_bytes", "_busy", "_admitted")
+    __slots__ = ("_table", "protocol", "_transport", "_deadline", "_head_bytes", "_busy", "_admitted",
+                 "idle_since")
 
     def __init__(self, table: Connections, protocol: asyncio.Protocol) -> None:
         self._table = table
@@ -160,6 +164,7 @@ class _Connection(asyncio.Protocol):
         self._head_bytes = 0
         self._busy = False
         self._admitted = False
+        self.idle_since = time.monotonic()
 
     def connection_made(self, transport) -> None:
         self._transport = transport
@@ -205,6 +210,7 @@ class _Connection(asyncio.Protocol):
 
     def request_finished(self) -> None:
         self._busy = False
+        self.idle_since = time.monotonic()
         self._table.busy(self, False)
 
     def close(self) -> None:

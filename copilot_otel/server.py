@@ -30,9 +30,7 @@ HEADER_TIMEOUT = 10.0  # s from the first byte of a request head to its end
 IDLE_TIMEOUT = 30.0  # s a connection may wait for its next request (its head included)
 WRITE_TIMEOUT = 30.0  # s to send a response to a client that reads slowly
 MAX_HEAD_BYTES = 32 * 1024
-# asyncio accepts up to BACKLOG connections per wake-up before the cap can close any, and a
-# closed one frees its descriptor an iteration later: the cap leaves room for both.
-BACKLOG = 64
+BACKLOG = 64  # at most; fewer under a low open-files limit (see connection_budget)
 RENDER_THREADS = 2
 MAX_PENDING_RENDERS = 8  # distinct formats rendering or queued; more is a flood: 503
 STOP_GRACE = 0.5  # s for requests in progress to finish at stop() (aiohttp waits twice this at most)
@@ -77,14 +75,14 @@ class MetricsServer:
     def start(self) -> None:
         """Start serving (raising the open-files limit so the connection cap can be reached)."""
         nofile = raise_open_files_limit()
-        limit = min(self._max_connections, max(16, min(nofile // 2, nofile - 2 * BACKLOG - 64)))
+        limit, backlog = connection_budget(nofile, self._max_connections)
         if limit < self._max_connections:
             log.info("metrics server: at most %d connections (open-files limit %d)", limit, nofile)
         self._loop = asyncio.new_event_loop()
         self._loop.set_exception_handler(LoopErrors(self._count))
         self._workers = Workers(self._loop, RENDER_THREADS, "copilot-otel-render")
         ready = threading.Event()
-        self._thread = threading.Thread(target=self._run, args=(limit, ready), name="copilot-otel-http",
+        self._thread = threading.Thread(target=self._run, args=(limit, backlog, ready), name="copilot-otel-http",
                                         daemon=True)
         self._thread.start()
         ready.wait()
@@ -116,10 +114,10 @@ class MetricsServer:
 
     # ---------------------------------------------------------------- the loop thread
 
-    def _run(self, limit: int, ready: threading.Event) -> None:
+    def _run(self, limit: int, backlog: int, ready: threading.Event) -> None:
         asyncio.set_event_loop(self._loop)
         try:
-            self._loop.run_until_complete(self._serve(limit, ready))
+            self._loop.run_until_complete(self._serve(limit, backlog, ready))
         except BaseException as exc:  # start() reports it
             self._failure = exc
         finally:
@@ -129,7 +127,7 @@ class MetricsServer:
             finally:
                 self._loop.close()
 
-    async def _serve(self, limit: int, ready: threading.Event) -> None:
+    async def _serve(self, limit: int, backlog: int, ready: threading.Event) -> None:
         self._stopping = asyncio.Event()
         connections = Connections(limit=limit, count=self._count, **self._limits)
         app = web.Application(middlewares=[connections.middleware])
@@ -146,7 +144,7 @@ class MetricsServer:
         server = None
         try:
             server = await self._loop.create_server(connections.factory(runner.server), sock=self._sock,
-                                                    backlog=BACKLOG)
+                                                    backlog=backlog)
             ready.set()
             await self._stopping.wait()
         finally:
@@ -194,6 +192,17 @@ class MetricsServer:
 
 
 SERVER = web.AppKey("copilot_otel_server", MetricsServer)
+
+
+def connection_budget(nofile: int, wanted: int) -> tuple[int, int]:
+    """(connection cap, accept backlog) that fit an open-files limit of ``nofile``.
+
+    asyncio accepts up to ``backlog`` connections per loop iteration, and a connection closed
+    by the cap frees its descriptor three iterations later: up to 4 * backlog descriptors are
+    in flight beyond the cap. Half the limit, at most, goes to connections.
+    """
+    backlog = max(4, min(BACKLOG, nofile // 16))
+    return max(4, min(wanted, nofile // 2, nofile - 4 * backlog - 64)), backlog
 
 
 def _render(registry: CollectorRegistry, encoder: Callable[[CollectorRegistry], bytes], gzipped: bool) -> bytes:
