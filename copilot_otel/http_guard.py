@@ -7,9 +7,9 @@ protocol object and middleware API:
 
 - a deadline for a request head, counted from its first byte (a trickle does not extend it)
   and a cap on the bytes a head may take;
-- a cap on open connections: at the cap the connection idle the longest is closed if it has
-  had a second to send its request, else the new one is refused (so a burst of connections
-  cannot push out a scraper before its request is read);
+- a cap on open connections: at the cap the connection idle the longest is closed, or the new
+  one refused when every connection is busy (the server sizes the cap at 8 or more accept
+  bursts, so a burst cannot push out a scraper before its request is read);
 - a deadline for writing a response to a client that does not read it;
 - quiet failures: one debug line and a counted reason per bad request or broken
   connection, a traceback only the first time a handler fails in a new way.
@@ -33,7 +33,6 @@ from prometheus_client import CollectorRegistry, Counter
 
 log = logging.getLogger(__name__)
 
-EVICTION_GRACE = 1.0  # s a connection may wait for its request before a newcomer can push it out
 REASONS = ("bad_request", "header_timeout", "header_too_large", "write_timeout", "connection_evicted",
            "connection_refused", "render_busy", "handler_error", "loop_error")
 
@@ -95,11 +94,10 @@ class Connections:
         return len(self._open)
 
     def opened(self, conn: "_Connection") -> bool:
-        """Admit a new connection, at the cap closing the longest idle one if it has been idle
-        for EVICTION_GRACE; False to refuse the new one."""
+        """Admit a new connection, at the cap closing the longest idle one; False to refuse it."""
         if len(self._open) >= self.limit:
             oldest = next(iter(self._idle), None)
-            if oldest is None or time.monotonic() - oldest.idle_since < EVICTION_GRACE:
+            if oldest is None:
                 self.count("connection_refused")
                 return False
             self.closed(oldest)
@@ -153,8 +151,7 @@ class Connections:
 class _Connection(asyncio.Protocol):
     """aiohttp's protocol for one connection, plus the request-head deadline and size cap."""
 
-    __slots__ = ("_table", "protocol", "_transport", "_deadline", "_head_bytes", "_busy", "_admitted",
-                 "idle_since")
+    __slots__ = ("_table", "protocol", "_transport", "_deadline", "_head_bytes", "_busy", "_admitted")
 
     def __init__(self, table: Connections, protocol: asyncio.Protocol) -> None:
         self._table = table
@@ -164,7 +161,6 @@ class _Connection(asyncio.Protocol):
         self._head_bytes = 0
         self._busy = False
         self._admitted = False
-        self.idle_since = time.monotonic()
 
     def connection_made(self, transport) -> None:
         self._transport = transport
@@ -210,7 +206,6 @@ class _Connection(asyncio.Protocol):
 
     def request_finished(self) -> None:
         self._busy = False
-        self.idle_since = time.monotonic()
         self._table.busy(self, False)
 
     def close(self) -> None:

@@ -199,7 +199,9 @@ def connection_budget(nofile: int, wanted: int) -> tuple[int, int]:
 
     asyncio accepts up to ``backlog`` connections per loop iteration, and a connection closed
     by the cap frees its descriptor three iterations later: up to 4 * backlog descriptors are
-    in flight beyond the cap. Half the limit, at most, goes to connections.
+    in flight beyond the cap. Half the limit, at most, goes to connections, and the cap stays
+    8 bursts or more, so that new connections cannot push one out in the few iterations
+    between its request's arrival and its handling.
     """
     backlog = max(4, min(BACKLOG, nofile // 16))
     return max(4, min(wanted, nofile // 2, nofile - 4 * backlog - 64)), backlog
