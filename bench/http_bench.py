@@ -4,7 +4,7 @@ Starts the real daemon (`copilot-otel run`, an empty COPILOT_HOME unless --copil
 given, on a free loopback port), times --scrapes GETs of /metrics and of /healthz with no
 other client, then opens --connections connections that each send the start of a request
 line ("GET /metr") and stop, and times the same GETs again while they are open, opening a new
-one for each the server closes. Each GET is a new connection, as a scraper without
+one for each the server closes (up to a tenth of them before every tenth GET). Each GET is a new connection, as a scraper without
 keep-alive makes. Prints p50/p99/max per path, the
 daemon's CPU (utime+stime from /proc/<pid>/stat) while the idle connections are held and
 while the scrapes run, its open descriptors and threads, and its
@@ -26,6 +26,7 @@ import os
 import resource
 import select
 import shutil
+import signal
 import socket
 import sys
 import tempfile
@@ -98,10 +99,11 @@ def still_open(sockets: list[socket.socket]) -> int:
 
 
 class Attacker:
-    """Keeps ``count`` half-sent connections open, opening a new one for each the server closes."""
+    """Keeps ``count`` half-sent connections open, opening a new one for each the server closes
+    (at most a tenth of ``count`` per top-up: under a connection cap most are refused at once)."""
 
     def __init__(self, port: int, count: int, prefix: bytes) -> None:
-        self.port, self.prefix = port, prefix
+        self.port, self.prefix, self.count = port, prefix, count
         self.sockets = open_half_sent(port, count, prefix)
         self.reopened = 0
 
@@ -112,8 +114,9 @@ class Attacker:
                 if sock.fileno() in gone:
                     sock.close()
             self.sockets = [sock for sock in self.sockets if sock.fileno() != -1]
-            self.sockets += open_half_sent(self.port, len(gone), self.prefix)
-            self.reopened += len(gone)
+            again = min(len(gone), max(1, self.count // 10))
+            self.sockets += open_half_sent(self.port, again, self.prefix)
+            self.reopened += again
 
     def close(self) -> None:
         for sock in self.sockets:
@@ -142,6 +145,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     import copilot_otel
+
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # still stop the daemon in `finally`
 
     limit = raise_own_fd_limit(2 * args.connections + 256)
     print(f"machine: {machine()}; copilot_otel from {Path(copilot_otel.__file__).parent}; "
