@@ -30,7 +30,8 @@ HEADER_TIMEOUT = 10.0  # s from the first byte of a request head to its end
 IDLE_TIMEOUT = 30.0  # s a connection may wait for its next request (its head included)
 WRITE_TIMEOUT = 30.0  # s to send a response to a client that reads slowly
 MAX_HEAD_BYTES = 32 * 1024
-BACKLOG = 64  # at most; fewer under a low open-files limit (see connection_budget)
+BACKLOG = 64  # accepted per loop iteration at most; fewer under a low open-files limit
+LISTEN_QUEUE = 1024  # connections the kernel holds for us (they cost no descriptor until accepted)
 RENDER_THREADS = 2
 MAX_PENDING_RENDERS = 8  # distinct formats rendering or queued; more is a flood: 503
 STOP_GRACE = 0.5  # s for requests in progress to finish at stop() (aiohttp waits twice this at most)
@@ -145,6 +146,9 @@ class MetricsServer:
         try:
             server = await self._loop.create_server(connections.factory(runner.server), sock=self._sock,
                                                     backlog=backlog)
+            # asyncio's backlog is both how many it accepts per iteration and the listen queue;
+            # a longer queue keeps a scraper's SYN from being dropped (a 1 s retry) in a flood.
+            self._sock.listen(LISTEN_QUEUE)
             ready.set()
             await self._stopping.wait()
         finally:
