@@ -90,9 +90,6 @@ class Connections:
         """A protocol factory that wraps each of ``make_protocol``'s protocols."""
         return lambda: _Connection(self, make_protocol())
 
-    def __len__(self) -> int:
-        return len(self._open)
-
     def opened(self, conn: "_Connection") -> bool:
         """Admit a new connection, at the cap closing the longest idle one; False to refuse it."""
         if len(self._open) >= self.limit:

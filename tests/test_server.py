@@ -514,3 +514,28 @@ def test_stop_with_open_connections_is_prompt_and_leaves_nothing():
             socket.create_connection(("127.0.0.1", port), timeout=2).close()
     finally:
         close_all(sockets)
+
+
+class BrokenCollector:
+    def describe(self):
+        return []
+
+    def collect(self):
+        raise RuntimeError("collector broke")
+
+
+def test_a_failing_render_is_a_500_logged_once_with_its_traceback(caplog):
+    """A collector that raises makes /metrics answer 500; the traceback is logged the first
+    time only, every failure is counted, and /healthz is unaffected."""
+    registry = _registry()
+    broken = BrokenCollector()
+    registry.register(broken)
+    with serving(registry) as server:
+        for _ in range(3):
+            assert request(server, "/metrics")[0] == 500
+        assert request(server, "/healthz")[0] == 200
+        registry.unregister(broken)
+        assert errors(registry, "handler_error") == 3
+    logged = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(logged) == 1 and logged[0].exc_info and "collector broke" in caplog.text
+    caplog.clear()  # seen: the autouse check is for unexpected log lines
