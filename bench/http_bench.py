@@ -35,7 +35,9 @@ from pathlib import Path
 from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import DaemonProcess, add_daemon_options, cpu_seconds, machine, median, metric_samples, percentile  # noqa: E402
+from _common import add_daemon_options, bench_daemon, cpu_seconds, machine, median, percentile  # noqa: E402
+
+from tests.support.scrape import by_label  # noqa: E402  (_common put the repository on sys.path)
 
 
 def raise_own_fd_limit(needed: int) -> int:
@@ -154,12 +156,12 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="copilot-otel-http-bench-"))
     home = args.copilot_home or work / "home"
     home.mkdir(parents=True, exist_ok=True)
-    daemon = DaemonProcess(home, work / "daemon", extra_args=args.daemon_arg)
+    daemon = bench_daemon(home, work / "daemon", args=args.daemon_arg)
     if args.daemon_nofile:  # prlimit execs the daemon: the pid stays the daemon's
-        daemon.args = ["prlimit", f"--nofile={args.daemon_nofile}:{args.daemon_nofile}", "--"] + daemon.args
+        daemon.prefix = ("prlimit", f"--nofile={args.daemon_nofile}:{args.daemon_nofile}", "--")
     attacker: Attacker | None = None
     try:
-        daemon.start(ready_timeout=args.startup_timeout)
+        daemon.start(timeout=args.startup_timeout)
         time.sleep(args.settle)
         print(f"daemon pid {daemon.pid} on 127.0.0.1:{daemon.port}: {daemon_figures(daemon.pid)}", flush=True)
 
@@ -191,14 +193,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"without top-ups: {still_open(attacker.sockets)} idle connections still open "
               f"{time.monotonic() - began:.1f} s after the first; daemon: {daemon_figures(daemon.pid)}", flush=True)
         try:
-            errors = metric_samples(daemon.scrape(), "copilot_otel_http_errors_total")
+            errors = by_label(daemon.scrape(), "copilot_otel_http_errors_total", "reason")
             print("copilot_otel_http_errors_total: "
                   + (", ".join(f"{k} {v:.0f}" for k, v in errors.items() if v) or "none"), flush=True)
         except OSError as exc:
             print(f"final scrape failed: {exc}")
     finally:
-        if daemon.log_path.exists():
-            lines = [line for line in daemon.log_path.read_text(errors="replace").splitlines() if line.strip()]
+        if daemon.proc is not None:
+            lines = [line for line in daemon.log_text().splitlines() if line.strip()]
             print(f"daemon log: {len(lines)} lines" + "".join(f"\n  {line[:300]}" for line in lines[:10]))
         if attacker is not None:
             attacker.close()
