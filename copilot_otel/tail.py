@@ -13,7 +13,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Collection
 
 from .decode import TOO_LONG, decode_line
 from .events import DecodeError, Event
@@ -48,13 +48,15 @@ class FileTail:
     """Reads the complete new lines of one file, remembering where it stopped."""
 
     def __init__(self, path: Path, *, offset: int = 0, line: int = 0, identity: FileIdentity | None = None,
-                 max_line_bytes: int = 16 * 1024 * 1024, clock: Callable[[], float] = time.time) -> None:
+                 max_line_bytes: int = 16 * 1024 * 1024, clock: Callable[[], float] = time.time,
+                 keep: Collection[str] | None = None) -> None:
         self.path = Path(path)
         self.clock = clock
         self.offset = offset  # end of the last complete line handed out
         self.line = line  # number of complete lines handed out
         self.identity = identity
         self.max_line_bytes = max_line_bytes
+        self.keep = keep  # event types whose payload is read (decode.skim); None: every line in full
 
     def _same_file(self, handle, st: os.stat_result) -> str | None:
         """None if this is the file we were reading; else why it is not."""
@@ -104,6 +106,7 @@ class FileTail:
     def _read_lines(self, handle, max_bytes: int) -> list[Event | DecodeError]:
         items: list[Event | DecodeError] = []
         limit = self.max_line_bytes
+        keep = self.keep
         not_after = int((self.clock() + FUTURE_TOLERANCE_S) * 1e9)
         offset = self.offset  # where the line being read starts
         number = self.line
@@ -132,7 +135,7 @@ class FileTail:
                     if raw.endswith(b"\r"):
                         raw = raw[:-1]
                     if raw.strip():
-                        items.append(decode_line(raw, offset=offset, line=number, max_bytes=limit,
+                        items.append(decode_line(raw, offset=offset, line=number, max_bytes=limit, keep=keep,
                                                  not_after_ns=not_after))
                 offset += size + 1
             if skipping:
@@ -146,6 +149,7 @@ class FileTail:
         return items
 
 
-def read_all(path: Path, *, max_line_bytes: int = 16 * 1024 * 1024) -> list[Event | DecodeError]:
+def read_all(path: Path, *, max_line_bytes: int = 16 * 1024 * 1024,
+             keep: Collection[str] | None = None) -> list[Event | DecodeError]:
     """Every complete line of a file, decoded (a partial last line is left out)."""
-    return FileTail(path, max_line_bytes=max_line_bytes).read(max_bytes=sys.maxsize).items
+    return FileTail(path, max_line_bytes=max_line_bytes, keep=keep).read(max_bytes=sys.maxsize).items
