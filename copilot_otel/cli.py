@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import logging
 import sys
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Callable, Iterator
 
 import click
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from . import __version__
 from .config import (
@@ -75,10 +75,27 @@ def _setup_logging(level: str) -> None:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # The OTel SDK logs a malformed header with its value, which may be a token: never let it through.
     logging.getLogger("opentelemetry.util.re").setLevel(logging.ERROR)
-    # *_created series double the series count and no dashboard here uses them.
+
+
+def _no_created_series() -> None:
+    """*_created series double the series count and no dashboard here uses them (a process-wide switch)."""
     from prometheus_client import disable_created_metrics
 
     disable_created_metrics()
+
+
+@contextmanager
+def _progress(interactive: bool, total: int) -> Iterator[Callable[[Path], None]]:
+    """A progress bar on a terminal (rich, imported only then); elsewhere nothing."""
+    if not interactive:
+        yield lambda _path: None
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), transient=True) as progress:
+        task = progress.add_task("replaying sessions", total=total)
+        yield lambda _path: progress.advance(task)
 
 
 def _fail(message: str, code: int = EXIT_USAGE) -> None:
@@ -121,17 +138,17 @@ def replay(paths, log_level, metrics_file, workers, **options) -> None:
         if from_stdin:
             stats = replay_stream(sys.stdin.buffer.read(), sink, **model_options)
         else:
-            with Progress(TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                          TimeElapsedColumn(), disable=not interactive, transient=True) as progress:
-                task = progress.add_task("replaying sessions", total=len(files))
-                stats = replay_files(files, sink, on_file=lambda _path: progress.advance(task),
-                                     workers=workers or None, keep_metrics=metrics_file is not None, **model_options)
+            with _progress(interactive, len(files)) as advance:
+                stats = replay_files(files, sink, on_file=advance, workers=workers or None,
+                                     keep_metrics=metrics_file is not None, **model_options)
         sink.shutdown()
     except (ExportError, WorkerError) as exc:
         _fail(f"export failed: {exc}", EXIT_EXPORT_FAILED)
         return
     if metrics_file is not None:
         from prometheus_client import write_to_textfile
+
+        _no_created_series()
 
         from .metrics import Metrics
 
@@ -177,6 +194,8 @@ def inspect(session, log_level, **options) -> None:
         _fail(f"{session}: holds {len(files)} sessions; name one")
         return
     path = files[0]
+    from rich.console import Console
+
     inspect_session(path, session_id_of(path), console=Console(), running=session_alive(path.parent),
                     max_line_bytes=config.max_line_bytes)
 
@@ -201,6 +220,7 @@ def run(log_level, metrics_address, stuck_after, poll, rescan_interval, from_end
     """The daemon: follow every session under COPILOT_HOME, export spans, serve /metrics."""
     from .daemon import run_daemon
 
+    _no_created_series()
     _setup_logging(log_level)
     try:
         config = build_config(metrics_address=metrics_address, stuck_after=stuck_after, poll=poll,

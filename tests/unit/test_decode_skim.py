@@ -85,3 +85,9 @@ def test_bad_bytes_in_a_skimmable_line_are_still_bad():
         assert bad != raw
         same_reading(bad)
         assert isinstance(decode_line(bad, keep=HANDLED_TYPES), DecodeError)
+
+
+def test_an_escaped_type_reads_as_json_does():
+    """A type written with a JSON escape (\\u002e for '.') is the type JSON says, not its raw bytes."""
+    raw = next(line for line in REAL_LINES if line.startswith(b'{"type":"system.message"'))
+    same_reading(raw.replace(b'system.message', b'system\\u002emessage', 1))
