@@ -152,7 +152,7 @@ class Daemon:
             return follower
         follower = Follower.start(path, self.config.model, max_line_bytes=self.config.max_line_bytes,
                                   restored=self._restored.pop(str(path), None),
-                                  skip_history=path in self._skip_history, pids=lock_pids(path.parent))
+                                  skip_history=path in self._skip_history)
         self.sessions[path] = follower
         return follower
 
@@ -186,11 +186,12 @@ class Daemon:
             self._unreadable.recovered(path)
             if result.items:
                 self._abandoned.pop(path, None)
-                self._alive(follower)  # learns the pid of a process that writes it and that we have not seen yet
+                if follower.model.ended is None:  # learn the pid of a process that writes it (a finished one has none)
+                    self._alive(follower)
             elif not result.restarted:
                 break
             self._deliver(follower, out)
-            if not result.items:
+            if not result.more:
                 break
         if follower.model.ended is not None and follower.abandoned_at is None:
             self._compact(follower)

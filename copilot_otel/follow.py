@@ -46,6 +46,9 @@ class Follower:
     last_read: float = 0.0  # monotonic time new events were last read
     abandoned_at: float | None = None  # wall time the session was found dead mid-turn
     locks_seen: bool = False  # a lock file was seen in the folder at some point
+    # Rebuilt after compaction: the model had nothing open at the floor, so what the re-read leaves
+    # open there (work a crash cut off, ended when the process was found dead) is ended quietly.
+    settle_at_floor: bool = False
     session_id: str = field(init=False)  # the folder's name
 
     def __post_init__(self) -> None:
@@ -89,7 +92,16 @@ class Follower:
             self.model = self.new_model()
             self.floor = 0
         if result.items:
-            drive(self.model, result.items, out, source=str(self.path), warn=warn, floor=self.floor)
+            items = result.items
+            if self.settle_at_floor:
+                before = [item for item in items if item.offset < self.floor]
+                items = items[len(before):]
+                drive(self.model, before, out, source=str(self.path), warn=warn, floor=self.floor)
+                if items:
+                    self.settle_at_floor = False
+                    if not self.model.quiescent:
+                        self.model.finish()  # delivered when it happened: nothing to export again
+            drive(self.model, items, out, source=str(self.path), warn=warn, floor=self.floor)
             self.abandoned_at = None
             self.last_read = time.monotonic()
         return result
@@ -110,6 +122,7 @@ class Follower:
             return True  # truncated: the read sees it and starts a new generation from 0
         self.floor = max(self.floor, tail.offset)
         tail.offset, tail.line = 0, 0
+        self.settle_at_floor = True
         return True
 
     def compact(self) -> bool:

@@ -22,6 +22,8 @@ from .decode import REASONS
 from .records import MetricUpdate
 from .vocab import SIGNALS, STALLED_STATES, STATES, Metric
 
+HISTOGRAMS = frozenset((Metric.TURN_DURATION, Metric.TOOL_DURATION, Metric.LLM_CALL_DURATION))
+
 if TYPE_CHECKING:
     from .pipeline import Outputs
 
@@ -114,7 +116,7 @@ class Metrics:
         for reason in REASONS:
             self.lines_rejected.labels(reason)
         self.newest_event_ns = 0
-        self._event_types: set[str] = set()
+        self._event_types: dict[str, object] = {}  # event type -> its events_read series
         self.lag.set_function(self._lag)
         if process:
             ProcessCollector(registry=r)
@@ -133,6 +135,7 @@ class Metrics:
             Metric.LLM_CALL_DURATION: self.llm_call_duration,
         }
         assert set(self._series) == set(Metric), "every metric key needs its series"
+        self._children: dict = {}  # (metric key, label values) -> its series
 
     def _lag(self) -> float:
         if not self.newest_event_ns:
@@ -141,27 +144,43 @@ class Metrics:
 
     def count_event(self, event_type: str, count: int = 1) -> None:
         """Count events read, by type; past MAX_EVENT_TYPES distinct names (or an odd one) as 'other'."""
-        label = event_type
-        if event_type not in self._event_types:
+        child = self._event_types.get(event_type)
+        if child is None:
             if len(self._event_types) >= MAX_EVENT_TYPES or not _EVENT_TYPE.fullmatch(event_type):
-                label = "other"
+                child = self.events_read.labels("other")
             else:
-                self._event_types.add(event_type)
-        self.events_read.labels(label).inc(count)
+                child = self._event_types[event_type] = self.events_read.labels(event_type)
+        child.inc(count)
+
+    def _child(self, metric: Metric, labels: tuple[str, ...]):
+        """The series of ``metric`` with these label values (looked up once, then kept)."""
+        key = (metric, labels)
+        child = self._children.get(key)
+        if child is None:
+            series = self._series[metric]
+            child = self._children[key] = series.labels(*labels) if labels else series
+        return child
 
     def apply(self, update: MetricUpdate) -> None:
         """Apply one update from the session model."""
-        series = self._series[update.metric]
-        child = series.labels(*update.labels) if update.labels else series
-        if isinstance(series, Histogram):
-            child.observe(update.value)
+        if update.metric in HISTOGRAMS:
+            self._child(update.metric, update.labels).observe(update.value)
         else:
-            child.inc(update.value)
+            self._child(update.metric, update.labels).inc(update.value)
 
     def apply_outputs(self, out: "Outputs") -> None:
-        """Count what one drive of the pipeline produced: metric updates, events, rejected lines."""
+        """Count what one drive of the pipeline produced: metric updates, events, rejected lines.
+
+        Counter increments of the same series are added up first (a backlog holds thousands)."""
+        sums: dict[tuple[Metric, tuple[str, ...]], float] = {}
         for update in out.metrics:
-            self.apply(update)
+            if update.metric in HISTOGRAMS:
+                self._child(update.metric, update.labels).observe(update.value)
+            else:
+                key = (update.metric, update.labels)
+                sums[key] = sums.get(key, 0.0) + update.value
+        for (metric, labels), value in sums.items():
+            self._child(metric, labels).inc(value)
         for event_type, count in out.events.items():
             self.count_event(event_type, count)
         for reason, count in out.rejected.items():

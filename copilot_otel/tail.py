@@ -42,6 +42,7 @@ class ReadResult:
     restarted: str | None = None  # 'truncated' or 'replaced' when reading began again at 0
     gone: bool = False
     error: str | None = None  # the file exists but cannot be read (permissions, I/O)
+    more: bool = False  # the read stopped at its byte budget before the end of the file
 
 
 class FileTail:
@@ -101,7 +102,8 @@ class FileTail:
         if st.st_size <= self.offset:
             return ReadResult([], restarted)
         handle.seek(self.offset)
-        return ReadResult(self._read_lines(handle, max_bytes), restarted)
+        items = self._read_lines(handle, max_bytes)
+        return ReadResult(items, restarted, more=handle.tell() < st.st_size)
 
     def _read_lines(self, handle, max_bytes: int) -> list[Event | DecodeError]:
         items: list[Event | DecodeError] = []

@@ -224,3 +224,24 @@ def test_finish_and_view(tmp_path):
     out = Outputs()
     follower.finish(out, END_INCOMPLETE)
     assert {s.attributes.get(A.ERROR_TYPE) for s in out.spans} == {INCOMPLETE}
+
+
+def test_a_crash_found_then_compacted_is_not_delivered_again_when_the_cli_resumes(tmp_path):
+    """The real crash_resume log: the daemon ends the work the dead CLI left open, compacts the session,
+    and when the resumed CLI appends, the rebuilt model exports only the new work, never those spans again."""
+    source = next((Path(__file__).resolve().parent.parent / "fixtures" / "situations" / "crash_resume"
+                   / "session-state").glob("*/events.jsonl"))
+    lines = source.read_bytes().splitlines(keepends=True)
+    cut = next(i for i, line in enumerate(lines) if b'"session.resume"' in line)
+    path = log_path(tmp_path)
+    path.write_bytes(b"".join(lines[:cut]))
+    follower = start(path)
+    delivered = read(follower).spans
+    out = Outputs()
+    follower.finish(out, END_INCOMPLETE)  # its process was found dead
+    delivered += out.spans
+    assert follower.compact()
+    append(path, b"".join(lines[cut:]))
+    assert follower.wake()
+    after = read(follower).spans
+    assert after and not {s.span_id for s in after} & {s.span_id for s in delivered}
