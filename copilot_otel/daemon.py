@@ -159,7 +159,10 @@ class Daemon:
     def _inside_tree(self, path: Path) -> bool:
         """False (said once) for a log that resolves outside COPILOT_HOME/session-state."""
         try:
-            inside = path.resolve().is_relative_to(self._root_real)
+            if path.parent.parent == self.root and not (os.path.islink(path.parent) or os.path.islink(path)):
+                inside = True  # a plain file in a plain folder of the root (the usual case: 2 lstat, not 8)
+            else:
+                inside = path.resolve().is_relative_to(self._root_real)
         except OSError:
             inside = False
         if not inside and path not in self._outside:

@@ -68,6 +68,10 @@ class Metric(enum.Enum):
     TOOL_DURATION = "copilot_tool_duration_seconds"
     LLM_CALL_DURATION = "copilot_llm_call_duration_seconds"
 
+    # Members are singletons compared by identity: hash them so too (Enum's own hash is Python code,
+    # run for every metric update).
+    __hash__ = object.__hash__
+
 
 # What the model reports about input it could not use (besides what it exports).
 DUPLICATE_ID = "duplicate_id"  # an event id seen before: counted as a rejected line
