@@ -9,11 +9,11 @@ from __future__ import annotations
 from . import attrs as A
 from . import spanattrs
 from .events import Event
-from .records import KIND_INTERNAL, STATUS_OK, span_id_for, trace_id_for
+from .records import KIND_INTERNAL, STATUS_OK, SpanRecord, span_id_for, trace_id_for
 from .spans import Agent, Interaction, InteractionSummary, OpenSpan, Outbox, Turn
 from .summary import Tally
 from .tools import ToolBook
-from .views import SessionError, SessionFacts, TaskComplete
+from .views import SessionError, SessionFacts, SubagentStart, TaskComplete, UserMessage
 from .vocab import (CANCELLED, END_ABORTED, END_ERROR, END_TASK_COMPLETE, END_IDLE, END_INCOMPLETE, INCOMPLETE, LOOP_ENDS, MAIN_AGENT, OUT_OF_ORDER,
                     SIGNAL_IDLE, Metric)
 
@@ -59,13 +59,30 @@ class AgentLoop:
             self.agents[event.agent_id] = agent
         return agent
 
-    def name_subagent(self, agent_id: str, name: str, invoke_span: OpenSpan) -> None:
-        """subagent.started told the name and span of an agent (whose events may have come first)."""
-        known = self.agents.get(agent_id)
-        if known is None:
-            self.agents[agent_id] = Agent(name, invoke_span)
-        else:
-            known.invoke_span, known.name = invoke_span, name
+    def start_subagent(self, event: Event, view: SubagentStart) -> None:
+        """subagent.started: its span, under the task call; its agent named (its events may have come first)."""
+        fallback = None if view.call_id in self.book.tools else self.interaction_for(event).root
+        previous = self.book.start_subagent(event, view, fallback)
+        if previous is not None:  # started twice: the first never ended
+            self.close_agent_turns(previous, event.timestamp_ns)
+            self.out.span(previous.close(event.timestamp_ns, error_type=INCOMPLETE))
+        if event.agent_id is not None:
+            span = self.book.subagents[view.call_id]
+            known = self.agents.get(event.agent_id)
+            if known is None:
+                self.agents[event.agent_id] = Agent(view.name, span)
+            else:
+                known.invoke_span, known.name = span, view.name
+
+    def snapshots(self, last_event_ns: int) -> list[SpanRecord]:
+        """The spans still open (and turns held), as records ending at the last event, marked as running."""
+        spans = self.book.open_spans() + self.open_turn_spans()
+        if self.current is not None:
+            spans.append(self.current.root)
+        held = [turn.close() for _agent, turn in self.held]
+        return held + [SpanRecord(s.trace_id, s.span_id, s.parent_span_id, s.name, s.kind, s.start_ns,
+                                  max(s.start_ns, last_event_ns), {**s.attributes, A.COPILOT_RUNNING: True})
+                       for s in spans]
 
     def work_parent(self, event: Event, agent: Agent) -> OpenSpan:
         """Where a call or tool of ``agent`` hangs: its open turn, else its invoke span, else the interaction."""
@@ -119,6 +136,33 @@ class AgentLoop:
         self.main.invoke_span = root
         self.tally.interactions += 1
         return interaction
+
+    def prompt(self, event: Event, message: UserMessage, prompt: str | None, last_event_ns: int) -> None:
+        """user.message: a new interaction (a nudge too: the CLI gives it its own), unless it is steering
+        within the running one; a new one ends the previous loop."""
+        interaction_id = message.interaction_id or f"implicit-{event.id}"
+        current = self.current
+        if current is not None:
+            if current.id == interaction_id:
+                return
+            self.end(current.pending_end or END_INCOMPLETE, last_event_ns)
+        interaction = self.open(event, interaction_id, prompt=prompt)
+        if message.nudge:
+            self.tally.nudges += 1
+            self.out.count(Metric.AUTOPILOT_NUDGES)
+            interaction.autopilot = True
+            interaction.root.attributes[A.COPILOT_AUTOPILOT_CONTINUATION] = True
+
+    def answer(self, event: Event, asks_for_tools: bool, text: str | None) -> None:
+        """assistant.message: what the agent's turn answered (tools asked for, its text if captured)."""
+        turn = self.agent(event).turn
+        if turn is None:
+            return
+        turn.truncated = False  # cut off at the length limit, yet kept as the answer
+        if asks_for_tools:
+            turn.requested_tools = True
+        if text:
+            turn.span.attributes[A.GEN_AI_OUTPUT_MESSAGES] = text
 
     def start_turn(self, event: Event) -> None:
         """assistant.turn_start: the agent's new turn hangs under its invoke span (or the interaction)."""

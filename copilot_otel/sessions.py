@@ -23,7 +23,7 @@ from .config import ModelOptions
 from .events import Event
 from .records import SpanRecord, Step
 from .spans import InteractionSummary, Outbox
-from .summary import SessionSummary, Tally
+from .summary import SessionSummary, Tally, summarize
 from .tools import ToolBook
 from .views import (SessionError, SessionFacts, SubagentEnd, SubagentStart, TaskComplete, ToolEnd, ToolStart, Usage,
                     UserMessage, as_str, request_id, requested_tools)
@@ -114,13 +114,7 @@ class SessionModel:
 
     def open_spans(self) -> list[SpanRecord]:
         """Snapshots of the spans still open, ending at the last event (for `inspect` of a live session)."""
-        spans = self._book.open_spans() + self._loop.open_turn_spans()
-        if self._loop.current is not None:
-            spans.append(self._loop.current.root)
-        held = [turn.close() for _agent, turn in self._loop.held]
-        return held + [SpanRecord(s.trace_id, s.span_id, s.parent_span_id, s.name, s.kind, s.start_ns,
-                                  max(s.start_ns, self.last_event_ns), {**s.attributes, A.COPILOT_RUNNING: True})
-                       for s in spans]
+        return self._loop.snapshots(self.last_event_ns)
 
     @property
     def state(self) -> str:
@@ -158,15 +152,9 @@ class SessionModel:
 
     def summary(self) -> SessionSummary:
         """The session at a glance, frozen (any thread may read it)."""
-        tally, facts = self.tally, self.facts
         oldest = self._book.oldest_tool()
-        return SessionSummary(
-            self.session_id, self.state, self.ended, self.model, facts.cwd, facts.cli_version, facts.repository,
-            facts.branch, tally.first_event_ns, self.last_event_ns,
-            str(oldest.attributes[A.GEN_AI_TOOL_NAME]) if oldest is not None else None,
-            oldest.start_ns if oldest is not None else 0, tally.interactions, tally.nudges, tally.turns,
-            tally.llm_calls, tally.tool_calls, tally.tool_failures, tally.input_tokens, tally.output_tokens,
-            tally.cache_read_tokens, tally.premium_requests, tally.nudge_premium_requests, tally.last_end)
+        waiting = (str(oldest.attributes[A.GEN_AI_TOOL_NAME]), oldest.start_ns) if oldest is not None else (None, 0)
+        return summarize(self.session_id, self.state, self.ended, self.facts, self.tally, self.last_event_ns, waiting)
 
     @property
     def interactions(self) -> list[InteractionSummary]:
@@ -223,21 +211,8 @@ class SessionModel:
 
     def _on_user_message(self, event: Event) -> None:
         message = UserMessage.of(event)
-        if message.for_subagent:
-            return  # a sub-agent's prompt: its work hangs under the task call, not a new interaction
-        interaction_id = message.interaction_id or f"implicit-{event.id}"
-        current = self._loop.current
-        if current is not None:
-            if current.id == interaction_id:
-                return
-            # A new message (a nudge included: the CLI gives it its own interaction) ends the previous loop.
-            self._end(current.pending_end or END_INCOMPLETE)
-        interaction = self._loop.open(event, interaction_id, prompt=self._capture.text(message.content))
-        if message.nudge:
-            self.tally.nudges += 1
-            self._out.count(Metric.AUTOPILOT_NUDGES)
-            interaction.autopilot = True
-            interaction.root.attributes[A.COPILOT_AUTOPILOT_CONTINUATION] = True
+        if not message.for_subagent:  # a sub-agent's prompt: its work hangs under the task call
+            self._loop.prompt(event, message, self._capture.text(message.content), self.last_event_ns)
 
     def _on_turn_start(self, event: Event) -> None:
         self._loop.start_turn(event)
@@ -246,15 +221,7 @@ class SessionModel:
         self._loop.end_turn(event)
 
     def _on_assistant_message(self, event: Event) -> None:
-        turn = self._loop.agent(event).turn
-        if turn is None:
-            return
-        turn.truncated = False  # cut off at the length limit, yet kept as the answer
-        if requested_tools(event):
-            turn.requested_tools = True
-        text = self._capture.text(event.data.get("content"))
-        if text:
-            turn.span.attributes[A.GEN_AI_OUTPUT_MESSAGES] = text
+        self._loop.answer(event, requested_tools(event), self._capture.text(event.data.get("content")))
 
     def _on_task_complete(self, event: Event) -> None:
         if event.agent_id is None:
@@ -356,15 +323,8 @@ class SessionModel:
 
     def _on_subagent_started(self, event: Event) -> None:
         view = SubagentStart.of(event)
-        if view.call_id is None:
-            return
-        fallback = None if view.call_id in self._book.tools else self._loop.interaction_for(event).root
-        previous = self._book.start_subagent(event, view, fallback)
-        if previous is not None:  # started twice: the first never ended
-            self._loop.close_agent_turns(previous, event.timestamp_ns)
-            self._out.span(previous.close(event.timestamp_ns, error_type=INCOMPLETE))
-        if event.agent_id is not None:
-            self._loop.name_subagent(event.agent_id, view.name, self._book.subagents[view.call_id])
+        if view.call_id is not None:
+            self._loop.start_subagent(event, view)
 
     def _on_subagent_end(self, event: Event) -> None:
         view = SubagentEnd.of(event)
