@@ -8,8 +8,6 @@ some providers reuse response ids.
 
 from __future__ import annotations
 
-from collections import Counter
-
 from . import attrs as A
 from . import spanattrs
 from .events import Event
@@ -28,11 +26,11 @@ class CallBook:
         self.tally = tally
         self.out = out
         # apiCallId -> reports of that id not yet matched by the other source, per source (event type)
-        self._unmatched: dict[str, Counter] = {}
+        self._unmatched: dict[str, dict[str, int]] = {}
         # agent id -> [model, accounted] of the call in flight (headless stream: model.call_start .. _finished)
         self._in_flight: dict[str | None, list] = {}
-        self.tokens: Counter = Counter()  # (model, type) -> tokens counted so far
-        self.process_tokens: Counter = Counter()  # the same, since the session's last start or resume
+        self.tokens: dict[tuple[str, str], int] = {}  # (model, type) -> tokens counted so far
+        self.process_tokens: dict[tuple[str, str], int] = {}  # the same, since the session's last start or resume
 
     def first_report(self, event: Event, usage: Usage) -> bool:
         """A usage report: True unless it is the other source's report of a call already told."""
@@ -43,10 +41,11 @@ class CallBook:
         if call_id is None:
             return True
         for source, unmatched in self._unmatched.items():
-            if source != event.type and unmatched[call_id]:
+            if source != event.type and unmatched.get(call_id):
                 unmatched[call_id] -= 1  # the same call, through the other source
                 return False
-        self._unmatched.setdefault(event.type, Counter())[call_id] += 1
+        unmatched = self._unmatched.setdefault(event.type, {})
+        unmatched[call_id] = unmatched.get(call_id, 0) + 1
         return True
 
     def started(self, event: Event) -> None:
@@ -110,8 +109,9 @@ class CallBook:
                 self._count_tokens(model, label, value)
 
     def _count_tokens(self, model: str, label: str, value: int) -> None:
-        self.tokens[(model, label)] += value
-        self.process_tokens[(model, label)] += value
+        key = (model, label)
+        self.tokens[key] = self.tokens.get(key, 0) + value
+        self.process_tokens[key] = self.process_tokens.get(key, 0) + value
         self.out.count(Metric.TOKENS, model, label, value=value)
 
     def reconcile(self, model_metrics: object, *, cumulative: bool) -> None:
@@ -128,6 +128,6 @@ class CallBook:
             for key, _attr, label in A.USAGE_TOKENS:
                 total = usage.get(key)
                 if isinstance(total, int) and not isinstance(total, bool):
-                    missing = total - counted[(model, label)]
+                    missing = total - counted.get((model, label), 0)
                     if missing > 0:
                         self._count_tokens(model, label, missing)

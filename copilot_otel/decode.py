@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from typing import Iterable
 from datetime import datetime, timezone
 from functools import lru_cache
 from types import MappingProxyType
@@ -93,12 +94,12 @@ _TAIL_WINDOW = 400  # the tail's most bytes (ids are uuids, the timestamp is sho
 NO_DATA: dict = MappingProxyType({})  # the data of an event whose payload nothing reads
 
 
-@lru_cache(maxsize=8)
-def _as_bytes(keep: frozenset[str]) -> frozenset[bytes]:
-    return frozenset(kind.encode() for kind in keep)
+def type_set(types: Iterable[str]) -> frozenset[bytes]:
+    """The ``keep`` argument of decode_line and skim: event types as the bytes a line holds."""
+    return frozenset(kind.encode() for kind in types)
 
 
-def skim(raw: bytes, keep: frozenset[str], *, offset: int = -1, line: int = 0,
+def skim(raw: bytes, keep: frozenset[bytes], *, offset: int = -1, line: int = 0,
          not_after_ns: int = 0) -> Event | None:
     """A line of a type not in ``keep``, in the CLI's own shape: its event without parsing the payload.
 
@@ -110,9 +111,12 @@ def skim(raw: bytes, keep: frozenset[str], *, offset: int = -1, line: int = 0,
     if not raw.startswith(_HEAD):
         return None
     end = raw.find(b'"', 9)
-    if end < 0 or raw[9:end] in _as_bytes(keep) or not raw.startswith(_DATA, end) or b"\\" in raw[9:end]:
+    if end < 0:
+        return None
+    kind_bytes = raw[9:end]
+    if kind_bytes in keep or not raw.startswith(_DATA, end) or b"\\" in kind_bytes:
         return None  # a type with an escape in it is parsed in full, to read it as JSON does
-    kind = raw[9:end].decode("utf-8", "replace")
+    kind = kind_bytes.decode("utf-8", "replace")
     tail = _TAIL.search(raw, max(0, len(raw) - _TAIL_WINDOW))
     if tail is None or b"\x00" in raw or not kind:
         return None
@@ -129,11 +133,11 @@ def skim(raw: bytes, keep: frozenset[str], *, offset: int = -1, line: int = 0,
 
 
 def decode_line(raw: bytes, *, offset: int = -1, line: int = 0, max_bytes: int = 0,
-                not_after_ns: int = 0, keep: frozenset[str] | None = None) -> Event | DecodeError:
+                not_after_ns: int = 0, keep: frozenset[bytes] | None = None) -> Event | DecodeError:
     """Decode one line (without its newline) into an event, or say why it is unusable.
 
-    ``keep``: the event types whose payload is read; a line of any other type in the CLI's shape is
-    only skimmed (:func:`skim`). None: parse every line in full.
+    ``keep``: the event types whose payload is read (:func:`type_set`); a line of any other type in the
+    CLI's shape is only skimmed (:func:`skim`). None: parse every line in full.
     """
     if max_bytes and len(raw) > max_bytes:
         return DecodeError(TOO_LONG, f"line of {len(raw)} bytes exceeds the {max_bytes}-byte limit", offset, line)

@@ -22,7 +22,7 @@ from .events import DecodeError
 from .liveness import LOCKS_SINCE, SessionView
 from .normalize import parse_version
 from .pipeline import Outputs, Warn, drive, finish
-from .sessions import HANDLED_TYPES, SessionModel
+from .sessions import READ_TYPES, SessionModel
 from .tail import FileTail, ReadResult
 from .vocab import END_INCOMPLETE, IDLE
 
@@ -60,7 +60,7 @@ class Follower:
     def start(cls, path: Path, options: ModelOptions, *, max_line_bytes: int, restored: FilePosition | None = None,
               skip_history: bool = False, pids: list[int] | None = None) -> "Follower":
         """Follow ``path`` from its checkpoint, from its end (``skip_history``), or from the start."""
-        tail = FileTail(path, max_line_bytes=max_line_bytes, keep=HANDLED_TYPES)
+        tail = FileTail(path, max_line_bytes=max_line_bytes, keep=READ_TYPES)
         floor = 0
         if restored is not None:
             tail.identity = restored.identity

@@ -17,7 +17,7 @@ from .events import DecodeError, Event
 from .otlp_json import OtlpJsonEncoder
 from .pipeline import Outputs, drive, finish
 from .records import MetricUpdate, SpanRecord
-from .sessions import HANDLED_TYPES, SessionModel
+from .sessions import READ_TYPES, SessionModel
 from .sinks import FileSink, SpanSink
 from .sources import EVENTS_FILE, SESSION_STATE, SourceError, find_event_files, resolve, session_id_of
 from .tail import FUTURE_TOLERANCE_S, read_all
@@ -104,7 +104,7 @@ class ShardJob:
         stats = ReplayStats(metrics=[] if self.keep_metrics else None)
         spans: list[SpanRecord] = []
         for path in files:
-            items = read_all(path, max_line_bytes=self.max_line_bytes, keep=HANDLED_TYPES)
+            items = read_all(path, max_line_bytes=self.max_line_bytes, keep=READ_TYPES)
             spans.extend(replay_session(session_id_of(path), items, stats, source=str(path), options=self.options))
             stats.files += 1
             if on_file is not None:

@@ -20,6 +20,7 @@ from .compaction import CompactionBook
 from .interactions import AgentLoop
 from .normalize import Normalizer
 from .config import ModelOptions
+from .decode import type_set
 from .events import Event
 from .records import SpanRecord, Step
 from .spans import InteractionSummary, Outbox
@@ -365,3 +366,4 @@ _HANDLERS: dict[str, Callable[[SessionModel, Event], None]] = {
     "assistant.idle": SessionModel._on_live_idle,
 }
 HANDLED_TYPES = frozenset(_HANDLERS)  # event types the model reads; every other type only advances positions
+READ_TYPES = type_set(HANDLED_TYPES)  # the same, as decode_line's ``keep``: lines of other types are skimmed

@@ -13,7 +13,7 @@ from . import attrs as A
 from .config import DEFAULT_MAX_LINE_BYTES, ModelOptions
 from .pipeline import Outputs, drive
 from .records import STATUS_ERROR, SpanRecord
-from .sessions import HANDLED_TYPES, SessionModel
+from .sessions import READ_TYPES, SessionModel
 from .tail import read_all
 
 _ENDINGS = {
@@ -109,7 +109,7 @@ def inspect_session(path: Path, session_id: str, *, console: Console, running: b
                     max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> int:
     """Print the tree of one session's log; return the number of rejected lines (each logged)."""
     model = SessionModel(session_id, ModelOptions(capture_content=True, content_max_chars=200))
-    out = drive(model, read_all(path, max_line_bytes=max_line_bytes, keep=HANDLED_TYPES), Outputs(), source=str(path))
+    out = drive(model, read_all(path, max_line_bytes=max_line_bytes, keep=READ_TYPES), Outputs(), source=str(path))
     spans = out.spans
     still_running = running and model.ended is None
     if still_running:

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from copilot_otel.decode import NO_DATA, decode_line
 from copilot_otel.events import DecodeError, Event
-from copilot_otel.sessions import HANDLED_TYPES
+from copilot_otel.sessions import HANDLED_TYPES, READ_TYPES
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 REAL_LINES = [line for path in sorted(FIXTURES.rglob("events.jsonl")) for line in path.read_bytes().splitlines() if line]
@@ -24,7 +24,7 @@ REAL_LINES = [line for path in sorted(FIXTURES.rglob("events.jsonl")) for line i
 
 def same_reading(raw: bytes) -> None:
     full = decode_line(raw, offset=5, line=2)
-    fast = decode_line(raw, offset=5, line=2, keep=HANDLED_TYPES)
+    fast = decode_line(raw, offset=5, line=2, keep=READ_TYPES)
     if isinstance(full, DecodeError):
         assert isinstance(fast, DecodeError) and fast.reason == full.reason, (raw[:120], full, fast)
         return
@@ -38,14 +38,14 @@ def test_real_lines_read_the_same_and_the_system_prompt_is_skimmed():
     """Every line the real CLI wrote reads the same both ways; system.message lines take the fast path."""
     for raw in REAL_LINES:
         same_reading(raw)
-    skimmed = [decode_line(raw, keep=HANDLED_TYPES) for raw in REAL_LINES if raw.startswith(b'{"type":"system.message"')]
+    skimmed = [decode_line(raw, keep=READ_TYPES) for raw in REAL_LINES if raw.startswith(b'{"type":"system.message"')]
     assert skimmed and all(event.data is NO_DATA for event in skimmed)
 
 
 def test_lines_of_read_types_are_parsed_in_full():
     """A type the model reads always gets its whole payload."""
     for raw in REAL_LINES:
-        event = decode_line(raw, keep=HANDLED_TYPES)
+        event = decode_line(raw, keep=READ_TYPES)
         if event.type in HANDLED_TYPES:
             assert event.data == orjson.loads(raw)["data"]
 
@@ -84,7 +84,7 @@ def test_bad_bytes_in_a_skimmable_line_are_still_bad():
                 raw.replace(b'"timestamp":"2', b'"timestamp":"x', 1)):
         assert bad != raw
         same_reading(bad)
-        assert isinstance(decode_line(bad, keep=HANDLED_TYPES), DecodeError)
+        assert isinstance(decode_line(bad, keep=READ_TYPES), DecodeError)
 
 
 def test_an_escaped_type_reads_as_json_does():
