@@ -19,6 +19,7 @@ from .config import (
     DEFAULT_METRICS_ADDRESS,
     DEFAULT_RESCAN_INTERVAL,
     DEFAULT_STUCK_AFTER,
+    DEFAULT_VIEW_ADDRESS,
     ENV_COPILOT_HOME,
     MIN_IDLE_QUIET,
     MIN_MAX_LINE_BYTES,
@@ -32,6 +33,10 @@ EXIT_EXPORT_FAILED = 1
 EXIT_USAGE = 2
 
 log = logging.getLogger("copilot_otel")
+
+
+TRACE_URL_HELP = ("Link each trace of the web view here: an http(s) URL with {trace_id} in it, "
+                  "e.g. http://127.0.0.1:16686/trace/{trace_id} (Jaeger).")
 
 
 def _option(name: str, **kwargs):
@@ -215,9 +220,10 @@ def inspect(session, log_level, **options) -> None:
          help="Seconds of silence after a final answer that confirm the agent loop went idle.")
 @_option("max-buffered-spans", type=click.IntRange(min=1), default=DEFAULT_MAX_BUFFERED_SPANS, show_default=True,
          help="Spans held while the trace backend is down; past this, reading pauses (nothing is dropped).")
+@_option("trace-url", default=None, help=TRACE_URL_HELP)
 def run(log_level, metrics_address, stuck_after, poll, rescan_interval, from_end, idle_quiet, max_buffered_spans,
-        **options) -> None:
-    """The daemon: follow every session under COPILOT_HOME, export spans, serve /metrics."""
+        trace_url, **options) -> None:
+    """The daemon: follow every session under COPILOT_HOME, export spans, serve /metrics and the web view."""
     from .daemon import run_daemon
 
     _no_created_series()
@@ -225,11 +231,37 @@ def run(log_level, metrics_address, stuck_after, poll, rescan_interval, from_end
     try:
         config = build_config(metrics_address=metrics_address, stuck_after=stuck_after, poll=poll,
                               rescan_interval=rescan_interval, from_start=not from_end, idle_quiet=idle_quiet,
-                              max_buffered_spans=max_buffered_spans, **options)
+                              max_buffered_spans=max_buffered_spans, trace_url=trace_url, **options)
     except ConfigError as exc:
         _fail(str(exc))
         return
     sys.exit(run_daemon(config))
+
+
+@main.command()
+@click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
+@_option("copilot-home", type=click.Path(path_type=Path), default=None, also_env=ENV_COPILOT_HOME,
+         help="Copilot's home folder, shown when no PATH is given (default ~/.copilot).")
+@_option("address", default=DEFAULT_VIEW_ADDRESS, show_default=True, help="HOST:PORT to serve the pages on.")
+@_option("trace-url", default=None, help=TRACE_URL_HELP)
+@_option("stuck-after", type=float, default=DEFAULT_STUCK_AFTER, show_default=True,
+         help="Seconds without events before a working session counts as stuck.")
+@_option("max-line-bytes", type=click.IntRange(min=MIN_MAX_LINE_BYTES), default=DEFAULT_MAX_LINE_BYTES,
+         help="Lines longer than this are counted and skipped.")
+@_option("content-max-chars", type=click.IntRange(min=1), default=DEFAULT_CONTENT_MAX_CHARS,
+         help="With OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true, cut each captured text to this length.")
+@_option("log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info")
+def view(paths, address, log_level, **options) -> None:
+    """Serve the web view over session logs (folders, events.jsonl files or a COPILOT_HOME), without the daemon."""
+    from .web import run_view
+
+    _setup_logging(log_level)
+    try:
+        config = build_config(exports=False, metrics_address=address, **options)
+    except ConfigError as exc:
+        _fail(str(exc))
+        return
+    sys.exit(run_view(config, list(paths)))
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -27,6 +27,7 @@ DEFAULT_METRICS_HOST = "127.0.0.1"
 DEFAULT_METRICS_PORT = 9464
 DEFAULT_METRICS_ADDRESS = f"{DEFAULT_METRICS_HOST}:{DEFAULT_METRICS_PORT}"
 DEFAULT_STUCK_AFTER = 600.0
+DEFAULT_VIEW_ADDRESS = f"{DEFAULT_METRICS_HOST}:{DEFAULT_METRICS_PORT + 1}"  # `view`: beside a running daemon
 DEFAULT_MAX_LINE_BYTES = 16 * 1024 * 1024
 DEFAULT_CONTENT_MAX_CHARS = 4096
 DEFAULT_IDLE_QUIET = 2.0
@@ -143,6 +144,8 @@ class Config:
     poll: bool = False
     from_start: bool = True
     max_buffered_spans: int = DEFAULT_MAX_BUFFERED_SPANS
+    # The web view links each trace here: an http(s) URL with {trace_id} in it (Jaeger, Tempo).
+    trace_url: str | None = None
 
     def __post_init__(self) -> None:
         _positive("--stuck-after", self.stuck_after)
@@ -156,6 +159,8 @@ class Config:
             raise ConfigError("--content-max-chars must be at least 1")
         if self.max_buffered_spans < 1:
             raise ConfigError("--max-buffered-spans must be at least 1")
+        if self.trace_url is not None:
+            check_trace_url(self.trace_url)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, *, exports: bool = True,
@@ -189,6 +194,14 @@ class Config:
     def default_traces_file(self) -> Path:
         """Where traces go when no destination is configured."""
         return self.state_dir / "traces.jsonl"
+
+
+def check_trace_url(url: str) -> None:
+    """A trace link template must be an http(s) URL holding ``{trace_id}``, or a ConfigError says so."""
+    parsed = urlparse(url)
+    if parsed.scheme not in ("http", "https") or not parsed.netloc or "{trace_id}" not in url:
+        raise ConfigError(f"--trace-url {url!r}: expected an http(s) URL with {{trace_id}} in it, "
+                          "e.g. http://127.0.0.1:16686/trace/{trace_id}")
 
 
 def _positive(flag: str, value: float, *, minimum: float = 0.0) -> None:
@@ -237,4 +250,5 @@ _ENV_FIELDS: dict[str, Callable[[str, str], Any]] = {
     "rescan_interval": _parse_float,
     "poll": _parse_bool,
     "max_buffered_spans": _parse_int,
+    "trace_url": lambda _variable, text: text,
 }

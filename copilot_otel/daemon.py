@@ -70,6 +70,9 @@ class Daemon:
         # Every known session at a glance, kept when its model is compacted away; other threads read it
         # (copy with ``list(daemon.summaries.values())``: each entry is replaced whole, never changed).
         self.summaries: dict[Path, SessionSummary] = {}
+        # Moves after a pass that changed a summary or the set of views (the web view polls it).
+        self.generation = 0
+        self._changed = False
         self._restored = self.checkpoint.load()
         self._skip_history: set[Path] = set()
         self._unreadable = ReportedOnce(log)  # retried at every rescan
@@ -138,7 +141,11 @@ class Daemon:
                 if follower.model is not None and follower.model.ended is None:
                     self._watch(follower)  # a CLI took it up again
         self._housekeeping()
-        self.views = tuple(self._views.values())
+        views, before = tuple(self._views.values()), self.views
+        self.views = views
+        if self._changed or len(views) != len(before):  # after the views, so a reader of both sees them agree
+            self._changed = False
+            self.generation += 1
         if self._freeze_gc and not files:
             self._freeze_gc = False
             gc.collect()
@@ -210,6 +217,7 @@ class Daemon:
         if marker is not None:
             self.queue.put_marker(marker)
         self.summaries[follower.path] = follower.model.summary()
+        self._changed = True
 
     def _count_and_queue(self, follower: Follower, out: Outputs) -> None:
         try:
@@ -240,6 +248,7 @@ class Daemon:
         self._abandoned.pop(path, None)
         self._views.pop(path, None)
         self.summaries.pop(path, None)
+        self._changed = True
         if follower is not None and follower.model is not None:
             log.info("%s was deleted; finishing session %s", path, follower.session_id)
             out = Outputs()
@@ -336,12 +345,15 @@ def _check_state_dir(state_dir: Path) -> None:
 
 def run_daemon(config: Config) -> int:
     """`copilot-otel run`: start, serve until SIGTERM/SIGINT, flush, exit 0."""
+    from .overview import DaemonSessions
     from .server import MetricsServer
+    from .web import WebView
 
     try:
         _check_state_dir(config.state_dir)
         daemon = Daemon(config, freeze_gc=True)
-        server = MetricsServer(config.metrics_address, daemon.metrics.registry, daemon.health)
+        view = WebView(DaemonSessions(daemon), trace_url=config.trace_url, host=config.metrics_address[0])
+        server = MetricsServer(config.metrics_address, daemon.metrics.registry, daemon.health, routes=view.routes())
     except ConfigError as exc:
         log.error("%s", exc)
         return 2
@@ -352,8 +364,8 @@ def run_daemon(config: Config) -> int:
     signal.signal(signal.SIGINT, daemon.request_stop)
     server.start()
     host, port = server.address
-    log.info("following %s; metrics on http://%s:%d/metrics; traces to %s", daemon.root, host, port,
-             daemon.sink.description)
+    log.info("following %s; metrics on http://%s:%d/metrics, sessions on http://%s:%d/; traces to %s", daemon.root,
+             host, port, host, port, daemon.sink.description)
     try:
         daemon.run()
     finally:

@@ -45,7 +45,8 @@ class MetricsServer:
     loop and must not block it: ``await request.app[SERVER].run_blocking(fn, *args)`` runs slow
     work in the server's worker threads. A handler that prepares its response itself (a stream
     such as Server-Sent Events) is not held to the write deadline; at ``stop()`` it is cancelled
-    within ``2 * STOP_GRACE``. Every response carries ``X-Content-Type-Options: nosniff``.
+    within ``2 * STOP_GRACE``. Every response carries ``X-Content-Type-Options: nosniff`` and a
+    ``Content-Security-Policy`` that lets a page load only this server's scripts and styles.
     """
 
     def __init__(self, address: tuple[str, int], registry: CollectorRegistry,
@@ -216,8 +217,14 @@ def _render(registry: CollectorRegistry, encoder: Callable[[CollectorRegistry], 
     return gzip.compress(body, compresslevel=6, mtime=0) if gzipped else body
 
 
+# The web view's pages load only their own scripts and styles, and talk only to this server.
+CONTENT_SECURITY_POLICY = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
+                           "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
+
+
 async def _security_headers(request: web.Request, response: web.StreamResponse) -> None:
     response.headers["X-Content-Type-Options"] = "nosniff"
+    response.headers["Content-Security-Policy"] = CONTENT_SECURITY_POLICY
     response.headers["Server"] = "copilot-otel"
 
 

@@ -1,0 +1,294 @@
+"""Every known session at a glance, for the web view and its JSON API (``/api/sessions``).
+
+A source says which sessions exist and how each stands now: :class:`DaemonSessions` reads the
+frozen values the daemon's reader publishes (``Daemon.summaries`` and ``Daemon.views``);
+:class:`HistorySessions` replays session logs without a daemon (``copilot-otel view PATH``).
+Both name a session's state with the daemon's own rule (``liveness.live_state``), and both hand
+out a :class:`Board`: the rows sorted live first, counted by state and repository, from which
+``page`` cuts a filtered page. A board is rebuilt only when its source changed.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable, Protocol
+
+from .config import DEFAULT_MAX_LINE_BYTES, ModelOptions
+from .liveness import ABANDONED_RETENTION, LOCKS_SINCE, SessionView, live_state, lock_pids, pid_alive
+from .normalize import parse_version
+from .pipeline import Outputs, drive
+from .sessions import SessionModel
+from .sources import session_id_of
+from .summary import SessionSummary
+from .tail import read_all
+from .vocab import ABANDONED, IDLE, STUCK, WAITING_TOOL, WAITING_USER, WORKING
+
+ENDED = "ended"  # not live: shut down, or its process is gone with nothing open
+# The order of the groups on the page: what needs a person first, finished sessions last.
+STATE_ORDER = (STUCK, ABANDONED, WAITING_USER, WORKING, WAITING_TOOL, IDLE, ENDED)
+PAGE_SIZE = 100
+MAX_PAGE_SIZE = 500
+LIVE_EVERY = 1.0  # seconds between re-evaluations of the live states (stuck comes with time)
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """One session on the sessions page: its summary and its state now."""
+
+    path: Path
+    summary: SessionSummary
+    state: str  # one of STATE_ORDER
+    stalled_s: float  # seconds since the last event of a stuck or abandoned session, else 0
+
+
+@dataclass(frozen=True, slots=True)
+class Board:
+    """Every known session, sorted live first (by STATE_ORDER) then by last activity, with counts."""
+
+    key: tuple
+    rows: tuple[Row, ...]
+    by_id: dict[str, Row]
+    states: dict[str, int]
+    repositories: dict[str, int]
+    built_at: float
+
+
+def row_json(row: Row) -> dict:
+    """A row as the page reads it (times in milliseconds since the epoch)."""
+    s = row.summary
+    return {
+        "id": s.session_id, "state": row.state, "stalled_s": round(row.stalled_s, 1), "ended": s.ended,
+        "model": s.model, "repository": s.repository, "branch": s.branch, "cwd": s.cwd,
+        "cli_version": s.cli_version, "started_ms": s.started_ns // 1_000_000,
+        "last_ms": s.last_event_ns // 1_000_000, "waiting_on": s.waiting_on,
+        "waiting_since_ms": s.waiting_since_ns // 1_000_000, "interactions": s.interactions, "nudges": s.nudges,
+        "turns": s.turns, "llm_calls": s.llm_calls, "tool_calls": s.tool_calls, "tool_failures": s.tool_failures,
+        "input_tokens": s.input_tokens, "output_tokens": s.output_tokens, "tokens": s.tokens,
+        "premium_requests": round(s.premium_requests, 2), "last_end": s.last_end,
+    }
+
+
+def page(board: Board, *, state: str | None = None, repository: str | None = None, offset: int = 0,
+         limit: int = PAGE_SIZE) -> dict:
+    """One page of the board, filtered by state and repository, as JSON-ready values."""
+    rows: Iterable[Row] = board.rows
+    if state:
+        rows = [r for r in rows if r.state == state]
+    if repository:
+        rows = [r for r in rows if (r.summary.repository or "") == repository]
+    if not isinstance(rows, list):
+        rows = list(rows)
+    limit = max(1, min(limit, MAX_PAGE_SIZE))
+    offset = max(0, min(offset, len(rows)))
+    return {"total": len(board.rows), "matching": len(rows), "offset": offset, "limit": limit,
+            "states": board.states, "repositories": board.repositories, "now_ms": int(time.time() * 1000),
+            "sessions": [row_json(r) for r in rows[offset:offset + limit]]}
+
+
+def make_board(key: tuple, entries: Iterable[tuple[Path, SessionSummary, str, float]]) -> Board:
+    """Sort and count (path, summary, state, stalled) entries."""
+    rank = {state: i for i, state in enumerate(STATE_ORDER)}
+    rows = sorted((Row(*entry) for entry in entries),
+                  key=lambda r: (rank.get(r.state, len(rank)), -r.summary.last_event_ns, r.summary.session_id))
+    states = dict.fromkeys(STATE_ORDER, 0)
+    repositories: dict[str, int] = {}
+    for r in rows:
+        states[r.state] = states.get(r.state, 0) + 1
+        repo = r.summary.repository or ""
+        repositories[repo] = repositories.get(repo, 0) + 1
+    return Board(key, tuple(rows), {r.summary.session_id: r for r in rows}, states,
+                 dict(sorted(repositories.items())), time.time())
+
+
+class Source(Protocol):
+    """What the web view reads: the sessions, how they stand, and what the traces hold."""
+
+    options: ModelOptions
+    max_line_bytes: int
+
+    def change_key(self) -> tuple:
+        """Cheap; differs whenever the board would."""
+
+    def board(self) -> Board:
+        """The board now (rebuilt only when ``change_key`` moved); may block: call from a worker."""
+
+    def stale(self) -> bool:
+        """True when ``scan`` should run before the board is read again."""
+
+    def scan(self) -> None:
+        """Look at the session logs again (a source that reads files; may block)."""
+
+
+class _Probe:
+    """kill(0) once per pid per evaluation."""
+
+    def __init__(self) -> None:
+        self.known: dict[int, bool] = {}
+
+    def __call__(self, pid: int) -> bool:
+        alive = self.known.get(pid)
+        if alive is None:
+            alive = self.known[pid] = pid_alive(pid)
+        return alive
+
+
+class _LiveStates:
+    """The live states of a set of views, re-evaluated at most every LIVE_EVERY seconds."""
+
+    def __init__(self, stuck_after: float, clock: Callable[[], float]) -> None:
+        self.stuck_after = stuck_after
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._at = -LIVE_EVERY
+        self._token: object = None
+        self.states: dict[str, tuple[str, float]] = {}
+        self.fingerprint: frozenset = frozenset()
+
+    def of(self, token: object, views: tuple[SessionView, ...]) -> dict[str, tuple[str, float]]:
+        """session id -> (state, seconds stalled) of the live ones; ``token`` moves when the views do."""
+        with self._lock:
+            monotonic = time.monotonic()
+            if token != self._token or monotonic - self._at >= LIVE_EVERY:
+                now, probe = self.clock(), _Probe()
+                states = {}
+                for view in views:
+                    live = live_state(view, now=now, stuck_after=self.stuck_after, alive=probe)
+                    if live is not None:
+                        states[view.session_id] = live
+                self.states, self._token, self._at = states, token, monotonic
+                self.fingerprint = frozenset((sid, state) for sid, (state, _s) in states.items())
+            return self.states
+
+
+class DaemonSessions:
+    """The daemon's sessions, read from what its reader publishes (never a model)."""
+
+    def __init__(self, daemon, *, clock: Callable[[], float] = time.time) -> None:
+        self._daemon = daemon
+        self.options: ModelOptions = daemon.config.model
+        self.max_line_bytes: int = daemon.config.max_line_bytes
+        self._live = _LiveStates(daemon.config.stuck_after, clock)
+        self._board: Board | None = None
+        self._lock = threading.Lock()
+
+    def stale(self) -> bool:
+        return False  # the daemon's reader keeps everything current
+
+    def scan(self) -> None:
+        pass
+
+    def change_key(self) -> tuple:
+        generation = self._daemon.generation  # first: the reader publishes the views before it moves
+        self._live.of(generation, self._daemon.views)
+        return (generation, self._live.fingerprint)
+
+    def board(self) -> Board:
+        with self._lock:
+            key = self.change_key()
+            if self._board is not None and self._board.key == key:
+                return self._board
+            live = self._live.states
+            entries = []
+            for path, summary in list(self._daemon.summaries.items()):
+                state, stalled = live.get(summary.session_id, (ENDED, 0.0))
+                entries.append((path, summary, state, stalled))
+            self._board = make_board(key, entries)
+            return self._board
+
+
+def summarise(path: Path, options: ModelOptions, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> SessionSummary:
+    """One log replayed to its end (nothing closed that its end leaves open), summed up."""
+    model = SessionModel(session_id_of(path), options, summaries=False, metrics=False)
+    drive(model, read_all(path, max_line_bytes=max_line_bytes), Outputs(), source=str(path), warn=lambda *a: None)
+    return model.summary()
+
+
+def history_view(path: Path, summary: SessionSummary) -> SessionView:
+    """How the daemon would see a replayed session: its lock files, and whether it died mid-turn."""
+    pids = tuple(lock_pids(path.parent))
+    version = parse_version(summary.cli_version)
+    locks_expected = bool(pids) or version is None or version >= LOCKS_SINCE
+    state = IDLE if summary.ended else summary.state
+    abandoned_at = None
+    if state != IDLE and pids and not any(pid_alive(pid) for pid in pids):
+        abandoned_at = summary.last_event_ns / 1e9  # mid-turn, and its process is gone
+    if state != IDLE and not pids and locks_expected and summary.last_event_ns:
+        abandoned_at = summary.last_event_ns / 1e9  # the lock went with the process
+    return SessionView(summary.session_id, state, summary.last_event_ns, pids, abandoned_at, locks_expected)
+
+
+class HistorySessions:
+    """Session logs replayed without a daemon; files that changed are replayed again when asked."""
+
+    def __init__(self, files: Callable[[], list[Path]], options: ModelOptions, *, stuck_after: float,
+                 max_line_bytes: int = DEFAULT_MAX_LINE_BYTES, rescan_every: float = 2.0,
+                 clock: Callable[[], float] = time.time) -> None:
+        self._files = files
+        self.options = options
+        self.max_line_bytes = max_line_bytes
+        self._rescan_every = rescan_every
+        self._clock = clock
+        self._stuck_after = stuck_after
+        self._known: dict[Path, tuple[tuple[int, int, int], SessionSummary]] = {}
+        self._generation = 0
+        self._scanned = -rescan_every
+        self._lock = threading.Lock()
+        self._board: Board | None = None
+        self.views: tuple[SessionView, ...] = ()
+        self._live = _LiveStates(stuck_after, clock)
+
+    def scan(self) -> None:
+        """Replay the logs that are new or changed since the last scan; forget deleted ones."""
+        with self._lock:
+            seen = set()
+            changed = False
+            for path in self._files():
+                seen.add(path)
+                try:
+                    st = path.stat()
+                except OSError:
+                    continue
+                stamp = (st.st_ino, st.st_size, st.st_mtime_ns)
+                known = self._known.get(path)
+                if known is None or known[0] != stamp:
+                    self._known[path] = (stamp, summarise(path, self.options, self.max_line_bytes))
+                    changed = True
+            for path in set(self._known) - seen:
+                del self._known[path]
+                changed = True
+            now = self._clock()
+            views = tuple(history_view(path, summary) for path, (_stamp, summary) in self._known.items()
+                          if now_live(summary, now))  # again each time: a process may have died since
+            if changed or views != self.views:
+                self.views = views
+                self._generation += 1  # after the views, as the daemon does
+            self._scanned = time.monotonic()
+
+    def stale(self) -> bool:
+        """True when a rescan is due (the web view runs it in a worker)."""
+        return time.monotonic() - self._scanned >= self._rescan_every
+
+    def change_key(self) -> tuple:
+        generation = self._generation
+        self._live.of(generation, self.views)
+        return (generation, self._live.fingerprint)
+
+    def board(self) -> Board:
+        with self._lock:
+            key = self.change_key()
+            if self._board is not None and self._board.key == key:
+                return self._board
+            live = self._live.states
+            entries = [(path, summary, *live.get(summary.session_id, (ENDED, 0.0)))
+                       for path, (_stamp, summary) in self._known.items()]
+            self._board = make_board(key, entries)
+            return self._board
+
+
+def now_live(summary: SessionSummary, now: float) -> bool:
+    """Could a replayed session still be live (not shut down, written to within the abandoned retention)?"""
+    return summary.ended is None and now - summary.last_event_ns / 1e9 < ABANDONED_RETENTION
+
