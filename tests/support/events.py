@@ -141,11 +141,12 @@ class SessionLog:
 
     # ------------------------------------------------------------ the session
 
-    def start(self, *, model: str | None = None, cwd: str = "/work", version: str = CLI_VERSION) -> dict[str, Any]:
-        """session.start."""
+    def start(self, *, model: str | None = None, cwd: str = "/work", version: str = CLI_VERSION,
+              **context: Any) -> dict[str, Any]:
+        """session.start; ``context`` adds to its context (``repository=``, ``branch=``, ``gitRoot=``...)."""
         return self.add("session.start", {
             "sessionId": self.session_id, "version": 1, "producer": "copilot-agent", "copilotVersion": version,
-            "startTime": iso(self._now), "selectedModel": model or self.model, "context": {"cwd": cwd},
+            "startTime": iso(self._now), "selectedModel": model or self.model, "context": {"cwd": cwd, **context},
             "alreadyInUse": False})
 
     def resume(self, *, model: str | None = None, cwd: str = "/work") -> dict[str, Any]:
