@@ -16,8 +16,16 @@ CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 VIEWPORT = {"width": 1280, "height": 760}
-# Screenshots go here on each run (a fresh temp dir unless COPILOT_OTEL_SCREENSHOTS names one).
-SCREENSHOTS = Path(os.environ.get("COPILOT_OTEL_SCREENSHOTS") or tempfile.mkdtemp(prefix="copilot-otel-screens-"))
+# Screenshots go to COPILOT_OTEL_SCREENSHOTS, else to one fresh temp dir per run (made on first use).
+_screenshots: list[Path] = []
+
+
+def screenshots_dir() -> Path:
+    """Where this run's screenshots go."""
+    if not _screenshots:
+        chosen = os.environ.get("COPILOT_OTEL_SCREENSHOTS")
+        _screenshots.append(Path(chosen) if chosen else Path(tempfile.mkdtemp(prefix="copilot-otel-screens-")))
+    return _screenshots[0]
 
 
 class Browser:
@@ -58,8 +66,10 @@ def view_url(port: int, path: str = "/") -> str:
 
 
 def screenshot(page, name: str) -> Path:
-    """Save the page as SCREENSHOTS/<name>.png and return the path."""
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    path = SCREENSHOTS / f"{name}.png"
-    page.screenshot(path=str(path))
+    """Save the page as <screenshots_dir()>/<name>.png and return the path."""
+    folder = screenshots_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.png"
+    # Bytes, written here: with ``path=`` Playwright writes through a thread pool of its own.
+    path.write_bytes(page.screenshot())
     return path
