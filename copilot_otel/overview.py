@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Protocol
+from typing import Callable, Iterable, NamedTuple, Protocol
 
 from .config import DEFAULT_MAX_LINE_BYTES, ModelOptions
 from .liveness import ABANDONED_RETENTION, LOCKS_SINCE, SessionView, live_state, lock_pids, pid_alive
@@ -34,14 +35,20 @@ MAX_PAGE_SIZE = 500
 LIVE_EVERY = 1.0  # seconds between re-evaluations of the live states (stuck comes with time)
 
 
-@dataclass(frozen=True, slots=True)
-class Row:
-    """One session on the sessions page: its summary and its state now."""
+class Row(NamedTuple):
+    """One session on the sessions page: its summary and its state now. Rows sort as the page shows them:
+    by STATE_ORDER, then newest activity first (the first three fields are the order)."""
 
+    rank: int  # its state's place in STATE_ORDER
+    newest: int  # minus the time of its last event
+    session_id: str
     path: Path
     summary: SessionSummary
     state: str  # one of STATE_ORDER
     stalled_s: float  # seconds since the last event of a stuck or abandoned session, else 0
+
+
+_RANK = {state: i for i, state in enumerate(STATE_ORDER)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,19 +95,47 @@ def page(board: Board, *, state: str | None = None, repository: str | None = Non
             "sessions": [row_json(r) for r in rows[offset:offset + limit]]}
 
 
-def make_board(key: tuple, entries: Iterable[tuple[Path, SessionSummary, str, float]]) -> Board:
-    """Sort and count (path, summary, state, stalled) entries."""
-    rank = {state: i for i, state in enumerate(STATE_ORDER)}
-    rows = sorted((Row(*entry) for entry in entries),
-                  key=lambda r: (rank.get(r.state, len(rank)), -r.summary.last_event_ns, r.summary.session_id))
-    states = dict.fromkeys(STATE_ORDER, 0)
-    repositories: dict[str, int] = {}
-    for r in rows:
-        states[r.state] = states.get(r.state, 0) + 1
-        repo = r.summary.repository or ""
-        repositories[repo] = repositories.get(repo, 0) + 1
-    return Board(key, tuple(rows), {r.summary.session_id: r for r in rows}, states,
-                 dict(sorted(repositories.items())), time.time())
+def make_board(key: tuple, entries: Iterable[tuple[Path, SessionSummary, str, float]],
+               previous: Board | None = None) -> Board:
+    """Sort and count (path, summary, state, stalled) entries.
+
+    With the ``previous`` board, only what changed is redone: its rows are reused, its order is the
+    start of the sort (nearly sorted: a linear pass) and its counts are adjusted. 10,000 sessions
+    of which a few changed take a few milliseconds instead of tens.
+    """
+    entries = list(entries)
+    by_id: dict[str, Row] = dict(previous.by_id) if previous is not None else {}
+    states = Counter(previous.states) if previous is not None else Counter()
+    repositories = Counter(previous.repositories) if previous is not None else Counter()
+    changed: list[Row] = []
+    count = 0
+    for path, summary, state, stalled in entries:
+        count += 1
+        old = by_id.get(summary.session_id)
+        if old is not None and old.summary is summary and old.state == state and old.stalled_s == stalled:
+            continue
+        row = by_id[summary.session_id] = Row(_RANK.get(state, len(_RANK)), -summary.last_event_ns,
+                                              summary.session_id, path, summary, state, stalled)
+        changed.append(row)
+        states[state] += 1
+        repositories[summary.repository or ""] += 1
+        if old is not None:
+            states[old.state] -= 1
+            repositories[old.summary.repository or ""] -= 1
+    if previous is not None and count != len(by_id):  # some went away: count again from scratch
+        return make_board(key, entries)
+    if previous is not None and not changed:
+        return Board(key, previous.rows, previous.by_id, previous.states, previous.repositories, time.time())
+    if previous is None:
+        rows = list(by_id.values())
+    else:  # the old order with the changed rows in place, the new ones at the end: nearly sorted
+        rows = [by_id[r.session_id] for r in previous.rows]
+        rows += [r for r in changed if r.session_id not in previous.by_id]
+    rows.sort()
+    counted = dict.fromkeys(STATE_ORDER, 0)
+    counted.update((state, n) for state, n in states.items() if n)
+    return Board(key, tuple(rows), by_id, counted, dict(sorted((k, n) for k, n in repositories.items() if n)),
+                 time.time())
 
 
 class Source(Protocol):
@@ -195,7 +230,7 @@ class DaemonSessions:
             for path, summary in list(self._daemon.summaries.items()):
                 state, stalled = live.get(summary.session_id, (ENDED, 0.0))
                 entries.append((path, summary, state, stalled))
-            self._board = make_board(key, entries)
+            self._board = make_board(key, entries, self._board)
             return self._board
 
 
@@ -284,7 +319,7 @@ class HistorySessions:
             live = self._live.states
             entries = [(path, summary, *live.get(summary.session_id, (ENDED, 0.0)))
                        for path, (_stamp, summary) in self._known.items()]
-            self._board = make_board(key, entries)
+            self._board = make_board(key, entries, self._board)
             return self._board
 
 

@@ -87,6 +87,7 @@ def test_a_stuck_session_shows_as_stuck_and_its_tool_is_highlighted(daemon, brow
     proc = cli.start(prompt_for("sleep_tool", 8), home=daemon.home, port=provider.port, cwd=tmp_path / "work")
     try:
         wait_until(lambda: state_of(page, proc.session_id) == "stuck", timeout=30, what="stuck on the page")
+        screenshot(page, "sessions")
         assert row(page, proc.session_id).locator("td").nth(6).inner_text().startswith("bash")
         row(page, proc.session_id).locator("td").nth(3).click()
         page.wait_for_url(f"**/session/{proc.session_id}")
@@ -117,7 +118,6 @@ def test_clicking_a_session_shows_its_waterfall_with_the_subagent_under_its_task
     page = browser.page()
     page.goto(view_url(daemon.port))
     row(page, session_id).wait_for()
-    screenshot(page, "sessions")
     row(page, session_id).locator("td").nth(4).click()
     page.wait_for_url(f"**/session/{session_id}")
     page.wait_for_selector(".span")

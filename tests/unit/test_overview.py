@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from copilot_otel.config import ModelOptions
-from copilot_otel.overview import ENDED, STATE_ORDER, HistorySessions, page
+from copilot_otel.overview import ENDED, STATE_ORDER, HistorySessions, make_board, page
 from copilot_otel.vocab import ABANDONED, IDLE, STUCK, WAITING_TOOL, WAITING_USER, WORKING
 from tests.support.events import BASE_TIME, SessionLog
 from tests.support.files import new_session
@@ -171,3 +171,27 @@ def test_a_rescan_sees_new_grown_and_deleted_logs_and_says_so_by_its_key(home):
     os.unlink(path)
     history.scan()
     assert history.change_key() != key and "new" not in history.board().by_id
+
+
+def test_a_board_rebuilt_from_the_previous_one_is_the_board_built_afresh(home):
+    """Reusing the previous board's rows, order and counts gives what sorting and counting anew gives,
+    after sessions changed state, appeared and went away."""
+    history = source(home)
+    before = history.board()
+    log = started("later", 0.1, "octo/app")
+    log.user()
+    log.turn_start()
+    path = write(home, log)
+    os.unlink(home / "session-state" / "done" / "events.jsonl")
+    history.scan()
+    after = history.board()
+    entries = [(row.path, row.summary, row.state, row.stalled_s) for row in after.rows]
+    fresh = make_board(after.key, reversed(entries))
+    assert (after.rows, after.states, after.repositories) == (fresh.rows, fresh.states, fresh.repositories)
+    assert "done" not in after.by_id and after.by_id["later"].state == WORKING and before.rows != after.rows
+    log.turn_end()
+    path.write_bytes(log.jsonl())
+    history.scan()
+    again = history.board()
+    fresh = make_board(again.key, [(r.path, r.summary, r.state, r.stalled_s) for r in again.rows])
+    assert (again.rows, again.states, again.repositories) == (fresh.rows, fresh.states, fresh.repositories)
