@@ -198,16 +198,46 @@ class _LiveStates:
             return self.states
 
 
-class DaemonSessions:
+class _Boarded:
+    """What both sources share: a change key, and a board rebuilt from the previous one when it moved."""
+
+    def __init__(self, stuck_after: float, clock: Callable[[], float]) -> None:
+        self._live = _LiveStates(stuck_after, clock)
+        self._board: Board | None = None
+        self._board_lock = threading.Lock()
+
+    def _published(self) -> tuple[int, tuple[SessionView, ...]]:
+        """(generation, views): the generation read first, as it moves only after the views."""
+        raise NotImplementedError
+
+    def _summaries(self) -> list[tuple[Path, SessionSummary]]:
+        raise NotImplementedError
+
+    def change_key(self) -> tuple:
+        generation, views = self._published()
+        self._live.of(generation, views)
+        return (generation, self._live.fingerprint)
+
+    def board(self) -> Board:
+        with self._board_lock:
+            key = self.change_key()
+            if self._board is not None and self._board.key == key:
+                return self._board
+            live = self._live.states
+            entries = [(path, summary, *live.get(summary.session_id, (ENDED, 0.0)))
+                       for path, summary in self._summaries()]
+            self._board = make_board(key, entries, self._board)
+            return self._board
+
+
+class DaemonSessions(_Boarded):
     """The daemon's sessions, read from what its reader publishes (never a model)."""
 
     def __init__(self, daemon, *, clock: Callable[[], float] = time.time) -> None:
+        super().__init__(daemon.config.stuck_after, clock)
         self._daemon = daemon
         self.options: ModelOptions = daemon.config.model
         self.max_line_bytes: int = daemon.config.max_line_bytes
-        self._live = _LiveStates(daemon.config.stuck_after, clock)
-        self._board: Board | None = None
-        self._lock = threading.Lock()
 
     def stale(self) -> bool:
         return False  # the daemon's reader keeps everything current
@@ -215,23 +245,12 @@ class DaemonSessions:
     def scan(self) -> None:
         pass
 
-    def change_key(self) -> tuple:
-        generation = self._daemon.generation  # first: the reader publishes the views before it moves
-        self._live.of(generation, self._daemon.views)
-        return (generation, self._live.fingerprint)
+    def _published(self) -> tuple[int, tuple[SessionView, ...]]:
+        generation = self._daemon.generation
+        return generation, self._daemon.views
 
-    def board(self) -> Board:
-        with self._lock:
-            key = self.change_key()
-            if self._board is not None and self._board.key == key:
-                return self._board
-            live = self._live.states
-            entries = []
-            for path, summary in list(self._daemon.summaries.items()):
-                state, stalled = live.get(summary.session_id, (ENDED, 0.0))
-                entries.append((path, summary, state, stalled))
-            self._board = make_board(key, entries, self._board)
-            return self._board
+    def _summaries(self) -> list[tuple[Path, SessionSummary]]:
+        return list(self._daemon.summaries.items())  # each entry is replaced whole by the reader
 
 
 def summarise(path: Path, options: ModelOptions, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> SessionSummary:
@@ -255,25 +274,23 @@ def history_view(path: Path, summary: SessionSummary) -> SessionView:
     return SessionView(summary.session_id, state, summary.last_event_ns, pids, abandoned_at, locks_expected)
 
 
-class HistorySessions:
+class HistorySessions(_Boarded):
     """Session logs replayed without a daemon; files that changed are replayed again when asked."""
 
     def __init__(self, files: Callable[[], list[Path]], options: ModelOptions, *, stuck_after: float,
                  max_line_bytes: int = DEFAULT_MAX_LINE_BYTES, rescan_every: float = 2.0,
                  clock: Callable[[], float] = time.time) -> None:
+        super().__init__(stuck_after, clock)
         self._files = files
         self.options = options
         self.max_line_bytes = max_line_bytes
         self._rescan_every = rescan_every
         self._clock = clock
-        self._stuck_after = stuck_after
         self._known: dict[Path, tuple[tuple[int, int, int], SessionSummary]] = {}
         self._generation = 0
         self._scanned = -rescan_every
         self._lock = threading.Lock()
-        self._board: Board | None = None
         self.views: tuple[SessionView, ...] = ()
-        self._live = _LiveStates(stuck_after, clock)
 
     def scan(self) -> None:
         """Replay the logs that are new or changed since the last scan; forget deleted ones."""
@@ -306,21 +323,12 @@ class HistorySessions:
         """True when a rescan is due (the web view runs it in a worker)."""
         return time.monotonic() - self._scanned >= self._rescan_every
 
-    def change_key(self) -> tuple:
+    def _published(self) -> tuple[int, tuple[SessionView, ...]]:
         generation = self._generation
-        self._live.of(generation, self.views)
-        return (generation, self._live.fingerprint)
+        return generation, self.views
 
-    def board(self) -> Board:
-        with self._lock:
-            key = self.change_key()
-            if self._board is not None and self._board.key == key:
-                return self._board
-            live = self._live.states
-            entries = [(path, summary, *live.get(summary.session_id, (ENDED, 0.0)))
-                       for path, (_stamp, summary) in self._known.items()]
-            self._board = make_board(key, entries, self._board)
-            return self._board
+    def _summaries(self) -> list[tuple[Path, SessionSummary]]:
+        return [(path, summary) for path, (_stamp, summary) in list(self._known.items())]
 
 
 def now_live(summary: SessionSummary, now: float) -> bool:
