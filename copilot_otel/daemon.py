@@ -75,6 +75,10 @@ class Daemon:
         self._changed = False
         self._restored = self.checkpoint.load()
         self._skip_history: set[Path] = set()
+        # Taken here, before /healthz answers: a session created once the daemon is up is not history.
+        if not self.config.from_start and self.root.is_dir():
+            # --from-end: history present at the first start is skipped (a checkpoint still wins).
+            self._skip_history = set(self.root.glob("*/events.jsonl"))
         self._unreadable = ReportedOnce(log)  # retried at every rescan
         self._outside: set[Path] = set()  # symlinks out of the tree, reported once
         self._root_real = self.root.resolve()
@@ -105,9 +109,6 @@ class Daemon:
 
     def run(self, ready: threading.Event | None = None) -> None:
         """Run until stopped; flush and commit before returning."""
-        if not self.config.from_start and self.root.is_dir():
-            # --from-end: history present at the first start is skipped (a checkpoint still wins).
-            self._skip_history = set(self.root.glob("*/events.jsonl"))
         self.queue.start()
         self.discoverer.start()
         if ready is not None:
