@@ -21,7 +21,7 @@ from .config import DEFAULT_MAX_LINE_BYTES, ModelOptions
 from .liveness import ABANDONED_RETENTION, LOCKS_SINCE, SessionView, live_state, lock_pids, pid_alive
 from .normalize import parse_version
 from .pipeline import Outputs, drive
-from .sessions import SessionModel
+from .sessions import READ_TYPES, SessionModel
 from .sources import session_id_of
 from .summary import SessionSummary
 from .tail import read_all
@@ -256,7 +256,8 @@ class DaemonSessions(_Boarded):
 def summarise(path: Path, options: ModelOptions, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> SessionSummary:
     """One log replayed to its end (nothing closed that its end leaves open), summed up."""
     model = SessionModel(session_id_of(path), options, summaries=False, metrics=False)
-    drive(model, read_all(path, max_line_bytes=max_line_bytes), Outputs(), source=str(path), warn=lambda *a: None)
+    drive(model, read_all(path, max_line_bytes=max_line_bytes, keep=READ_TYPES), Outputs(), source=str(path),
+          warn=lambda *a: None)
     return model.summary()
 
 
