@@ -33,6 +33,7 @@ OP_CHAT = _gen_ai.GenAiOperationNameValues.CHAT.value
 OP_EXECUTE_TOOL = _gen_ai.GenAiOperationNameValues.EXECUTE_TOOL.value
 PROVIDER = "github"
 AGENT_NAME = "copilot"
+TURN_SPAN = "turn"  # one name for every turn (bounded span names); its number is in the turn id attribute
 
 COPILOT_TURN_ID = "copilot.turn.id"
 COPILOT_INTERACTION_ID = "copilot.interaction.id"

@@ -178,7 +178,7 @@ class AgentLoop:
         turn_id = event.turn_id or "?"
         attributes = spanattrs.turn(self.session_id, agent.name, turn_id, event.interaction_id or interaction.id,
                                     autopilot=interaction.autopilot and event.agent_id is None)
-        span = parent.child(span_id_for(self.session_id, event.id), f"turn {turn_id}", KIND_INTERNAL,
+        span = parent.child(span_id_for(self.session_id, event.id), A.TURN_SPAN, KIND_INTERNAL,
                             event.timestamp_ns, attributes)
         agent.turn = Turn(span, agent.name)
         self.tally.turns += 1

@@ -53,8 +53,8 @@ def _label(span: SpanRecord) -> Text:
         text.append(f"sub-agent {a.get(A.GEN_AI_AGENT_NAME)}", style="magenta")
         if span.status == STATUS_ERROR:
             text.append(f" failed ({a.get(A.ERROR_TYPE)})", style="red")
-    elif span.name.startswith("turn "):
-        text.append(span.name, style="bold")
+    elif span.name == A.TURN_SPAN:
+        text.append(f"turn {a.get(A.COPILOT_TURN_ID)}", style="bold")
         if a.get(A.COPILOT_AUTOPILOT_CONTINUATION):
             text.append(" (autopilot)", style="yellow")
         if span.status == STATUS_ERROR:

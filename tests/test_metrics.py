@@ -20,6 +20,7 @@ from tests.support.daemon import DaemonProcess
 from tests.support.deploy import RULES, dashboard_queries, promtool, render_grafana_expr
 from tests.support.net import wait_until
 from tests.support.scrape import by_label, value
+from tests.support.model import label
 
 FAST = ("--idle-quiet", "0.3", "--rescan-interval", "1")
 
@@ -287,7 +288,7 @@ def test_stuck_and_abandoned_sessions(cli, provider, tmp_path):
 
     incomplete = [s for s in read_spans(traces) if s.attributes.get("gen_ai.conversation.id") == victim.session_id
                   and s.attributes.get("error.type") == "incomplete"]
-    assert {s.name for s in incomplete} >= {"execute_tool bash", "turn 0", "invoke_agent copilot"}
+    assert {label(s) for s in incomplete} >= {"execute_tool bash", "turn 0", "invoke_agent copilot"}
 
 
 def test_live_states_of_an_sdk_session(cli, provider, tmp_path):

@@ -18,12 +18,14 @@ from pathlib import Path
 
 import pytest
 
+from copilot_otel import attrs as A
 from copilot_otel.replay import find_event_files, replay_files, resolve
 from copilot_otel.sinks import MemorySink
 from copilot_otel.workers import WorkerError
 from tests.copilot_cli import CORPUS_SCENARIOS, prompt_for
 from tests.support.commands import run_inspect, run_replay
 from tests.support.otlp_json import iso_ns, read_spans
+from tests.support.model import label
 
 @pytest.fixture(scope="module")
 def exported(cli_corpus, tmp_path_factory):
@@ -43,7 +45,7 @@ def by_op(spans, op):
 
 
 def turn_spans(spans):
-    return [s for s in spans if s.name.startswith("turn ")]
+    return [s for s in spans if s.name == "turn"]
 
 
 @pytest.mark.parametrize("scenario", CORPUS_SCENARIOS)
@@ -124,12 +126,12 @@ def test_tree_shape(exported, scenario):
     # A chat's parent is the turn of the same agent and turn id.
     for chat in by_op(spans, "chat"):
         parent = by_id[chat.parent_span_id]
-        assert parent.name == f"turn {chat.attributes['copilot.turn.id']}"
+        assert label(parent) == f"turn {chat.attributes[A.COPILOT_TURN_ID]}"
     # Tools hang under the turn they were called in.
     starts = {e["data"]["toolCallId"]: e for e in events if e["type"] == "tool.execution_start"}
     for tool in by_op(spans, "execute_tool"):
         parent = by_id[tool.parent_span_id]
-        assert parent.name == f"turn {starts[tool.attributes['gen_ai.tool.call.id']]['data']['turnId']}"
+        assert label(parent) == f"turn {starts[tool.attributes['gen_ai.tool.call.id']]['data']['turnId']}"
 
 
 @pytest.mark.parametrize("scenario", ["subagent", "subagent_failed"])

@@ -19,6 +19,7 @@ from tests.fixtures.situations import FIXTURES, Fixture
 from tests.support.daemon import DaemonProcess, complete_lines_spans
 from tests.support.net import wait_until
 from tests.support.otlp_json import iso_ns, read_spans
+from tests.support.model import label
 
 VERSIONS = Path(__file__).resolve().parent / "fixtures" / "cli"
 
@@ -128,7 +129,7 @@ def test_work_after_a_background_shell_gets_its_own_linked_root(tmp_path, situat
     assert second.attributes["copilot.interaction.id"] == first.attributes["copilot.interaction.id"]
     assert second.trace_id != first.trace_id
     assert [(link.trace_id, link.span_id) for link in second.links] == [(first.trace_id, first.span_id)]
-    assert {s.name for s in spans if s.trace_id == second.trace_id} >= {"execute_tool read_bash", "turn 0"}
+    assert {label(s) for s in spans if s.trace_id == second.trace_id} >= {"execute_tool read_bash", "turn 0"}
     assert metrics['copilot_completion_signals_total{signal="idle"}'] == 2
 
 
@@ -168,7 +169,7 @@ def test_an_empty_answer_fails_its_turn_but_not_its_llm_call(tmp_path):
     fx = Fixture(FIXTURES / "empty_answer")
     spans, metrics = replay(tmp_path, fx.path)
     (root,) = roots(spans)
-    (turn,) = [s for s in spans if s.name.startswith("turn")]
+    (turn,) = [s for s in spans if s.name == "turn"]
     error = next(e for events in fx.sessions.values() for e in events if e["type"] == "session.error")
     assert root.status_code == turn.status_code == "ERROR"
     assert root.attributes["error.type"] == turn.attributes["error.type"] == error["data"]["errorType"]
