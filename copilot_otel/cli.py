@@ -69,6 +69,11 @@ def common_options(func):
     return func
 
 
+def _repository_option(func):
+    return _option("no-repository-label", is_flag=True, default=False,
+                   help="Leave the repository label of the metrics empty (Prometheus then shows none).")(func)
+
+
 def build_config(*, exports: bool = True, **flags) -> Config:
     """One validated Config from the environment with the flags on top; a ConfigError says what to fix."""
     return Config.from_env(exports=exports, **flags)
@@ -122,6 +127,7 @@ def main() -> None:
 @_option("workers", type=click.IntRange(min=0), default=0, show_default=True,
          help="Processes that share the work (0: one per CPU when there are many sessions, else one); "
               "the output is the same for any number.")
+@_repository_option
 def replay(paths, log_level, metrics_file, workers, **options) -> None:
     """Export the traces of session folders, events.jsonl files, a COPILOT_HOME, or - (stdin)."""
     from .replay import SourceError, replay_files, replay_stream, resolve
@@ -156,8 +162,10 @@ def replay(paths, log_level, metrics_file, workers, **options) -> None:
         _no_created_series()
 
         from .metrics import Metrics
+        from .sinks import build_resource
 
-        metrics = Metrics(process=False)
+        metrics = Metrics(process=False, repository_label=not config.no_repository_label,
+                          resource=build_resource().attributes)
         for update in stats.metrics:
             metrics.apply(update)
         for reason, count in stats.rejected.items():
@@ -221,6 +229,7 @@ def inspect(session, log_level, **options) -> None:
 @_option("max-buffered-spans", type=click.IntRange(min=1), default=DEFAULT_MAX_BUFFERED_SPANS, show_default=True,
          help="Spans held while the trace backend is down; past this, reading pauses (nothing is dropped).")
 @_option("trace-url", default=None, help=TRACE_URL_HELP)
+@_repository_option
 def run(log_level, metrics_address, stuck_after, poll, rescan_interval, from_end, idle_quiet, max_buffered_spans,
         trace_url, **options) -> None:
     """The daemon: follow every session under COPILOT_HOME, export spans, serve /metrics and the web view."""

@@ -146,6 +146,8 @@ class Config:
     max_buffered_spans: int = DEFAULT_MAX_BUFFERED_SPANS
     # The web view links each trace here: an http(s) URL with {trace_id} in it (Jaeger, Tempo).
     trace_url: str | None = None
+    # Metrics: leave the repository label empty (Prometheus then shows none), e.g. where repository names are private.
+    no_repository_label: bool = False
 
     def __post_init__(self) -> None:
         _positive("--stuck-after", self.stuck_after)
@@ -251,4 +253,5 @@ _ENV_FIELDS: dict[str, Callable[[str, str], Any]] = {
     "poll": _parse_bool,
     "max_buffered_spans": _parse_int,
     "trace_url": lambda _variable, text: text,
+    "no_repository_label": _parse_bool,
 }

@@ -27,7 +27,7 @@ from .logs import RateLimitedLog, ReportedOnce
 from .metrics import LiveSession, Metrics
 from .pipeline import Outputs
 from .sources import SESSION_STATE
-from .sinks import SpanSink, make_sink
+from .sinks import SpanSink, build_resource, make_sink
 from .summary import SessionSummary
 from .vocab import END_INCOMPLETE
 
@@ -45,7 +45,8 @@ class Daemon:
         self.config = config
         self.root = config.copilot_home / SESSION_STATE
         self.clock = clock
-        self.metrics = metrics or Metrics()
+        self.metrics = metrics or Metrics(repository_label=not config.no_repository_label,
+                                          resource=build_resource().attributes)
         self.metrics.add_live_sessions(self.live_sessions)
         config.state_dir.mkdir(parents=True, exist_ok=True)
         self.checkpoint = Checkpoint(config.state_dir / "checkpoint.sqlite")

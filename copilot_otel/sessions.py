@@ -16,6 +16,7 @@ from typing import Callable
 from . import attrs as A
 from . import spanattrs
 from .calls import CallBook
+from .changes import CodeChanges
 from .compaction import CompactionBook
 from .interactions import AgentLoop
 from .normalize import Normalizer
@@ -50,6 +51,7 @@ class SessionModel:
         self._calls = CallBook(session_id, self._out, self.tally)
         self._loop = AgentLoop(session_id, self._out, self._book, self.tally, summaries=summaries)
         self._compactions = CompactionBook(session_id, self._out)
+        self._changes = CodeChanges(self._out)
         self._requests: set[str] = set()  # requests waiting for the user (permission, input, ...)
         self._seen: set[int] = set()  # hashes of event ids, kept for the life of the model (one file generation)
         self._normalize = Normalizer()  # the CLI-version layer: any version's events in the shape read here
@@ -200,10 +202,13 @@ class SessionModel:
 
     def _on_session_start(self, event: Event) -> None:
         self.facts = self._loop.facts = self.facts.merged(SessionFacts.of(event))
+        self._out.shared.update(spanattrs.vcs(self.facts))
+        self._out.repository = self.facts.repository or ""
         if event.type == "session.start":
             self._out.count(Metric.SESSIONS_STARTED)
-        else:
-            self._calls.process_tokens.clear()  # a new process: the totals it will write start from here
+        else:  # a new process: the totals it will write start from here
+            self._calls.new_process()
+            self._changes.new_process()
 
     def _on_model_change(self, event: Event) -> None:
         model = as_str(event.data.get("newModel")) or as_str(event.data.get("model"))
@@ -232,6 +237,7 @@ class SessionModel:
 
     def _on_session_error(self, event: Event) -> None:
         error = SessionError.of(event)
+        error = replace(error, message=self._capture.text(error.message))  # content capture decides
         agent = self._loop.agent(event)
         turns = [agent.turn] if agent.turn is not None else [turn for held, turn in self._loop.held if held is agent]
         # An LLM call failed, unless the turn it ended got its answer (an empty one: "No response was returned").
@@ -259,9 +265,13 @@ class SessionModel:
             self._requests.clear()
 
     def _on_shutdown(self, event: Event) -> None:
-        if self._normalize.synthesizes_calls:  # per-call tokens are partial or absent: the totals say the rest
-            self._calls.reconcile(event.data.get("modelMetrics"), cumulative=self._normalize.cumulative_totals)
-        self._calls.process_tokens.clear()  # a resume starts a new process
+        cumulative = self._normalize.cumulative_totals
+        # Per-call premium requests (and, on CLIs that log no usage per call, tokens) are checked against the totals.
+        self._calls.reconcile(event.data.get("modelMetrics"), cumulative=cumulative,
+                              tokens=self._normalize.synthesizes_calls)
+        self._changes.shutdown(event.data, cumulative=cumulative)
+        self._calls.new_process()  # a resume starts a new process
+        self._changes.new_process()
         if self.awaiting_confirmation:
             self._end(self._loop.current.pending_end)
         self._out.count(Metric.COMPLETION_SIGNALS, SIGNAL_SHUTDOWN)
@@ -317,7 +327,7 @@ class SessionModel:
         view = ToolStart.of(event)
         if view.call_id is not None:
             agent = self._loop.agent(event)
-            self._book.start_tool(event, view, agent.name, self._loop.work_parent(event, agent))
+            self._book.start_tool(event, view, agent, self._loop.work_parent(event, agent))
 
     def _on_tool_complete(self, event: Event) -> None:
         self._book.complete_tool(event, ToolEnd.of(event))

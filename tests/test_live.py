@@ -24,6 +24,7 @@ from copilot_otel.tail import read_all
 from copilot_otel.sinks import FileSink, MemorySink
 from tests.copilot_cli import MODEL, prompt_for
 from tests.support.otlp_json import read_spans
+from tests.support.scrape import keyed
 
 copilot = pytest.importorskip("copilot", reason="github-copilot-sdk is installed by the test command")
 from copilot import CopilotClient  # noqa: E402
@@ -250,6 +251,6 @@ def test_headless_stream_shows_each_failed_attempt(cli_corpus, tmp_path):
     assert len(failed_chats) == len(failures)
     assert sorted(s.attributes["error.type"] for s in failed_chats) == sorted(str(f["data"]["statusCode"])
                                                                                for f in failures)
-    assert f'copilot_llm_calls_total{{model="{MODEL}",outcome="error"}} {float(len(failures))}' \
-        in metrics_file.read_text()
+    assert keyed(metrics_file.read_text())[f'copilot_llm_calls_total{{model="{MODEL}",outcome="error"}}'] \
+        == len(failures)
     assert [s.status_code for s in spans if s.name == "turn"] == ["ERROR"]

@@ -219,14 +219,20 @@ def test_capture_off_replay_exports_and_logs_no_content(planted, tmp_path):
 
 
 def _content(spans) -> dict[tuple[str, str], str]:
-    """(span id, attribute or 'status') -> captured text."""
+    """(span id, attribute, 'status' or 'exception') -> captured text: the content attributes, a failed
+    tool's status message (its error text), the message of a session.error's exception event. Other
+    status descriptions (an error type, "never ended: ...") hold no content."""
     out = {}
     for span in spans:
         for attr in CONTENT_KEYS:
             if attr in span.attributes:
                 out[(span.span_id, attr)] = span.attributes[attr]
-        if span.status_message:
+        if span.status_message and span.attributes.get("gen_ai.operation.name") == "execute_tool" \
+                and span.attributes.get("error.type") not in ("incomplete", "aborted"):
             out[(span.span_id, "status")] = span.status_message
+        for event in span.events:
+            if event.name == "exception" and "exception.message" in event.attributes:
+                out[(span.span_id, "exception")] = event.attributes["exception.message"]
     return out
 
 
@@ -255,6 +261,7 @@ def test_capture_on_exports_content_cut_to_the_limit(planted, tmp_path):
     for attr in CONTENT_KEYS:  # every kind of content field is exported with the secret in it
         assert any(secret in v for (_s, a), v in default.items() if a == attr), attr
     assert any(secret in v for (_s, a), v in default.items() if a == "status")
+    assert any(secret in v for (_s, a), v in default.items() if a == "exception")  # the session.error's
     for limit_args, env in ((("--content-max-chars", "24"), None), ((), {"COPILOT_OTEL_CONTENT_MAX_CHARS": "24"})):
         short = _content(_replay_capture(planted, tmp_path / f"short-{bool(env)}.jsonl", *limit_args, env=env))
         assert sorted(short) == sorted(full)

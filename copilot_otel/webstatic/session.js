@@ -139,7 +139,8 @@ function renderTrace(trace, index, count, waiting) {
       rel: "noopener noreferrer"}, "open trace \u2197"));
   }
   const rows = list.map(([s, depth]) => {
-    const label = el("span", {class: "label"}, el("span", {class: "name"}, s.name),
+    const name = s.name === "turn" ? `turn ${s.attrs["github.copilot.turn_id"] ?? ""}` : s.name;  // one span name, numbered here
+    const label = el("span", {class: "label"}, el("span", {class: "name"}, name),
       el("span", {class: "dur"}), s.id === waiting ? el("span", {class: "waited"}) : "");
     label.firstChild.style.paddingLeft = `${depth * 1.1}em`;
     const row = el("div", {class: spanClass(s, waiting), dataset: {spanId: s.id, parentId: s.parent || "",

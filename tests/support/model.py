@@ -44,8 +44,9 @@ class Fed:
         return found[0]
 
     def total(self, metric: Metric, *labels: str) -> float:
-        """The sum of the updates of ``metric`` with these label values (a counter's increase)."""
-        return sum(u.value for u in self.metrics if u.metric is metric and u.labels == labels)
+        """The sum of the updates of ``metric`` with these first label values (a counter's increase);
+        the labels left out (a metric's trailing repository, say) are summed over."""
+        return sum(u.value for u in self.metrics if u.metric is metric and u.labels[:len(labels)] == labels)
 
     def observed(self, metric: Metric, *labels: str) -> list[float]:
         """The values observed in histogram ``metric`` with these label values."""
