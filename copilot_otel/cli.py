@@ -151,32 +151,47 @@ def replay(paths, log_level, metrics_file, workers, **options) -> None:
         else:
             with _progress(interactive, len(files)) as advance:
                 stats = replay_files(files, sink, on_file=advance, workers=workers or None,
-                                     keep_metrics=metrics_file is not None, **model_options)
+                                     keep_metrics=metrics_file is not None or config.metrics_otlp is not None,
+                                     **model_options)
         sink.shutdown()
     except (ExportError, WorkerError) as exc:
         _fail(f"export failed: {exc}", EXIT_EXPORT_FAILED)
         return
-    if metrics_file is not None:
-        from prometheus_client import write_to_textfile
-
-        _no_created_series()
-
-        from .metrics import Metrics
-        from .sinks import build_resource
-
-        metrics = Metrics(process=False, repository_label=not config.no_repository_label,
-                          resource=build_resource().attributes)
-        for update in stats.metrics:
-            metrics.apply(update)
-        for reason, count in stats.rejected.items():
-            metrics.lines_rejected.labels(reason).inc(count)
-        for event_type, count in stats.out_of_order.items():
-            metrics.events_out_of_order.labels(event_type).inc(count)
-        write_to_textfile(str(metrics_file), metrics.registry)
+    if (metrics_file is not None or config.metrics_otlp is not None) and not _replay_metrics(stats, config,
+                                                                                               metrics_file):
+        _fail("export failed: the OTLP metrics endpoint did not accept the metrics", EXIT_EXPORT_FAILED)
+        return
     rejected = sum(stats.rejected.values())
     click.echo(f"copilot-otel: exported {stats.spans} spans from {stats.files} session(s), "
                f"{stats.events} events" + (f", {rejected} malformed line(s) skipped" if rejected else "")
                + f" -> {sink.description}", err=True)
+
+
+def _replay_metrics(stats, config: Config, metrics_file: Path | None) -> bool:
+    """The metrics of a replay: to a node_exporter textfile, and over OTLP (OTEL_METRICS_EXPORTER=otlp);
+    False if the push failed."""
+    from prometheus_client import write_to_textfile
+
+    _no_created_series()
+
+    from .metrics import Metrics
+    from .resource import resource_attributes
+
+    metrics = Metrics(process=False, repository_label=not config.no_repository_label, resource=resource_attributes())
+    for update in stats.metrics:
+        metrics.apply(update)
+    for reason, count in stats.rejected.items():
+        metrics.lines_rejected.labels(reason).inc(count)
+    for event_type, count in stats.out_of_order.items():
+        metrics.events_out_of_order.labels(event_type).inc(count)
+    if metrics_file is not None:
+        write_to_textfile(str(metrics_file), metrics.registry)
+    if config.metrics_otlp is None:
+        return True
+    from .otlp_metrics import MetricsPusher, make_exporter  # the OTel SDK: only to push
+    from .sinks import build_resource
+
+    return MetricsPusher(metrics.registry, make_exporter(config.metrics_otlp), build_resource()).stop()
 
 
 @main.command()

@@ -20,6 +20,11 @@ ENV_OTLP_TRACES_PROTOCOL = "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"
 ENV_TRACES_EXPORTER = "OTEL_TRACES_EXPORTER"
 ENV_OTLP_HEADERS = "OTEL_EXPORTER_OTLP_HEADERS"
 ENV_OTLP_TRACES_HEADERS = "OTEL_EXPORTER_OTLP_TRACES_HEADERS"
+ENV_METRICS_EXPORTER = "OTEL_METRICS_EXPORTER"
+ENV_OTLP_METRICS_ENDPOINT = "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"
+ENV_OTLP_METRICS_PROTOCOL = "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL"
+ENV_OTLP_METRICS_HEADERS = "OTEL_EXPORTER_OTLP_METRICS_HEADERS"
+METRICS_EXPORTERS = ("prometheus", "otlp", "none")  # OTEL_METRICS_EXPORTER: a comma-separated list of these
 
 PROTOCOLS = ("grpc", "http/protobuf")
 # Each default is written here once; flags, the SDK front end and the docs read them from here.
@@ -91,6 +96,29 @@ def _check_headers(variable: str, value: str) -> None:
                               "(write e.g. authorization=Bearer%20TOKEN; values are not shown)")
 
 
+def _check_endpoint(endpoint: str) -> None:
+    """An OTLP endpoint must be an http(s) URL with a valid port."""
+    parsed = urlparse(endpoint)
+    if parsed.scheme not in ("http", "https") or not parsed.hostname:
+        raise ConfigError(
+            f"OTLP endpoint {endpoint!r} is not a URL: expected e.g. http://127.0.0.1:4317 (grpc) "
+            "or http://127.0.0.1:4318 (http/protobuf)"
+        )
+    try:
+        parsed.port
+    except ValueError:
+        raise ConfigError(f"OTLP endpoint {endpoint!r} has an invalid port") from None
+
+
+def _protocol(env: Mapping[str, str], specific: str) -> str:
+    """The signal's OTLP protocol (its own variable, else OTEL_EXPORTER_OTLP_PROTOCOL, else grpc), validated."""
+    variable = specific if env.get(specific) else ENV_OTLP_PROTOCOL
+    protocol = (env.get(variable) or "grpc").strip()
+    if protocol not in PROTOCOLS:
+        raise ConfigError(f"{variable}={protocol!r} is not supported: use one of {', '.join(PROTOCOLS)}")
+    return protocol
+
+
 @dataclass(frozen=True)
 class OtlpSettings:
     """Where traces go over OTLP; None endpoint means 'not configured'."""
@@ -105,22 +133,30 @@ class OtlpSettings:
         if env.get(ENV_TRACES_EXPORTER, "").strip().lower() == "none":
             return cls(None, "grpc")
         endpoint = env.get(ENV_OTLP_TRACES_ENDPOINT) or env.get(ENV_OTLP_ENDPOINT) or None
-        variable = ENV_OTLP_TRACES_PROTOCOL if env.get(ENV_OTLP_TRACES_PROTOCOL) else ENV_OTLP_PROTOCOL
-        protocol = (env.get(variable) or "grpc").strip()
-        if protocol not in PROTOCOLS:
-            raise ConfigError(f"{variable}={protocol!r} is not supported: use one of {', '.join(PROTOCOLS)}")
+        protocol = _protocol(env, ENV_OTLP_TRACES_PROTOCOL)
         if endpoint:
-            parsed = urlparse(endpoint)
-            if parsed.scheme not in ("http", "https") or not parsed.hostname:
-                raise ConfigError(
-                    f"OTLP endpoint {endpoint!r} is not a URL: expected e.g. http://127.0.0.1:4317 (grpc) "
-                    "or http://127.0.0.1:4318 (http/protobuf)"
-                )
-            try:
-                parsed.port
-            except ValueError:
-                raise ConfigError(f"OTLP endpoint {endpoint!r} has an invalid port") from None
+            _check_endpoint(endpoint)
         for name in (ENV_OTLP_HEADERS, ENV_OTLP_TRACES_HEADERS):
+            _check_headers(name, env.get(name, ""))
+        return cls(endpoint, protocol)
+
+    @classmethod
+    def metrics_from_env(cls, environ: Mapping[str, str] | None = None) -> "OtlpSettings | None":
+        """Where metrics are pushed when OTEL_METRICS_EXPORTER names otlp (None: they are not), from the
+        standard OTEL_EXPORTER_OTLP_(METRICS_)* variables. Prometheus pull (/metrics) is always served."""
+        env = os.environ if environ is None else environ
+        exporters = {name.strip().lower() for name in env.get(ENV_METRICS_EXPORTER, "").split(",") if name.strip()}
+        unknown = sorted(exporters - set(METRICS_EXPORTERS))
+        if unknown:
+            raise ConfigError(f"{ENV_METRICS_EXPORTER}={env[ENV_METRICS_EXPORTER]!r}: {', '.join(unknown)} is not "
+                              f"supported: use {', '.join(METRICS_EXPORTERS)} (a comma-separated list)")
+        if "otlp" not in exporters:
+            return None
+        endpoint = env.get(ENV_OTLP_METRICS_ENDPOINT) or env.get(ENV_OTLP_ENDPOINT) or None
+        protocol = _protocol(env, ENV_OTLP_METRICS_PROTOCOL)
+        if endpoint:
+            _check_endpoint(endpoint)
+        for name in (ENV_OTLP_HEADERS, ENV_OTLP_METRICS_HEADERS):
             _check_headers(name, env.get(name, ""))
         return cls(endpoint, protocol)
 
@@ -148,6 +184,7 @@ class Config:
     trace_url: str | None = None
     # Metrics: leave the repository label empty (Prometheus then shows none), e.g. where repository names are private.
     no_repository_label: bool = False
+    metrics_otlp: OtlpSettings | None = None  # OTEL_METRICS_EXPORTER=otlp: also push the metrics there
 
     def __post_init__(self) -> None:
         _positive("--stuck-after", self.stuck_after)
@@ -184,6 +221,7 @@ class Config:
         override = overrides.pop("content_max_chars", None)
         values["model"] = ModelOptions(capture_content_from_env(env), max_chars if override is None else override)
         values["otlp"] = OtlpSettings.from_env(env) if exports else OtlpSettings(None, "grpc")
+        values["metrics_otlp"] = OtlpSettings.metrics_from_env(env) if exports else None
         values.update({key: value for key, value in overrides.items() if value is not None})
         for key in ("copilot_home", "state_dir", "traces_file"):
             if isinstance(values.get(key), (str, Path)):

@@ -25,6 +25,7 @@ from .follow import Follower
 from .liveness import ABANDON, ABANDONED_RETENTION, DORMANT, SessionView, live_state, lock_pids, pid_alive, verdict
 from .logs import RateLimitedLog, ReportedOnce
 from .metrics import LiveSession, Metrics
+from .otlp_metrics import start_pushing
 from .pipeline import Outputs
 from .sources import SESSION_STATE
 from .sinks import SpanSink, build_resource, make_sink
@@ -368,9 +369,12 @@ def run_daemon(config: Config) -> int:
     host, port = server.address
     log.info("following %s; metrics on http://%s:%d/metrics, sessions on http://%s:%d/; traces to %s", daemon.root,
              host, port, host, port, daemon.sink.description)
+    pusher = start_pushing(config.metrics_otlp, daemon.metrics.registry)  # OTEL_METRICS_EXPORTER=otlp
     try:
         daemon.run()
     finally:
         server.stop()
+        if pusher is not None:
+            pusher.stop()
     log.info("stopped")
     return 0
