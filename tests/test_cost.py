@@ -6,7 +6,11 @@ its counters equal the CLI's own totals, and the metrics reach a real OTLP recei
 
 from __future__ import annotations
 
+import json
+import shutil
 import subprocess
+import time
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,9 +19,11 @@ import pytest
 from tests.copilot_api import COPILOT_MODEL, MULTIPLIERS, CopilotApi
 from tests.copilot_cli import CliRun, prompt_for
 from tests.otlp_receiver import OtlpReceiver
+from tests.prometheus_harness import Prometheus
 from tests.provider import EDIT_FILE_NAME, EDIT_FILE_TEXT
 from tests.support.commands import run_replay
 from tests.support.daemon import DaemonProcess
+from tests.support.deploy import RULES, dashboard_queries, render_grafana_expr
 from tests.support.net import wait_until
 from tests.support.otlp_json import read_spans
 from tests.support.scrape import keyed, parse, value
@@ -25,6 +31,9 @@ from tests.support.scrape import keyed, parse, value
 REMOTE = "https://github.com/octo-org/cost-repo.git"
 BRANCH = "feature/cost"
 REPOSITORY = "octo-org/cost-repo"
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "cli" / "1.0.102"
+COST_METRICS = ("copilot_premium_requests_total", "copilot_autopilot_premium_requests_total",
+                "copilot_code_lines_total", "copilot_files_modified_total")
 
 
 @dataclass
@@ -155,3 +164,48 @@ def test_without_the_repository_label_no_series_names_a_repository(edited, tmp_p
     assert REPOSITORY not in text and not [labels for (_name, labels) in scraped if "repository" in dict(labels)]
     assert value(scraped, "copilot_premium_requests_total", model=COPILOT_MODEL) == \
         edited.shutdowns[-1]["accountingSnapshot"]["totalPremiumRequestCost"]
+
+
+def test_the_cost_panels_and_alert_run_against_a_real_prometheus(edited, tmp_path):
+    """A real Prometheus scrapes the daemon while the edited session arrives (its first process, then
+    the resumed one) beside a stored autopilot session with a Copilot subscription: every dashboard panel
+    on premium requests and code changes returns data, the premium requests stat equals what the
+    sessions spent, and the new alert loads and stays quiet (2 nudges are no quota drain)."""
+    home = tmp_path / "home"
+    (home / "session-state").mkdir(parents=True)
+    lines = edited.resumed.events_path.read_bytes().splitlines(keepends=True)
+    first_shutdown = next(i for i, line in enumerate(lines) if b'"type":"session.shutdown"' in line)
+    with DaemonProcess(home, tmp_path / "state", traces_file=tmp_path / "traces.jsonl",
+                       args=("--idle-quiet", "0.2", "--rescan-interval", "0.5")) as daemon, \
+            Prometheus(tmp_path / "prometheus", [f"127.0.0.1:{daemon.port}"], rule_files=[RULES]) as prometheus:
+        wait_until(lambda: prometheus.query('up{job="copilot-otel"} == 1'), timeout=30, what="a first scrape")
+        log = home / "session-state" / edited.resumed.session_id / "events.jsonl"
+        log.parent.mkdir()
+        log.write_bytes(b"".join(lines[:first_shutdown + 1]))  # the first process, up to its shutdown
+        wait_until(lambda: prometheus.query("copilot_code_lines_total > 0"), timeout=30, what="the first half")
+        time.sleep(1.5)
+        with open(log, "ab") as handle:  # then the resumed process
+            handle.write(b"".join(lines[first_shutdown + 1:]))
+        autopilot = next((FIXTURES / "copilot_api_autopilot" / "session-state").iterdir())
+        shutil.copytree(autopilot, home / "session-state" / autopilot.name)
+        spent = edited.shutdowns[-1]["accountingSnapshot"]["totalPremiumRequestCost"] + sum(
+            json.loads(line)["data"]["accountingSnapshot"]["totalPremiumRequestCost"]
+            for line in (autopilot / "events.jsonl").read_text().splitlines() if '"session.shutdown"' in line)
+        wait_until(lambda: prometheus.values("sum(copilot_premium_requests_total)") == {"": spent}, timeout=30,
+                   what="Prometheus to hold every premium request")
+        every = '{__name__=~"copilot_.+"}'
+        wait_until(lambda: prometheus.values(f"count({every}) - count({every} offset 3s)") == {"": 0},
+                   what="two scrapes of every series")
+        cost_panels = [(t, e) for t, e in dashboard_queries() if any(m in e for m in COST_METRICS)]
+        assert len(cost_panels) >= 6
+        for title, expr in cost_panels:
+            result = prometheus.query(render_grafana_expr(expr, __rate_interval="5m", __range="10m"))
+            assert result, (title, expr)
+            assert ") / " in expr or any(sample["value"][1] != "NaN" for sample in result), (title, result)
+        (premium,) = [e for t, e in cost_panels if t == "Premium requests"]
+        # increase() sees what arrived while Prometheus watched: the resumed process' and the fixture's
+        watched = prometheus.values(render_grafana_expr(premium, __range="10m"))[""]
+        assert 0 < watched <= spent + 0.5
+        rules = json.load(urllib.request.urlopen(f"{prometheus.url}/api/v1/rules", timeout=5))["data"]["groups"]
+        (alert,) = [r for g in rules for r in g["rules"] if r["name"] == "CopilotPremiumRequestsWithoutCompletion"]
+        assert (alert["health"], alert["state"]) == ("ok", "inactive")
