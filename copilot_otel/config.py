@@ -132,13 +132,7 @@ class OtlpSettings:
         env = os.environ if environ is None else environ
         if env.get(ENV_TRACES_EXPORTER, "").strip().lower() == "none":
             return cls(None, "grpc")
-        endpoint = env.get(ENV_OTLP_TRACES_ENDPOINT) or env.get(ENV_OTLP_ENDPOINT) or None
-        protocol = _protocol(env, ENV_OTLP_TRACES_PROTOCOL)
-        if endpoint:
-            _check_endpoint(endpoint)
-        for name in (ENV_OTLP_HEADERS, ENV_OTLP_TRACES_HEADERS):
-            _check_headers(name, env.get(name, ""))
-        return cls(endpoint, protocol)
+        return cls._of_signal(env, ENV_OTLP_TRACES_ENDPOINT, ENV_OTLP_TRACES_PROTOCOL, ENV_OTLP_TRACES_HEADERS)
 
     @classmethod
     def metrics_from_env(cls, environ: Mapping[str, str] | None = None) -> "OtlpSettings | None":
@@ -152,11 +146,17 @@ class OtlpSettings:
                               f"supported: use {', '.join(METRICS_EXPORTERS)} (a comma-separated list)")
         if "otlp" not in exporters:
             return None
-        endpoint = env.get(ENV_OTLP_METRICS_ENDPOINT) or env.get(ENV_OTLP_ENDPOINT) or None
-        protocol = _protocol(env, ENV_OTLP_METRICS_PROTOCOL)
+        return cls._of_signal(env, ENV_OTLP_METRICS_ENDPOINT, ENV_OTLP_METRICS_PROTOCOL, ENV_OTLP_METRICS_HEADERS)
+
+    @classmethod
+    def _of_signal(cls, env: Mapping[str, str], endpoint_variable: str, protocol_variable: str,
+                   headers_variable: str) -> "OtlpSettings":
+        """One signal's settings: its own variables, else the generic OTEL_EXPORTER_OTLP_* ones, validated."""
+        endpoint = env.get(endpoint_variable) or env.get(ENV_OTLP_ENDPOINT) or None
+        protocol = _protocol(env, protocol_variable)
         if endpoint:
             _check_endpoint(endpoint)
-        for name in (ENV_OTLP_HEADERS, ENV_OTLP_METRICS_HEADERS):
+        for name in (ENV_OTLP_HEADERS, headers_variable):
             _check_headers(name, env.get(name, ""))
         return cls(endpoint, protocol)
 
