@@ -25,10 +25,10 @@ from .follow import Follower
 from .liveness import ABANDON, ABANDONED_RETENTION, DORMANT, SessionView, live_state, lock_pids, pid_alive, verdict
 from .logs import RateLimitedLog, ReportedOnce
 from .metrics import LiveSession, Metrics
-from .otlp_metrics import start_pushing
 from .pipeline import Outputs
 from .sources import SESSION_STATE
-from .sinks import SpanSink, build_resource, make_sink
+from .resource import resource_attributes
+from .sinks import SpanSink, make_sink
 from .summary import SessionSummary
 from .vocab import END_INCOMPLETE
 
@@ -47,7 +47,7 @@ class Daemon:
         self.root = config.copilot_home / SESSION_STATE
         self.clock = clock
         self.metrics = metrics or Metrics(repository_label=not config.no_repository_label,
-                                          resource=build_resource().attributes)
+                                          resource=resource_attributes())
         self.metrics.add_live_sessions(self.live_sessions)
         config.state_dir.mkdir(parents=True, exist_ok=True)
         self.checkpoint = Checkpoint(config.state_dir / "checkpoint.sqlite")
@@ -369,7 +369,11 @@ def run_daemon(config: Config) -> int:
     host, port = server.address
     log.info("following %s; metrics on http://%s:%d/metrics, sessions on http://%s:%d/; traces to %s", daemon.root,
              host, port, host, port, daemon.sink.description)
-    pusher = start_pushing(config.metrics_otlp, daemon.metrics.registry)  # OTEL_METRICS_EXPORTER=otlp
+    pusher = None
+    if config.metrics_otlp is not None:  # OTEL_METRICS_EXPORTER=otlp (the OTel SDK is imported only then)
+        from .otlp_metrics import start_pushing
+
+        pusher = start_pushing(config.metrics_otlp, daemon.metrics.registry)
     try:
         daemon.run()
     finally:

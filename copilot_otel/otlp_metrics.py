@@ -158,10 +158,8 @@ class MetricsPusher:
             self.exporter.shutdown(timeout_millis=timeout * 1000)
 
 
-def start_pushing(settings: OtlpSettings | None, registry: CollectorRegistry) -> MetricsPusher | None:
-    """A started pusher of ``registry`` when the configuration asks for one (OTEL_METRICS_EXPORTER=otlp)."""
-    if settings is None:
-        return None
+def start_pushing(settings: OtlpSettings, registry: CollectorRegistry) -> MetricsPusher:
+    """A started pusher of ``registry`` to where the settings say (OTEL_METRICS_EXPORTER=otlp)."""
     from .sinks import build_resource
 
     pusher = MetricsPusher(registry, make_exporter(settings), build_resource())

@@ -3,16 +3,13 @@ document lists, with their types and label names, and the closed label sets it n
 
 from __future__ import annotations
 
-import os
-from unittest import mock
-
 import pytest
 
 from copilot_otel import decode, vocab
 from copilot_otel.metrics import LiveSession, Metrics
 from copilot_otel.pipeline import Outputs, drive, finish
 from copilot_otel.sessions import SessionModel
-from copilot_otel.sinks import build_resource
+from copilot_otel.resource import resource_attributes
 from tests.support.contract import DocumentedMetric, documented_metrics
 from tests.support.events import SessionLog
 
@@ -23,10 +20,7 @@ def daemon_registry():
     """Metrics() with the live-sessions collector and target_info, as the daemon builds it (with no
     OTEL_RESOURCE_ATTRIBUTES), with a series in every labelled metric: a session in a repository that
     touches each of them, a bad line, an out-of-order end, a stuck session."""
-    with mock.patch.dict(os.environ):  # the resource of a daemon started without OTEL_* identity variables
-        for variable in ("OTEL_RESOURCE_ATTRIBUTES", "OTEL_SERVICE_NAME"):
-            os.environ.pop(variable, None)
-        metrics = Metrics(resource=build_resource().attributes)
+    metrics = Metrics(resource=resource_attributes({}))
     metrics.add_live_sessions(lambda: [LiveSession("s-stuck", vocab.STUCK, 900.0)])
     log = SessionLog("s-1")
     log.start(repository="octo-org/octo-repo")
