@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from . import attrs as A
@@ -141,10 +141,12 @@ class Outbox:
         self.repository = ""  # the {repository} label of the ATTRIBUTED metrics ("" outside a repository)
 
     def span(self, record: SpanRecord) -> None:
-        """A span closed: it gets the session's shared attributes it does not set itself."""
-        own = record.attributes
-        extra = {key: value for key, value in self.shared.items() if key not in own}
-        self.spans.append(replace(record, attributes={**own, **extra}) if extra else record)
+        """A span closed: it gets the session's shared attributes it does not set itself (added to the
+        closed span's own attribute dict, which nothing else holds, rather than copied)."""
+        setdefault = record.attributes.setdefault
+        for key, value in self.shared.items():
+            setdefault(key, value)
+        self.spans.append(record)
 
     def count(self, metric: Metric, *labels: str, value: float = 1.0) -> None:
         """Add to a counter, or observe in a histogram (the metric's kind says which). A metric
