@@ -224,15 +224,20 @@ def _content(spans) -> dict[tuple[str, str], str]:
     status descriptions (an error type, "never ended: ...") hold no content."""
     out = {}
     for span in spans:
-        for attr in CONTENT_KEYS:
-            if attr in span.attributes:
-                out[(span.span_id, attr)] = span.attributes[attr]
-        if span.status_message and span.attributes.get("gen_ai.operation.name") == "execute_tool" \
-                and span.attributes.get("error.type") not in ("incomplete", "aborted"):
-            out[(span.span_id, "status")] = span.status_message
-        for event in span.events:
-            if event.name == "exception" and "exception.message" in event.attributes:
-                out[(span.span_id, "exception")] = event.attributes["exception.message"]
+        out.update(_content_of(span.span_id, span.attributes, span.status_message,
+                               [(event.name, event.attributes) for event in span.events]))
+    return out
+
+
+def _content_of(span_id: str, attributes: dict, status: str, events: list[tuple[str, dict]]) -> dict:
+    """The captured text of one span, however it was read (a trace file, the web view's JSON)."""
+    out = {(span_id, attr): attributes[attr] for attr in CONTENT_KEYS if attr in attributes}
+    if status and attributes.get("gen_ai.operation.name") == "execute_tool" \
+            and attributes.get("error.type") not in ("incomplete", "aborted"):
+        out[(span_id, "status")] = status
+    for name, event_attributes in events:
+        if name == "exception" and "exception.message" in event_attributes:
+            out[(span_id, "exception")] = event_attributes["exception.message"]
     return out
 
 
@@ -285,9 +290,8 @@ def test_capture_on_daemon_cuts_content_and_keeps_it_out_of_metrics(planted, tmp
         for path in files:
             body = urllib.request.urlopen(f"http://127.0.0.1:{daemon.port}/api/session/{path.parent.name}").read()
             for span in json.loads(body)["trace"]["spans"]:
-                shown.update({(span["id"], attr): span["attrs"][attr] for attr in CONTENT_KEYS if attr in span["attrs"]})
-                if span["message"]:
-                    shown[(span["id"], "status")] = span["message"]
+                shown.update(_content_of(span["id"], span["attrs"], span["message"],
+                                         [(event["name"], event["attrs"]) for event in span["events"]]))
     content = _content(complete_lines_spans(traces))
     assert any(planted.secret in v for v in content.values())
     assert max(len(v) for v in content.values()) == 64
