@@ -37,7 +37,8 @@ from corpus import synthesize  # noqa: E402
 
 from copilot_otel.otlp_json import OtlpJsonEncoder  # noqa: E402
 from copilot_otel.replay import BATCH, ReplayStats, default_workers, replay_files, replay_session, resolve  # noqa: E402
-from copilot_otel.sinks import FileSink, build_resource  # noqa: E402
+from copilot_otel.resource import resource_attributes  # noqa: E402
+from copilot_otel.sinks import FileSink  # noqa: E402
 from copilot_otel.sources import session_id_of  # noqa: E402
 from copilot_otel.tail import read_all  # noqa: E402
 
@@ -97,7 +98,7 @@ def stage_model(files: list[Path]) -> int:
 
 def stage_encode(files: list[Path]) -> int:
     """Decode + model + OTLP JSON encoding in batches of BATCH spans, no file write."""
-    encoder = OtlpJsonEncoder(build_resource().attributes)
+    encoder = OtlpJsonEncoder(resource_attributes())
     stats = ReplayStats(metrics=None)
     size = 0
     batch = []

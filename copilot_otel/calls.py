@@ -8,15 +8,13 @@ some providers reuse response ids.
 
 from __future__ import annotations
 
-from collections import Counter
-
 from . import attrs as A
 from . import spanattrs
 from .events import Event
 from .records import KIND_CLIENT, span_id_for
 from .spans import Agent, OpenSpan, Outbox
 from .summary import Tally
-from .views import Usage, as_str
+from .views import Usage, as_num, as_str
 from .vocab import ERROR, SUCCESS, Metric
 
 
@@ -28,11 +26,13 @@ class CallBook:
         self.tally = tally
         self.out = out
         # apiCallId -> reports of that id not yet matched by the other source, per source (event type)
-        self._unmatched: dict[str, Counter] = {}
+        self._unmatched: dict[str, dict[str, int]] = {}
         # agent id -> [model, accounted] of the call in flight (headless stream: model.call_start .. _finished)
         self._in_flight: dict[str | None, list] = {}
-        self.tokens: Counter = Counter()  # (model, type) -> tokens counted so far
-        self.process_tokens: Counter = Counter()  # the same, since the session's last start or resume
+        self.tokens: dict[tuple[str, str], int] = {}  # (model, type) -> tokens counted so far
+        self.process_tokens: dict[tuple[str, str], int] = {}  # the same, since the session's last start or resume
+        self.premium: dict[str, float] = {}  # model -> premium requests counted so far
+        self.process_premium: dict[str, float] = {}  # the same, since the session's last start or resume
 
     def first_report(self, event: Event, usage: Usage) -> bool:
         """A usage report: True unless it is the other source's report of a call already told."""
@@ -43,10 +43,11 @@ class CallBook:
         if call_id is None:
             return True
         for source, unmatched in self._unmatched.items():
-            if source != event.type and unmatched[call_id]:
+            if source != event.type and unmatched.get(call_id):
                 unmatched[call_id] -= 1  # the same call, through the other source
                 return False
-        self._unmatched.setdefault(event.type, Counter())[call_id] += 1
+        unmatched = self._unmatched.setdefault(event.type, {})
+        unmatched[call_id] = unmatched.get(call_id, 0) + 1
         return True
 
     def started(self, event: Event) -> None:
@@ -74,8 +75,11 @@ class CallBook:
         """Export the chat span of one call, ending at ``event``, and count it."""
         model = usage.model or session_model or "unknown"
         turn = agent.turn
-        attributes, tokens = spanattrs.chat(self.session_id, agent.name, usage, model,
-                                            turn.turn_id if turn is not None else None)
+        attributes, tokens = spanattrs.chat(self.session_id, agent.name, usage, model, None if turn is None else (
+            turn.turn_id, turn.span.attributes[A.COPILOT_INTERACTION_ID]))
+        provider = attributes.get(A.GEN_AI_PROVIDER_NAME)
+        if provider is not None:  # every span of the session names the provider its calls go to
+            self.out.shared[A.GEN_AI_PROVIDER_NAME] = provider
         duration_ms = usage.duration_ms
         # The CLI times the call from before it logs turn_start; never start before the parent.
         start = max(event.timestamp_ns - int(min(max(duration_ms, 0.0) * 1_000_000, event.timestamp_ns)),
@@ -83,17 +87,26 @@ class CallBook:
         span = parent.child(span_id_for(self.session_id, event.id), f"{A.OP_CHAT} {model}", KIND_CLIENT, start,
                             attributes)
         self.out.span(span.close(event.timestamp_ns, error_type=error))
-        tally = self.tally
+        tally, totals = self.tally, agent.totals
         if error is None:
             tally.llm_calls += 1
-            cost = usage.fields.get("cost")
-            if usage.fields.get("initiator") == "user" and isinstance(cost, (int, float)) and cost > 0:
-                tally.premium_requests += cost
+            totals.llm_calls += 1
+            cost = as_num(usage.fields.get("cost"))
+            if "cost" in usage.fields:
+                totals.cost = (totals.cost or 0.0) + cost
+            if usage.fields.get("initiator") == "user" and cost > 0:
+                totals.premium_requests += cost
                 if nudge:
                     tally.nudge_premium_requests += cost
+                    self.out.count(Metric.AUTOPILOT_PREMIUM_REQUESTS, model, value=cost)
+                self._count_premium(model, cost)
+            ttft = usage.fields.get("timeToFirstTokenMs")
+            if isinstance(ttft, (int, float)) and not isinstance(ttft, bool) and ttft >= 0:
+                self.out.count(Metric.LLM_TIME_TO_FIRST_TOKEN, model, value=ttft / 1000.0)
         else:
             tally.llm_errors += 1
         for label, value in tokens.items():
+            totals.tokens[label] = totals.tokens.get(label, 0) + value
             if label == "input":
                 tally.input_tokens += value
             elif label == "output":
@@ -109,25 +122,44 @@ class CallBook:
             if value > 0:
                 self._count_tokens(model, label, value)
 
+    def _count_premium(self, model: str, value: float) -> None:
+        self.tally.premium_requests += value
+        self.premium[model] = self.premium.get(model, 0.0) + value
+        self.process_premium[model] = self.process_premium.get(model, 0.0) + value
+        self.out.count(Metric.PREMIUM_REQUESTS, model, value=value)
+
     def _count_tokens(self, model: str, label: str, value: int) -> None:
-        self.tokens[(model, label)] += value
-        self.process_tokens[(model, label)] += value
+        key = (model, label)
+        self.tokens[key] = self.tokens.get(key, 0) + value
+        self.process_tokens[key] = self.process_tokens.get(key, 0) + value
         self.out.count(Metric.TOKENS, model, label, value=value)
 
-    def reconcile(self, model_metrics: object, *, cumulative: bool) -> None:
-        """Count the tokens a session's totals (session.shutdown ``modelMetrics`` of CLIs that log no
-        usage per call) hold beyond what the calls told: totals of the whole session (``cumulative``)
-        or of the process that is ending."""
-        counted = self.tokens if cumulative else self.process_tokens
+    def reconcile(self, model_metrics: object, *, cumulative: bool, tokens: bool) -> None:
+        """Count what a session's totals (session.shutdown ``modelMetrics``) hold beyond what the calls
+        told: premium requests (``requests.cost``) always, and tokens when ``tokens`` (CLIs that log no
+        usage per call). The totals are of the whole session (``cumulative``) or of the ending process."""
         if not isinstance(model_metrics, dict):
             return
         for model, metrics in model_metrics.items():
-            usage = metrics.get("usage") if isinstance(metrics, dict) else None
-            if not isinstance(model, str) or not isinstance(usage, dict):
+            if not isinstance(model, str) or not isinstance(metrics, dict):
                 continue
+            requests = metrics.get("requests")
+            cost = as_num(requests.get("cost")) if isinstance(requests, dict) else 0.0
+            missing = cost - (self.premium if cumulative else self.process_premium).get(model, 0.0)
+            if missing > 1e-9:  # costs are multipliers such as 0.33: sums are not exact
+                self._count_premium(model, missing)
+            usage = metrics.get("usage")
+            if not tokens or not isinstance(usage, dict):
+                continue
+            counted = self.tokens if cumulative else self.process_tokens
             for key, _attr, label in A.USAGE_TOKENS:
                 total = usage.get(key)
                 if isinstance(total, int) and not isinstance(total, bool):
-                    missing = total - counted[(model, label)]
+                    missing = total - counted.get((model, label), 0)
                     if missing > 0:
                         self._count_tokens(model, label, missing)
+
+    def new_process(self) -> None:
+        """A session.start or resume: the totals the next shutdown writes count from here (per-process CLIs)."""
+        self.process_tokens.clear()
+        self.process_premium.clear()

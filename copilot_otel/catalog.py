@@ -20,12 +20,10 @@ from typing import Mapping
 import orjson
 
 from .config import DEFAULT_MAX_LINE_BYTES, ModelOptions
-from .pipeline import Outputs, drive
+from .overview import summarise
 from .private import private_dir, write_private
-from .sessions import SessionModel
-from .sources import EVENTS_FILE, SourceError, UnreadableLog, list_sessions
+from .sources import UnreadableLog, list_sessions
 from .summary import SessionSummary
-from .tail import read_all
 
 log = logging.getLogger(__name__)
 
@@ -45,18 +43,11 @@ class LogSummary:
 
 
 def summarize(path: Path, *, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> LogSummary:
-    """Read one whole session log through the model and tally it (malformed lines are skipped quietly)."""
+    """One whole session log through the model, tallied (malformed lines are skipped quietly)."""
     try:
-        items = read_all(path, max_line_bytes=max_line_bytes)
+        return LogSummary(path, summarise(path, ModelOptions(), max_line_bytes))
     except UnreadableLog as exc:
         return LogSummary(path, None, exc.reason)
-    model = SessionModel(path.parent.name, ModelOptions(), summaries=False, metrics=False)
-    drive(model, items, Outputs(), source=str(path), warn=_quiet)
-    return LogSummary(path, model.summary())
-
-
-def _quiet(*_args) -> None:
-    """Bad lines are `replay`'s and the daemon's to report, not a listing's."""
 
 
 @dataclass(frozen=True)
@@ -168,5 +159,3 @@ class Catalog:
         except OSError as exc:  # a read-only state folder costs speed, not the listing
             log.debug("cannot save the summary cache %s: %s", self.cache_file, exc)
 
-
-__all__ = ["Catalog", "LogSummary", "summarize", "SourceError", "EVENTS_FILE"]

@@ -9,10 +9,8 @@ from pathlib import Path
 
 import click
 import orjson
-from rich.console import Console
 
 from . import __version__
-from .status import SESSION_STATES
 from .config import (
     DEFAULT_CONTENT_MAX_CHARS,
     DEFAULT_GIVE_UP_AFTER,
@@ -25,6 +23,7 @@ from .config import (
     DEFAULT_METRICS_ADDRESS,
     DEFAULT_RESCAN_INTERVAL,
     DEFAULT_STUCK_AFTER,
+    DEFAULT_VIEW_ADDRESS,
     ENV_COPILOT_HOME,
     MIN_IDLE_QUIET,
     MIN_MAX_LINE_BYTES,
@@ -32,6 +31,7 @@ from .config import (
     ConfigError,
     env_flag,
 )
+from .status import SESSION_STATES
 
 EXIT_OK = 0
 EXIT_EXPORT_FAILED = 1
@@ -40,6 +40,10 @@ EXIT_USAGE = 2
 log = logging.getLogger("copilot_otel")
 # Paths are checked where they are used, which says what is wrong in one line (click's check would add usage).
 PATH = click.Path(path_type=Path, readable=False)
+
+
+TRACE_URL_HELP = ("Link each trace of the web view here: an http(s) URL with {trace_id} in it, "
+                  "e.g. http://127.0.0.1:16686/trace/{trace_id} (Jaeger).")
 
 
 def _option(name: str, **kwargs):
@@ -95,6 +99,11 @@ export_options = _options(
 stuck_options = _options(_STUCK_AFTER, _STUCK_AFTER_TOOL)
 
 
+def _repository_option(func):
+    return _option("no-repository-label", is_flag=True, default=False,
+                   help="Leave the repository label of the metrics empty (Prometheus then shows none).")(func)
+
+
 def build_config(*, exports: bool = True, **flags) -> Config:
     """One validated Config from the environment with the flags on top; a ConfigError says what to fix."""
     return Config.from_env(exports=exports, **flags)
@@ -106,7 +115,10 @@ def _setup_logging(level: str) -> None:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # The OTel SDK logs a malformed header with its value, which may be a token: never let it through.
     logging.getLogger("opentelemetry.util.re").setLevel(logging.ERROR)
-    # *_created series double the series count and no dashboard here uses them.
+
+
+def _no_created_series() -> None:
+    """*_created series double the series count and no dashboard here uses them (a process-wide switch)."""
     from prometheus_client import disable_created_metrics
 
     disable_created_metrics()
@@ -138,6 +150,7 @@ def main() -> None:
          help="Seconds a backend may refuse or throttle one batch before the replay stops, naming the "
               "sessions not delivered (a re-run continues with them).")
 @_option("restart", is_flag=True, help="Forget an interrupted replay of the same sessions and send everything.")
+@_repository_option
 def replay(paths, log_level, metrics_file, workers, rate, give_up_after, restart, **options) -> None:
     """Export the traces of session folders, events.jsonl files, a COPILOT_HOME, or - (stdin).
 
@@ -166,34 +179,51 @@ def replay(paths, log_level, metrics_file, workers, rate, give_up_after, restart
         except ExportError as exc:
             _fail(f"export failed: {exc}", EXIT_EXPORT_FAILED)
             return
-        _write_metrics(metrics_file, stats)
+        _replay_metrics_or_fail(stats, config, metrics_file)
         click.echo(f"copilot-otel: exported {stats.spans} spans from the stream, {stats.events} events -> "
                    f"{sink.description}", err=True)
         return
+    keep_metrics = metrics_file is not None or config.metrics_otlp is not None
     outcome = replay_logs(files, sink, config, workers=workers or None, rate=rate, give_up_after=give_up_after,
-                          restart=restart, keep_metrics=metrics_file is not None, interactive=sys.stderr.isatty())
+                          restart=restart, keep_metrics=keep_metrics, interactive=sys.stderr.isatty())
     sink.shutdown()
-    _write_metrics(metrics_file, outcome.stats)
+    _replay_metrics_or_fail(outcome.stats, config, metrics_file)
     report(outcome, sink.description)
     sys.exit(outcome.code)
 
 
-def _write_metrics(metrics_file: Path | None, stats) -> None:
-    """The replay's metrics in the node_exporter textfile format, when asked for."""
-    if metrics_file is None:
-        return
+def _replay_metrics_or_fail(stats, config: Config, metrics_file: Path | None) -> None:
+    """The replay's metrics to --metrics-file and OTLP when asked for; exit 1 if the push failed."""
+    if (metrics_file is not None or config.metrics_otlp is not None) and not _replay_metrics(stats, config,
+                                                                                               metrics_file):
+        _fail("export failed: the OTLP metrics endpoint did not accept the metrics", EXIT_EXPORT_FAILED)
+
+
+def _replay_metrics(stats, config: Config, metrics_file: Path | None) -> bool:
+    """The metrics of a replay: to a node_exporter textfile, and over OTLP (OTEL_METRICS_EXPORTER=otlp);
+    False if the push failed."""
     from prometheus_client import write_to_textfile
 
-    from .metrics import Metrics
+    _no_created_series()
 
-    metrics = Metrics(process=False)
-    for update in stats.metrics or ():
+    from .metrics import Metrics
+    from .resource import resource_attributes
+
+    metrics = Metrics(process=False, repository_label=not config.no_repository_label, resource=resource_attributes())
+    for update in stats.metrics:
         metrics.apply(update)
     for reason, count in stats.rejected.items():
         metrics.lines_rejected.labels(reason).inc(count)
     for event_type, count in stats.out_of_order.items():
         metrics.events_out_of_order.labels(event_type).inc(count)
-    write_to_textfile(str(metrics_file), metrics.registry)
+    if metrics_file is not None:
+        write_to_textfile(str(metrics_file), metrics.registry)
+    if config.metrics_otlp is None:
+        return True
+    from .otlp_metrics import MetricsPusher, make_exporter  # the OTel SDK: only to push
+    from .sinks import build_resource
+
+    return MetricsPusher(metrics.registry, make_exporter(config.metrics_otlp), build_resource()).stop()
 
 
 @main.command()
@@ -228,6 +258,8 @@ def inspect(session, log_level, json, follow, **options) -> None:
         _fail(str(exc))
         return
     policy = config.stuck_policy
+    from rich.console import Console
+
     console = Console()
     try:
         if follow:
@@ -308,6 +340,8 @@ def sessions(state, repository, since, json, from_files, log_level, **options) -
     if as_json:
         click.echo(orjson.dumps([status.to_json() for status in chosen], option=orjson.OPT_INDENT_2).decode())
     elif chosen:
+        from rich.console import Console
+
         render(chosen, Console())
     else:
         click.echo("no sessions" + (" match" if states or repository or since else f" under {root}"), err=True)
@@ -327,18 +361,47 @@ def sessions(state, repository, since, json, from_files, log_level, **options) -
          help="Seconds of silence after a final answer that confirm the agent loop went idle.")
 @_option("max-buffered-spans", type=click.IntRange(min=1), default=DEFAULT_MAX_BUFFERED_SPANS, show_default=True,
          help="Spans held while the trace backend is down; past this, reading pauses (nothing is dropped).")
-def run(log_level, poll, rescan_interval, from_end, idle_quiet, max_buffered_spans, **options) -> None:
-    """The daemon: follow every session under COPILOT_HOME, export spans, serve /metrics and /api/sessions."""
+@_option("trace-url", default=None, help=TRACE_URL_HELP)
+@_repository_option
+def run(log_level, poll, rescan_interval, from_end, idle_quiet, max_buffered_spans, trace_url, **options) -> None:
+    """The daemon: follow every session under COPILOT_HOME, export spans, serve /metrics and the web view."""
     from .daemon import run_daemon
 
+    _no_created_series()
     _setup_logging(log_level)
     try:
         config = build_config(poll=poll, rescan_interval=rescan_interval, from_start=not from_end,
-                              idle_quiet=idle_quiet, max_buffered_spans=max_buffered_spans, **options)
+                              idle_quiet=idle_quiet, max_buffered_spans=max_buffered_spans, trace_url=trace_url,
+                              **options)
     except ConfigError as exc:
         _fail(str(exc))
         return
     sys.exit(run_daemon(config))
+
+
+@main.command()
+@click.argument("paths", nargs=-1, type=PATH)
+@_option("copilot-home", type=PATH, default=None, also_env=ENV_COPILOT_HOME,
+         help="Copilot's home folder, shown when no PATH is given (default ~/.copilot).")
+@_option("address", default=DEFAULT_VIEW_ADDRESS, show_default=True, help="HOST:PORT to serve the pages on.")
+@_option("trace-url", default=None, help=TRACE_URL_HELP)
+@stuck_options
+@_option("max-line-bytes", type=click.IntRange(min=MIN_MAX_LINE_BYTES), default=DEFAULT_MAX_LINE_BYTES,
+         help="Lines longer than this are counted and skipped.")
+@_option("content-max-chars", type=click.IntRange(min=1), default=DEFAULT_CONTENT_MAX_CHARS,
+         help="With OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true, cut each captured text to this length.")
+@_option("log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info")
+def view(paths, address, log_level, **options) -> None:
+    """Serve the web view over session logs (folders, events.jsonl files or a COPILOT_HOME), without the daemon."""
+    from .web import run_view
+
+    _setup_logging(log_level)
+    try:
+        config = build_config(exports=False, metrics_address=address, **options)
+    except ConfigError as exc:
+        _fail(str(exc))
+        return
+    sys.exit(run_view(config, list(paths)))
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -23,6 +23,11 @@ ENV_OTLP_TRACES_PROTOCOL = "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"
 ENV_TRACES_EXPORTER = "OTEL_TRACES_EXPORTER"
 ENV_OTLP_HEADERS = "OTEL_EXPORTER_OTLP_HEADERS"
 ENV_OTLP_TRACES_HEADERS = "OTEL_EXPORTER_OTLP_TRACES_HEADERS"
+ENV_METRICS_EXPORTER = "OTEL_METRICS_EXPORTER"
+ENV_OTLP_METRICS_ENDPOINT = "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"
+ENV_OTLP_METRICS_PROTOCOL = "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL"
+ENV_OTLP_METRICS_HEADERS = "OTEL_EXPORTER_OTLP_METRICS_HEADERS"
+METRICS_EXPORTERS = ("prometheus", "otlp", "none")  # OTEL_METRICS_EXPORTER: a comma-separated list of these
 
 PROTOCOLS = ("grpc", "http/protobuf")
 # Each default is written here once; flags, the SDK front end and the docs read them from here.
@@ -31,6 +36,7 @@ DEFAULT_METRICS_PORT = 9464
 DEFAULT_METRICS_ADDRESS = f"{DEFAULT_METRICS_HOST}:{DEFAULT_METRICS_PORT}"
 DEFAULT_STUCK_AFTER = 600.0
 DEFAULT_STUCK_AFTER_TOOL = 1800.0  # a build or a test run is often longer than a silent model
+DEFAULT_VIEW_ADDRESS = f"{DEFAULT_METRICS_HOST}:{DEFAULT_METRICS_PORT + 1}"  # `view`: beside a running daemon
 DEFAULT_MAX_LINE_BYTES = 16 * 1024 * 1024
 DEFAULT_CONTENT_MAX_CHARS = 4096
 DEFAULT_IDLE_QUIET = 2.0
@@ -98,6 +104,29 @@ def _check_headers(variable: str, value: str) -> None:
                               "(write e.g. authorization=Bearer%20TOKEN; values are not shown)")
 
 
+def _check_endpoint(endpoint: str) -> None:
+    """An OTLP endpoint must be an http(s) URL with a valid port."""
+    parsed = urlparse(endpoint)
+    if parsed.scheme not in ("http", "https") or not parsed.hostname:
+        raise ConfigError(
+            f"OTLP endpoint {endpoint!r} is not a URL: expected e.g. http://127.0.0.1:4317 (grpc) "
+            "or http://127.0.0.1:4318 (http/protobuf)"
+        )
+    try:
+        parsed.port
+    except ValueError:
+        raise ConfigError(f"OTLP endpoint {endpoint!r} has an invalid port") from None
+
+
+def _protocol(env: Mapping[str, str], specific: str) -> str:
+    """The signal's OTLP protocol (its own variable, else OTEL_EXPORTER_OTLP_PROTOCOL, else grpc), validated."""
+    variable = specific if env.get(specific) else ENV_OTLP_PROTOCOL
+    protocol = (env.get(variable) or "grpc").strip()
+    if protocol not in PROTOCOLS:
+        raise ConfigError(f"{variable}={protocol!r} is not supported: use one of {', '.join(PROTOCOLS)}")
+    return protocol
+
+
 @dataclass(frozen=True)
 class OtlpSettings:
     """Where traces go over OTLP; None endpoint means 'not configured'."""
@@ -111,23 +140,31 @@ class OtlpSettings:
         env = os.environ if environ is None else environ
         if env.get(ENV_TRACES_EXPORTER, "").strip().lower() == "none":
             return cls(None, "grpc")
-        endpoint = env.get(ENV_OTLP_TRACES_ENDPOINT) or env.get(ENV_OTLP_ENDPOINT) or None
-        variable = ENV_OTLP_TRACES_PROTOCOL if env.get(ENV_OTLP_TRACES_PROTOCOL) else ENV_OTLP_PROTOCOL
-        protocol = (env.get(variable) or "grpc").strip()
-        if protocol not in PROTOCOLS:
-            raise ConfigError(f"{variable}={protocol!r} is not supported: use one of {', '.join(PROTOCOLS)}")
+        return cls._of_signal(env, ENV_OTLP_TRACES_ENDPOINT, ENV_OTLP_TRACES_PROTOCOL, ENV_OTLP_TRACES_HEADERS)
+
+    @classmethod
+    def metrics_from_env(cls, environ: Mapping[str, str] | None = None) -> "OtlpSettings | None":
+        """Where metrics are pushed when OTEL_METRICS_EXPORTER names otlp (None: they are not), from the
+        standard OTEL_EXPORTER_OTLP_(METRICS_)* variables. Prometheus pull (/metrics) is always served."""
+        env = os.environ if environ is None else environ
+        exporters = {name.strip().lower() for name in env.get(ENV_METRICS_EXPORTER, "").split(",") if name.strip()}
+        unknown = sorted(exporters - set(METRICS_EXPORTERS))
+        if unknown:
+            raise ConfigError(f"{ENV_METRICS_EXPORTER}={env[ENV_METRICS_EXPORTER]!r}: {', '.join(unknown)} is not "
+                              f"supported: use {', '.join(METRICS_EXPORTERS)} (a comma-separated list)")
+        if "otlp" not in exporters:
+            return None
+        return cls._of_signal(env, ENV_OTLP_METRICS_ENDPOINT, ENV_OTLP_METRICS_PROTOCOL, ENV_OTLP_METRICS_HEADERS)
+
+    @classmethod
+    def _of_signal(cls, env: Mapping[str, str], endpoint_variable: str, protocol_variable: str,
+                   headers_variable: str) -> "OtlpSettings":
+        """One signal's settings: its own variables, else the generic OTEL_EXPORTER_OTLP_* ones, validated."""
+        endpoint = env.get(endpoint_variable) or env.get(ENV_OTLP_ENDPOINT) or None
+        protocol = _protocol(env, protocol_variable)
         if endpoint:
-            parsed = urlparse(endpoint)
-            if parsed.scheme not in ("http", "https") or not parsed.hostname:
-                raise ConfigError(
-                    f"OTLP endpoint {endpoint!r} is not a URL: expected e.g. http://127.0.0.1:4317 (grpc) "
-                    "or http://127.0.0.1:4318 (http/protobuf)"
-                )
-            try:
-                parsed.port
-            except ValueError:
-                raise ConfigError(f"OTLP endpoint {endpoint!r} has an invalid port") from None
-        for name in (ENV_OTLP_HEADERS, ENV_OTLP_TRACES_HEADERS):
+            _check_endpoint(endpoint)
+        for name in (ENV_OTLP_HEADERS, headers_variable):
             _check_headers(name, env.get(name, ""))
         return cls(endpoint, protocol)
 
@@ -156,6 +193,11 @@ class Config:
     stuck_after_tools: tuple[tuple[str, float], ...] = ()
     traces_file_max_bytes: int = DEFAULT_TRACES_FILE_MAX_BYTES  # 0: never rotate
     traces_file_backups: int = DEFAULT_TRACES_FILE_BACKUPS
+    # The web view links each trace here: an http(s) URL with {trace_id} in it (Jaeger, Tempo).
+    trace_url: str | None = None
+    # Metrics: leave the repository label empty (Prometheus then shows none), e.g. where repository names are private.
+    no_repository_label: bool = False
+    metrics_otlp: OtlpSettings | None = None  # OTEL_METRICS_EXPORTER=otlp: also push the metrics there
 
     def __post_init__(self) -> None:
         _positive("--stuck-after", self.stuck_after)
@@ -176,6 +218,8 @@ class Config:
             raise ConfigError("--content-max-chars must be at least 1")
         if self.max_buffered_spans < 1:
             raise ConfigError("--max-buffered-spans must be at least 1")
+        if self.trace_url is not None:
+            check_trace_url(self.trace_url)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, *, exports: bool = True,
@@ -197,6 +241,7 @@ class Config:
         override = overrides.pop("content_max_chars", None)
         values["model"] = ModelOptions(capture_content_from_env(env), max_chars if override is None else override)
         values["otlp"] = OtlpSettings.from_env(env) if exports else OtlpSettings(None, "grpc")
+        values["metrics_otlp"] = OtlpSettings.metrics_from_env(env) if exports else None
         values.update({key: value for key, value in overrides.items() if value is not None})
         for key in ("copilot_home", "state_dir", "traces_file"):
             if isinstance(values.get(key), (str, Path)):
@@ -234,6 +279,14 @@ class Config:
     def summary_cache(self) -> Path:
         """Where the session summaries `sessions` and /api/sessions read are cached."""
         return self.state_dir / "summaries.json"
+
+
+def check_trace_url(url: str) -> None:
+    """A trace link template must be an http(s) URL holding ``{trace_id}``, or a ConfigError says so."""
+    parsed = urlparse(url)
+    if parsed.scheme not in ("http", "https") or not parsed.netloc or "{trace_id}" not in url:
+        raise ConfigError(f"--trace-url {url!r}: expected an http(s) URL with {{trace_id}} in it, "
+                          "e.g. http://127.0.0.1:16686/trace/{trace_id}")
 
 
 def _positive(flag: str, value: float, *, minimum: float = 0.0) -> None:
@@ -305,4 +358,6 @@ _ENV_FIELDS: dict[str, Callable[[str, str], Any]] = {
     "rescan_interval": _parse_float,
     "poll": _parse_bool,
     "max_buffered_spans": _parse_int,
+    "trace_url": lambda _variable, text: text,
+    "no_repository_label": _parse_bool,
 }

@@ -14,10 +14,10 @@ import signal
 import sqlite3
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
-from .catalog import Catalog
 from .checkpoint import Checkpoint
 from .config import Config, ConfigError
 from .discover import Discoverer
@@ -29,9 +29,11 @@ from .metrics import Metrics
 from .notices import SessionNotices
 from .pipeline import Outputs
 from .private import private_dir
-from .sources import SESSION_STATE
-from .sinks import SpanSink, make_sink
 from .readout import Readout
+from .resource import resource_attributes
+from .sinks import SpanSink, make_sink
+from .sources import SESSION_STATE
+from .summary import SessionSummary
 from .vocab import END_INCOMPLETE, END_SHUTDOWN
 
 log = logging.getLogger(__name__)
@@ -49,9 +51,9 @@ class Daemon:
         self.root = config.copilot_home / SESSION_STATE
         self.clock = clock
         self.policy = config.stuck_policy
-        self.readout = Readout(Catalog(self.root, cache_file=config.summary_cache, max_line_bytes=config.max_line_bytes),
-                               self.policy, copilot_home=config.copilot_home, clock=clock)
-        self.metrics = metrics or Metrics()
+        self.readout = Readout(self.policy, views=lambda: self.views, clock=clock)
+        self.metrics = metrics or Metrics(repository_label=not config.no_repository_label,
+                                          resource=resource_attributes())
         self.metrics.add_live_sessions(self.readout.live_sessions)
         self.metrics.measure_lag_while(self.readout.sessions_at_work)
         private_dir(config.state_dir)
@@ -72,11 +74,23 @@ class Daemon:
         # thousands of finished sessions cost nothing between their writes.
         self._open: dict[Path, Follower] = {}
         self._abandoned: dict[Path, Follower] = {}
-        self._views: dict[Path, SessionView] = {}  # the reader's copy; other threads read ``readout.views``
-        self.summaries = self.readout.summaries  # the sessions read whole at a glance, kept after compaction
+        self._views: dict[Path, SessionView] = {}  # the reader's copy; scrapes read ``self.views``
+        self.views: tuple[SessionView, ...] = ()
+        # Every known session at a glance, kept when its model is compacted away; other threads read it
+        # (copy with ``list(daemon.summaries.values())``: each entry is replaced whole, never changed).
+        self.summaries: dict[Path, SessionSummary] = {}
+        # The logs whose summary counts only what followed the checkpoint it resumed from (copy before reading).
+        self.partial: set[Path] = set()
+        # Moves after a pass that changed a summary or the set of views (the web view polls it).
+        self.generation = 0
+        self._changed = False
         self.notices = SessionNotices(self.policy)
         self._restored = self.checkpoint.load()
         self._skip_history: set[Path] = set()
+        # Taken here, before /healthz answers: a session created once the daemon is up is not history.
+        if not self.config.from_start and self.root.is_dir():
+            # --from-end: history present at the first start is skipped (a checkpoint still wins).
+            self._skip_history = set(self.root.glob("*/events.jsonl"))
         self._unreadable = ReportedOnce(log)  # retried at every rescan
         self._outside: set[Path] = set()  # symlinks out of the tree, reported once
         self._root_real = self.root.resolve()
@@ -110,9 +124,6 @@ class Daemon:
 
     def run(self, ready: threading.Event | None = None) -> None:
         """Run until stopped; flush and commit before returning."""
-        if not self.config.from_start and self.root.is_dir():
-            # --from-end: history present at the first start is skipped (a checkpoint still wins).
-            self._skip_history = set(self.root.glob("*/events.jsonl"))
         self.queue.start()
         self.discoverer.start()
         if ready is not None:
@@ -146,7 +157,11 @@ class Daemon:
                 if follower.model is not None and follower.model.ended is None:
                     self._watch(follower)  # a CLI took it up again
         self._housekeeping()
-        self.readout.views = tuple(self._views.values())
+        views, before = tuple(self._views.values()), self.views
+        self.views = views
+        if self._changed or len(views) != len(before):  # after the views, so a reader of both sees them agree
+            self._changed = False
+            self.generation += 1
         if self._freeze_gc and not files:
             self._freeze_gc = False
             gc.collect()
@@ -160,14 +175,17 @@ class Daemon:
             return follower
         follower = Follower.start(path, self.config.model, max_line_bytes=self.config.max_line_bytes,
                                   restored=self._restored.pop(str(path), None),
-                                  skip_history=path in self._skip_history, pids=lock_pids(path.parent))
+                                  skip_history=path in self._skip_history)
         self.sessions[path] = follower
         return follower
 
     def _inside_tree(self, path: Path) -> bool:
         """False (said once) for a log that resolves outside COPILOT_HOME/session-state."""
         try:
-            inside = path.resolve().is_relative_to(self._root_real)
+            if path.parent.parent == self.root and not (os.path.islink(path.parent) or os.path.islink(path)):
+                inside = True  # a plain file in a plain folder of the root (the usual case: 2 lstat, not 8)
+            else:
+                inside = path.resolve().is_relative_to(self._root_real)
         except OSError:
             inside = False
         if not inside and path not in self._outside:
@@ -194,11 +212,12 @@ class Daemon:
             self._unreadable.recovered(path)
             if result.items:
                 self._abandoned.pop(path, None)
-                self._alive(follower)  # learns the pid of a process that writes it and that we have not seen yet
+                if follower.model.ended is None:  # learn the pid of a process that writes it (a finished one has none)
+                    self._alive(follower)
             elif not result.restarted:
                 break
             self._deliver(follower, out)
-            if not result.items:
+            if not result.more:
                 break
         if follower.model.ended is not None and follower.abandoned_at is None:
             self._compact(follower)
@@ -213,8 +232,12 @@ class Daemon:
         marker = follower.marker()
         if marker is not None:
             self.queue.put_marker(marker)
+        self.summaries[follower.path] = follower.model.summary()
         if follower.whole:
-            self.summaries[follower.path] = follower.model.summary()
+            self.partial.discard(follower.path)
+        else:
+            self.partial.add(follower.path)
+        self._changed = True
 
     def _count_and_queue(self, follower: Follower, out: Outputs) -> None:
         try:
@@ -249,6 +272,8 @@ class Daemon:
         self._abandoned.pop(path, None)
         self._views.pop(path, None)
         self.summaries.pop(path, None)
+        self.partial.discard(path)
+        self._changed = True
         if follower is not None:
             self.notices.forget(follower, "its log was deleted")
         if follower is not None and follower.model is not None:
@@ -317,9 +342,13 @@ class Daemon:
             follower.abandoned_at = now
             self._abandoned[follower.path] = follower
             log.warning("session %s was abandoned mid-turn (its CLI process is gone)", follower.session_id)
+        before = follower.model.summary()
         out = Outputs()
         follower.finish(out, END_INCOMPLETE)
         self._deliver(follower, out)
+        # What it was doing when it died stays in its summary (the web view and `sessions` show it).
+        self.summaries[follower.path] = replace(self.summaries[follower.path], waiting_on=before.waiting_on,
+                                                waiting_since_ns=before.waiting_since_ns)
 
 
 def _check_state_dir(state_dir: Path) -> None:
@@ -336,14 +365,18 @@ def _check_state_dir(state_dir: Path) -> None:
 
 def run_daemon(config: Config) -> int:
     """`copilot-otel run`: start, serve until SIGTERM/SIGINT, flush, exit 0."""
-    from .listing import API_PATH
+    from .catalog import Catalog
+    from .overview import DaemonSessions
     from .server import MetricsServer
+    from .web import WebView
 
     try:
         _check_state_dir(config.state_dir)
         daemon = Daemon(config, freeze_gc=True)
-        server = MetricsServer(config.metrics_address, daemon.metrics.registry, daemon.health,
-                               api={API_PATH: daemon.readout.api_sessions})
+        catalog = Catalog(daemon.root, cache_file=config.summary_cache, max_line_bytes=config.max_line_bytes)
+        view = WebView(DaemonSessions(daemon, catalog=catalog), trace_url=config.trace_url,
+                       host=config.metrics_address[0])
+        server = MetricsServer(config.metrics_address, daemon.metrics.registry, daemon.health, routes=view.routes())
     except ConfigError as exc:
         log.error("%s", exc)
         return 2
@@ -354,11 +387,18 @@ def run_daemon(config: Config) -> int:
     signal.signal(signal.SIGINT, daemon.request_stop)
     server.start()
     host, port = server.address
-    log.info("following %s; metrics on http://%s:%d/metrics; traces to %s", daemon.root, host, port,
-             daemon.sink.description)
+    log.info("following %s; metrics on http://%s:%d/metrics, sessions on http://%s:%d/; traces to %s", daemon.root,
+             host, port, host, port, daemon.sink.description)
+    pusher = None
+    if config.metrics_otlp is not None:  # OTEL_METRICS_EXPORTER=otlp (the OTel SDK is imported only then)
+        from .otlp_metrics import start_pushing
+
+        pusher = start_pushing(config.metrics_otlp, daemon.metrics.registry)
     try:
         daemon.run()
     finally:
         server.stop()
+        if pusher is not None:
+            pusher.stop()
     log.info("stopped")
     return 0

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import re
+from typing import Iterable
 from datetime import datetime, timezone
 from functools import lru_cache
+from types import MappingProxyType
+
 
 import orjson
 
@@ -81,11 +85,66 @@ def decode_object(obj: object, *, offset: int = -1, line: int = 0, not_after_ns:
                  offset, line)
 
 
+# The CLI writes every line as {"type":"T","data":{...}[,"agentId":"A"],"id":"I","timestamp":"S","parentId":P[,"agentId":"A"]}.
+_HEAD = b'{"type":"'
+_DATA = b'","data":{'
+_TAIL = re.compile(rb'(?:,"agentId":"([^"\\]*)")?,"id":"([^"\\]+)","timestamp":"([^"\\]+)",'
+                   rb'"parentId":(?:null|"[^"\\]*")(?:,"agentId":"([^"\\]*)")?}\Z')
+_TAIL_WINDOW = 400  # the tail's most bytes (ids are uuids, the timestamp is short)
+NO_DATA: dict = MappingProxyType({})  # the data of an event whose payload nothing reads
+
+
+def type_set(types: Iterable[str]) -> frozenset[bytes]:
+    """The ``keep`` argument of decode_line and skim: event types as the bytes a line holds."""
+    return frozenset(kind.encode() for kind in types)
+
+
+def skim(raw: bytes, keep: frozenset[bytes], *, offset: int = -1, line: int = 0,
+         not_after_ns: int = 0) -> Event | None:
+    """A line of a type not in ``keep``, in the CLI's own shape: its event without parsing the payload.
+
+    Most of a log's bytes are in lines nothing reads (the system prompt). Such a line is checked at
+    both ends (the type first, then data, id, timestamp and parent last, as the CLI writes them),
+    for NUL bytes and for UTF-8, not parsed in full. None means: parse it in full (another type,
+    another shape, a bad tail or timestamp: the full parse then says exactly what is wrong).
+    """
+    if not raw.startswith(_HEAD):
+        return None
+    end = raw.find(b'"', 9)
+    if end < 0:
+        return None
+    kind_bytes = raw[9:end]
+    if kind_bytes in keep or not raw.startswith(_DATA, end) or b"\\" in kind_bytes:
+        return None  # a type with an escape in it is parsed in full, to read it as JSON does
+    kind = kind_bytes.decode("utf-8", "replace")
+    tail = _TAIL.search(raw, max(0, len(raw) - _TAIL_WINDOW))
+    if tail is None or b"\x00" in raw or not kind:
+        return None
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    timestamp = parse_timestamp(tail.group(3).decode())
+    if timestamp is None or (not_after_ns and timestamp > not_after_ns):
+        return None
+    agent = tail.group(1) or tail.group(4)
+    return Event(kind, timestamp, tail.group(2).decode(), NO_DATA, None, agent.decode() if agent else None, False,
+                 offset, line)
+
+
 def decode_line(raw: bytes, *, offset: int = -1, line: int = 0, max_bytes: int = 0,
-                not_after_ns: int = 0) -> Event | DecodeError:
-    """Decode one line (without its newline) into an event, or say why it is unusable."""
+                not_after_ns: int = 0, keep: frozenset[bytes] | None = None) -> Event | DecodeError:
+    """Decode one line (without its newline) into an event, or say why it is unusable.
+
+    ``keep``: the event types whose payload is read (:func:`type_set`); a line of any other type in the
+    CLI's shape is only skimmed (:func:`skim`). None: parse every line in full.
+    """
     if max_bytes and len(raw) > max_bytes:
         return DecodeError(TOO_LONG, f"line of {len(raw)} bytes exceeds the {max_bytes}-byte limit", offset, line)
+    if keep is not None:
+        skimmed = skim(raw, keep, offset=offset, line=line, not_after_ns=not_after_ns)
+        if skimmed is not None:
+            return skimmed
     if b"\x00" in raw:
         return DecodeError(NUL_BYTE, "line contains NUL bytes", offset, line)
     try:

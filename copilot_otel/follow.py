@@ -22,7 +22,7 @@ from .events import DecodeError
 from .liveness import SessionView, locks_expected
 from .normalize import parse_version
 from .pipeline import Outputs, Warn, drive, finish
-from .sessions import SessionModel
+from .sessions import READ_TYPES, SessionModel
 from .tail import FileTail, ReadResult
 from .vocab import END_INCOMPLETE, IDLE
 
@@ -48,6 +48,9 @@ class Follower:
     locks_seen: bool = False  # a lock file was seen in the folder at some point
     cut_off_tool: str | None = None  # the tool it waited on when it was found abandoned
     whole: bool = True  # the model read the file from its first line (so its summary counts everything)
+    # Rebuilt after compaction: the model had nothing open at the floor, so what the re-read leaves
+    # open there (work a crash cut off, ended when the process was found dead) is ended quietly.
+    settle_at_floor: bool = False
     session_id: str = field(init=False)  # the folder's name
 
     def __post_init__(self) -> None:
@@ -59,7 +62,7 @@ class Follower:
     def start(cls, path: Path, options: ModelOptions, *, max_line_bytes: int, restored: FilePosition | None = None,
               skip_history: bool = False, pids: list[int] | None = None) -> "Follower":
         """Follow ``path`` from its checkpoint, from its end (``skip_history``), or from the start."""
-        tail = FileTail(path, max_line_bytes=max_line_bytes)
+        tail = FileTail(path, max_line_bytes=max_line_bytes, keep=READ_TYPES)
         floor = 0
         if restored is not None:
             tail.identity = restored.identity
@@ -92,7 +95,16 @@ class Follower:
             self.floor = 0
             self.whole = True
         if result.items:
-            drive(self.model, result.items, out, source=str(self.path), warn=warn, floor=self.floor)
+            items = result.items
+            if self.settle_at_floor:
+                before = [item for item in items if item.offset < self.floor]
+                items = items[len(before):]
+                drive(self.model, before, out, source=str(self.path), warn=warn, floor=self.floor)
+                if items:
+                    self.settle_at_floor = False
+                    if not self.model.quiescent:
+                        self.model.finish()  # delivered when it happened: nothing to export again
+            drive(self.model, items, out, source=str(self.path), warn=warn, floor=self.floor)
             self.abandoned_at = None
             self.last_read = time.monotonic()
         return result
@@ -114,6 +126,7 @@ class Follower:
             return True  # truncated: the read sees it and starts a new generation from 0
         self.floor = max(self.floor, tail.offset)
         tail.offset, tail.line = 0, 0
+        self.settle_at_floor = True
         return True
 
     def compact(self) -> bool:

@@ -9,11 +9,11 @@ from __future__ import annotations
 from . import attrs as A
 from . import spanattrs
 from .events import Event
-from .records import KIND_INTERNAL, STATUS_OK, span_id_for, trace_id_for
-from .spans import Agent, Interaction, InteractionSummary, OpenSpan, Outbox, Turn
+from .records import KIND_INTERNAL, STATUS_OK, SpanEvent, SpanRecord, span_id_for, trace_id_for
+from .spans import Agent, Interaction, InteractionSummary, OpenSpan, Outbox, Totals, Turn
 from .summary import Tally
 from .tools import ToolBook
-from .views import SessionError, SessionFacts, TaskComplete
+from .views import SessionError, SessionFacts, SubagentStart, TaskComplete, UserMessage
 from .vocab import (CANCELLED, END_ABORTED, END_ERROR, END_TASK_COMPLETE, END_IDLE, END_INCOMPLETE, INCOMPLETE, LOOP_ENDS, MAIN_AGENT, OUT_OF_ORDER,
                     SIGNAL_IDLE, Metric)
 
@@ -59,13 +59,30 @@ class AgentLoop:
             self.agents[event.agent_id] = agent
         return agent
 
-    def name_subagent(self, agent_id: str, name: str, invoke_span: OpenSpan) -> None:
-        """subagent.started told the name and span of an agent (whose events may have come first)."""
-        known = self.agents.get(agent_id)
-        if known is None:
-            self.agents[agent_id] = Agent(name, invoke_span)
-        else:
-            known.invoke_span, known.name = invoke_span, name
+    def start_subagent(self, event: Event, view: SubagentStart) -> None:
+        """subagent.started: its span, under the task call; its agent named (its events may have come first)."""
+        fallback = None if view.call_id in self.book.tools else self.interaction_for(event).root
+        previous = self.book.start_subagent(event, view, fallback)
+        if previous is not None:  # started twice: the first never ended
+            self.close_agent_turns(previous, event.timestamp_ns)
+            self.out.span(previous.close(event.timestamp_ns, error_type=INCOMPLETE))
+        if event.agent_id is not None:
+            span = self.book.subagents[view.call_id]
+            known = self.agents.get(event.agent_id)
+            if known is None:
+                self.agents[event.agent_id] = Agent(view.name, span)
+            else:
+                known.invoke_span, known.name = span, view.name
+
+    def snapshots(self, last_event_ns: int) -> list[SpanRecord]:
+        """The spans still open (and turns held), as records ending at the last event, marked as running."""
+        spans = self.book.open_spans() + self.open_turn_spans()
+        if self.current is not None:
+            spans.append(self.current.root)
+        held = [turn.close() for _agent, turn in self.held]
+        return held + [SpanRecord(s.trace_id, s.span_id, s.parent_span_id, s.name, s.kind, s.start_ns,
+                                  max(s.start_ns, last_event_ns), {**s.attributes, A.COPILOT_RUNNING: True})
+                       for s in spans]
 
     def work_parent(self, event: Event, agent: Agent) -> OpenSpan:
         """Where a call or tool of ``agent`` hangs: its open turn, else its invoke span, else the interaction."""
@@ -91,9 +108,7 @@ class AgentLoop:
         if self.current is not None:
             self.end(self.current.pending_end or END_IDLE, self.current.last_end_ns)
         interaction_id, trace_id, span_id = self.last_ended
-        facts = self.facts
-        attributes = spanattrs.interaction(self.session_id, interaction_id, model=facts.model, cwd=facts.cwd,
-                                           cli_version=facts.cli_version, prompt=None)
+        attributes = spanattrs.interaction(self.session_id, interaction_id, self.facts, None)
         attributes[A.COPILOT_TRIGGER] = event.type
         root = OpenSpan(trace_id_for(self.session_id, f"{interaction_id}\x00{event.id}"),
                         span_id_for(self.session_id, f"interaction\x00{event.id}"), None,
@@ -101,24 +116,49 @@ class AgentLoop:
                         links=((trace_id, span_id),))
         interaction = Interaction(interaction_id, root, event.offset, event.line, event.timestamp_ns)
         self.current = interaction
-        self.main.invoke_span = root
+        self.main.invoke_span, self.main.totals = root, Totals()
         return interaction
 
     def open(self, event: Event, interaction_id: str, *, implicit: bool = False,
              prompt: str | None = None) -> Interaction:
         """Start an interaction at ``event``."""
-        facts = self.facts
-        attributes = spanattrs.interaction(self.session_id, interaction_id, model=facts.model, cwd=facts.cwd,
-                                           cli_version=facts.cli_version, prompt=prompt)
+        attributes = spanattrs.interaction(self.session_id, interaction_id, self.facts, prompt)
         # Opened by another span's event (a log read from the middle): keep the ids apart.
         first = f"interaction\x00{event.id}" if implicit else event.id
         root = OpenSpan(trace_id_for(self.session_id, interaction_id), span_id_for(self.session_id, first), None,
                         f"{A.OP_INVOKE_AGENT} {A.AGENT_NAME}", KIND_INTERNAL, event.timestamp_ns, attributes)
         interaction = Interaction(interaction_id, root, event.offset, event.line, event.timestamp_ns)
         self.current = interaction
-        self.main.invoke_span = root
+        self.main.invoke_span, self.main.totals = root, Totals()
         self.tally.interactions += 1
         return interaction
+
+    def prompt(self, event: Event, message: UserMessage, prompt: str | None, last_event_ns: int) -> None:
+        """user.message: a new interaction (a nudge too: the CLI gives it its own), unless it is steering
+        within the running one; a new one ends the previous loop."""
+        interaction_id = message.interaction_id or f"implicit-{event.id}"
+        current = self.current
+        if current is not None:
+            if current.id == interaction_id:
+                return
+            self.end(current.pending_end or END_INCOMPLETE, last_event_ns)
+        interaction = self.open(event, interaction_id, prompt=prompt)
+        if message.nudge:
+            self.tally.nudges += 1
+            self.out.count(Metric.AUTOPILOT_NUDGES)
+            interaction.autopilot = True
+            interaction.root.attributes[A.COPILOT_AUTOPILOT_CONTINUATION] = True
+
+    def answer(self, event: Event, asks_for_tools: bool, text: str | None) -> None:
+        """assistant.message: what the agent's turn answered (tools asked for, its text if captured)."""
+        turn = self.agent(event).turn
+        if turn is None:
+            return
+        turn.truncated = False  # cut off at the length limit, yet kept as the answer
+        if asks_for_tools:
+            turn.requested_tools = True
+        if text:
+            turn.span.attributes[A.GEN_AI_OUTPUT_MESSAGES] = text
 
     def start_turn(self, event: Event) -> None:
         """assistant.turn_start: the agent's new turn hangs under its invoke span (or the interaction)."""
@@ -134,9 +174,10 @@ class AgentLoop:
         turn_id = event.turn_id or "?"
         attributes = spanattrs.turn(self.session_id, agent.name, turn_id, event.interaction_id or interaction.id,
                                     autopilot=interaction.autopilot and event.agent_id is None)
-        span = parent.child(span_id_for(self.session_id, event.id), f"turn {turn_id}", KIND_INTERNAL,
+        span = parent.child(span_id_for(self.session_id, event.id), A.TURN_SPAN, KIND_INTERNAL,
                             event.timestamp_ns, attributes)
         agent.turn = Turn(span, agent.name)
+        agent.totals.turns += 1
         self.tally.turns += 1
         self.out.count(Metric.TURNS, agent.name)
 
@@ -171,12 +212,15 @@ class AgentLoop:
         self.last_ended = (current.id, root.trace_id, root.span_id)
         self.tally.last_end = how
         root.attributes[A.COPILOT_INTERACTION_END] = how
+        root.attributes.update(spanattrs.invocation_totals(self.main.totals))
+        self.out.count(Metric.INTERACTIONS, how)
         if how in LOOP_ENDS:
             self.out.count(Metric.COMPLETION_SIGNALS, SIGNAL_IDLE)
         if how == END_ABORTED:  # stopped by the user: not a failure of the agent, so no error status
             self.out.span(root.close(current.last_end_ns))
         elif how == END_ERROR:
-            self.out.span(root.close(current.last_end_ns, error_type=current.error_type or "session_error"))
+            self.out.span(root.close(current.last_end_ns, error_type=current.error_type or "session_error",
+                                     message=current.error_message))
         elif how == END_INCOMPLETE:
             self.out.span(root.close(max(current.last_end_ns, last_event_ns), error_type=INCOMPLETE))
         else:
@@ -197,17 +241,19 @@ class AgentLoop:
                 current.root.attributes[A.COPILOT_TASK_SUCCESS] = False
 
     def fail(self, event: Event, agent: Agent, error: SessionError) -> None:
-        """session.error: the agent's open (or just ended) turn failed; a main-agent error ends the loop."""
+        """session.error: the agent's open (or just ended) turn failed; a main-agent error ends the loop.
+        Each span it fails gets a status description and its exception event (with the error's message
+        only when content capture is on)."""
+        exception = SpanEvent(A.EXCEPTION_EVENT, event.timestamp_ns, spanattrs.session_error(error))
         if agent.turn is not None:
-            agent.turn.errored = error.error_type
-            if error.status_code is not None:
-                agent.turn.span.attributes[A.HTTP_RESPONSE_STATUS_CODE] = error.status_code
-        self.release_held(agent, error)
+            _failed(agent.turn, error, exception)
+        self.release_held(agent, error, exception)
         current = self.current
         if current is not None and event.agent_id is None:
             current.pending_end = END_ERROR
-            current.error_type = error.error_type
+            current.error_type, current.error_message = error.error_type, _description(error)
             current.last_end_ns = max(current.last_end_ns, event.timestamp_ns)
+            current.root.events.append(exception)
             if error.status_code is not None:
                 current.root.attributes[A.HTTP_RESPONSE_STATUS_CODE] = error.status_code
 
@@ -220,14 +266,13 @@ class AgentLoop:
             current.last_end_ns = max(current.last_end_ns, event.timestamp_ns)
             current.root.attributes[A.COPILOT_ABORT_REASON] = reason
 
-    def release_held(self, errored: Agent | None = None, error: SessionError | None = None) -> None:
+    def release_held(self, errored: Agent | None = None, error: SessionError | None = None,
+                     exception: SpanEvent | None = None) -> None:
         """Export the held turns; the one of agent ``errored`` as failed with ``error``."""
         held, self.held = self.held, []
         for agent, turn in held:
             if agent is errored:
-                turn.errored = error.error_type
-                if error.status_code is not None:
-                    turn.span.attributes[A.HTTP_RESPONSE_STATUS_CODE] = error.status_code
+                _failed(turn, error, exception)
             self.out.span(turn.close())
 
     def cut_off(self, end_ns: int, error_type: str, message: str = "") -> None:
@@ -245,6 +290,8 @@ class AgentLoop:
             if agent_id is not None and agent.invoke_span is invoke_span:
                 if agent.turn is not None:
                     self.out.span(agent.turn.span.close(end_ns, error_type=INCOMPLETE))
+                if invoke_span.attributes.get(A.GEN_AI_OPERATION_NAME) == A.OP_INVOKE_AGENT:
+                    invoke_span.attributes.update(spanattrs.invocation_totals(agent.totals))
                 del self.agents[agent_id]
 
     def close_all(self, end_ns: int) -> None:
@@ -255,3 +302,17 @@ class AgentLoop:
             if agent.turn is not None:
                 self.out.span(agent.turn.span.close(end_ns, error_type=INCOMPLETE))
                 agent.turn = None
+
+
+def _description(error: SessionError) -> str:
+    """The status description of a span a session.error failed: its type and HTTP status (the message, which
+    may echo content, is only ever in the exception event)."""
+    return error.error_type if error.status_code is None else f"{error.error_type} (HTTP {error.status_code})"
+
+
+def _failed(turn: Turn, error: SessionError, exception: SpanEvent) -> None:
+    """Mark a turn as failed by a session.error."""
+    turn.errored, turn.error_message = error.error_type, _description(error)
+    turn.span.events.append(exception)
+    if error.status_code is not None:
+        turn.span.attributes[A.HTTP_RESPONSE_STATUS_CODE] = error.status_code

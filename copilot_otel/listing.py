@@ -1,9 +1,9 @@
 """`sessions`: every session on one line, newest first, from the running daemon or from the files.
 
-With a daemon on ``--metrics-address`` that follows the same COPILOT_HOME, its /api/sessions
-answers (its cache is warm and its thresholds are the ones that page people); otherwise the
-session logs are read here (:class:`~copilot_otel.catalog.Catalog`, cached in the state
-folder) and named by the same rules.
+With a daemon on ``--metrics-address`` that follows the same COPILOT_HOME, its web view's
+/api/sessions answers (it holds the summaries, and its thresholds are the ones that page people);
+otherwise the session logs are read here (:class:`~copilot_otel.catalog.Catalog`, cached in the
+state folder) and named by the same rule.
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ from rich.text import Text
 
 from .catalog import Catalog
 from .display import ago, clock_time, count, where
-from .liveness import StuckPolicy, lock_pids
+from .overview import MAX_PAGE_SIZE
+from .liveness import StuckPolicy
 from .status import ENDED, SessionStatus, status_of
 from .vocab import ABANDONED, STUCK, WAITING_TOOL, WAITING_USER, WORKING
 
@@ -63,20 +64,26 @@ def parse_since(text: str, *, now: float | None = None) -> float:
 
 
 def from_daemon(address: tuple[str, int], copilot_home: Path, *, timeout: float = 30.0) -> list[SessionStatus] | None:
-    """The daemon's statuses, or None when no daemon answers there for this COPILOT_HOME."""
+    """The daemon's statuses (every page of the web view's /api/sessions), or None when no daemon answers
+    there for this COPILOT_HOME."""
     host, port = address
     host = "127.0.0.1" if host in ("0.0.0.0", "") else ("::1" if host == "::" else host)
-    url = f"http://[{host}]:{port}{API_PATH}" if ":" in host else f"http://{host}:{port}{API_PATH}"
+    base = f"http://[{host}]:{port}{API_PATH}" if ":" in host else f"http://{host}:{port}{API_PATH}"
+    rows: list[dict] = []
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as response:  # noqa: S310 (loopback, our daemon)
-            document = orjson.loads(response.read())
-        theirs = document["copilot_home"]
-        if os.path.realpath(theirs) != os.path.realpath(copilot_home):
-            log.debug("the daemon at %s follows %s, not %s: reading the files", url, theirs, copilot_home)
-            return None
-        return [SessionStatus.from_json(record) for record in document["sessions"]]
+        while True:
+            url = f"{base}?limit={MAX_PAGE_SIZE}&offset={len(rows)}"
+            with urllib.request.urlopen(url, timeout=timeout) as response:  # noqa: S310 (loopback, our daemon)
+                document = orjson.loads(response.read())
+            theirs = document.get("copilot_home")
+            if theirs is None or os.path.realpath(theirs) != os.path.realpath(copilot_home):
+                log.debug("the daemon at %s follows %s, not %s: reading the files", base, theirs, copilot_home)
+                return None
+            rows.extend(document["sessions"])
+            if not document["sessions"] or len(rows) >= document["total"]:
+                return [SessionStatus.from_json(row) for row in rows]
     except (OSError, urllib.error.URLError, ValueError, KeyError, TypeError) as exc:
-        log.debug("no daemon answers at %s (%s): reading the files", url, exc)
+        log.debug("no daemon answers at %s (%s): reading the files", base, exc)
         return None
 
 
@@ -90,8 +97,7 @@ def from_files(root: Path, *, policy: StuckPolicy, cache_file: Path | None, sinc
         if item.summary is None:
             unreadable.append((str(item.path), item.error or "unreadable"))
             continue
-        pids = lock_pids(item.path.parent) if item.summary.ended is None else []
-        statuses.append(status_of(item.summary, pids, policy=policy, now=now, path=str(item.path)))
+        statuses.append(status_of(item.summary, item.path, policy=policy, now=now))
     return Listing(statuses, f"the files under {root}", unreadable)
 
 

@@ -129,16 +129,6 @@ def live_state(view: SessionView, *, now: float, policy: StuckPolicy,
     return view.state, 0.0
 
 
-def abandoned_now(*, mid_turn: bool, last_event_ns: int, now: float, alive: Callable[[], bool],
-                  locks_expected: bool = True) -> bool:
-    """Would the daemon find this session abandoned now (its process died mid-turn, recently enough
-    to be shown)? The same verdict the daemon's reader applies, for a reader of the files alone."""
-    if now - last_event_ns / 1e9 >= ABANDONED_RETENTION:
-        return False
-    return verdict(mid_turn=mid_turn, awaiting_confirmation=False, last_event_ns=last_event_ns, quiet=0.0, now=now,
-                   alive=alive, locks_expected=locks_expected) == ABANDON
-
-
 def verdict(*, mid_turn: bool, awaiting_confirmation: bool, last_event_ns: int, quiet: float, now: float,
             alive: Callable[[], bool], locks_expected: bool = True) -> str | None:
     """What a session's missing process means: ABANDON (it died mid-turn), DORMANT (gone, nothing

@@ -10,17 +10,20 @@ from __future__ import annotations
 import re
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.platform_collector import PlatformCollector
 
 from . import __version__
 from .decode import REASONS
 from .records import MetricUpdate
-from .vocab import SIGNALS, STALLED_STATES, STATES, Metric
+from .vocab import ATTRIBUTED, INTERACTION_ENDS, REPOSITORY_LABEL, SIGNALS, STALLED_STATES, STATES, Metric
+
+HISTOGRAMS = frozenset((Metric.TURN_DURATION, Metric.TOOL_DURATION, Metric.LLM_CALL_DURATION,
+                        Metric.LLM_TIME_TO_FIRST_TOKEN))
 
 if TYPE_CHECKING:
     from .pipeline import Outputs
@@ -28,6 +31,7 @@ if TYPE_CHECKING:
 TURN_BUCKETS = (0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600, 1200, 1800, 3600)
 TOOL_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800)
 LLM_BUCKETS = (0.25, 0.5, 1, 2, 4, 8, 15, 30, 60, 120, 300)
+TTFT_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60)
 # The CLI has about 150 event types; a file full of invented ones must not mint series.
 MAX_EVENT_TYPES = 250
 STALLED_LABELS = ["session_id", "state", "tool", "repository"]
@@ -48,8 +52,9 @@ class LiveSession:
 class LiveSessionsCollector:
     """copilot_sessions{state} and copilot_session_stalled_seconds, computed when scraped."""
 
-    def __init__(self, snapshot: Callable[[], Iterable[LiveSession]]) -> None:
+    def __init__(self, snapshot: Callable[[], Iterable[LiveSession]], *, repository_label: bool = True) -> None:
         self._snapshot = snapshot
+        self._repository_label = repository_label
 
     def collect(self):
         """Yield the live gauges from a fresh snapshot."""
@@ -60,7 +65,8 @@ class LiveSessionsCollector:
         for session in self._snapshot():
             counts[session.state] = counts.get(session.state, 0) + 1
             if session.state in STALLED_STATES:
-                stalled.add_metric([session.session_id, session.state, session.tool, session.repository],
+                repository = session.repository if self._repository_label else ""
+                stalled.add_metric([session.session_id, session.state, session.tool, repository],
                                    session.stalled_seconds)
         sessions = GaugeMetricFamily("copilot_sessions", "Live Copilot sessions by state.", labels=["state"])
         for state, count in counts.items():
@@ -74,28 +80,71 @@ class LiveSessionsCollector:
         yield GaugeMetricFamily("copilot_session_stalled_seconds", "", labels=STALLED_LABELS)
 
 
-class Metrics:
-    """The copilot_* and copilot_otel_* metrics on a private registry."""
+class TargetInfoCollector:
+    """target_info: the instance's OpenTelemetry resource (OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES:
+    user, host, team...) as the labels of one series, as OpenTelemetry's Prometheus exporters expose it."""
 
-    def __init__(self, *, registry: CollectorRegistry | None = None, process: bool = True) -> None:
+    def __init__(self, attributes: Mapping[str, Any]) -> None:
+        self._labels = {_label_name(key): str(value) for key, value in attributes.items()}
+
+    def collect(self):
+        """The one target_info series."""
+        info = InfoMetricFamily("target", "Target metadata: the OpenTelemetry resource of this copilot-otel.")
+        info.add_metric([], self._labels)
+        yield info
+
+
+def _label_name(key: str) -> str:
+    """An attribute key as a Prometheus label name: dots and other characters become underscores."""
+    name = re.sub(r"[^a-zA-Z0-9_]", "_", key)
+    return f"_{name}" if name[:1].isdigit() else name
+
+
+class Metrics:
+    """The copilot_* and copilot_otel_* metrics on a private registry.
+
+    ``repository_label=False`` (--no-repository-label) leaves the repository label of every series empty
+    (Prometheus then shows none). ``resource``: the attributes of the target_info series.
+    """
+
+    def __init__(self, *, registry: CollectorRegistry | None = None, process: bool = True,
+                 repository_label: bool = True, resource: Mapping[str, Any] | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
+        self.repository_label = repository_label
         r = self.registry
-        self.sessions_started = Counter("copilot_sessions_started", "Sessions started (session.start).", registry=r)
+        repo = REPOSITORY_LABEL
+        self.sessions_started = Counter("copilot_sessions_started", "Sessions started (session.start), by repository.",
+                                        [repo], registry=r)
         self.turns = Counter("copilot_turns", "Agent turns started.", ["agent"], registry=r)
-        self.llm_calls = Counter("copilot_llm_calls", "LLM calls by model and outcome.", ["model", "outcome"],
-                                 registry=r)
+        self.llm_calls = Counter("copilot_llm_calls", "LLM calls by model, outcome and repository.",
+                                 ["model", "outcome", repo], registry=r)
         self.tool_calls = Counter("copilot_tool_calls", "Tool executions by tool and outcome.", ["tool", "outcome"],
                                   registry=r)
         self.autopilot_nudges = Counter("copilot_autopilot_nudges", "Autopilot continuation messages.", registry=r)
         self.completion_signals = Counter("copilot_completion_signals",
                                           "Ends of the agent loop and of sessions, by signal.", ["signal"], registry=r)
-        self.tokens = Counter("copilot_tokens", "Tokens by model and type.", ["model", "type"], registry=r)
+        self.tokens = Counter("copilot_tokens", "Tokens by model, type and repository.", ["model", "type", repo],
+                              registry=r)
         self.turn_duration = Histogram("copilot_turn_duration_seconds", "Duration of agent turns.", ["agent"],
                                        buckets=TURN_BUCKETS, registry=r)
         self.tool_duration = Histogram("copilot_tool_duration_seconds", "Duration of tool executions.", ["tool"],
                                        buckets=TOOL_BUCKETS, registry=r)
         self.llm_call_duration = Histogram("copilot_llm_call_duration_seconds", "Duration of LLM calls.", ["model"],
                                            buckets=LLM_BUCKETS, registry=r)
+        # What it costs and changes, and how interactions end.
+        self.llm_ttft = Histogram("copilot_llm_time_to_first_token_seconds",
+                                  "Time from an LLM request to its first streamed token.", ["model"],
+                                  buckets=TTFT_BUCKETS, registry=r)
+        self.interactions = Counter("copilot_interactions", "Interactions by how they ended.", ["end"], registry=r)
+        self.premium_requests = Counter("copilot_premium_requests",
+                                        "Premium requests (usage.cost of user-initiated calls) by model and repository.",
+                                        ["model", repo], registry=r)
+        self.autopilot_premium_requests = Counter(
+            "copilot_autopilot_premium_requests", "The premium requests spent on autopilot continuations.",
+            ["model", repo], registry=r)
+        self.code_lines = Counter("copilot_code_lines", "Lines of code the agent added or removed.", ["change", repo],
+                                  registry=r)
+        self.files_modified = Counter("copilot_files_modified", "Files the agent modified.", [repo], registry=r)
         # The daemon's own health.
         self.events_read = Counter("copilot_otel_events_read", "Events read, by type.", ["type"], registry=r)
         self.lines_rejected = Counter("copilot_otel_lines_rejected", "Lines skipped, by reason.", ["reason"],
@@ -115,15 +164,20 @@ class Metrics:
         self.build_info.labels(__version__).set(1)
         for signal in SIGNALS:
             self.completion_signals.labels(signal)
+        for end in INTERACTION_ENDS:
+            self.interactions.labels(end)
+        self.sessions_started.labels("")
         for reason in REASONS:
             self.lines_rejected.labels(reason)
         self.newest_event_ns = 0
         self._lag_applies: Callable[[], bool] = lambda: True
-        self._event_types: set[str] = set()
+        self._event_types: dict[str, object] = {}  # event type -> its events_read series
         self.lag.set_function(self._lag)
         if process:
             ProcessCollector(registry=r)
             PlatformCollector(registry=r)
+        if resource is not None:
+            r.register(TargetInfoCollector(resource))
         # The series each of the session model's metric keys updates, and whether it observes.
         self._series = {
             Metric.SESSIONS_STARTED: self.sessions_started,
@@ -136,8 +190,16 @@ class Metrics:
             Metric.TURN_DURATION: self.turn_duration,
             Metric.TOOL_DURATION: self.tool_duration,
             Metric.LLM_CALL_DURATION: self.llm_call_duration,
+            Metric.LLM_TIME_TO_FIRST_TOKEN: self.llm_ttft,
+            Metric.INTERACTIONS: self.interactions,
+            Metric.PREMIUM_REQUESTS: self.premium_requests,
+            Metric.AUTOPILOT_PREMIUM_REQUESTS: self.autopilot_premium_requests,
+            Metric.CODE_LINES: self.code_lines,
+            Metric.FILES_MODIFIED: self.files_modified,
         }
         assert set(self._series) == set(Metric), "every metric key needs its series"
+        assert HISTOGRAMS == {key for key, series in self._series.items() if isinstance(series, Histogram)}
+        self._children: dict = {}  # (metric key, label values) -> its series
 
     def _lag(self) -> float:
         if not self.newest_event_ns or not self._lag_applies():
@@ -150,27 +212,45 @@ class Metrics:
 
     def count_event(self, event_type: str, count: int = 1) -> None:
         """Count events read, by type; past MAX_EVENT_TYPES distinct names (or an odd one) as 'other'."""
-        label = event_type
-        if event_type not in self._event_types:
+        child = self._event_types.get(event_type)
+        if child is None:
             if len(self._event_types) >= MAX_EVENT_TYPES or not _EVENT_TYPE.fullmatch(event_type):
-                label = "other"
+                child = self.events_read.labels("other")
             else:
-                self._event_types.add(event_type)
-        self.events_read.labels(label).inc(count)
+                child = self._event_types[event_type] = self.events_read.labels(event_type)
+        child.inc(count)
+
+    def _child(self, metric: Metric, labels: tuple[str, ...]):
+        """The series of ``metric`` with these label values (looked up once, then kept)."""
+        key = (metric, labels)
+        child = self._children.get(key)
+        if child is None:
+            series = self._series[metric]
+            if not self.repository_label and metric in ATTRIBUTED:
+                labels = (*labels[:-1], "")
+            child = self._children[key] = series.labels(*labels) if labels else series
+        return child
 
     def apply(self, update: MetricUpdate) -> None:
         """Apply one update from the session model."""
-        series = self._series[update.metric]
-        child = series.labels(*update.labels) if update.labels else series
-        if isinstance(series, Histogram):
-            child.observe(update.value)
+        if update.metric in HISTOGRAMS:
+            self._child(update.metric, update.labels).observe(update.value)
         else:
-            child.inc(update.value)
+            self._child(update.metric, update.labels).inc(update.value)
 
     def apply_outputs(self, out: "Outputs") -> None:
-        """Count what one drive of the pipeline produced: metric updates, events, rejected lines."""
+        """Count what one drive of the pipeline produced: metric updates, events, rejected lines.
+
+        Counter increments of the same series are added up first (a backlog holds thousands)."""
+        sums: dict[tuple[Metric, tuple[str, ...]], float] = {}
         for update in out.metrics:
-            self.apply(update)
+            if update.metric in HISTOGRAMS:
+                self._child(update.metric, update.labels).observe(update.value)
+            else:
+                key = (update.metric, update.labels)
+                sums[key] = sums.get(key, 0.0) + update.value
+        for (metric, labels), value in sums.items():
+            self._child(metric, labels).inc(value)
         for event_type, count in out.events.items():
             self.count_event(event_type, count)
         for reason, count in out.rejected.items():
@@ -182,4 +262,4 @@ class Metrics:
 
     def add_live_sessions(self, snapshot: Callable[[], Iterable[LiveSession]]) -> None:
         """Register the scrape-time collector of live session states."""
-        self.registry.register(LiveSessionsCollector(snapshot))
+        self.registry.register(LiveSessionsCollector(snapshot, repository_label=self.repository_label))

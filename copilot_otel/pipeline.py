@@ -9,7 +9,6 @@ holds the one guard that turns a bug of the model into a skipped event, never a 
 from __future__ import annotations
 
 import logging
-from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
@@ -30,9 +29,9 @@ class Outputs:
 
     spans: list[SpanRecord] = field(default_factory=list)
     metrics: list[MetricUpdate] = field(default_factory=list)
-    rejected: Counter = field(default_factory=Counter)  # reason -> lines skipped
-    out_of_order: Counter = field(default_factory=Counter)  # event type -> ends of something not open
-    events: Counter = field(default_factory=Counter)  # event type -> events applied
+    rejected: dict[str, int] = field(default_factory=dict)  # reason -> lines skipped
+    out_of_order: dict[str, int] = field(default_factory=dict)  # event type -> ends of something not open
+    events: dict[str, int] = field(default_factory=dict)  # event type -> events applied
     newest_ns: int = 0  # timestamp of the newest event applied
 
     def add(self, step: Step) -> None:
@@ -56,21 +55,23 @@ def drive(model: SessionModel, items: Iterable[Event | DecodeError], out: Output
     """
     rejected = out.rejected
     events = out.events
+    feed = model.feed
     for item in items:
         if type(item) is DecodeError:
             if item.offset >= floor:
-                rejected[item.reason] += 1
+                rejected[item.reason] = rejected.get(item.reason, 0) + 1
                 warn("%s:%d: skipped line (%s): %s", source, item.line, item.reason, item.detail)
             continue
         try:
-            step = model.feed(item)
+            step = feed(item)
         except Exception:  # a model bug must cost one event, never the daemon or the export
             log.exception("%s:%d: could not apply %s", source, item.line, item.type)
-            rejected[INTERNAL_ERROR] += 1
+            rejected[INTERNAL_ERROR] = rejected.get(INTERNAL_ERROR, 0) + 1
             continue
         if item.offset < floor:
             continue
-        events[item.type] += 1
+        kind = item.type
+        events[kind] = events.get(kind, 0) + 1
         if item.timestamp_ns > out.newest_ns:
             out.newest_ns = item.timestamp_ns
         if step is EMPTY_STEP:
@@ -80,9 +81,9 @@ def drive(model: SessionModel, items: Iterable[Event | DecodeError], out: Output
         for anomaly in step.anomalies:
             warn("%s:%d: %s", source, item.line, anomaly.describe())
             if anomaly.kind == DUPLICATE_ID:
-                rejected[DUPLICATE_ID] += 1
+                rejected[DUPLICATE_ID] = rejected.get(DUPLICATE_ID, 0) + 1
             else:
-                out.out_of_order[anomaly.event_type] += 1
+                out.out_of_order[anomaly.event_type] = out.out_of_order.get(anomaly.event_type, 0) + 1
     return out
 
 

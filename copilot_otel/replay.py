@@ -17,7 +17,7 @@ from .events import DecodeError, Event
 from .otlp_json import OtlpJsonEncoder
 from .pipeline import Outputs, drive, finish
 from .records import MetricUpdate, SpanRecord
-from .sessions import SessionModel
+from .sessions import READ_TYPES, SessionModel
 from .sinks import FileSink, SpanSink
 from .sources import (EVENTS_FILE, SESSION_STATE, SourceError, UnreadableLog, find_event_files, resolve,
                       session_id_of)
@@ -130,7 +130,7 @@ class ShardJob:
         for item in files:
             path, skip = item if isinstance(item, tuple) else (item, 0)
             try:
-                items = read_all(path, max_line_bytes=self.max_line_bytes)
+                items = read_all(path, max_line_bytes=self.max_line_bytes, keep=READ_TYPES)
             except UnreadableLog as exc:
                 result.unreadable.append((str(path), exc.reason))
                 continue

@@ -11,8 +11,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import click
-from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
-                           TimeRemainingColumn)
 
 from .config import Config
 from .delivery import Delivery, GaveUp
@@ -45,10 +43,32 @@ class Outcome:
     reason: str = ""
 
 
-def _progress(interactive: bool) -> Progress:
+class _Quiet:
+    """No progress display (not a terminal): rich is not even imported."""
+
+    def __enter__(self) -> "_Quiet":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        pass
+
+    def add_task(self, *args, **kwargs) -> int:
+        return 0
+
+    def update(self, *args, **kwargs) -> None:
+        pass
+
+
+def _progress(interactive: bool):
+    """Sessions, spans, their rate, the time left and the time taken, on a terminal."""
+    if not interactive:
+        return _Quiet()
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                               TimeRemainingColumn)
+
     return Progress(TextColumn("{task.description}"), BarColumn(bar_width=None), MofNCompleteColumn(),
                     TextColumn("sessions  {task.fields[spans]} spans  {task.fields[rate]}/s"),
-                    TimeRemainingColumn(), TimeElapsedColumn(), disable=not interactive, transient=True)
+                    TimeRemainingColumn(), TimeElapsedColumn(), transient=True)
 
 
 def replay_logs(files: list[Path], sink: SpanSink, config: Config, *, workers: int | None = None, rate: float = 0.0,

@@ -53,17 +53,19 @@ class _Shared:
         return [LiveSession(a.session_id, a.state) for a in list(self.attachments) if a.state is not None]
 
 
-def _shared_for(registry: CollectorRegistry | None) -> _Shared:
-    """One Metrics per registry, shared by every attachment on it (None: the library's own)."""
+def _shared_for(registry: CollectorRegistry | None, *, repository_label: bool = True) -> _Shared:
+    """One Metrics per registry, shared by every attachment on it (None: the library's own); the first
+    attachment's configuration says whether it has a repository label."""
     global _default
     with _shared_lock:
         if registry is None:
             if _default is None:
-                _default = _Shared(Metrics())
+                _default = _Shared(Metrics(repository_label=repository_label))
             return _default
         shared = _shared.get(id(registry))
         if shared is None:
-            shared = _shared[id(registry)] = _Shared(Metrics(registry=registry, process=False))
+            shared = _shared[id(registry)] = _Shared(Metrics(registry=registry, process=False,
+                                                             repository_label=repository_label))
         return shared
 
 
@@ -182,7 +184,7 @@ def attach(session: Any, *, config: Config | None = None, traces_file: str | Pat
     if sink is None:
         sink = make_sink(traces_file=config.traces_file, otlp=config.otlp, default_file=config.default_traces_file,
                          rotation=config.traces_rotation)
-    shared = _shared_for(registry)
+    shared = _shared_for(registry, repository_label=not config.no_repository_label)
     if metrics_address is not None:
         serve_metrics(shared.metrics.registry, metrics_address)
     return Attachment(session, sink=sink, shared=shared, config=config, owns_sink=owns_sink)

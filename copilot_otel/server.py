@@ -1,91 +1,251 @@
-"""The HTTP endpoint: /metrics (Prometheus text or OpenMetrics) and /healthz."""
+"""The HTTP endpoint: /metrics (Prometheus text or OpenMetrics, gzip) and /healthz.
+
+One asyncio loop (aiohttp) in one daemon thread serves every connection, so idle or hostile
+clients cost a file descriptor and a few kilobytes each, never a thread; the limits that keep
+them bounded are in ``http_guard``. The registry is rendered in a worker thread, so a slow
+scrape never holds up /healthz.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import gzip
 import ipaddress
 import logging
+import socket
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Callable, Mapping
+from typing import Callable, Iterable
 
-import orjson
+from aiohttp import web
 from prometheus_client import CollectorRegistry
-from prometheus_client.exposition import choose_encoder
+from prometheus_client.exposition import choose_encoder, gzip_accepted
 
 from .config import ConfigError
+from .http_guard import Connections, LoopErrors, QuietLog, Workers, http_errors, raise_open_files_limit
 
 log = logging.getLogger(__name__)
 
+MAX_CONNECTIONS = 1024
+HEADER_TIMEOUT = 10.0  # s from the first byte of a request head to its end
+IDLE_TIMEOUT = 30.0  # s a connection may wait for its next request (its head included)
+WRITE_TIMEOUT = 30.0  # s to send a response to a client that reads slowly
+MAX_HEAD_BYTES = 32 * 1024
+BACKLOG = 64  # accepted per loop iteration at most; fewer under a low open-files limit
+LISTEN_QUEUE = 1024  # connections the kernel holds for us (they cost no descriptor until accepted)
+RENDER_THREADS = 2
+MAX_PENDING_RENDERS = 8  # distinct formats rendering or queued; more is a flood: 503
+STOP_GRACE = 0.5  # s for requests in progress to finish at stop() (aiohttp waits twice this at most)
+
 
 class MetricsServer:
-    """Serves a registry on HOST:PORT in a background thread; ``health()`` says if we are well."""
+    """Serves a registry on HOST:PORT from one event-loop thread; ``health()`` says if we are well.
+
+    ``routes`` adds aiohttp route definitions next to /metrics and /healthz, for instance
+    ``[web.get("/", index)]`` or a ``web.RouteTableDef``. Their handlers run on the server's
+    loop and must not block it: ``await request.app[SERVER].run_blocking(fn, *args)`` runs slow
+    work in the server's worker threads. A handler that prepares its response itself (a stream
+    such as Server-Sent Events) is not held to the write deadline; at ``stop()`` it is cancelled
+    within ``2 * STOP_GRACE``. Every response carries ``X-Content-Type-Options: nosniff`` and a
+    ``Content-Security-Policy`` that lets a page load only this server's scripts and styles.
+    """
 
     def __init__(self, address: tuple[str, int], registry: CollectorRegistry,
                  health: Callable[[], tuple[bool, str]] = lambda: (True, "ok"), *,
-                 api: Mapping[str, Callable[[], object]] = {}) -> None:
-        """``api``: more GET paths, each answered with the JSON of what its function returns."""
+                 routes: Iterable[web.AbstractRouteDef] = (), max_connections: int = MAX_CONNECTIONS,
+                 header_timeout: float = HEADER_TIMEOUT, idle_timeout: float = IDLE_TIMEOUT,
+                 write_timeout: float = WRITE_TIMEOUT, max_head_bytes: int = MAX_HEAD_BYTES) -> None:
         host, port = address
         self._registry = registry
         self._health = health
-        self._api = dict(api)
-        handler = self._make_handler()
-        try:
-            self._server = ThreadingHTTPServer((host, port), handler)
-        except OSError as exc:
-            raise ConfigError(f"cannot serve metrics on {host}:{port}: {exc.strerror or exc}; "
-                              "choose another port with --metrics-address HOST:PORT") from None
-        self._server.daemon_threads = True
-        self.address = self._server.server_address[:2]
+        self._routes = list(routes)
+        self._max_connections = max_connections
+        self._limits = dict(header_timeout=header_timeout, max_head_bytes=max_head_bytes,
+                            write_timeout=write_timeout)
+        self._idle_timeout = idle_timeout
+        self._errors = http_errors(registry)
+        self._sock = _bind(host, port)
+        self.address: tuple[str, int] = self._sock.getsockname()[:2]
         if not _is_loopback(host):
             log.warning("metrics endpoint listens on %s:%d, beyond this machine", host, self.address[1])
-        self._thread = threading.Thread(target=self._server.serve_forever, name="copilot-otel-metrics",
-                                        kwargs={"poll_interval": 0.2}, daemon=True)
-
-    def _make_handler(self):
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args) -> None:  # scrapes are not worth a log line each
-                pass
-
-            def do_GET(self) -> None:
-                path = self.path.split("?", 1)[0]
-                if path == "/metrics":
-                    encoder, content_type = choose_encoder(self.headers.get("Accept", ""))
-                    body = encoder(server._registry)
-                    self._reply(200, content_type, body)
-                elif path == "/healthz":
-                    ok, detail = server._health()
-                    self._reply(200 if ok else 503, "text/plain; charset=utf-8", (detail + "\n").encode())
-                elif path in server._api:
-                    try:
-                        body = orjson.dumps(server._api[path]())
-                    except Exception:
-                        log.exception("%s failed", path)
-                        self._reply(500, "text/plain; charset=utf-8", b"internal error; see the daemon's log\n")
-                        return
-                    self._reply(200, "application/json", body)
-                else:
-                    self._reply(404, "text/plain; charset=utf-8", b"try /metrics or /healthz\n")
-
-            def _reply(self, code: int, content_type: str, body: bytes) -> None:
-                self.send_response(code)
-                self.send_header("Content-Type", content_type)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-        return Handler
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._stopping: asyncio.Event | None = None
+        self._workers: Workers | None = None
+        self._renders: dict[tuple[str, bool], asyncio.Future] = {}
+        self._failure: BaseException | None = None
 
     def start(self) -> None:
-        """Start serving."""
+        """Start serving (raising the open-files limit so the connection cap can be reached)."""
+        nofile = raise_open_files_limit()
+        limit, backlog = connection_budget(nofile, self._max_connections)
+        if limit < self._max_connections:
+            log.info("metrics server: at most %d connections (open-files limit %d)", limit, nofile)
+        self._loop = asyncio.new_event_loop()
+        self._loop.set_exception_handler(LoopErrors(self._count))
+        self._workers = Workers(self._loop, RENDER_THREADS, "copilot-otel-render")
+        ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(limit, backlog, ready), name="copilot-otel-http",
+                                        daemon=True)
         self._thread.start()
+        ready.wait()
+        if self._failure is not None:
+            self.stop()
+            raise RuntimeError(f"metrics server did not start: {self._failure}") from self._failure
 
     def stop(self) -> None:
-        """Stop serving and close the socket."""
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=5)
+        """Stop serving: close every connection and the socket, end the loop and its threads."""
+        thread, self._thread = self._thread, None
+        if thread is None:
+            self._sock.close()
+            return
+        stopping = self._stopping
+        if stopping is not None:
+            try:
+                self._loop.call_soon_threadsafe(stopping.set)
+            except RuntimeError:  # the loop already ended
+                pass
+        thread.join(timeout=10)
+        if thread.is_alive():
+            log.warning("metrics server: its loop did not end within 10 s")
+        self._workers.close(timeout=5)
+        self._sock.close()
+
+    async def run_blocking(self, fn: Callable, *args):
+        """Run ``fn(*args)`` in the server's worker threads and return its result."""
+        return await self._workers.submit(fn, *args)
+
+    # ---------------------------------------------------------------- the loop thread
+
+    def _run(self, limit: int, backlog: int, ready: threading.Event) -> None:
+        asyncio.set_event_loop(self._loop)
+        try:
+            self._loop.run_until_complete(self._serve(limit, backlog, ready))
+        except BaseException as exc:  # start() reports it
+            self._failure = exc
+        finally:
+            ready.set()
+            try:
+                _cancel_leftovers(self._loop)
+            finally:
+                self._loop.close()
+
+    async def _serve(self, limit: int, backlog: int, ready: threading.Event) -> None:
+        self._stopping = asyncio.Event()
+        connections = Connections(limit=limit, count=self._count, **self._limits)
+        app = web.Application(middlewares=[connections.middleware])
+        app[SERVER] = self
+        app.router.add_get("/metrics", self._metrics)
+        app.router.add_get("/healthz", self._healthz)
+        app.add_routes(self._routes)
+        app.on_response_prepare.append(_security_headers)
+        runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=STOP_GRACE,
+                               handler_cancellation=True, keepalive_timeout=self._idle_timeout,
+                               lingering_time=0, logger=QuietLog(logging.getLogger("aiohttp.server"), self._count),
+                               max_line_size=8190, max_field_size=8190, max_headers=64)
+        await runner.setup()
+        server = None
+        try:
+            server = await self._loop.create_server(connections.factory(runner.server), sock=self._sock,
+                                                    backlog=backlog)
+            # asyncio's backlog is both how many it accepts per iteration and the listen queue;
+            # a longer queue keeps a scraper's SYN from being dropped (a 1 s retry) in a flood.
+            self._sock.listen(LISTEN_QUEUE)
+            ready.set()
+            await self._stopping.wait()
+        finally:
+            if server is not None:
+                server.close()  # no new connections; the listening socket closes
+            await runner.cleanup()  # idle connections close now, busy ones within 2 * STOP_GRACE
+        try:
+            async with asyncio.timeout(STOP_GRACE):
+                await server.wait_closed()
+        except TimeoutError:
+            pass
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
+        gzipped = gzip_accepted(request.headers.get("Accept-Encoding", ""))
+        key = (content_type, gzipped)
+        render = self._renders.get(key)
+        if render is None:
+            if len(self._renders) >= MAX_PENDING_RENDERS:
+                self._count("render_busy")
+                raise web.HTTPServiceUnavailable(text="busy rendering other formats; retry\n",
+                                                 headers={"Retry-After": "1"})
+            # Scrapes that arrive while one renders the same format share its result.
+            render = self._workers.submit(_render, self._registry, encoder, gzipped)
+            self._renders[key] = render
+            render.add_done_callback(lambda done: self._render_done(key, done))
+        body = await asyncio.shield(render)
+        headers = {"Content-Type": content_type, "Vary": "Accept, Accept-Encoding", "Cache-Control": "no-store"}
+        if gzipped:
+            headers["Content-Encoding"] = "gzip"
+        return web.Response(body=body, headers=headers)
+
+    def _render_done(self, key: tuple[str, bool], done: asyncio.Future) -> None:
+        if self._renders.get(key) is done:
+            del self._renders[key]
+        if not done.cancelled():
+            done.exception()  # every waiter may have gone; the failure is theirs to report
+
+    async def _healthz(self, request: web.Request) -> web.Response:
+        ok, detail = self._health()
+        return web.Response(status=200 if ok else 503, text=detail + "\n", headers={"Cache-Control": "no-store"})
+
+    def _count(self, reason: str) -> None:
+        self._errors.labels(reason).inc()
+
+
+SERVER = web.AppKey("copilot_otel_server", MetricsServer)
+
+
+def connection_budget(nofile: int, wanted: int) -> tuple[int, int]:
+    """(connection cap, accept backlog) that fit an open-files limit of ``nofile``.
+
+    asyncio accepts up to ``backlog`` connections per loop iteration, and a connection closed
+    by the cap frees its descriptor three iterations later: up to 4 * backlog descriptors are
+    in flight beyond the cap. Half the limit, at most, goes to connections, and the cap stays
+    8 bursts or more, so that new connections cannot push one out in the few iterations
+    between its request's arrival and its handling.
+    """
+    backlog = max(4, min(BACKLOG, nofile // 16))
+    return max(4, min(wanted, nofile // 2, nofile - 4 * backlog - 64)), backlog
+
+
+def _render(registry: CollectorRegistry, encoder: Callable[[CollectorRegistry], bytes], gzipped: bool) -> bytes:
+    body = encoder(registry)
+    return gzip.compress(body, compresslevel=6, mtime=0) if gzipped else body
+
+
+# The web view's pages load only their own scripts and styles, and talk only to this server.
+CONTENT_SECURITY_POLICY = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
+                           "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
+
+
+async def _security_headers(request: web.Request, response: web.StreamResponse) -> None:
+    response.headers["X-Content-Type-Options"] = "nosniff"
+    response.headers["Content-Security-Policy"] = CONTENT_SECURITY_POLICY
+    response.headers["Server"] = "copilot-otel"
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    """A listening socket on host:port (IPv4 preferred for a name), or a ConfigError that says why."""
+    try:
+        infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        family, _type, _proto, _name, sockaddr = sorted(infos, key=lambda info: info[0] != socket.AF_INET)[0]
+        return socket.create_server(sockaddr[:2], family=family, backlog=BACKLOG)
+    except OSError as exc:
+        raise ConfigError(f"cannot serve metrics on {host}:{port}: {exc.strerror or exc}; "
+                          "choose another port with --metrics-address HOST:PORT") from None
+
+
+def _cancel_leftovers(loop: asyncio.AbstractEventLoop) -> None:
+    tasks = [task for task in asyncio.all_tasks(loop) if not task.done()]
+    for task in tasks:
+        task.cancel()
+    if tasks:
+        loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+    loop.run_until_complete(loop.shutdown_asyncgens())
 
 
 def _is_loopback(host: str) -> bool:

@@ -16,14 +16,16 @@ from typing import Callable
 from . import attrs as A
 from . import spanattrs
 from .calls import CallBook
+from .changes import CodeChanges
 from .compaction import CompactionBook
 from .interactions import AgentLoop
 from .normalize import Normalizer
 from .config import ModelOptions
+from .decode import type_set
 from .events import Event
 from .records import SpanRecord, Step
 from .spans import InteractionSummary, Outbox
-from .summary import SessionSummary, Tally
+from .summary import SessionSummary, Tally, summarize
 from .tools import ToolBook
 from .views import (SessionError, SessionFacts, SubagentEnd, SubagentStart, TaskComplete, ToolEnd, ToolStart, Usage,
                     UserMessage, as_str, request_id, requested_tools)
@@ -49,6 +51,7 @@ class SessionModel:
         self._calls = CallBook(session_id, self._out, self.tally)
         self._loop = AgentLoop(session_id, self._out, self._book, self.tally, summaries=summaries)
         self._compactions = CompactionBook(session_id, self._out)
+        self._changes = CodeChanges(self._out)
         self._requests: set[str] = set()  # requests waiting for the user (permission, input, ...)
         self._seen: set[int] = set()  # hashes of event ids, kept for the life of the model (one file generation)
         self._normalize = Normalizer()  # the CLI-version layer: any version's events in the shape read here
@@ -114,15 +117,8 @@ class SessionModel:
 
     def open_spans(self, end_ns: int | None = None) -> list[SpanRecord]:
         """Snapshots of the spans still open, marked running, ending at ``end_ns`` (default: the last
-        event); the turns that ended but wait for the next event come first, as they will be exported."""
-        spans = self._book.open_spans() + self._loop.open_turn_spans()
-        if self._loop.current is not None:
-            spans.append(self._loop.current.root)
-        held = [turn.close() for _agent, turn in self._loop.held]
-        end = self.last_event_ns if end_ns is None else end_ns
-        return held + [SpanRecord(s.trace_id, s.span_id, s.parent_span_id, s.name, s.kind, s.start_ns,
-                                  max(s.start_ns, end), {**s.attributes, A.COPILOT_RUNNING: True})
-                       for s in spans]
+        event: `inspect` of a live session ends them now, the daemon when it finds the session stuck)."""
+        return self._loop.snapshots(self.last_event_ns if end_ns is None else end_ns)
 
     @property
     def state(self) -> str:
@@ -160,15 +156,9 @@ class SessionModel:
 
     def summary(self) -> SessionSummary:
         """The session at a glance, frozen (any thread may read it)."""
-        tally, facts = self.tally, self.facts
         oldest = self._book.oldest_tool()
-        return SessionSummary(
-            self.session_id, self.state, self.ended, self.model, facts.cwd, facts.cli_version, facts.repository,
-            facts.branch, tally.first_event_ns, self.last_event_ns,
-            str(oldest.attributes[A.GEN_AI_TOOL_NAME]) if oldest is not None else None,
-            oldest.start_ns if oldest is not None else 0, tally.interactions, tally.nudges, tally.turns,
-            tally.llm_calls, tally.tool_calls, tally.tool_failures, tally.input_tokens, tally.output_tokens,
-            tally.cache_read_tokens, tally.premium_requests, tally.nudge_premium_requests, tally.last_end)
+        waiting = (str(oldest.attributes[A.GEN_AI_TOOL_NAME]), oldest.start_ns) if oldest is not None else (None, 0)
+        return summarize(self.session_id, self.state, self.ended, self.facts, self.tally, self.last_event_ns, waiting)
 
     @property
     def interactions(self) -> list[InteractionSummary]:
@@ -213,10 +203,13 @@ class SessionModel:
 
     def _on_session_start(self, event: Event) -> None:
         self.facts = self._loop.facts = self.facts.merged(SessionFacts.of(event))
+        self._out.shared.update(spanattrs.vcs(self.facts))
+        self._out.repository = self.facts.repository or ""
         if event.type == "session.start":
             self._out.count(Metric.SESSIONS_STARTED)
-        else:
-            self._calls.process_tokens.clear()  # a new process: the totals it will write start from here
+        else:  # a new process: the totals it will write start from here
+            self._calls.new_process()
+            self._changes.new_process()
 
     def _on_model_change(self, event: Event) -> None:
         model = as_str(event.data.get("newModel")) or as_str(event.data.get("model"))
@@ -225,21 +218,8 @@ class SessionModel:
 
     def _on_user_message(self, event: Event) -> None:
         message = UserMessage.of(event)
-        if message.for_subagent:
-            return  # a sub-agent's prompt: its work hangs under the task call, not a new interaction
-        interaction_id = message.interaction_id or f"implicit-{event.id}"
-        current = self._loop.current
-        if current is not None:
-            if current.id == interaction_id:
-                return
-            # A new message (a nudge included: the CLI gives it its own interaction) ends the previous loop.
-            self._end(current.pending_end or END_INCOMPLETE)
-        interaction = self._loop.open(event, interaction_id, prompt=self._capture.text(message.content))
-        if message.nudge:
-            self.tally.nudges += 1
-            self._out.count(Metric.AUTOPILOT_NUDGES)
-            interaction.autopilot = True
-            interaction.root.attributes[A.COPILOT_AUTOPILOT_CONTINUATION] = True
+        if not message.for_subagent:  # a sub-agent's prompt: its work hangs under the task call
+            self._loop.prompt(event, message, self._capture.text(message.content), self.last_event_ns)
 
     def _on_turn_start(self, event: Event) -> None:
         self._loop.start_turn(event)
@@ -248,15 +228,7 @@ class SessionModel:
         self._loop.end_turn(event)
 
     def _on_assistant_message(self, event: Event) -> None:
-        turn = self._loop.agent(event).turn
-        if turn is None:
-            return
-        turn.truncated = False  # cut off at the length limit, yet kept as the answer
-        if requested_tools(event):
-            turn.requested_tools = True
-        text = self._capture.text(event.data.get("content"))
-        if text:
-            turn.span.attributes[A.GEN_AI_OUTPUT_MESSAGES] = text
+        self._loop.answer(event, requested_tools(event), self._capture.text(event.data.get("content")))
 
     def _on_task_complete(self, event: Event) -> None:
         if event.agent_id is None:
@@ -266,6 +238,7 @@ class SessionModel:
 
     def _on_session_error(self, event: Event) -> None:
         error = SessionError.of(event)
+        error = replace(error, message=self._capture.text(error.message))  # content capture decides
         agent = self._loop.agent(event)
         turns = [agent.turn] if agent.turn is not None else [turn for held, turn in self._loop.held if held is agent]
         # An LLM call failed, unless the turn it ended got its answer (an empty one: "No response was returned").
@@ -293,9 +266,13 @@ class SessionModel:
             self._requests.clear()
 
     def _on_shutdown(self, event: Event) -> None:
-        if self._normalize.synthesizes_calls:  # per-call tokens are partial or absent: the totals say the rest
-            self._calls.reconcile(event.data.get("modelMetrics"), cumulative=self._normalize.cumulative_totals)
-        self._calls.process_tokens.clear()  # a resume starts a new process
+        cumulative = self._normalize.cumulative_totals
+        # Per-call premium requests (and, on CLIs that log no usage per call, tokens) are checked against the totals.
+        self._calls.reconcile(event.data.get("modelMetrics"), cumulative=cumulative,
+                              tokens=self._normalize.synthesizes_calls)
+        self._changes.shutdown(event.data, cumulative=cumulative)
+        self._calls.new_process()  # a resume starts a new process
+        self._changes.new_process()
         if self.awaiting_confirmation:
             self._end(self._loop.current.pending_end)
         self._out.count(Metric.COMPLETION_SIGNALS, SIGNAL_SHUTDOWN)
@@ -351,22 +328,15 @@ class SessionModel:
         view = ToolStart.of(event)
         if view.call_id is not None:
             agent = self._loop.agent(event)
-            self._book.start_tool(event, view, agent.name, self._loop.work_parent(event, agent))
+            self._book.start_tool(event, view, agent, self._loop.work_parent(event, agent))
 
     def _on_tool_complete(self, event: Event) -> None:
         self._book.complete_tool(event, ToolEnd.of(event))
 
     def _on_subagent_started(self, event: Event) -> None:
         view = SubagentStart.of(event)
-        if view.call_id is None:
-            return
-        fallback = None if view.call_id in self._book.tools else self._loop.interaction_for(event).root
-        previous = self._book.start_subagent(event, view, fallback)
-        if previous is not None:  # started twice: the first never ended
-            self._loop.close_agent_turns(previous, event.timestamp_ns)
-            self._out.span(previous.close(event.timestamp_ns, error_type=INCOMPLETE))
-        if event.agent_id is not None:
-            self._loop.name_subagent(event.agent_id, view.name, self._book.subagents[view.call_id])
+        if view.call_id is not None:
+            self._loop.start_subagent(event, view)
 
     def _on_subagent_end(self, event: Event) -> None:
         view = SubagentEnd.of(event)
@@ -407,3 +377,4 @@ _HANDLERS: dict[str, Callable[[SessionModel, Event], None]] = {
     "assistant.idle": SessionModel._on_live_idle,
 }
 HANDLED_TYPES = frozenset(_HANDLERS)  # event types the model reads; every other type only advances positions
+READ_TYPES = type_set(HANDLED_TYPES)  # the same, as decode_line's ``keep``: lines of other types are skimmed

@@ -6,50 +6,45 @@ import logging
 import os
 import threading
 from pathlib import Path
-from typing import Protocol, Sequence
-
-from opentelemetry.sdk.resources import SERVICE_INSTANCE_ID, SERVICE_NAME, SERVICE_VERSION, Resource
-from opentelemetry.sdk.trace import Event as OTelEvent
-from opentelemetry.sdk.trace import ReadableSpan
-from opentelemetry.sdk.trace.export import SpanExportResult
-from opentelemetry.sdk.util.instrumentation import InstrumentationScope
-from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
+from typing import TYPE_CHECKING, Any, Mapping, Protocol, Sequence
 
 from . import __version__
 from .config import ENV_OTLP_TRACES_ENDPOINT, ConfigError, OtlpSettings
 from .otlp_json import SCOPE_NAME, OtlpJsonEncoder
 from .private import private_dir
 from .records import KIND_CLIENT, STATUS_ERROR, STATUS_OK, SpanRecord
+from .resource import resource_attributes
 from .rotation import RotatingFile, Rotation
 
-log = logging.getLogger(__name__)
+if TYPE_CHECKING:
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import ReadableSpan
 
-DEFAULT_SERVICE_NAME = "copilot-otel"
-_SCOPE = InstrumentationScope(SCOPE_NAME, __version__)
-_KINDS = {KIND_CLIENT: SpanKind.CLIENT}
-_STATUS = {STATUS_OK: StatusCode.OK, STATUS_ERROR: StatusCode.ERROR}
+log = logging.getLogger(__name__)
 
 
 class ExportError(RuntimeError):
     """Spans could not be delivered to their destination."""
 
 
-def build_resource() -> Resource:
-    """Our resource, honouring OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES."""
-    resource = Resource.create({SERVICE_VERSION: __version__})
-    if SERVICE_INSTANCE_ID not in os.environ.get("OTEL_RESOURCE_ATTRIBUTES", ""):
-        # The SDK invents a random one per process; ours must be the same on every replay.
-        resource = Resource({k: v for k, v in resource.attributes.items() if k != SERVICE_INSTANCE_ID},
-                            resource.schema_url)
-    if str(resource.attributes.get(SERVICE_NAME, "")).startswith("unknown_service"):
-        resource = resource.merge(Resource({SERVICE_NAME: DEFAULT_SERVICE_NAME}))
-    return resource
+def build_resource() -> "Resource":
+    """Our resource as the SDK's Resource (OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES honoured)."""
+    from opentelemetry.sdk.resources import Resource
+
+    return Resource(resource_attributes())
 
 
-# ---------------------------------------------------------------- SDK spans
+# ---------------------------------------------------------------- SDK spans (imported only to send OTLP)
 
-def to_readable_span(record: SpanRecord, resource: Resource) -> ReadableSpan:
+def to_readable_span(record: SpanRecord, resource: "Resource") -> "ReadableSpan":
     """A span record as the SDK's ReadableSpan, for the stock OTLP exporters."""
+    from opentelemetry.sdk.trace import Event as OTelEvent
+    from opentelemetry.sdk.trace import ReadableSpan
+    from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+    from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
+
+    kinds = {KIND_CLIENT: SpanKind.CLIENT}
+    statuses = {STATUS_OK: StatusCode.OK, STATUS_ERROR: StatusCode.ERROR}
     flags = TraceFlags(TraceFlags.SAMPLED)
     parent = (
         SpanContext(record.trace_id, record.parent_span_id, is_remote=False, trace_flags=flags)
@@ -64,13 +59,13 @@ def to_readable_span(record: SpanRecord, resource: Resource) -> ReadableSpan:
         attributes=dict(record.attributes),
         events=[OTelEvent(e.name, dict(e.attributes), e.time_ns) for e in record.events],
         links=[Link(SpanContext(trace_id, span_id, is_remote=False, trace_flags=flags)) for trace_id, span_id in record.links],
-        kind=_KINDS.get(record.kind, SpanKind.INTERNAL),
-        status=Status(_STATUS[record.status], record.status_message or None)
-        if record.status in _STATUS
+        kind=kinds.get(record.kind, SpanKind.INTERNAL),
+        status=Status(statuses[record.status], record.status_message or None)
+        if record.status in statuses
         else Status(StatusCode.UNSET),
         start_time=record.start_ns,
         end_time=record.end_ns,
-        instrumentation_scope=_SCOPE,
+        instrumentation_scope=InstrumentationScope(SCOPE_NAME, __version__),
     )
 
 
@@ -108,10 +103,11 @@ class FileSink:
     """Appends OTLP JSON lines to a file, one ExportTraceServiceRequest per batch; the file is
     created 0600 and rotates as ``rotation`` says."""
 
-    def __init__(self, path: Path, *, resource: Resource | None = None, rotation: Rotation = Rotation()) -> None:
+    def __init__(self, path: Path, *, resource: Mapping[str, Any] | None = None,
+                 rotation: Rotation = Rotation()) -> None:
         self.path = Path(path)
         self.description = str(self.path)
-        self.encoder = OtlpJsonEncoder((resource or build_resource()).attributes)
+        self.encoder = OtlpJsonEncoder(resource if resource is not None else resource_attributes())
         self._lock = threading.Lock()
         try:
             private_dir(self.path.parent)
@@ -174,7 +170,7 @@ _COMPLAINTS = _Complaints()
 class OtlpSink:
     """Sends spans with the SDK's OTLP exporter over gRPC or HTTP/protobuf."""
 
-    def __init__(self, settings: OtlpSettings, *, resource: Resource | None = None,
+    def __init__(self, settings: OtlpSettings, *, resource: "Resource | None" = None,
                  timeout: float | None = None) -> None:
         if not settings.endpoint:
             raise ValueError("OtlpSink needs an endpoint")
@@ -204,6 +200,8 @@ class OtlpSink:
             raise ExportError(f"OTLP export to {self.description} raised {type(exc).__name__}") from exc
         finally:
             _COMPLAINTS.stop()
+        from opentelemetry.sdk.trace.export import SpanExportResult
+
         if result is not SpanExportResult.SUCCESS:
             reason = (f": {heard[-1]}" + (f" (first: {heard[0]})" if heard[0] != heard[-1] else "")) if heard else ""
             raise ExportError(f"OTLP export to {self.description} failed{reason}")

@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Callable
 
 from .config import DEFAULT_MAX_LINE_BYTES, ModelOptions
-from .liveness import StuckPolicy, lock_pids, pid_alive
+from .liveness import StuckPolicy, pid_alive
 from .pipeline import Outputs, Warn, drive
 from .records import SpanRecord
-from .sessions import SessionModel
+from .sessions import READ_TYPES, SessionModel
 from .sources import UnreadableLog, session_id_of
 from .spans import InteractionSummary
 from .status import ENDED, SessionStatus, status_of
@@ -55,7 +55,7 @@ class SessionReader:
 
     def _reset(self) -> None:
         self.model = SessionModel(self.session_id, self.options)
-        self.tail = FileTail(self.path, max_line_bytes=self.max_line_bytes)
+        self.tail = FileTail(self.path, max_line_bytes=self.max_line_bytes, keep=READ_TYPES)
         self.spans: list[SpanRecord] = []
         self.rejected = 0
         # Once its process is gone: what finish() closed, and the summary from before (what it was doing).
@@ -86,8 +86,7 @@ class SessionReader:
         now = time.time() if now is None else now
         now_ns = int(now * 1e9)
         summary = self._closed[1] if self._closed is not None else self.model.summary()
-        status = status_of(summary, lock_pids(self.path.parent), policy=policy, now=now, alive=alive,
-                           path=str(self.path))
+        status = status_of(summary, self.path, policy=policy, now=now, alive=alive)
         running = self._closed is None and self.model.ended is None and status.state not in (ENDED, ABANDONED)
         if running:
             spans = self.spans + self.model.open_spans(max(now_ns, self.model.last_event_ns))

@@ -11,8 +11,14 @@ from typing import Any
 import orjson
 
 from . import attrs as A
-from .views import Usage
+from .spans import Totals
+from .views import SessionError, SessionFacts, Usage
 from .vocab import MAIN_AGENT
+
+# A BYOK provider's kind (usage.modelProvider, else usage.providerType) -> gen_ai.provider.name
+_BYOK_PROVIDERS = {"openai": "openai", "azure": "azure.ai.openai", "azure_openai": "azure.ai.openai",
+                   "anthropic": "anthropic"}
+_UNNAMED = ("", "other")  # a kind that names no provider
 
 
 class Capture:
@@ -41,26 +47,74 @@ def to_json(value: Any) -> str:
 
 
 def base(operation: str, session_id: str) -> dict[str, Any]:
-    """The attributes every GenAI span starts with."""
+    """The attributes every GenAI span starts with (the provider and the repository come with the
+    session's shared attributes when the span is exported: Outbox.shared)."""
     return {
         A.GEN_AI_OPERATION_NAME: operation,
-        A.GEN_AI_PROVIDER_NAME: A.PROVIDER,
         A.GEN_AI_CONVERSATION_ID: session_id,
     }
 
 
-def interaction(session_id: str, interaction_id: str, *, model: str | None, cwd: str | None,
-                cli_version: str | None, prompt: str | None) -> dict[str, Any]:
+def vcs(facts: SessionFacts) -> dict[str, Any]:
+    """Where the session runs, for every span of it: the repository, its owner and URL, branch, commit."""
+    attributes: dict[str, Any] = {}
+    repository = facts.repository
+    if repository:
+        owner, _, name = repository.rpartition("/")
+        attributes[A.VCS_REPOSITORY_NAME] = name
+        if owner:
+            attributes[A.VCS_OWNER_NAME] = owner.split("/", 1)[0]
+        host = facts.repository_host
+        if facts.host_type == "github":
+            attributes[A.VCS_PROVIDER_NAME] = "github"
+        if host and owner:
+            path = f"{owner}/_git/{name}" if facts.host_type == "ado" else repository
+            attributes[A.VCS_REPOSITORY_URL_FULL] = f"https://{host}/{path}"
+    if facts.branch:
+        attributes[A.VCS_REF_HEAD_NAME] = facts.branch
+        attributes[A.VCS_REF_HEAD_TYPE] = "branch"
+    if facts.head_commit:
+        attributes[A.VCS_REF_HEAD_REVISION] = facts.head_commit
+    return attributes
+
+
+def provider_name(usage: Usage) -> str | None:
+    """gen_ai.provider.name of the provider that served a call: github for the Copilot API, a BYOK
+    provider by its kind; None when the usage does not say."""
+    fields = usage.fields
+    byok = fields.get("isByok")
+    if byok is False:
+        return A.PROVIDER
+    kind = fields.get("provider", {}).get("kind") if isinstance(fields.get("provider"), dict) else None
+    if kind == "copilot":
+        return A.PROVIDER
+    if byok is True:
+        for key in ("modelProvider", "providerType"):
+            value = fields.get(key)
+            if isinstance(value, str) and value not in _UNNAMED:
+                return _BYOK_PROVIDERS.get(value, value)
+    return kind if isinstance(kind, str) and kind else None
+
+
+def interaction(session_id: str, interaction_id: str, facts: SessionFacts, prompt: str | None) -> dict[str, Any]:
     """The invoke_agent root of one interaction."""
     attributes = base(A.OP_INVOKE_AGENT, session_id)
     attributes[A.GEN_AI_AGENT_NAME] = A.AGENT_NAME
     attributes[A.COPILOT_INTERACTION_ID] = interaction_id
-    if model:
-        attributes[A.GEN_AI_REQUEST_MODEL] = model
-    if cwd:
-        attributes[A.COPILOT_CWD] = cwd
-    if cli_version:
-        attributes[A.COPILOT_CLI_VERSION] = cli_version
+    if facts.model:
+        attributes[A.GEN_AI_REQUEST_MODEL] = facts.model
+    if facts.cwd:
+        attributes[A.COPILOT_CWD] = facts.cwd
+    if facts.cli_version:
+        attributes[A.COPILOT_CLI_VERSION] = facts.cli_version
+    if facts.repository:  # the CLI's own keys for the git context, on its invoke_agent spans
+        attributes[A.COPILOT_GIT_REPOSITORY] = facts.repository
+        if facts.host_type == "github" and "/" in facts.repository:
+            attributes[A.COPILOT_GITHUB_ORG] = facts.repository.split("/", 1)[0]
+    if facts.branch:
+        attributes[A.COPILOT_GIT_BRANCH] = facts.branch
+    if facts.head_commit:
+        attributes[A.COPILOT_GIT_COMMIT_SHA] = facts.head_commit
     if prompt is not None:
         attributes[A.GEN_AI_INPUT_MESSAGES] = prompt
     return attributes
@@ -79,10 +133,14 @@ def turn(session_id: str, agent: str, turn_id: str, interaction_id: str, *, auto
     return attributes
 
 
-def chat(session_id: str, agent: str, usage: Usage, model: str, turn_id: str | None) -> tuple[dict[str, Any],
-                                                                                           dict[str, int]]:
-    """One LLM call: its attributes, and its token counts by type (copilot_tokens_total{type})."""
+def chat(session_id: str, agent: str, usage: Usage, model: str, turn: tuple[str, str] | None) -> tuple[
+        dict[str, Any], dict[str, int]]:
+    """One LLM call (in ``turn``: its turn and interaction ids): its attributes, and its token counts
+    by type (copilot_tokens_total{type})."""
     attributes = base(A.OP_CHAT, session_id)
+    provider = provider_name(usage)
+    if provider is not None:
+        attributes[A.GEN_AI_PROVIDER_NAME] = provider
     if agent != MAIN_AGENT:
         attributes[A.GEN_AI_AGENT_NAME] = agent
     fields = usage.fields
@@ -97,12 +155,15 @@ def chat(session_id: str, agent: str, usage: Usage, model: str, turn_id: str | N
     finish = fields.get("finishReason")
     if isinstance(finish, str):
         attributes[A.GEN_AI_RESPONSE_FINISH_REASONS] = (finish,)
+    ttft = fields.get("timeToFirstTokenMs")
+    if isinstance(ttft, (int, float)) and not isinstance(ttft, bool):
+        attributes[A.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK] = ttft / 1000.0
     for key, attr in A.USAGE_EXTRAS:
         value = fields.get(key)
-        if isinstance(value, (int, float, str)) and not isinstance(value, bool):
+        if isinstance(value, (int, float, str)) and not isinstance(value, bool) and value != "":
             attributes[attr] = value
-    if turn_id is not None:
-        attributes[A.COPILOT_TURN_ID] = turn_id
+    if turn is not None:
+        attributes[A.COPILOT_TURN_ID], attributes[A.COPILOT_INTERACTION_ID] = turn
     return attributes, tokens
 
 
@@ -124,4 +185,30 @@ def subagent(session_id: str, name: str, call_id: str) -> dict[str, Any]:
     attributes = base(A.OP_INVOKE_AGENT, session_id)
     attributes[A.GEN_AI_AGENT_NAME] = name
     attributes[A.GEN_AI_TOOL_CALL_ID] = call_id
+    return attributes
+
+
+def invocation_totals(totals: Totals) -> dict[str, Any]:
+    """What one invoke_agent span's agent used: turns, LLM calls, tools, tokens, cost, premium requests
+    (the root's are the main agent's in its interaction; a sub-agent's are on its own span)."""
+    attributes: dict[str, Any] = {A.COPILOT_TURN_COUNT: totals.turns, A.COPILOT_LLM_CALLS: totals.llm_calls,
+                                  A.COPILOT_TOOL_CALLS: totals.tool_calls}
+    for _key, attr, label in A.USAGE_TOKENS:
+        attributes[attr] = totals.tokens.get(label, 0)
+    if totals.cost is not None:
+        attributes[A.COPILOT_COST] = totals.cost
+        attributes[A.COPILOT_PREMIUM_REQUESTS] = totals.premium_requests
+    return attributes
+
+
+def session_error(error: SessionError) -> dict[str, Any]:
+    """The exception event of a session.error: its type, codes and (with content capture) message."""
+    attributes: dict[str, Any] = {A.EXCEPTION_TYPE: error.error_type}
+    if error.message:
+        attributes[A.EXCEPTION_MESSAGE] = error.message
+    attributes[A.COPILOT_ERROR_TYPE] = error.error_type
+    if error.error_code:
+        attributes[A.COPILOT_ERROR_CODE] = error.error_code
+    if error.status_code is not None:
+        attributes[A.COPILOT_ERROR_STATUS_CODE] = error.status_code
     return attributes

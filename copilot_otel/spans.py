@@ -8,7 +8,14 @@ from typing import Any
 from . import attrs as A
 from .events import Event
 from .records import EMPTY_STEP, STATUS_ERROR, Anomaly, MetricUpdate, SpanEvent, SpanRecord, Step
-from .vocab import Metric
+from .vocab import ATTRIBUTED, CANCELLED, END_ABORTED, INCOMPLETE, Metric
+
+# The status description of a span that failed without a message of its own, by error.type.
+_DESCRIPTIONS = {
+    INCOMPLETE: "never ended: the session stopped first (its process died, or it shut down)",
+    CANCELLED: "cancelled by the user's abort",
+    END_ABORTED: "cut off by the user's abort",
+}
 
 
 @dataclass(slots=True)
@@ -32,6 +39,7 @@ class OpenSpan:
         if error_type is not None:
             self.attributes[A.ERROR_TYPE] = error_type
             status = STATUS_ERROR
+            message = message or _DESCRIPTIONS.get(error_type, error_type)
         ancestor = self.parent
         while ancestor is not None:  # e.g. a sub-agent's last turn logged a few ms after its task call ended
             if ancestor.end_ns is not None and end_ns > ancestor.end_ns:
@@ -57,6 +65,7 @@ class Turn:
     llm_calls: int = 0
     truncated: bool = False  # its last LLM call stopped at the length limit: the CLI asks it to go on
     end_ns: int = 0  # set when its turn_end came
+    error_message: str = ""  # the session.error's, when one failed it
 
     @property
     def turn_id(self) -> str:
@@ -64,16 +73,29 @@ class Turn:
 
     def close(self) -> SpanRecord:
         """The finished span of a turn whose turn_end came."""
-        return self.span.close(self.end_ns, error_type=self.errored)
+        return self.span.close(self.end_ns, error_type=self.errored, message=self.error_message)
+
+
+@dataclass(slots=True)
+class Totals:
+    """What one invocation of an agent used: the main agent in one interaction, or one sub-agent."""
+
+    turns: int = 0
+    llm_calls: int = 0
+    tool_calls: int = 0
+    tokens: dict[str, int] = field(default_factory=dict)  # by copilot_tokens_total{type}
+    cost: float | None = None  # sum of the calls' usage.cost; None while no call reported one
+    premium_requests: float = 0.0
 
 
 @dataclass(slots=True)
 class Agent:
-    """The main agent or one sub-agent: where its turns hang, and its open turn."""
+    """The main agent or one sub-agent: where its turns hang, its open turn, what it used."""
 
     name: str  # "main" or the sub-agent's name (a metric label)
     invoke_span: OpenSpan | None  # the span its turns hang under
     turn: Turn | None = None
+    totals: Totals = field(default_factory=Totals)
 
 
 @dataclass(slots=True)
@@ -89,6 +111,7 @@ class Interaction:
     # Set when the loop looks finished (final answer, task_complete, error); confirmed later.
     pending_end: str | None = None
     error_type: str | None = None
+    error_message: str = ""
     summary: str | None = None
 
 
@@ -107,21 +130,30 @@ class InteractionSummary:
 class Outbox:
     """Where the model puts what an event produced, until the caller takes it as one Step."""
 
-    __slots__ = ("spans", "metrics", "anomalies", "keep_metrics")
+    __slots__ = ("spans", "metrics", "anomalies", "keep_metrics", "shared", "repository")
 
     def __init__(self, keep_metrics: bool = True) -> None:
         self.spans: list[SpanRecord] = []
         self.metrics: list[MetricUpdate] = []
         self.anomalies: list[Anomaly] = []
         self.keep_metrics = keep_metrics  # False: a replay that keeps no metrics asks the model for none
+        self.shared: dict[str, Any] = {A.GEN_AI_PROVIDER_NAME: A.PROVIDER}  # on every span (spanattrs.shared)
+        self.repository = ""  # the {repository} label of the ATTRIBUTED metrics ("" outside a repository)
 
     def span(self, record: SpanRecord) -> None:
-        """A span closed."""
+        """A span closed: it gets the session's shared attributes it does not set itself (added to the
+        closed span's own attribute dict, which nothing else holds, rather than copied)."""
+        setdefault = record.attributes.setdefault
+        for key, value in self.shared.items():
+            setdefault(key, value)
         self.spans.append(record)
 
     def count(self, metric: Metric, *labels: str, value: float = 1.0) -> None:
-        """Add to a counter, or observe in a histogram (the metric's kind says which)."""
+        """Add to a counter, or observe in a histogram (the metric's kind says which). A metric
+        attributed to a repository gets the session's as its last label."""
         if self.keep_metrics:
+            if metric in ATTRIBUTED:
+                labels = (*labels, self.repository)
             self.metrics.append(MetricUpdate(metric, labels, value))
 
     def anomaly(self, kind: str, event: Event) -> None:

@@ -8,6 +8,10 @@ value any thread may read.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .views import SessionFacts
 
 
 @dataclass(slots=True)
@@ -63,3 +67,13 @@ class SessionSummary:
     def tokens(self) -> int:
         """Input and output tokens (cache reads are part of the input)."""
         return self.input_tokens + self.output_tokens
+
+
+def summarize(session_id: str, state: str, ended: str | None, facts: "SessionFacts", tally: Tally,
+              last_event_ns: int, waiting: tuple[str | None, int]) -> SessionSummary:
+    """Freeze a session's tally with its facts and state; ``waiting``: (oldest running tool, its start)."""
+    return SessionSummary(
+        session_id, state, ended, facts.model, facts.cwd, facts.cli_version, facts.repository, facts.branch,
+        tally.first_event_ns, last_event_ns, waiting[0], waiting[1], tally.interactions, tally.nudges, tally.turns,
+        tally.llm_calls, tally.tool_calls, tally.tool_failures, tally.input_tokens, tally.output_tokens,
+        tally.cache_read_tokens, tally.premium_requests, tally.nudge_premium_requests, tally.last_end)

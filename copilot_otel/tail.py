@@ -13,7 +13,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Collection
 
 from .decode import TOO_LONG, decode_line
 from .events import DecodeError, Event
@@ -43,19 +43,22 @@ class ReadResult:
     restarted: str | None = None  # 'truncated' or 'replaced' when reading began again at 0
     gone: bool = False
     error: str | None = None  # the file exists but cannot be read (permissions, I/O)
+    more: bool = False  # the read stopped at its byte budget before the end of the file
 
 
 class FileTail:
     """Reads the complete new lines of one file, remembering where it stopped."""
 
     def __init__(self, path: Path, *, offset: int = 0, line: int = 0, identity: FileIdentity | None = None,
-                 max_line_bytes: int = 16 * 1024 * 1024, clock: Callable[[], float] = time.time) -> None:
+                 max_line_bytes: int = 16 * 1024 * 1024, clock: Callable[[], float] = time.time,
+                 keep: Collection[str] | None = None) -> None:
         self.path = Path(path)
         self.clock = clock
         self.offset = offset  # end of the last complete line handed out
         self.line = line  # number of complete lines handed out
         self.identity = identity
         self.max_line_bytes = max_line_bytes
+        self.keep = keep  # event types whose payload is read (decode.skim); None: every line in full
 
     def _same_file(self, handle, st: os.stat_result) -> str | None:
         """None if this is the file we were reading; else why it is not."""
@@ -100,11 +103,13 @@ class FileTail:
         if st.st_size <= self.offset:
             return ReadResult([], restarted)
         handle.seek(self.offset)
-        return ReadResult(self._read_lines(handle, max_bytes), restarted)
+        items = self._read_lines(handle, max_bytes)
+        return ReadResult(items, restarted, more=handle.tell() < st.st_size)
 
     def _read_lines(self, handle, max_bytes: int) -> list[Event | DecodeError]:
         items: list[Event | DecodeError] = []
         limit = self.max_line_bytes
+        keep = self.keep
         not_after = int((self.clock() + FUTURE_TOLERANCE_S) * 1e9)
         offset = self.offset  # where the line being read starts
         number = self.line
@@ -133,7 +138,7 @@ class FileTail:
                     if raw.endswith(b"\r"):
                         raw = raw[:-1]
                     if raw.strip():
-                        items.append(decode_line(raw, offset=offset, line=number, max_bytes=limit,
+                        items.append(decode_line(raw, offset=offset, line=number, max_bytes=limit, keep=keep,
                                                  not_after_ns=not_after))
                 offset += size + 1
             if skipping:
@@ -147,10 +152,11 @@ class FileTail:
         return items
 
 
-def read_all(path: Path, *, max_line_bytes: int = 16 * 1024 * 1024) -> list[Event | DecodeError]:
+def read_all(path: Path, *, max_line_bytes: int = 16 * 1024 * 1024,
+             keep: Collection[str] | None = None) -> list[Event | DecodeError]:
     """Every complete line of a file, decoded (a partial last line is left out); raises UnreadableLog
     (naming the file and the reason) when it is gone or cannot be read."""
-    result = FileTail(path, max_line_bytes=max_line_bytes).read(max_bytes=sys.maxsize)
+    result = FileTail(path, max_line_bytes=max_line_bytes, keep=keep).read(max_bytes=sys.maxsize)
     if result.gone or result.error:
         raise UnreadableLog(Path(path), "no such file" if result.gone else result.error)
     return result.items

@@ -7,7 +7,7 @@ from . import spanattrs
 from .events import Event
 from .records import KIND_INTERNAL, STATUS_OK, span_id_for
 from .spanattrs import Capture
-from .spans import OpenSpan, Outbox
+from .spans import Agent, OpenSpan, Outbox
 from .summary import Tally
 from .views import SubagentEnd, SubagentStart, ToolEnd, ToolStart
 from .vocab import CANCELLED, FAILURE, INCOMPLETE, OUT_OF_ORDER, SUCCESS, Metric
@@ -21,7 +21,7 @@ class ToolBook:
         self.tally = tally
         self.capture = capture
         self.out = out
-        self.tools: dict[str, tuple[OpenSpan, str]] = {}  # toolCallId -> (span, agent name)
+        self.tools: dict[str, tuple[OpenSpan, Agent]] = {}  # toolCallId -> (span, the agent that called it)
         self.subagents: dict[str, OpenSpan] = {}  # toolCallId of the task call -> invoke_agent span
         # Call ids of tools and sub-agents cut off (abort, crash): their late completion is expected, not an anomaly.
         self.cut_tools: set[str] = set()
@@ -39,15 +39,16 @@ class ToolBook:
         """The spans still running."""
         return [span for span, _agent in self.tools.values()] + list(self.subagents.values())
 
-    def start_tool(self, event: Event, view: ToolStart, agent: str, parent: OpenSpan) -> None:
+    def start_tool(self, event: Event, view: ToolStart, agent: Agent, parent: OpenSpan) -> None:
         """A tool started under ``parent`` (its agent's turn, else where that agent's work hangs)."""
         call_id = view.call_id
-        attributes = spanattrs.tool(self.session_id, agent, view.name, call_id, self.capture.text(view.arguments))
+        attributes = spanattrs.tool(self.session_id, agent.name, view.name, call_id,
+                                    self.capture.text(view.arguments))
         span = parent.child(span_id_for(self.session_id, event.id), f"{A.OP_EXECUTE_TOOL} {view.name}",
                             KIND_INTERNAL, event.timestamp_ns, attributes)
         previous = self.tools.pop(call_id, None)
         if previous is not None:  # started twice: the first never completed
-            self._cut(previous[0], event.timestamp_ns, INCOMPLETE)
+            self._cut(*previous, event.timestamp_ns, INCOMPLETE)
         self.tools[call_id] = (span, agent)
 
     def complete_tool(self, event: Event, view: ToolEnd) -> None:
@@ -59,7 +60,7 @@ class ToolBook:
             else:
                 self.out.anomaly(OUT_OF_ORDER, event)
             return
-        span, _agent = entry
+        span, agent = entry
         if view.exit_code is not None:
             span.attributes[A.PROCESS_EXIT_CODE] = view.exit_code
         result = self.capture.text(view.result)
@@ -71,20 +72,21 @@ class ToolBook:
             message = self.capture.text(view.error_message)
             self.out.span(span.close(event.timestamp_ns, message=message or "",
                                      error_type=view.error_code or "tool_error"))
-        self._count(span, SUCCESS if view.success else FAILURE)
+        self._count(span, agent, SUCCESS if view.success else FAILURE)
 
-    def _count(self, span: OpenSpan, outcome: str) -> None:
+    def _count(self, span: OpenSpan, agent: Agent, outcome: str) -> None:
         tool = str(span.attributes[A.GEN_AI_TOOL_NAME])
+        agent.totals.tool_calls += 1
         self.tally.tool_calls += 1
         if outcome != SUCCESS:
             self.tally.tool_failures += 1
         self.out.count(Metric.TOOL_CALLS, tool, outcome)
         self.out.count(Metric.TOOL_DURATION, tool, value=max(0, span.end_ns - span.start_ns) / 1e9)
 
-    def _cut(self, span: OpenSpan, end_ns: int, error_type: str, message: str = "") -> None:
+    def _cut(self, span: OpenSpan, agent: Agent, end_ns: int, error_type: str, message: str = "") -> None:
         """End a tool that never completed; it counts with ``error_type`` as its outcome."""
         self.out.span(span.close(end_ns, message=message, error_type=error_type))
-        self._count(span, error_type)
+        self._count(span, agent, error_type)
         self.cut_tools.add(str(span.attributes[A.GEN_AI_TOOL_CALL_ID]))
 
     def start_subagent(self, event: Event, view: SubagentStart, fallback_parent: OpenSpan | None) -> OpenSpan | None:
@@ -128,8 +130,8 @@ class ToolBook:
 
     def cut_off_tools(self, end_ns: int, error_type: str, message: str = "") -> None:
         """End every running tool as ``error_type``."""
-        for span, _agent in self.tools.values():
-            self._cut(span, end_ns, error_type, message)
+        for span, agent in self.tools.values():
+            self._cut(span, agent, end_ns, error_type, message)
         self.tools.clear()
 
     def take_subagents(self) -> list[OpenSpan]:

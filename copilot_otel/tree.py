@@ -59,7 +59,7 @@ class Totals:
         elif operation == A.OP_EXECUTE_TOOL:
             self.tool_calls += 1
             self.tool_failures += span.status == STATUS_ERROR
-        elif span.name.startswith("turn "):
+        elif span.name == A.TURN_SPAN:
             self.turns += 1
 
     @property
@@ -142,8 +142,8 @@ def _label(span: SpanRecord, root_start_ns: int) -> Text:
         text.append(f"sub-agent {a.get(A.GEN_AI_AGENT_NAME)}", style="magenta")
         if not ok:
             text.append(f" failed ({a.get(A.ERROR_TYPE)})", style="red")
-    elif span.name.startswith("turn "):
-        text.append(span.name, style="bold")
+    elif span.name == A.TURN_SPAN:
+        text.append(f"turn {a.get(A.COPILOT_TURN_ID)}", style="bold")
         text.append(f" +{duration((span.start_ns - root_start_ns) / 1e9)}", style="dim")
         if a.get(A.COPILOT_AUTOPILOT_CONTINUATION):
             text.append(" (autopilot)", style="yellow")

@@ -43,14 +43,12 @@ class SessionFacts:
     branch: str | None = None
     head_commit: str | None = None
     repository_host: str | None = None  # e.g. github.com
+    host_type: str | None = None  # github or ado
 
     def merged(self, newer: "SessionFacts") -> "SessionFacts":
         """These facts, updated with what ``newer`` knows."""
         return SessionFacts(*(new if new is not None else old for new, old in zip(
-            (newer.model, newer.cwd, newer.cli_version, newer.repository, newer.branch, newer.head_commit,
-             newer.repository_host),
-            (self.model, self.cwd, self.cli_version, self.repository, self.branch, self.head_commit,
-             self.repository_host))))
+            (getattr(newer, name) for name in self.__slots__), (getattr(self, name) for name in self.__slots__))))
 
     @staticmethod
     def of(event: Event) -> "SessionFacts":
@@ -59,7 +57,7 @@ class SessionFacts:
         return SessionFacts(as_str(data.get("selectedModel")), as_str(context.get("cwd")),
                             as_str(data.get("copilotVersion")), as_str(context.get("repository")),
                             as_str(context.get("branch")), as_str(context.get("headCommit")),
-                            as_str(context.get("repositoryHost")))
+                            as_str(context.get("repositoryHost")), as_str(context.get("hostType")))
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,12 +179,15 @@ class SessionError:
 
     error_type: str
     status_code: int | None
+    message: Any = None  # the provider's error text may echo what was sent: exported only with content capture
+    error_code: str | None = None
 
     @staticmethod
     def of(event: Event) -> "SessionError":
-        status = event.data.get("statusCode")
-        return SessionError(as_str(event.data.get("errorType")) or "session_error",
-                            status if isinstance(status, int) else None)
+        data = event.data
+        status = data.get("statusCode")
+        return SessionError(as_str(data.get("errorType")) or "session_error", as_int(status), data.get("message"),
+                            as_str(data.get("errorCode")))
 
 
 @dataclass(frozen=True, slots=True)

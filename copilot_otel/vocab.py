@@ -30,6 +30,7 @@ END_SHUTDOWN = "shutdown"
 END_INCOMPLETE = "incomplete"
 END_ABORTED = "aborted"  # the user stopped the loop (Ctrl-C, SIGINT/SIGTERM): `abort`, then idle
 LOOP_ENDS = (END_IDLE, END_TASK_COMPLETE, END_ERROR, END_ABORTED)  # each counts one signal="idle"
+INTERACTION_ENDS = (*LOOP_ENDS, END_SHUTDOWN, END_INCOMPLETE)  # copilot_interactions_total{end}
 
 INCOMPLETE = "incomplete"  # error.type of a span whose end never came
 CANCELLED = "cancelled"  # error.type of a sub-agent cut off by the user's abort
@@ -50,6 +51,11 @@ ERROR = "error"  # an LLM call that failed
 TOKEN_TYPES = ("input", "output", "cache_read", "cache_write",
                "compaction_input", "compaction_output", "compaction_cache_read", "compaction_cache_write")
 
+# copilot_code_lines_total{change}: the values of the VCS conventions' vcs.line_change.type
+LINES_ADDED = "added"
+LINES_REMOVED = "removed"
+LINE_CHANGES = (LINES_ADDED, LINES_REMOVED)
+
 # Requests the CLI puts to the person at the terminal: while one is open the session is waiting_user.
 USER_REQUESTS = ("permission", "user_input", "elicitation", "exit_plan_mode")
 
@@ -67,6 +73,23 @@ class Metric(enum.Enum):
     TURN_DURATION = "copilot_turn_duration_seconds"
     TOOL_DURATION = "copilot_tool_duration_seconds"
     LLM_CALL_DURATION = "copilot_llm_call_duration_seconds"
+    LLM_TIME_TO_FIRST_TOKEN = "copilot_llm_time_to_first_token_seconds"
+    INTERACTIONS = "copilot_interactions"
+    PREMIUM_REQUESTS = "copilot_premium_requests"
+    AUTOPILOT_PREMIUM_REQUESTS = "copilot_autopilot_premium_requests"
+    CODE_LINES = "copilot_code_lines"
+    FILES_MODIFIED = "copilot_files_modified"
+
+    # Members are singletons compared by identity: hash them so too (Enum's own hash is Python code,
+    # run for every metric update).
+    __hash__ = object.__hash__
+
+
+# The metrics attributed to a repository: their last label is `repository`, the session's "owner/name"
+# ("" outside a repository, or when the daemon runs with --no-repository-label). The model adds it.
+ATTRIBUTED = frozenset({Metric.SESSIONS_STARTED, Metric.LLM_CALLS, Metric.TOKENS, Metric.PREMIUM_REQUESTS,
+                        Metric.AUTOPILOT_PREMIUM_REQUESTS, Metric.CODE_LINES, Metric.FILES_MODIFIED})
+REPOSITORY_LABEL = "repository"
 
 
 # What the model reports about input it could not use (besides what it exports).

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import gc
 import logging
-import logging.handlers
-import multiprocessing
 import os
 import queue
 import signal
@@ -19,9 +17,10 @@ import sys
 import threading
 from collections import deque
 from contextlib import contextmanager
-from concurrent.futures import Future, ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
-from typing import Any, Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
+
+if TYPE_CHECKING:  # imported where a pool is made: a replay of a few sessions never pays for them
+    from concurrent.futures import Future
 
 LOGGER = "copilot_otel"  # the records of this logger (and its children) travel back to the parent
 MAX_WORKERS = 8
@@ -42,6 +41,8 @@ def available_cpus() -> int:
 
 
 def _context():
+    import multiprocessing
+
     # fork starts a worker in milliseconds with every module already imported; it is safe only
     # while this process runs no other thread (a lock held elsewhere would stay held in the child).
     if sys.platform == "linux" and threading.active_count() == 1:
@@ -61,6 +62,8 @@ def _init_worker(level: int) -> None:
 
 def _call(func: Callable[[Any], Any], item: Any) -> tuple[Any, list[logging.LogRecord]]:
     """Run ``func(item)`` in a worker, keeping what it logs to hand back with its result."""
+    import logging.handlers
+
     records: queue.SimpleQueue = queue.SimpleQueue()
     logger = logging.getLogger(LOGGER)
     handlers, propagate = logger.handlers, logger.propagate
@@ -82,6 +85,8 @@ class WorkerPool:
         self.workers = workers
         context = _context()
         self.start_method = context.get_start_method()
+        from concurrent.futures import ProcessPoolExecutor
+
         self._executor = ProcessPoolExecutor(workers, mp_context=context, initializer=_init_worker,
                                              initargs=(logging.getLogger(LOGGER).getEffectiveLevel(),))
 
@@ -123,6 +128,8 @@ class WorkerPool:
 
 @contextmanager
 def _reporting_death() -> Iterator[None]:
+    from concurrent.futures.process import BrokenProcessPool
+
     try:
         yield
     except BrokenProcessPool as exc:

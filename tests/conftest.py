@@ -49,6 +49,23 @@ def cli_corpus(cli, provider, tmp_path_factory) -> Corpus:
     return generate_corpus(cli, provider.port, tmp_path_factory.mktemp("cli_corpus"))
 
 
+@pytest.fixture(scope="session")
+def browser():
+    """Headless Debian Chromium driven by Playwright (tests/support/browser.py), one for the run."""
+    from tests.support.browser import CHROMIUM, Browser
+
+    if not CHROMIUM.exists():
+        pytest.fail(f"{CHROMIUM} is missing: scripts/test.sh installs Debian's chromium", pytrace=False)
+    before = set(threading.enumerate())
+    chromium = Browser()
+    mine = set(threading.enumerate()) - before  # Playwright's child watcher, for as long as the browser runs
+    _SESSION_THREADS.append(lambda: mine)
+    try:
+        yield chromium
+    finally:
+        chromium.close()
+
+
 # ---------------------------------------------------------------------------------------
 # General fixtures.
 

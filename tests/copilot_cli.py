@@ -218,7 +218,8 @@ class CopilotCLI:
         out = subprocess.run([str(self.binary), "--version"], capture_output=True, text=True, timeout=60)
         return out.stdout.strip()
 
-    def env(self, *, home: Path, port: int, otel_file: Path | None, extra_env: Mapping[str, str] | None) -> dict:
+    def env(self, *, home: Path, port: int, otel_file: Path | None,
+            extra_env: Mapping[str, str | None] | None) -> dict:
         env = {
             k: v
             for k, v in os.environ.items()
@@ -236,8 +237,11 @@ class CopilotCLI:
         )
         if otel_file is not None:
             env["COPILOT_OTEL_FILE_EXPORTER_PATH"] = str(otel_file)
-        if extra_env:
-            env.update(extra_env)
+        for key, value in (extra_env or {}).items():  # None removes a variable (e.g. COPILOT_OFFLINE)
+            if value is None:
+                env.pop(key, None)
+            else:
+                env[key] = value
         return env
 
     def sdk_env(self, *, home: Path, port: int) -> dict:
@@ -282,7 +286,7 @@ class CopilotCLI:
         otel_file: Path | None = None,
         stdout_file: Path | None = None,
         stderr_file: Path | None = None,
-        extra_env: Mapping[str, str] | None = None,
+        extra_env: Mapping[str, str | None] | None = None,
         extra_args: Sequence[str] = (),
     ) -> CliProcess:
         """Launch the CLI without waiting. The session id is known up front: ``resume``,

@@ -1,4 +1,4 @@
-"""A real OTLP trace receiver on loopback, for tests: Rotel, read back through a gRPC sink.
+"""A real OTLP receiver on loopback, for tests: Rotel, read back through a gRPC sink (traces; metrics too).
 
 The receiver the code under test talks to is **Rotel** (https://github.com/streamfold/rotel),
 a Rust OpenTelemetry collector, run from the ``rotel-agent`` binary shipped inside the
@@ -20,6 +20,7 @@ definitions (``trace_service_pb2_grpc.TraceServiceServicer``). The sink stores e
         ...
         spans = rx.wait_for_spans(3, timeout=5)
         assert spans[0].parent_span_id is None
+        points = rx.wait_for_metric("copilot_llm_calls")   # OTLP metrics, on the same ports
 
     with rx.outage():            # backend down: both ports refuse connections
         ...                      # (rotel stopped; stored spans are kept)
@@ -67,6 +68,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import grpc
+from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2, metrics_service_pb2_grpc
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 from opentelemetry.proto.common.v1 import common_pb2
 from opentelemetry.proto.trace.v1 import trace_pb2
@@ -78,6 +80,8 @@ __all__ = [
     "ReceivedSpan",
     "ReceivedEvent",
     "ReceivedLink",
+    "ReceivedMetric",
+    "ReceivedPoint",
     "ReceiverError",
     "rotel_agent_path",
     "decode_any_value",
@@ -222,6 +226,55 @@ def spans_from_request(request: trace_service_pb2.ExportTraceServiceRequest) -> 
     return out
 
 
+@dataclass(frozen=True)
+class ReceivedPoint:
+    """One data point of a received metric: a sum's or gauge's ``value``; a histogram's count, sum, bounds and
+    per-bucket counts."""
+
+    attributes: dict[str, Any]
+    value: float | int | None = None
+    count: int = 0
+    sum: float = 0.0
+    bounds: tuple[float, ...] = ()
+    bucket_counts: tuple[int, ...] = ()
+    start_time_unix_nano: int = 0
+    time_unix_nano: int = 0
+
+
+@dataclass(frozen=True)
+class ReceivedMetric:
+    """One metric of one export request: ``kind`` is sum, gauge or histogram."""
+
+    name: str
+    unit: str
+    kind: str
+    points: tuple[ReceivedPoint, ...]
+    resource: dict[str, Any]
+    monotonic: bool = False
+    cumulative: bool = False
+
+
+def metrics_from_request(request: metrics_service_pb2.ExportMetricsServiceRequest) -> list[ReceivedMetric]:
+    """Flatten one ``ExportMetricsServiceRequest`` (sums, gauges and histograms) into ``ReceivedMetric``s."""
+    out = []
+    for rm in request.resource_metrics:
+        resource = _decode_attributes(rm.resource.attributes)
+        for sm in rm.scope_metrics:
+            for m in sm.metrics:
+                kind = m.WhichOneof("data")
+                data = getattr(m, kind)
+                points = tuple(
+                    ReceivedPoint(_decode_attributes(p.attributes), count=p.count, sum=p.sum, bounds=tuple(p.explicit_bounds),
+                                  bucket_counts=tuple(p.bucket_counts), start_time_unix_nano=p.start_time_unix_nano,
+                                  time_unix_nano=p.time_unix_nano) if kind == "histogram"
+                    else ReceivedPoint(_decode_attributes(p.attributes), getattr(p, p.WhichOneof("value")),
+                                       start_time_unix_nano=p.start_time_unix_nano, time_unix_nano=p.time_unix_nano)
+                    for p in data.data_points)
+                out.append(ReceivedMetric(m.name, m.unit, kind, points, resource, getattr(data, "is_monotonic", False),
+                                          getattr(data, "aggregation_temporality", 0) == 2))
+    return out
+
+
 # --------------------------------------------------------------------------- sink
 
 
@@ -232,6 +285,7 @@ class _Sink(trace_service_pb2_grpc.TraceServiceServicer):
         self.cond = threading.Condition()
         self.requests: list[trace_service_pb2.ExportTraceServiceRequest] = []
         self.spans: list[ReceivedSpan] = []
+        self.metrics: list[ReceivedMetric] = []  # by _MetricsSink
 
     def Export(self, request, context):  # noqa: N802 (grpc naming)
         spans = spans_from_request(request)
@@ -240,6 +294,20 @@ class _Sink(trace_service_pb2_grpc.TraceServiceServicer):
             self.spans.extend(spans)
             self.cond.notify_all()
         return trace_service_pb2.ExportTraceServiceResponse()
+
+
+class _MetricsSink(metrics_service_pb2_grpc.MetricsServiceServicer):
+    """Stores the metrics Rotel forwards, in the trace sink (its ``cond``)."""
+
+    def __init__(self, sink: _Sink) -> None:
+        self.sink = sink
+
+    def Export(self, request, context):  # noqa: N802 (grpc naming)
+        metrics = metrics_from_request(request)
+        with self.sink.cond:
+            self.sink.metrics.extend(metrics)
+            self.sink.cond.notify_all()
+        return metrics_service_pb2.ExportMetricsServiceResponse()
 
 
 # --------------------------------------------------------------------------- helpers
@@ -525,6 +593,28 @@ class OtlpReceiver:
         with self._sink.cond:
             self._sink.spans.clear()
             self._sink.requests.clear()
+            self._sink.metrics.clear()
+
+    def metrics(self) -> list[ReceivedMetric]:
+        """Every metric of every metrics request received so far (arrival order: a later push repeats a name)."""
+        with self._sink.cond:
+            return list(self._sink.metrics)
+
+    def wait_for_metric(self, name: str, timeout: float = 10.0,
+                        predicate: Callable[[ReceivedMetric], bool] | None = None) -> ReceivedMetric:
+        """Block until a metric ``name`` (matching ``predicate``) arrives; the latest such one."""
+        deadline = time.monotonic() + timeout
+        with self._sink.cond:
+            while True:
+                found = [m for m in self._sink.metrics if m.name == name and (predicate is None or predicate(m))]
+                if found:
+                    return found[-1]
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                self._sink.cond.wait(min(remaining, 0.25))
+        raise ReceiverError(f"timed out after {timeout}s waiting for metric {name!r}; received: "
+                            f"{sorted({m.name for m in self.metrics()})}\n--- rotel log ---\n{self.log_text()[-4000:]}")
 
     def wait_for_spans(
         self,
@@ -590,6 +680,7 @@ class OtlpReceiver:
             ],
         )
         trace_service_pb2_grpc.add_TraceServiceServicer_to_server(self._sink, server)
+        metrics_service_pb2_grpc.add_MetricsServiceServicer_to_server(_MetricsSink(self._sink), server)
         self.sink_port = server.add_insecure_port(f"{LOOPBACK}:0")
         if not self.sink_port:
             raise ReceiverError("could not bind the sink's gRPC port")
@@ -602,7 +693,6 @@ class OtlpReceiver:
             str(self.agent_path), "start",
             "--otlp-grpc-endpoint", f"{LOOPBACK}:{self.grpc_port}",
             "--otlp-http-endpoint", f"{LOOPBACK}:{self.http_port}",
-            "--otlp-receiver-metrics-disabled",
             "--otlp-receiver-logs-disabled",
             "--pid-file", str(Path(self._tmp.name) / "rotel.pid"),
             "--log-file", str(Path(self._tmp.name) / "rotel-daemon.log"),

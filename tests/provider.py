@@ -363,6 +363,27 @@ def _resume(c: Ctx) -> Reply:
     return Reply(content="Resumed and done.")
 
 
+# edit_file (tests/test_cost.py): the agent changes code, so session.shutdown's codeChanges are not zero.
+EDIT_FILE_NAME = "edit_me.txt"  # the test writes EDIT_FILE_TEXT there first
+EDIT_FILE_TEXT = "one\ntwo\nthree\n"
+EDIT_CREATED = ("created-1.txt", "created-2.txt", "created-3.txt")
+
+
+@scenario("edit_file")
+def _edit_file(c: Ctx) -> Reply:
+    """`edit` replaces a line of EDIT_FILE_NAME with two, `create` writes a new three-line file, then the
+    answer; the n-th interaction (a resume) edits the n-th line and creates the n-th file. arg: the cwd."""
+    cwd, n = (c.arg or "/").rstrip("/"), c.interaction
+    line = EDIT_FILE_TEXT.splitlines()[(n - 1) % 3]
+    if c.step == 0:
+        return Reply(tool_calls=(ToolCall("edit", {"path": f"{cwd}/{EDIT_FILE_NAME}", "old_str": line,
+                                                   "new_str": f"{line} (edited)\nadded after {line}"}),))
+    if c.step == 1:
+        return Reply(tool_calls=(ToolCall("create", {"path": f"{cwd}/{EDIT_CREATED[(n - 1) % 3]}",
+                                                     "file_text": "alpha\nbeta\ngamma\n"}),))
+    return Reply(content=FINAL_ANSWER)
+
+
 # echo_secret (added for tests/test_privacy.py): a secret reaches every content field.
 SECRET_FILLER = " and so on" * 500  # pads the final answer past the default 4096-char capture limit
 

@@ -36,6 +36,7 @@ REQUIRED_ALERTS = {
     "CopilotOtelLagging",
     "CopilotOtelRejectingLines",
     "CopilotOtelTraceExportFailing",
+    "CopilotPremiumRequestsWithoutCompletion",  # issue 13: the autopilot loop that drains the quota
 }
 
 

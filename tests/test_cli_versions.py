@@ -19,7 +19,7 @@ from copilot_otel.records import STATUS_ERROR
 from copilot_otel.replay import ReplayStats, replay_files
 from copilot_otel.sinks import MemorySink
 from copilot_otel.sources import resolve
-from copilot_otel.vocab import Metric
+from copilot_otel.vocab import ATTRIBUTED, Metric
 from tests.provider import AUTOPILOT_NUDGES
 
 ROOT = Path(__file__).resolve().parent / "fixtures" / "cli"
@@ -152,8 +152,78 @@ def test_tokens_add_up_to_the_sessions_own_totals(fx):
                                ("cacheReadTokens", "cache_read"), ("cacheWriteTokens", "cache_write")):
                 if metrics["usage"].get(key):
                     expected[(model, label)] += metrics["usage"][key]
-    told = Counter({labels: v for (metric, labels), v in fx.counters.items() if metric is Metric.TOKENS})
+    told = Counter({labels[:2]: v for (metric, labels), v in fx.counters.items() if metric is Metric.TOKENS})
     assert told == expected
+
+
+def _totals_of(fx: Replayed) -> list[dict]:
+    """The session.shutdown data that hold the session's totals: the last one from 1.0.70 on (they cover
+    the whole session), every one before (each covers the process that wrote it)."""
+    shutdowns = [e["data"] for e in fx.of_type("session.shutdown")]
+    return shutdowns[-1:] if tuple(map(int, fx.version.split("."))) >= (1, 0, 70) else shutdowns
+
+
+def _counted(fx: Replayed, metric: Metric) -> Counter:
+    return Counter({labels[:-1]: v for (m, labels), v in fx.counters.items() if m is metric})
+
+
+def test_premium_requests_add_up_to_the_sessions_own_totals(fx):
+    """copilot_premium_requests_total equals the premium requests the session's shutdowns total
+    (totalPremiumRequests; from 1.0.102 also accountingSnapshot.totalPremiumRequestCost), and per model
+    what modelMetrics says; where the CLI logs a cost per call (1.0.102), the calls alone make that total:
+    the roots' copilot.premium_requests add up to it, the nudges' part is counted apart."""
+    totals = _totals_of(fx)
+    if not totals:
+        pytest.skip("this CLI wrote no session.shutdown")
+    expected = sum(data["totalPremiumRequests"] for data in totals)
+    for data in totals:
+        if "accountingSnapshot" in data:
+            assert data["accountingSnapshot"]["totalPremiumRequestCost"] == data["totalPremiumRequests"]
+    per_model = Counter()
+    for data in totals:
+        for model, metrics in data["modelMetrics"].items():
+            if metrics["requests"]["cost"]:
+                per_model[(model,)] += metrics["requests"]["cost"]
+    assert _counted(fx, Metric.PREMIUM_REQUESTS) == per_model
+    assert sum(per_model.values()) == expected
+    if fx.of_type("session.usage_record"):  # cost per call
+        roots = [s for s in fx.spans if s.parent_span_id is None]
+        assert sum(r.attributes.get("copilot.premium_requests", 0) for r in roots) == expected
+        nudged = sum(_counted(fx, Metric.AUTOPILOT_PREMIUM_REQUESTS).values())
+        autopilot = fx.meta["mode"] == "copilot-api" and "autopilot" in fx.path.name
+        assert nudged == (AUTOPILOT_NUDGES * fx.meta["model_multiplier"] if autopilot else 0)
+
+
+def test_code_changes_add_up_to_the_sessions_own_totals(fx):
+    """copilot_code_lines_total and copilot_files_modified_total equal the shutdowns' codeChanges."""
+    totals = _totals_of(fx)
+    if not totals:
+        pytest.skip("this CLI wrote no session.shutdown")
+    lines = _counted(fx, Metric.CODE_LINES)
+    for change, key in (("added", "linesAdded"), ("removed", "linesRemoved")):
+        assert lines[(change,)] == sum(data["codeChanges"][key] for data in totals)
+    files = {path for data in totals for path in data["codeChanges"]["filesModified"]}
+    assert sum(_counted(fx, Metric.FILES_MODIFIED).values()) == len(files)
+
+
+def test_a_session_in_a_git_repository_says_where_on_every_span(fx):
+    """git_repo (the stand-in, a fresh repository with a GitHub remote): every span carries the
+    repository, its owner, branch and commit as the session.start context has them; the URL where the
+    host is known (1.0.50+); every attributed metric has the repository label."""
+    if fx.path.name != "git_repo":
+        pytest.skip("not run in a git repository")
+    context = fx.of_type("session.start")[0]["data"]["context"]
+    owner, name = fx.meta["git"]["remote"].removesuffix(".git").split("/")[-2:]
+    expected = {"vcs.repository.name": name, "vcs.owner.name": owner, "vcs.ref.head.name": fx.meta["git"]["branch"]}
+    if "headCommit" in context:  # 1.0.24+
+        expected["vcs.ref.head.revision"] = fx.meta["git"]["head"]
+    if "repositoryHost" in context:  # 1.0.50+
+        expected["vcs.repository.url.full"] = fx.meta["git"]["remote"].removesuffix(".git")
+    assert fx.spans
+    for span in fx.spans:
+        assert {k: span.attributes.get(k) for k in expected} == expected, span.name
+    attributed = [labels[-1] for (metric, labels) in fx.counters if metric in ATTRIBUTED]
+    assert attributed and set(attributed) == {f"{owner}/{name}"}
 
 
 def test_nothing_is_rejected_or_out_of_order(fx):

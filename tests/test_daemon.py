@@ -26,6 +26,7 @@ from tests.support.files import append, new_session
 from tests.support.net import wait_until
 from tests.support.scrape import value
 from tests.support.spans import expected_keys, key, spans_now, wait_for_keys
+from tests.support.model import label
 
 FAST = ("--idle-quiet", "0.3", "--rescan-interval", "1")
 
@@ -57,7 +58,7 @@ def test_live_sessions_end_to_end(cli, provider, tmp_path):
             exported_now = [s for s in receiver.spans()
                             if s.attributes.get("gen_ai.conversation.id") == sleeping.session_id]
             if b'"tool.execution_complete"' not in sleeping.events_path.read_bytes():  # still sleeping
-                assert not [s for s in exported_now if s.name in ("turn 0", "execute_tool bash")]
+                assert not [s for s in exported_now if label(s) in ("turn 0", "execute_tool bash")]
             runs = [first, sleeping.wait(), sub.wait(),
                     cli.run(prompt_for("failing_tool", str(cwd)), home=home, port=provider.port, cwd=cwd)]
             expected = expected_keys(r.events_path for r in runs)

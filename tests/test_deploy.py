@@ -161,7 +161,7 @@ def test_stalled_sessions_table_links_to_jaeger_by_conversation_id():
         if prop["id"] == "links"
         for link in prop["value"]
     ]
-    (link,) = links
+    (link,) = [link for link in links if "jaeger" in link["url"]]  # and one to Tempo, tested below
     url = link["url"]
     assert url.startswith("${jaeger_url}/search?service=copilot-otel&")
     tags = re.search(r"tags=([^&]+)", url).group(1)
@@ -188,6 +188,52 @@ def test_dashboard_covers_the_issue():
         assert wanted in titles
 
 
+def test_dashboard_shows_what_it_costs_where():
+    """Issue 13's views: premium requests by model and repository, the nudges' share, code changes,
+    time to first token, the cache-read share and how interactions end, each a panel of its own on the
+    metric it needs; repository and model are variables, filtering the panels that carry them."""
+    wanted = {
+        "Premium requests per hour by model and repository": {"copilot_premium_requests_total",
+                                                              "copilot_autopilot_premium_requests_total"},
+        "Premium requests spent on nudges": {"copilot_premium_requests_total",
+                                             "copilot_autopilot_premium_requests_total"},
+        "Code lines changed per hour by repository": {"copilot_code_lines_total"},
+        "Files modified": {"copilot_files_modified_total"},
+        "Time to first token p50 / p95": {"copilot_llm_time_to_first_token_seconds_bucket"},
+        "Cache-read share of input tokens": {"copilot_tokens_total"},
+        "Interaction outcomes": {"copilot_interactions_total"},
+    }
+    for title, metrics in wanted.items():
+        (panel,) = [p for p in PANELS if p["title"] == title]
+        assert {n for t in panel["targets"] for n in promql_metric_names(t["expr"])} == metrics, title
+    variables = {var["name"]: var for var in json.loads(DASHBOARD.read_text())["templating"]["list"]}
+    for name, metric in (("repository", "copilot_sessions_started_total"), ("model", "copilot_llm_calls_total")):
+        assert variables[name]["definition"].startswith(f"label_values({metric}")
+        assert (variables[name]["includeAll"], variables[name]["allValue"]) == (True, ".*")  # "" matches too
+    for _, expr in QUERIES:
+        for metric in ("copilot_premium_requests_total", "copilot_code_lines_total", "copilot_llm_calls_total"):
+            if metric + "{" in expr:
+                assert f'{metric}{{instance=~"$instance"' in expr and 'repository=~"$repository"' in expr, expr
+
+
+def test_traces_open_in_tempo_next_to_jaeger():
+    """A dashboard link and the stalled-session table open the traces in Tempo (Explore, TraceQL on the
+    `tempo` datasource variable) as well as in Jaeger."""
+    dashboard = json.loads(DASHBOARD.read_text())
+    assert {link["title"] for link in dashboard["links"]} == {"Traces in Jaeger", "Traces in Tempo"}
+    variables = {var["name"]: var for var in dashboard["templating"]["list"]}
+    assert (variables["tempo"]["type"], variables["tempo"]["query"]) == ("datasource", "tempo")
+    (table,) = [p for p in PANELS if p["title"] == "Stuck and abandoned sessions"]
+    (session,) = [o for o in table["fieldConfig"]["overrides"] if o["matcher"]["options"] == "Session"]
+    urls = [link["url"] for prop in session["properties"] if prop["id"] == "links" for link in prop["value"]]
+    (tempo,) = [url for url in urls if url.startswith("/explore?")]
+    panes = json.loads(unquote(tempo.split("panes=", 1)[1].split("&", 1)[0]).replace("${__value.raw}", "SESSION"))
+    (query,) = panes["traces"]["queries"]
+    assert (panes["traces"]["datasource"], query["queryType"]) == ("${tempo}", "traceql")
+    assert query["query"] == '{ span.gen_ai.conversation.id = "SESSION" }'
+
+
+# --- Grafana provisioning ---------------------------------------------------
 # --- Grafana provisioning ---------------------------------------------------
 
 def compose_services() -> dict:

@@ -5,7 +5,8 @@ every content field of a session: the prompt (and so the session title in worksp
 the assistant's messages, tool arguments and results, a sub-agent's prompt and answer, the
 task_complete summary. A second session adds the secret to failed-tool and session-error
 messages and to malformed lines. With content capture off, nothing the daemon or replay
-writes, serves or logs (at debug level) may hold it. `inspect` prints in the user's own
+writes, serves (metrics, and the web view's pages as a browser shows them) or logs (at debug
+level) may hold it. `inspect` prints in the user's own
 terminal and is allowed to show content (it shows the task_complete summary); it is not
 checked here.
 """
@@ -97,6 +98,42 @@ def _hostile_session(home: Path, real: Path, secret: str) -> Path:
     return path
 
 
+def _first_event(url: str) -> bytes:
+    """The first message of a Server-Sent Events stream."""
+    with urllib.request.urlopen(url, timeout=10) as response:
+        lines = []
+        while not lines or lines[-1].strip() or not any(line.startswith(b"data:") for line in lines):
+            lines.append(response.readline())
+        return b"".join(lines)
+
+
+def _view_raw(daemon: DaemonProcess, sessions: list[str], browser) -> list[bytes]:
+    """Everything the web view serves about the sessions: pages, JSON, the first message of each
+    stream, and each page as the browser shows it with every span's details opened."""
+    base = f"http://127.0.0.1:{daemon.port}"
+    paths = ["/", "/api/sessions", "/api/sessions/stream"]
+    for session_id in sessions:
+        paths += [f"/session/{session_id}", f"/api/session/{session_id}", f"/api/session/{session_id}/stream"]
+    out = [_first_event(base + path) if path.endswith("/stream") else urllib.request.urlopen(base + path).read()
+           for path in paths]
+    page = browser.page()
+    page.goto(base + "/")
+    page.wait_for_selector("tr.session")
+    out.append(page.content().encode())
+    for session_id in sessions:
+        page.goto(f"{base}/session/{session_id}")
+        page.wait_for_selector(".span")
+        for details in page.locator("details.interaction:not([open]) > summary").all():
+            details.click()
+        for row in page.locator(".span").all():
+            row.click()
+            out.append(page.locator("#details").inner_text().encode())
+        out.append(page.content().encode())
+    assert page.errors == []
+    page.close()
+    return out
+
+
 def _scrape_raw(daemon: DaemonProcess) -> list[bytes]:
     """/metrics in both exposition formats, and /healthz."""
     out = []
@@ -109,9 +146,9 @@ def _scrape_raw(daemon: DaemonProcess) -> list[bytes]:
 
 
 @pytest.fixture(scope="module")
-def planted(cli, provider, tmp_path_factory) -> Planted:
+def planted(cli, provider, tmp_path_factory, browser) -> Planted:
     """The capture-off daemon follows the real CLI while it echoes the secret, then the hostile
-    session; everything it wrote, served and logged is kept."""
+    session; everything it wrote, served (metrics, and the web view in a browser) and logged is kept."""
     root = tmp_path_factory.mktemp("privacy")
     home, state = root / "home", root / "state"
     (home / "session-state").mkdir(parents=True)
@@ -124,7 +161,7 @@ def planted(cli, provider, tmp_path_factory) -> Planted:
         wait_for_keys(traces, expected_keys([run.events_path, hostile]), timeout=30)
         wait_until(lambda: value(daemon.scrape(), "copilot_otel_lines_rejected_total", reason="duplicate_id"),
                    what="the hostile session read to its end")
-        scrapes = _scrape_raw(daemon)
+        scrapes = _scrape_raw(daemon) + _view_raw(daemon, [run.session_id, hostile.parent.name], browser)
     return Planted(secret, run, home, hostile, state, traces, daemon.log_text(), scrapes)
 
 
@@ -152,8 +189,8 @@ def _leaks(blob: bytes, secret: str) -> list[str]:
 
 
 def test_capture_off_daemon_exports_serves_and_logs_no_content(planted):
-    """Capture off: no trace, span attribute, event, metric label or log line (at debug level)
-    of the daemon holds any part of the secret; nor does anything it stored."""
+    """Capture off: no trace, span attribute, event, metric label, log line (at debug level) or
+    web view page, JSON or stream of the daemon holds any part of the secret; nor does anything it stored."""
     assert len(complete_lines_spans(planted.traces)) > 20  # something was exported
     found = {}
     for path in sorted(planted.state_dir.rglob("*")):
@@ -182,14 +219,25 @@ def test_capture_off_replay_exports_and_logs_no_content(planted, tmp_path):
 
 
 def _content(spans) -> dict[tuple[str, str], str]:
-    """(span id, attribute or 'status') -> captured text."""
+    """(span id, attribute, 'status' or 'exception') -> captured text: the content attributes, a failed
+    tool's status message (its error text), the message of a session.error's exception event. Other
+    status descriptions (an error type, "never ended: ...") hold no content."""
     out = {}
     for span in spans:
-        for attr in CONTENT_KEYS:
-            if attr in span.attributes:
-                out[(span.span_id, attr)] = span.attributes[attr]
-        if span.status_message:
-            out[(span.span_id, "status")] = span.status_message
+        out.update(_content_of(span.span_id, span.attributes, span.status_message,
+                               [(event.name, event.attributes) for event in span.events]))
+    return out
+
+
+def _content_of(span_id: str, attributes: dict, status: str, events: list[tuple[str, dict]]) -> dict:
+    """The captured text of one span, however it was read (a trace file, the web view's JSON)."""
+    out = {(span_id, attr): attributes[attr] for attr in CONTENT_KEYS if attr in attributes}
+    if status and attributes.get("gen_ai.operation.name") == "execute_tool" \
+            and attributes.get("error.type") not in ("incomplete", "aborted"):
+        out[(span_id, "status")] = status
+    for name, event_attributes in events:
+        if name == "exception" and "exception.message" in event_attributes:
+            out[(span_id, "exception")] = event_attributes["exception.message"]
     return out
 
 
@@ -218,6 +266,7 @@ def test_capture_on_exports_content_cut_to_the_limit(planted, tmp_path):
     for attr in CONTENT_KEYS:  # every kind of content field is exported with the secret in it
         assert any(secret in v for (_s, a), v in default.items() if a == attr), attr
     assert any(secret in v for (_s, a), v in default.items() if a == "status")
+    assert any(secret in v for (_s, a), v in default.items() if a == "exception")  # the session.error's
     for limit_args, env in ((("--content-max-chars", "24"), None), ((), {"COPILOT_OTEL_CONTENT_MAX_CHARS": "24"})):
         short = _content(_replay_capture(planted, tmp_path / f"short-{bool(env)}.jsonl", *limit_args, env=env))
         assert sorted(short) == sorted(full)
@@ -227,7 +276,8 @@ def test_capture_on_exports_content_cut_to_the_limit(planted, tmp_path):
 
 
 def test_capture_on_daemon_cuts_content_and_keeps_it_out_of_metrics(planted, tmp_path):
-    """Capture on in the daemon: spans carry content cut to --content-max-chars; metrics never do."""
+    """Capture on in the daemon: spans carry content cut to --content-max-chars; metrics never do; the
+    web view shows each span's content exactly as exported."""
     expected = MemorySink()
     files = [planted.run.events_path, planted.hostile]
     replay_files(files, expected, options=ModelOptions(capture_content=True, content_max_chars=64))
@@ -236,10 +286,17 @@ def test_capture_on_daemon_cuts_content_and_keeps_it_out_of_metrics(planted, tmp
                        args=FAST + ("--content-max-chars", "64")) as daemon:
         wait_for_keys(traces, sorted(record_key(r) for r in expected.records), timeout=30)
         scrapes = _scrape_raw(daemon)
+        shown = {}
+        for path in files:
+            body = urllib.request.urlopen(f"http://127.0.0.1:{daemon.port}/api/session/{path.parent.name}").read()
+            for span in json.loads(body)["trace"]["spans"]:
+                shown.update(_content_of(span["id"], span["attrs"], span["message"],
+                                         [(event["name"], event["attrs"]) for event in span["events"]]))
     content = _content(complete_lines_spans(traces))
     assert any(planted.secret in v for v in content.values())
     assert max(len(v) for v in content.values()) == 64
     assert all(not _leaks(body, planted.secret) for body in scrapes)
+    assert shown == content  # the web view shows the content exactly as the traces carry it
 
 
 # ------------------------------------------------------------------------ OTLP headers

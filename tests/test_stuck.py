@@ -40,11 +40,11 @@ def test_a_tool_past_its_own_threshold(cli, provider, tmp_path):
                        log_level="info") as daemon:
         sleeper = cli.start(prompt_for("sleep_tool", 9), home=home, port=provider.port, cwd=tmp_path / "work")
         wait_until(lambda: value(daemon.scrape(), "copilot_session_stalled_seconds", session_id=sleeper.session_id,
-                                 state="stuck", tool="bash", repository=""), timeout=90, what="stuck on bash")
+                                 state="stuck", tool="bash"), timeout=90, what="stuck on bash")
         assert inspect_json(sleeper.session_id, home, *THRESHOLDS)["session"]["state"] == "stuck"
         listed = run_copilot_otel("sessions", "--copilot-home", str(home), "--metrics-address",
                                   f"127.0.0.1:{daemon.port}", "--json")
-        assert [(s["session_id"], s["state"], s["waiting_on"]) for s in json.loads(listed.stdout)] == [
+        assert [(s["id"], s["state"], s["waiting_on"]) for s in json.loads(listed.stdout)] == [
             (sleeper.session_id, "stuck", "bash")]
         from_files = run_copilot_otel("sessions", "--copilot-home", str(home), "--from-files", "--json",
                                       "--state-dir", str(tmp_path / "other"), *THRESHOLDS)
@@ -58,7 +58,7 @@ def test_a_tool_past_its_own_threshold(cli, provider, tmp_path):
         log = daemon.log_text()
     assert len(re.findall(rf"session {sleeper.session_id} is stuck: waiting on tool bash", log)) == 1
     assert len(re.findall(rf"session {sleeper.session_id} is no longer stuck", log)) == 1
-    assert {s.name for s in snapshot} == {"invoke_agent copilot", "turn 0", "execute_tool bash"}
+    assert {s.name for s in snapshot} == {"invoke_agent copilot", "turn", "execute_tool bash"}
     final = {s.span_id: s for s in read_spans(traces) if not s.attributes.get("copilot.running")}
     for open_span in snapshot:
         done = final[open_span.span_id]  # the final span has the snapshot's id and supersedes it
@@ -81,7 +81,7 @@ def test_a_tool_cut_off_by_a_crash_ends_where_the_log_ends(cli, provider, tmp_pa
         victim.kill()
         victim.popen.wait(timeout=10)
         wait_until(lambda: value(daemon.scrape(), "copilot_session_stalled_seconds", session_id=victim.session_id,
-                                 state="abandoned", tool="bash", repository=""), timeout=20, what="abandoned")
+                                 state="abandoned", tool="bash"), timeout=20, what="abandoned")
         inspected = run_inspect(victim.session_id, "--copilot-home", str(home))
         wait_until(lambda: any(s.name == "execute_tool bash" for s in complete_lines_spans(traces)), what="the tool")
     assert run_replay(str(victim.events_path), "--traces-file", str(replayed)).returncode == 0

@@ -78,6 +78,8 @@ _GRAFANA_DEFAULTS = {
     "__interval": "30s",
     "__range": "1h",
     "instance": ".*",
+    "repository": ".*",
+    "model": ".*",
 }
 _VARIABLE = re.compile(r"\$\{(\w+)(?::\w+)?\}|\$(\w+)")
 

@@ -141,11 +141,12 @@ class SessionLog:
 
     # ------------------------------------------------------------ the session
 
-    def start(self, *, model: str | None = None, cwd: str = "/work", version: str = CLI_VERSION) -> dict[str, Any]:
-        """session.start."""
+    def start(self, *, model: str | None = None, cwd: str = "/work", version: str = CLI_VERSION,
+              **context: Any) -> dict[str, Any]:
+        """session.start; ``context`` adds to its context (``repository=``, ``branch=``, ``gitRoot=``...)."""
         return self.add("session.start", {
             "sessionId": self.session_id, "version": 1, "producer": "copilot-agent", "copilotVersion": version,
-            "startTime": iso(self._now), "selectedModel": model or self.model, "context": {"cwd": cwd},
+            "startTime": iso(self._now), "selectedModel": model or self.model, "context": {"cwd": cwd, **context},
             "alreadyInUse": False})
 
     def resume(self, *, model: str | None = None, cwd: str = "/work") -> dict[str, Any]:
@@ -187,14 +188,15 @@ class SessionLog:
     def usage(self, *, agent: str | None = None, model: str | None = None, input_tokens: int = 4700,
               output_tokens: int = 42, cache_read: int = 137, cache_write: int = 0, duration_ms: float = 107,
               cost: float = 0.0, initiator: str = "user", finish_reason: str = "stop",
-              api_call_id: str | None = None) -> dict[str, Any]:
-        """session.usage_record: one LLM call, with its usage."""
+              api_call_id: str | None = None, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+        """session.usage_record: one LLM call, with its usage (``extra``: more usage keys, e.g. isByok)."""
         self._calls += 1
         return self.add("session.usage_record", {"usage": {
             "model": model or self.model, "inputTokens": input_tokens, "outputTokens": output_tokens,
             "cacheReadTokens": cache_read, "cacheWriteTokens": cache_write, "cost": cost, "duration": duration_ms,
             "timeToFirstTokenMs": duration_ms * 0.9, "initiator": initiator,
-            "apiCallId": api_call_id or f"chatcmpl-{self._calls}", "finishReason": finish_reason}}, agent=agent)
+            "apiCallId": api_call_id or f"chatcmpl-{self._calls}", "finishReason": finish_reason,
+            **(extra or {})}}, agent=agent)
 
     def message(self, content: str = "", *, tools: tuple[str, ...] | list[str] = (),
                 agent: str | None = None) -> dict[str, Any]:
@@ -274,10 +276,14 @@ class SessionLog:
         """session.model_change."""
         return self.add("session.model_change", {"newModel": model})
 
-    def shutdown(self) -> dict[str, Any]:
-        """session.shutdown (its totals vary between runs; the model reads none of them)."""
-        return self.add("session.shutdown", {"shutdownType": "routine", "totalPremiumRequests": 0,
-                                             "codeChanges": {"linesAdded": 0, "linesRemoved": 0, "filesModified": []}})
+    def shutdown(self, *, lines: tuple[int, int] = (0, 0), files: tuple[str, ...] = (),
+                 premium: dict[str, float] | None = None) -> dict[str, Any]:
+        """session.shutdown with its code changes (lines added, removed; files) and, per model, the
+        premium requests it totals (``modelMetrics[model].requests.cost``)."""
+        metrics = {model: {"requests": {"count": 1, "cost": cost}} for model, cost in (premium or {}).items()}
+        return self.add("session.shutdown", {
+            "shutdownType": "routine", "totalPremiumRequests": sum((premium or {}).values()), "modelMetrics": metrics,
+            "codeChanges": {"linesAdded": lines[0], "linesRemoved": lines[1], "filesModified": list(files)}})
 
     def idle(self) -> dict[str, Any]:
         """session.idle: ephemeral, only a live subscriber sees it."""

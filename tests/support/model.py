@@ -5,10 +5,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterable
 
+from copilot_otel import attrs as A
 from copilot_otel.events import Event
 from copilot_otel.records import Anomaly, MetricUpdate, SpanRecord, Step
 from copilot_otel.sessions import SessionModel
 from copilot_otel.vocab import Metric
+
+
+def label(span) -> str:
+    """A span's name, with a turn's number ("turn 0"): every turn span is named "turn"."""
+    if span.name == A.TURN_SPAN:
+        return f"{span.name} {span.attributes.get(A.COPILOT_TURN_ID)}"
+    return span.name
 
 
 @dataclass
@@ -26,18 +34,19 @@ class Fed:
         return self
 
     def named(self, name: str) -> list[SpanRecord]:
-        """The spans of this name ("turn 0", "execute_tool bash"...), in the order they closed."""
-        return [span for span in self.spans if span.name == name]
+        """The spans of this label ("turn 0", "execute_tool bash"...), in the order they closed."""
+        return [span for span in self.spans if label(span) == name]
 
     def one(self, name: str) -> SpanRecord:
         """The one span of this name."""
         found = self.named(name)
-        assert len(found) == 1, f"{len(found)} spans named {name!r} among {[s.name for s in self.spans]}"
+        assert len(found) == 1, f"{len(found)} spans named {name!r} among {[label(s) for s in self.spans]}"
         return found[0]
 
     def total(self, metric: Metric, *labels: str) -> float:
-        """The sum of the updates of ``metric`` with these label values (a counter's increase)."""
-        return sum(u.value for u in self.metrics if u.metric is metric and u.labels == labels)
+        """The sum of the updates of ``metric`` with these first label values (a counter's increase);
+        the labels left out (a metric's trailing repository, say) are summed over."""
+        return sum(u.value for u in self.metrics if u.metric is metric and u.labels[:len(labels)] == labels)
 
     def observed(self, metric: Metric, *labels: str) -> list[float]:
         """The values observed in histogram ``metric`` with these label values."""

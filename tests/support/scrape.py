@@ -10,12 +10,19 @@ Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
 
 def parse(text: str) -> Samples:
-    """Prometheus text exposition as samples."""
+    """Prometheus text exposition as samples, each with the labels Prometheus keeps: an empty label
+    (repository="" outside a repository) is no label."""
     samples: Samples = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
-            samples[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+            samples[(sample.name, tuple(sorted((k, v) for k, v in sample.labels.items() if v)))] = sample.value
     return samples
+
+
+def keyed(text: str) -> dict[str, float]:
+    """Prometheus text exposition as ``{'name{label="value",...}': value}``, labels sorted, empty ones left out."""
+    return {name + ("{" + ",".join(f'{k}="{v}"' for k, v in labels) + "}" if labels else ""): number
+            for (name, labels), number in parse(text).items()}
 
 
 def fetch(url: str, timeout: float = 5.0) -> str:

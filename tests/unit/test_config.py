@@ -34,7 +34,7 @@ def test_defaults(home):
         DEFAULT_STUCK_AFTER, DEFAULT_IDLE_QUIET, DEFAULT_RESCAN_INTERVAL)
     assert (config.max_line_bytes, config.max_buffered_spans) == (DEFAULT_MAX_LINE_BYTES, DEFAULT_MAX_BUFFERED_SPANS)
     assert config.model == ModelOptions(capture_content=False, content_max_chars=DEFAULT_CONTENT_MAX_CHARS)
-    assert (config.poll, config.from_start) == (False, True)
+    assert (config.poll, config.from_start, config.no_repository_label) == (False, True, False)
 
 
 @pytest.mark.parametrize("variable", ["COPILOT_HOME", "XDG_STATE_HOME"])
@@ -60,6 +60,7 @@ def test_every_setting_from_its_variable(home):
         "COPILOT_OTEL_RESCAN_INTERVAL": "0",
         "COPILOT_OTEL_POLL": "yes",
         "COPILOT_OTEL_MAX_BUFFERED_SPANS": "10",
+        "COPILOT_OTEL_NO_REPOSITORY_LABEL": "true",
         "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "true",
     }
     config = Config.from_env(env)
@@ -68,7 +69,7 @@ def test_every_setting_from_its_variable(home):
     assert config.metrics_address == ("::1", 9999)
     assert (config.stuck_after, config.max_line_bytes, config.idle_quiet, config.rescan_interval) == (
         30.0, 2048, 0.5, 0.0)
-    assert (config.poll, config.max_buffered_spans) == (True, 10)
+    assert (config.poll, config.max_buffered_spans, config.no_repository_label) == (True, 10, True)
     assert config.model == ModelOptions(capture_content=True, content_max_chars=64)
 
 

@@ -12,6 +12,7 @@ from copilot_otel.pipeline import Outputs
 from copilot_otel.vocab import END_INCOMPLETE, IDLE, INCOMPLETE, WAITING_TOOL, Metric
 from tests.support.events import MODEL, SessionLog
 from tests.support.files import append
+from tests.support.model import label
 
 SID = "session-1"
 ROOT = "invoke_agent copilot"
@@ -73,7 +74,7 @@ def test_reads_what_was_appended(tmp_path):
     second = read(follower)
     assert follower.session_id == SID
     assert sum(first.events.values()) + sum(second.events.values()) == len(log.entries)
-    assert sorted(s.name for s in first.spans + second.spans) == sorted(
+    assert sorted(label(s) for s in first.spans + second.spans) == sorted(
         [ROOT, "turn 0", "turn 1", f"chat {MODEL}", f"chat {MODEL}", "execute_tool bash"])
 
 
@@ -116,7 +117,7 @@ def test_a_compacted_session_that_grows_is_rebuilt_and_delivers_only_what_is_new
     assert sum(after.events.values()) == len(new_types)
     assert sum(u.value for u in after.metrics if u.metric is Metric.TURNS) == new_types.count("assistant.turn_start")
     assert not {s.span_id for s in before.spans} & {s.span_id for s in after.spans}
-    assert sorted(s.name for s in after.spans) == sorted([ROOT, "turn 0", f"chat {MODEL}"])
+    assert sorted(label(s) for s in after.spans) == sorted([ROOT, "turn 0", f"chat {MODEL}"])
 
 
 def test_a_compacted_session_whose_file_was_truncated_starts_a_new_generation(tmp_path):
@@ -159,7 +160,7 @@ def test_a_restart_resumes_from_the_checkpoint_without_delivering_anything_twice
     assert (restarted.floor, restarted.tail.offset) == (marker.offset, marker.resume_offset)
     out = read(restarted)
     assert sum(out.events.values()) == len(log.entries) - old
-    assert sorted(s.name for s in out.spans) == sorted(["execute_tool bash", "turn 0", "turn 1", f"chat {MODEL}",
+    assert sorted(label(s) for s in out.spans) == sorted(["execute_tool bash", "turn 0", "turn 1", f"chat {MODEL}",
                                                          ROOT])
     assert not {s.span_id for s in delivered.spans} & {s.span_id for s in out.spans}
     root = next(s for s in out.spans if s.name == ROOT)
@@ -209,7 +210,7 @@ def test_a_replaced_file_finishes_the_old_generation(tmp_path):
     fresh.write_bytes(finished_session().jsonl())
     fresh.replace(path)
     out = read(follower)
-    incomplete = [s.name for s in out.spans if s.attributes.get(A.ERROR_TYPE) == INCOMPLETE]
+    incomplete = [label(s) for s in out.spans if s.attributes.get(A.ERROR_TYPE) == INCOMPLETE]
     assert sorted(incomplete) == sorted([ROOT, "turn 0"])
     assert out.events["session.start"] == 1 and follower.floor == 0
 
@@ -224,3 +225,24 @@ def test_finish_and_view(tmp_path):
     out = Outputs()
     follower.finish(out, END_INCOMPLETE)
     assert {s.attributes.get(A.ERROR_TYPE) for s in out.spans} == {INCOMPLETE}
+
+
+def test_a_crash_found_then_compacted_is_not_delivered_again_when_the_cli_resumes(tmp_path):
+    """The real crash_resume log: the daemon ends the work the dead CLI left open, compacts the session,
+    and when the resumed CLI appends, the rebuilt model exports only the new work, never those spans again."""
+    source = next((Path(__file__).resolve().parent.parent / "fixtures" / "situations" / "crash_resume"
+                   / "session-state").glob("*/events.jsonl"))
+    lines = source.read_bytes().splitlines(keepends=True)
+    cut = next(i for i, line in enumerate(lines) if b'"session.resume"' in line)
+    path = log_path(tmp_path)
+    path.write_bytes(b"".join(lines[:cut]))
+    follower = start(path)
+    delivered = read(follower).spans
+    out = Outputs()
+    follower.finish(out, END_INCOMPLETE)  # its process was found dead
+    delivered += out.spans
+    assert follower.compact()
+    append(path, b"".join(lines[cut:]))
+    assert follower.wake()
+    after = read(follower).spans
+    assert after and not {s.span_id for s in after} & {s.span_id for s in delivered}

@@ -7,7 +7,7 @@ import os
 import pytest
 
 from copilot_otel.liveness import (ABANDON, ABANDONED_RETENTION, DORMANT, DORMANT_AFTER, GRACE_SECONDS, SessionView,
-                                   StuckPolicy, abandoned_now, live_state, locks_expected, lock_pids, pid_alive,
+                                   StuckPolicy, live_state, locks_expected, lock_pids, pid_alive,
                                    verdict)
 from copilot_otel.vocab import ABANDONED, IDLE, STUCK, WAITING_TOOL, WAITING_USER, WORKING
 
@@ -151,17 +151,6 @@ def test_pid_alive():
     """This process is alive; pid 0 and negative pids never are."""
     assert pid_alive(os.getpid()) is True
     assert pid_alive(0) is False and pid_alive(-1) is False
-
-
-def test_abandoned_now_applies_the_daemons_verdict_to_a_logs_end():
-    """Read from the files alone: mid-turn with its process gone is abandoned, until an hour after its last event;
-    a live process, nothing open, or a CLI that writes no locks is not."""
-    recent, old = int((NOW - 120) * 1e9), int((NOW - ABANDONED_RETENTION - 1) * 1e9)
-    assert abandoned_now(mid_turn=True, last_event_ns=recent, now=NOW, alive=lambda: False)
-    assert not abandoned_now(mid_turn=True, last_event_ns=old, now=NOW, alive=lambda: False)
-    assert not abandoned_now(mid_turn=True, last_event_ns=recent, now=NOW, alive=lambda: True)
-    assert not abandoned_now(mid_turn=False, last_event_ns=recent, now=NOW, alive=lambda: False)
-    assert not abandoned_now(mid_turn=True, last_event_ns=recent, now=NOW, alive=lambda: False, locks_expected=False)
 
 
 def test_locks_expected_by_version():

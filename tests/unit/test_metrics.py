@@ -24,18 +24,27 @@ def fresh() -> Metrics:
 
 # Each session metric key: the labels an update carries, the sample it moves, and that sample's labels.
 COUNTERS = [
-    (Metric.SESSIONS_STARTED, (), "copilot_sessions_started_total", {}),
+    (Metric.SESSIONS_STARTED, ("o/r",), "copilot_sessions_started_total", {"repository": "o/r"}),
     (Metric.TURNS, ("main",), "copilot_turns_total", {"agent": "main"}),
-    (Metric.LLM_CALLS, (MODEL, "error"), "copilot_llm_calls_total", {"model": MODEL, "outcome": "error"}),
+    (Metric.LLM_CALLS, (MODEL, "error", ""), "copilot_llm_calls_total",
+     {"model": MODEL, "outcome": "error", "repository": ""}),
     (Metric.TOOL_CALLS, ("bash", "failure"), "copilot_tool_calls_total", {"tool": "bash", "outcome": "failure"}),
     (Metric.AUTOPILOT_NUDGES, (), "copilot_autopilot_nudges_total", {}),
     (Metric.COMPLETION_SIGNALS, ("task_complete",), "copilot_completion_signals_total", {"signal": "task_complete"}),
-    (Metric.TOKENS, (MODEL, "cache_read"), "copilot_tokens_total", {"model": MODEL, "type": "cache_read"}),
+    (Metric.TOKENS, (MODEL, "cache_read", "o/r"), "copilot_tokens_total",
+     {"model": MODEL, "type": "cache_read", "repository": "o/r"}),
+    (Metric.INTERACTIONS, ("aborted",), "copilot_interactions_total", {"end": "aborted"}),
+    (Metric.PREMIUM_REQUESTS, (MODEL, "o/r"), "copilot_premium_requests_total", {"model": MODEL, "repository": "o/r"}),
+    (Metric.AUTOPILOT_PREMIUM_REQUESTS, (MODEL, "o/r"), "copilot_autopilot_premium_requests_total",
+     {"model": MODEL, "repository": "o/r"}),
+    (Metric.CODE_LINES, ("removed", "o/r"), "copilot_code_lines_total", {"change": "removed", "repository": "o/r"}),
+    (Metric.FILES_MODIFIED, ("o/r",), "copilot_files_modified_total", {"repository": "o/r"}),
 ]
 HISTOGRAMS = [
     (Metric.TURN_DURATION, ("helper",), "copilot_turn_duration_seconds", {"agent": "helper"}),
     (Metric.TOOL_DURATION, ("bash",), "copilot_tool_duration_seconds", {"tool": "bash"}),
     (Metric.LLM_CALL_DURATION, (MODEL,), "copilot_llm_call_duration_seconds", {"model": MODEL}),
+    (Metric.LLM_TIME_TO_FIRST_TOKEN, (MODEL,), "copilot_llm_time_to_first_token_seconds", {"model": MODEL}),
 ]
 
 
@@ -81,7 +90,7 @@ def test_a_driven_session_counts_what_its_updates_say():
     turns = sum(u.value for u in out.metrics if u.metric is Metric.TURNS)
     assert get("copilot_turns_total", {"agent": "main"}) == turns == 2
     inputs = sum(u.value for u in out.metrics if u.metric is Metric.TOKENS and u.labels[1] == "input")
-    assert get("copilot_tokens_total", {"model": MODEL, "type": "input"}) == inputs
+    assert get("copilot_tokens_total", {"model": MODEL, "type": "input", "repository": ""}) == inputs
     assert get("copilot_tool_calls_total", {"tool": "view", "outcome": "success"}) == 1
     assert get("copilot_completion_signals_total", {"signal": "shutdown"}) == 1
 
@@ -178,9 +187,31 @@ def test_registering_the_collector_takes_no_snapshot():
 def test_each_metrics_has_its_own_registry():
     """Two Metrics never share series (no global registry); process metrics only when asked."""
     first, second = Metrics(), Metrics(process=False)
-    first.apply(MetricUpdate(Metric.SESSIONS_STARTED))
-    assert second.registry.get_sample_value("copilot_sessions_started_total") == 0
+    first.apply(MetricUpdate(Metric.SESSIONS_STARTED, ("",)))
+    assert second.registry.get_sample_value("copilot_sessions_started_total", {"repository": ""}) == 0
     assert first.registry.get_sample_value("process_cpu_seconds_total") is not None
     assert second.registry.get_sample_value("process_cpu_seconds_total") is None
     shared = CollectorRegistry()
     assert Metrics(registry=shared, process=False).registry is shared
+
+
+def test_without_the_repository_label_every_attributed_series_has_it_empty():
+    """--no-repository-label: the model's repository goes nowhere; the series it would split stay one."""
+    metrics = Metrics(process=False, repository_label=False)
+    for repository in ("octo-org/a", "octo-org/b", ""):
+        metrics.apply(MetricUpdate(Metric.PREMIUM_REQUESTS, (MODEL, repository), 1.0))
+        metrics.apply(MetricUpdate(Metric.TURNS, ("main",)))
+    get = metrics.registry.get_sample_value
+    assert get("copilot_premium_requests_total", {"model": MODEL, "repository": ""}) == 3
+    assert get("copilot_premium_requests_total", {"model": MODEL, "repository": "octo-org/a"}) is None
+    assert get("copilot_turns_total", {"agent": "main"}) == 3
+
+
+def test_target_info_carries_the_resource_as_labels():
+    """The instance's resource (OTEL_RESOURCE_ATTRIBUTES) is one target_info series; keys become label names."""
+    metrics = Metrics(process=False, resource={"service.name": "copilot-otel", "user.name": "mona",
+                                               "team": "octo", "k8s.pod.name": "p-1", "9lives": "x"})
+    assert metrics.registry.get_sample_value("target_info", {
+        "service_name": "copilot-otel", "user_name": "mona", "team": "octo", "k8s_pod_name": "p-1",
+        "_9lives": "x"}) == 1
+    assert Metrics(process=False).registry.get_sample_value("target_info") is None

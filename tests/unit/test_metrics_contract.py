@@ -9,6 +9,7 @@ from copilot_otel import decode, vocab
 from copilot_otel.metrics import LiveSession, Metrics
 from copilot_otel.pipeline import Outputs, drive, finish
 from copilot_otel.sessions import SessionModel
+from copilot_otel.resource import resource_attributes
 from tests.support.contract import DocumentedMetric, documented_metrics
 from tests.support.events import SessionLog
 
@@ -16,18 +17,21 @@ DOCUMENTED = documented_metrics()
 
 
 def daemon_registry():
-    """Metrics() with the live-sessions collector, as the daemon builds it, with a series in every
-    labelled metric: a session that touches each of them, a bad line, an out-of-order end, a stuck session."""
-    metrics = Metrics()
+    """Metrics() with the live-sessions collector and target_info, as the daemon builds it (with no
+    OTEL_RESOURCE_ATTRIBUTES), with a series in every labelled metric: a session in a repository that
+    touches each of them, a bad line, an out-of-order end, a stuck session."""
+    metrics = Metrics(resource=resource_attributes({}))
     metrics.add_live_sessions(lambda: [LiveSession("s-stuck", vocab.STUCK, 900.0)])
     log = SessionLog("s-1")
-    log.start()
+    log.start(repository="octo-org/octo-repo")
     log.line(b"not json")
     log.user()
     log.tool_turn(("bash", "c-1"))
     log.tool_complete("never-started")
-    log.answer()
-    log.shutdown()
+    log.answer(cost=1.0)
+    log.user(nudge=True)
+    log.answer(cost=1.0)
+    log.shutdown(lines=(3, 1), files=("a.py",))
     model = SessionModel("s-1")
     metrics.apply_outputs(finish(model, drive(model, log.decoded(), Outputs(), source="x", warn=lambda *a: None)))
     return metrics.registry
@@ -37,10 +41,11 @@ def registered() -> dict[str, tuple[str, tuple[str, ...]]]:
     """{name as exposed: (type, label names)} of every family the daemon's registry serves."""
     found = {}
     for family in daemon_registry().collect():
-        name = family.name + "_total" if family.type == "counter" else family.name
+        # As /metrics exposes them: a counter with _total, an info metric as a gauge named <name>_info.
+        kind, name = family.type, family.name + {"counter": "_total", "info": "_info"}.get(family.type, "")
         labels = {key for sample in family.samples for key in sample.labels if key != "le"}
         assert family.samples, f"{name} has no sample to read its labels from"
-        found[name] = (family.type, tuple(sorted(labels)))
+        found[name] = ("gauge" if kind == "info" else kind, tuple(sorted(labels)))
     return found
 
 
@@ -64,6 +69,8 @@ def test_type_and_label_names_are_as_documented(name):
     ("copilot_sessions", "state", vocab.STATES),
     ("copilot_session_stalled_seconds", "state", vocab.STALLED_STATES),
     ("copilot_completion_signals_total", "signal", vocab.SIGNALS),
+    ("copilot_interactions_total", "end", vocab.INTERACTION_ENDS),
+    ("copilot_code_lines_total", "change", vocab.LINE_CHANGES),
     ("copilot_tokens_total", "type", vocab.TOKEN_TYPES),
     ("copilot_llm_calls_total", "outcome", (vocab.SUCCESS, vocab.ERROR)),
     ("copilot_tool_calls_total", "outcome", (vocab.SUCCESS, vocab.FAILURE, vocab.END_ABORTED, vocab.INCOMPLETE)),

@@ -10,6 +10,7 @@ from copilot_otel.pipeline import Outputs, drive, finish
 from copilot_otel.sessions import SessionModel
 from copilot_otel.vocab import DUPLICATE_ID, END_INCOMPLETE, Metric
 from tests.support.events import SessionLog
+from tests.support.model import label
 
 SID = "session-1"
 
@@ -47,7 +48,7 @@ def test_what_drive_gathers():
     assert dict(out.rejected) == {NOT_JSON: 1, DUPLICATE_ID: 1}
     assert dict(out.out_of_order) == {"tool.execution_complete": 1}
     assert out.newest_ns == log.ns(log.entries[-1])
-    assert [s.name for s in out.spans] == ["chat test-model", "execute_tool bash", "turn 0"]
+    assert [label(s) for s in out.spans] == ["chat test-model", "execute_tool bash", "turn 0"]
     assert sum(u.value for u in out.metrics if u.metric is Metric.TURNS) == 1
 
 
@@ -77,7 +78,7 @@ def test_lines_below_the_floor_rebuild_the_model_but_are_not_delivered_again():
     out = drive(model, items, Outputs(), source="x", warn=Warnings(), floor=floor)
     assert dict(out.events) == {"tool.execution_complete": 1, "assistant.turn_end": 1}
     assert out.rejected == {}
-    assert [s.name for s in out.spans] == ["execute_tool bash", "turn 0"]  # opened below the floor, closed above
+    assert [label(s) for s in out.spans] == ["execute_tool bash", "turn 0"]  # opened below the floor, closed above
     assert not [u for u in out.metrics if u.metric in (Metric.SESSIONS_STARTED, Metric.TURNS, Metric.LLM_CALLS)]
 
 
@@ -101,7 +102,7 @@ def test_a_bug_of_the_model_costs_one_event(caplog):
     assert out.rejected[INTERNAL_ERROR] == 1
     assert "events.jsonl:6: could not apply tool.execution_start" in caplog.text
     assert out.out_of_order == {"tool.execution_complete": 1}  # its start never applied
-    assert "turn 0" in [s.name for s in out.spans]
+    assert "turn 0" in [label(s) for s in out.spans]
 
 
 def test_finish_closes_into_the_outputs():
@@ -112,7 +113,7 @@ def test_finish_closes_into_the_outputs():
     log.turn_start()
     model = SessionModel(SID)
     out = finish(model, drive(model, log.decoded(), Outputs(), source="x"))
-    assert sorted(s.name for s in out.spans) == ["invoke_agent copilot", "turn 0"]
+    assert sorted(label(s) for s in out.spans) == ["invoke_agent copilot", "turn 0"]
     assert model.ended == END_INCOMPLETE
 
 
@@ -124,5 +125,5 @@ def test_take_spans_hands_them_over_once():
     log.tool_turn(("bash", "call-1"))
     out = drive(SessionModel(SID), log.decoded(), Outputs(), source="x")
     taken = out.take_spans()
-    assert [s.name for s in taken] == ["chat test-model", "execute_tool bash", "turn 0"]
+    assert [label(s) for s in taken] == ["chat test-model", "execute_tool bash", "turn 0"]
     assert out.take_spans() == [] and out.spans == []

@@ -12,7 +12,7 @@ from copilot_otel.vocab import (CANCELLED, DUPLICATE_ID, END_ABORTED, END_ERROR,
                                 SIGNAL_IDLE, SIGNAL_SHUTDOWN, SIGNAL_TASK_COMPLETE, WAITING_TOOL, WAITING_USER, WORKING,
                                 Metric)
 from tests.support.events import MODEL, SessionLog
-from tests.support.model import feed
+from tests.support.model import feed, label
 
 SID = "session-1"
 ROOT = "invoke_agent copilot"
@@ -274,7 +274,7 @@ def test_finish_closes_what_a_crash_left_open():
     fed = feed(model, log.events())
     assert fed.named(ROOT) == []
     fed.add(model.finish())
-    assert {span.name for span in fed.spans if span.attributes.get(A.ERROR_TYPE) == INCOMPLETE} == {
+    assert {label(span) for span in fed.spans if span.attributes.get(A.ERROR_TYPE) == INCOMPLETE} == {
         "execute_tool bash", "turn 0", ROOT}
     assert {fed.one(name).end_ns for name in ("execute_tool bash", "turn 0", ROOT)} == {log.ns(last)}
     assert model.ended == END_INCOMPLETE
@@ -348,7 +348,7 @@ def test_open_spans_of_a_running_session():
     model = SessionModel(SID)
     feed(model, log.events())
     spans = model.open_spans()
-    assert sorted(s.name for s in spans) == sorted(["execute_tool bash", "turn 0", ROOT])
+    assert sorted(label(s) for s in spans) == sorted(["execute_tool bash", "turn 0", ROOT])
     assert all(s.attributes[A.COPILOT_RUNNING] is True and s.end_ns == log.ns(last) for s in spans)
 
 

@@ -10,7 +10,7 @@ from copilot_otel.sessions import SessionModel
 from copilot_otel.vocab import (END_IDLE, ERROR, FAILURE, MAIN_AGENT, SIGNAL_IDLE, SIGNAL_SHUTDOWN, SUCCESS,
                                 Metric)
 from tests.support.events import MODEL, SessionLog
-from tests.support.model import feed
+from tests.support.model import feed, label
 
 SID = "session-1"
 
@@ -45,7 +45,7 @@ def by_type(log: SessionLog, event_type: str, agent: str | None = None) -> list[
 def test_one_span_per_interaction_turn_call_and_tool():
     """A plain session exports its interaction, two turns, two LLM calls and one tool, each once."""
     fed = feed(SessionModel(SID), plain_session().events())
-    assert sorted(span.name for span in fed.spans) == sorted([
+    assert sorted(label(span) for span in fed.spans) == sorted([
         "invoke_agent copilot", "turn 0", "turn 1", f"chat {MODEL}", f"chat {MODEL}", "execute_tool bash"])
 
 
@@ -243,9 +243,9 @@ def test_subagent_spans_hang_under_the_task_call():
     fed = feed(SessionModel(SID), log.events())
     task, sub = fed.one("execute_tool task"), fed.one("invoke_agent helper")
     assert sub.parent_span_id == task.span_id
-    child_turns = [s for s in fed.spans if s.name.startswith("turn ") and s.parent_span_id == sub.span_id]
-    assert sorted(s.name for s in child_turns) == ["turn 0", "turn 1"]
-    child_turn0 = next(s for s in child_turns if s.name == "turn 0")
+    child_turns = [s for s in fed.spans if s.name == "turn" and s.parent_span_id == sub.span_id]
+    assert sorted(label(s) for s in child_turns) == ["turn 0", "turn 1"]
+    child_turn0 = next(s for s in child_turns if label(s) == "turn 0")
     assert fed.one("execute_tool bash").parent_span_id == child_turn0.span_id
     assert (sub.status, sub.attributes[A.COPILOT_SUBAGENT_TOTAL_TOKENS], sub.attributes[A.COPILOT_SUBAGENT_TOOL_CALLS]) \
         == (STATUS_OK, 321, 1)
@@ -265,7 +265,7 @@ def test_turn_ids_restart_for_each_agent():
     log.subagent_completed("call-task", "agent-1")
     model = SessionModel(SID)
     fed = feed(model, log.events())
-    assert [s.name for s in fed.spans if s.name.startswith("turn ")] == ["turn 0"]  # the sub-agent's
+    assert [label(s) for s in fed.spans if s.name == "turn"] == ["turn 0"]  # the sub-agent's
     assert model.state == "waiting_tool"  # the main turn 0 and its task call are still open
 
 

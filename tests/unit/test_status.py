@@ -18,7 +18,7 @@ from copilot_otel.listing import parse_since, select
 from copilot_otel.pipeline import Outputs
 from copilot_otel.sessions import SessionModel
 from copilot_otel.sources import SourceError, find_session
-from copilot_otel.status import ENDED, SessionStatus, api_document, status_of
+from copilot_otel.status import ENDED, SessionStatus, status_of
 from copilot_otel.vocab import ABANDONED, IDLE, STUCK, WAITING_TOOL
 from tests.support.events import SessionLog
 
@@ -70,22 +70,21 @@ def test_a_session_waiting_on_a_tool_is_named_by_that_tools_threshold(tmp_path, 
     follower = summary_of(path)
     summary = follower.model.summary()
     now = summary.last_event_ns / 1e9 + quiet
-    from_files = status_of(summary, [os.getpid()], policy=POLICY, now=now)
-    by_daemon = status_of(summary, [os.getpid()], policy=POLICY, now=now, view=follower.view())
+    from_files = status_of(summary, path, policy=POLICY, now=now)
+    by_daemon = status_of(summary, path, policy=POLICY, now=now, view=follower.view())
     assert (from_files.state, from_files.waiting_on) == (by_daemon.state, by_daemon.waiting_on) == (state, "bash")
     assert from_files.stalled_seconds == pytest.approx(quiet if state == STUCK else 0.0)
 
 
 def test_a_session_whose_process_died_mid_turn_is_abandoned_then_ended(tmp_path):
-    """Mid-turn with its process gone: abandoned (with the tool it was running) until an hour after its last
-    event, ended after that."""
+    """Mid-turn with its process gone: abandoned (still showing the tool it was running) until an hour after
+    its last event, ended after that."""
     path = write_session(tmp_path, "s-dead", waiting_on_bash("s-dead"), pids=[dead_pid()])
     summary = summary_of(path).model.summary()
     last = summary.last_event_ns / 1e9
-    pids = lock_pids(path.parent)
-    soon = status_of(summary, pids, policy=POLICY, now=last + 120)
+    soon = status_of(summary, path, policy=POLICY, now=last + 120)
     assert (soon.state, soon.waiting_on, soon.stalled_seconds) == (ABANDONED, "bash", pytest.approx(120))
-    assert status_of(summary, pids, policy=POLICY, now=last + ABANDONED_RETENTION + 1).state == ENDED
+    assert status_of(summary, path, policy=POLICY, now=last + ABANDONED_RETENTION + 1).state == ENDED
 
 
 def test_idle_with_a_live_process_is_idle_and_a_shut_down_session_ended(tmp_path):
@@ -93,26 +92,27 @@ def test_idle_with_a_live_process_is_idle_and_a_shut_down_session_ended(tmp_path
     log = in_repo("s-idle")
     log.user()
     log.answer()
-    idle = summary_of(write_session(tmp_path, "s-idle", log, pids=[os.getpid()])).model.summary()
-    assert status_of(idle, [os.getpid()], policy=POLICY, now=idle.last_event_ns / 1e9 + 5000).state == IDLE
+    idle_path = write_session(tmp_path, "s-idle", log, pids=[os.getpid()])
+    idle = summary_of(idle_path).model.summary()
+    assert status_of(idle, idle_path, policy=POLICY, now=idle.last_event_ns / 1e9 + 5000).state == IDLE
     log.shutdown()
-    over = summary_of(write_session(tmp_path, "s-over", log)).model.summary()
-    assert status_of(over, [], policy=POLICY, now=over.last_event_ns / 1e9 + 5).state == ENDED
+    over_path = write_session(tmp_path, "s-over", log)
+    over = summary_of(over_path).model.summary()
+    assert status_of(over, over_path, policy=POLICY, now=over.last_event_ns / 1e9 + 5).state == ENDED
 
 
-def test_the_json_form_goes_both_ways(tmp_path):
-    """A status's JSON object carries the summary, the state now, stalled seconds and readable times, and
-    gives the same status back; the API document lists sessions newest first."""
+def test_the_json_form_is_a_row_of_the_web_api_and_goes_both_ways(tmp_path):
+    """A status's JSON is the web view's /api/sessions row (the summary, the state now, stalled seconds,
+    times in milliseconds), and gives the same status back, to the millisecond."""
     path = write_session(tmp_path, "s-json", waiting_on_bash("s-json"), pids=[os.getpid()])
     summary = summary_of(path).model.summary()
-    status = status_of(summary, [os.getpid()], policy=POLICY, now=summary.last_event_ns / 1e9 + 4000,
-                       path=str(path))
+    status = status_of(summary, path, policy=POLICY, now=summary.last_event_ns / 1e9 + 4000)
     record = status.to_json()
-    assert record["state"] == STUCK and record["model_state"] == WAITING_TOOL and record["repository"] == "acme/api"
-    assert record["started"].endswith("Z") and record["waiting_on"] == "bash" and record["tokens"] == summary.tokens
-    assert SessionStatus.from_json(record) == status
-    document = api_document([status], copilot_home=str(tmp_path), now=0)
-    assert document["copilot_home"] == str(tmp_path) and document["sessions"] == [record]
+    assert record["id"] == "s-json" and record["state"] == STUCK and record["repository"] == "acme/api"
+    assert record["waiting_on"] == "bash" and record["tokens"] == summary.tokens
+    assert record["started_ms"] == summary.started_ns // 1_000_000
+    back = SessionStatus.from_json(record)
+    assert back.to_json() == record and (back.state, back.waiting_on) == (STUCK, "bash")
 
 
 def test_the_catalog_reads_a_log_again_only_when_it_changed(tmp_path):

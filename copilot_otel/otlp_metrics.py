@@ -1,0 +1,168 @@
+"""OTLP metrics push (OTEL_METRICS_EXPORTER=otlp): the metrics of the Prometheus registry, every one, as
+OpenTelemetry metrics data, sent by the OpenTelemetry SDK's OTLP metric exporter (gRPC or HTTP).
+
+The registry stays the one place the metrics live, so /metrics and the push always say the same.
+Counters become cumulative monotonic sums, gauges gauges, histograms explicit-bucket histograms with
+the same bounds. Names stay the Prometheus ones (a counter without its ``_total``, which a Prometheus
+or Mimir OTLP endpoint adds back), so the dashboards and alert rules in deploy/ work on pushed
+metrics too. ``target_info`` is not sent: the resource itself carries that identity.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import threading
+import time
+from typing import Any, Iterable
+
+from opentelemetry.sdk.metrics.export import (AggregationTemporality, Gauge, Histogram, HistogramDataPoint,
+                                              Metric, MetricExporter, MetricExportResult, MetricsData,
+                                              NumberDataPoint, ResourceMetrics, ScopeMetrics, Sum)
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+from prometheus_client import CollectorRegistry
+
+from . import __version__
+from .config import ENV_OTLP_METRICS_ENDPOINT, OtlpSettings
+from .otlp_json import SCOPE_NAME
+
+log = logging.getLogger(__name__)
+
+ENV_EXPORT_INTERVAL = "OTEL_METRIC_EXPORT_INTERVAL"  # milliseconds, as the SDK reads it
+DEFAULT_INTERVAL = 60.0
+_SCOPE = InstrumentationScope(SCOPE_NAME, __version__)
+_CUMULATIVE = AggregationTemporality.CUMULATIVE
+
+
+def _interval_from_env() -> float:
+    try:
+        seconds = float(os.environ.get(ENV_EXPORT_INTERVAL, "")) / 1000.0
+    except ValueError:
+        return DEFAULT_INTERVAL
+    return seconds if math.isfinite(seconds) and seconds > 0 else DEFAULT_INTERVAL
+
+
+def make_exporter(settings: OtlpSettings) -> MetricExporter:
+    """The SDK's OTLP metric exporter the settings name; it reads its headers and timeout from the
+    standard variables itself."""
+    endpoint = settings.endpoint
+    if settings.protocol == "grpc":
+        from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
+
+        return OTLPMetricExporter(endpoint=endpoint)
+    from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter as HttpExporter
+
+    if endpoint and not os.environ.get(ENV_OTLP_METRICS_ENDPOINT):  # a base URL, as for traces
+        endpoint = endpoint.rstrip("/") + "/v1/metrics"
+    return HttpExporter(endpoint=endpoint)
+
+
+def metrics_data(registry: CollectorRegistry, resource: Resource, start_ns: int, now_ns: int) -> MetricsData:
+    """What the registry holds now, as OpenTelemetry metrics data (cumulative since ``start_ns``)."""
+    metrics = []
+    for family in registry.collect():
+        data: Any = None
+        if family.type == "counter":
+            points = _numbers(family.samples, family.name + "_total", start_ns, now_ns)
+            data = Sum(points, _CUMULATIVE, is_monotonic=True) if points else None
+        elif family.type == "gauge":
+            points = _numbers(family.samples, family.name, start_ns, now_ns)
+            data = Gauge(points) if points else None
+        elif family.type == "histogram":
+            points = _histogram_points(family.name, family.samples, start_ns, now_ns)
+            data = Histogram(points, _CUMULATIVE) if points else None
+        if data is not None:
+            unit = "s" if family.unit == "seconds" or family.name.endswith("_seconds") else ""
+            metrics.append(Metric(family.name, family.documentation, unit, data))
+    return MetricsData([ResourceMetrics(resource, [ScopeMetrics(_SCOPE, metrics, "")], resource.schema_url)])
+
+
+def _numbers(samples: Iterable[Any], name: str, start_ns: int, now_ns: int) -> list[NumberDataPoint]:
+    return [NumberDataPoint(dict(s.labels), start_ns, now_ns, s.value) for s in samples if s.name == name]
+
+
+def _histogram_points(name: str, samples: Iterable[Any], start_ns: int, now_ns: int) -> list[HistogramDataPoint]:
+    """Prometheus' cumulative buckets (le) -> OTLP per-bucket counts, one point per label set."""
+    series: dict[tuple, dict[str, Any]] = {}
+    for sample in samples:
+        labels = {k: v for k, v in sample.labels.items() if k != "le"}
+        entry = series.setdefault(tuple(sorted(labels.items())), {"labels": labels, "buckets": [], "sum": 0.0,
+                                                                  "count": 0})
+        if sample.name == name + "_bucket":
+            entry["buckets"].append((float(sample.labels["le"]), sample.value))
+        elif sample.name == name + "_sum":
+            entry["sum"] = sample.value
+        elif sample.name == name + "_count":
+            entry["count"] = int(sample.value)
+    points = []
+    for entry in series.values():
+        buckets = sorted(entry["buckets"])
+        cumulative = [count for _le, count in buckets]
+        counts = [int(c - p) for c, p in zip(cumulative, [0.0] + cumulative[:-1])]
+        bounds = [le for le, _count in buckets if math.isfinite(le)]
+        points.append(HistogramDataPoint(entry["labels"], start_ns, now_ns, entry["count"], entry["sum"], counts,
+                                         bounds, math.nan, math.nan))
+    return points
+
+
+class MetricsPusher:
+    """Pushes the registry over OTLP every ``interval`` seconds (OTEL_METRIC_EXPORT_INTERVAL), once
+    more at ``stop``; a failed push is logged, never raised (the daemon goes on)."""
+
+    def __init__(self, registry: CollectorRegistry, exporter: MetricExporter, resource: Resource, *,
+                 interval: float | None = None, clock=time.time_ns) -> None:
+        self.registry = registry
+        self.exporter = exporter
+        self.resource = resource
+        self.interval = interval if interval is not None else _interval_from_env()
+        self._clock = clock
+        self._start_ns = clock()  # counters count from this process' start
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.pushes = self.failures = 0
+
+    def push(self) -> bool:
+        """Send what the registry holds now; True if the backend accepted it."""
+        try:
+            result = self.exporter.export(metrics_data(self.registry, self.resource, self._start_ns, self._clock()))
+        except Exception:  # an exporter should not raise; a daemon must not die of one that does
+            log.exception("OTLP metrics export raised")
+            result = MetricExportResult.FAILURE
+        ok = result is MetricExportResult.SUCCESS
+        self.pushes += 1
+        if not ok:
+            self.failures += 1
+            log.warning("OTLP metrics export failed; the next one sends the totals again")
+        return ok
+
+    def start(self) -> "MetricsPusher":
+        """Push every ``interval`` seconds on a thread of its own."""
+        self._thread = threading.Thread(target=self._run, name="copilot-otel-metrics-push", daemon=True)
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.push()
+
+    def stop(self, timeout: float = 10.0) -> bool:
+        """Stop the thread, push the final totals, close the exporter; True if that last push went through."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+        try:
+            return self.push()
+        finally:
+            self.exporter.shutdown(timeout_millis=timeout * 1000)
+
+
+def start_pushing(settings: OtlpSettings, registry: CollectorRegistry) -> MetricsPusher:
+    """A started pusher of ``registry`` to where the settings say (OTEL_METRICS_EXPORTER=otlp)."""
+    from .sinks import build_resource
+
+    pusher = MetricsPusher(registry, make_exporter(settings), build_resource())
+    log.info("pushing metrics every %g s over OTLP (%s) to %s", pusher.interval, settings.protocol,
+             settings.endpoint or "the exporter's default endpoint")
+    return pusher.start()

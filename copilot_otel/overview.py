@@ -1,0 +1,371 @@
+"""Every known session at a glance, for the web view and its JSON API (``/api/sessions``).
+
+A source says which sessions exist and how each stands now: :class:`DaemonSessions` reads the
+frozen values the daemon's reader publishes (``Daemon.summaries`` and ``Daemon.views``);
+:class:`HistorySessions` replays session logs without a daemon (``copilot-otel view PATH``).
+Both name a session's state with the daemon's own rule (``liveness.live_state``), and both hand
+out a :class:`Board`: the rows sorted live first, counted by state and repository, from which
+``page`` cuts a filtered page. A board is rebuilt only when its source changed.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable, NamedTuple, Protocol
+
+from .config import DEFAULT_MAX_LINE_BYTES, ModelOptions
+from .liveness import (ABANDONED_RETENTION, SessionView, StuckPolicy, live_state, lock_pids, locks_expected,
+                       pid_alive)
+from .normalize import parse_version
+from .pipeline import Outputs, drive
+from .sessions import READ_TYPES, SessionModel
+from .sources import SourceError, UnreadableLog, session_id_of
+from .summary import SessionSummary
+from .tail import read_all
+from .vocab import ABANDONED, IDLE, STUCK, WAITING_TOOL, WAITING_USER, WORKING
+
+ENDED = "ended"  # not live: shut down, or its process is gone with nothing open
+# The order of the groups on the page: what needs a person first, finished sessions last.
+STATE_ORDER = (STUCK, ABANDONED, WAITING_USER, WORKING, WAITING_TOOL, IDLE, ENDED)
+PAGE_SIZE = 100
+MAX_PAGE_SIZE = 500
+LIVE_EVERY = 1.0  # seconds between re-evaluations of the live states (stuck comes with time)
+
+
+class Row(NamedTuple):
+    """One session on the sessions page: its summary and its state now. Rows sort as the page shows them:
+    by STATE_ORDER, then newest activity first (the first three fields are the order)."""
+
+    rank: int  # its state's place in STATE_ORDER
+    newest: int  # minus the time of its last event
+    session_id: str
+    path: Path
+    summary: SessionSummary
+    state: str  # one of STATE_ORDER
+    stalled_s: float  # seconds since the last event of a stuck or abandoned session, else 0
+
+
+_RANK = {state: i for i, state in enumerate(STATE_ORDER)}
+
+
+@dataclass(frozen=True, slots=True)
+class Board:
+    """Every known session, sorted live first (by STATE_ORDER) then by last activity, with counts."""
+
+    key: tuple
+    rows: tuple[Row, ...]
+    by_id: dict[str, Row]
+    states: dict[str, int]
+    repositories: dict[str, int]
+    built_at: float
+
+
+def row_json(row: Row) -> dict:
+    """A row as the page reads it (times in milliseconds since the epoch)."""
+    s = row.summary
+    return {
+        "id": s.session_id, "state": row.state, "stalled_s": round(row.stalled_s, 1), "ended": s.ended,
+        "model": s.model, "repository": s.repository, "branch": s.branch, "cwd": s.cwd,
+        "cli_version": s.cli_version, "started_ms": s.started_ns // 1_000_000,
+        "last_ms": s.last_event_ns // 1_000_000, "waiting_on": s.waiting_on,
+        "waiting_since_ms": s.waiting_since_ns // 1_000_000, "interactions": s.interactions, "nudges": s.nudges,
+        "turns": s.turns, "llm_calls": s.llm_calls, "tool_calls": s.tool_calls, "tool_failures": s.tool_failures,
+        "input_tokens": s.input_tokens, "output_tokens": s.output_tokens, "tokens": s.tokens,
+        "cache_read_tokens": s.cache_read_tokens, "premium_requests": round(s.premium_requests, 2),
+        "nudge_premium_requests": round(s.nudge_premium_requests, 2), "last_end": s.last_end,
+    }
+
+
+def page(board: Board, *, state: str | None = None, repository: str | None = None, offset: int = 0,
+         limit: int = PAGE_SIZE) -> dict:
+    """One page of the board, filtered by state and repository, as JSON-ready values."""
+    rows: Iterable[Row] = board.rows
+    if state:
+        rows = [r for r in rows if r.state == state]
+    if repository:
+        rows = [r for r in rows if (r.summary.repository or "") == repository]
+    if not isinstance(rows, list):
+        rows = list(rows)
+    limit = max(1, min(limit, MAX_PAGE_SIZE))
+    offset = max(0, min(offset, len(rows)))
+    return {"total": len(board.rows), "matching": len(rows), "offset": offset, "limit": limit,
+            "states": board.states, "repositories": board.repositories, "now_ms": int(time.time() * 1000),
+            "sessions": [row_json(r) for r in rows[offset:offset + limit]]}
+
+
+def make_board(key: tuple, entries: Iterable[tuple[Path, SessionSummary, str, float]],
+               previous: Board | None = None) -> Board:
+    """Sort and count (path, summary, state, stalled) entries.
+
+    With the ``previous`` board, only what changed is redone: its rows are reused, its order is the
+    start of the sort (nearly sorted: a linear pass) and its counts are adjusted. 10,000 sessions
+    of which a few changed take a few milliseconds instead of tens.
+    """
+    entries = list(entries)
+    by_id: dict[str, Row] = dict(previous.by_id) if previous is not None else {}
+    states = Counter(previous.states) if previous is not None else Counter()
+    repositories = Counter(previous.repositories) if previous is not None else Counter()
+    changed: list[Row] = []
+    count = 0
+    for path, summary, state, stalled in entries:
+        count += 1
+        old = by_id.get(summary.session_id)
+        if old is not None and old.summary is summary and old.state == state and old.stalled_s == stalled:
+            continue
+        row = by_id[summary.session_id] = Row(_RANK.get(state, len(_RANK)), -summary.last_event_ns,
+                                              summary.session_id, path, summary, state, stalled)
+        changed.append(row)
+        states[state] += 1
+        repositories[summary.repository or ""] += 1
+        if old is not None:
+            states[old.state] -= 1
+            repositories[old.summary.repository or ""] -= 1
+    if previous is not None and count != len(by_id):  # some went away: count again from scratch
+        return make_board(key, entries)
+    if previous is not None and not changed:
+        return Board(key, previous.rows, previous.by_id, previous.states, previous.repositories, time.time())
+    if previous is None:
+        rows = list(by_id.values())
+    else:  # the old order with the changed rows in place, the new ones at the end: nearly sorted
+        rows = [by_id[r.session_id] for r in previous.rows]
+        rows += [r for r in changed if r.session_id not in previous.by_id]
+    rows.sort()
+    counted = dict.fromkeys(STATE_ORDER, 0)
+    counted.update((state, n) for state, n in states.items() if n)
+    return Board(key, tuple(rows), by_id, counted, dict(sorted((k, n) for k, n in repositories.items() if n)),
+                 time.time())
+
+
+class Source(Protocol):
+    """What the web view reads: the sessions, how they stand, and what the traces hold."""
+
+    options: ModelOptions
+    max_line_bytes: int
+
+    def change_key(self) -> tuple:
+        """Cheap; differs whenever the board would."""
+
+    def board(self) -> Board:
+        """The board now (rebuilt only when ``change_key`` moved); may block: call from a worker."""
+
+    def stale(self) -> bool:
+        """True when ``scan`` should run before the board is read again."""
+
+    def scan(self) -> None:
+        """Look at the session logs again (a source that reads files; may block)."""
+
+
+class _Probe:
+    """kill(0) once per pid per evaluation."""
+
+    def __init__(self) -> None:
+        self.known: dict[int, bool] = {}
+
+    def __call__(self, pid: int) -> bool:
+        alive = self.known.get(pid)
+        if alive is None:
+            alive = self.known[pid] = pid_alive(pid)
+        return alive
+
+
+class _LiveStates:
+    """The live states of a set of views, re-evaluated at most every LIVE_EVERY seconds."""
+
+    def __init__(self, policy: StuckPolicy, clock: Callable[[], float]) -> None:
+        self.policy = policy
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._at = -LIVE_EVERY
+        self._token: object = None
+        self.states: dict[str, tuple[str, float]] = {}
+        self.fingerprint: frozenset = frozenset()
+
+    def of(self, token: object, views: tuple[SessionView, ...]) -> dict[str, tuple[str, float]]:
+        """session id -> (state, seconds stalled) of the live ones; ``token`` moves when the views do."""
+        with self._lock:
+            monotonic = time.monotonic()
+            if token != self._token or monotonic - self._at >= LIVE_EVERY:
+                now, probe = self.clock(), _Probe()
+                states = {}
+                for view in views:
+                    live = live_state(view, now=now, policy=self.policy, alive=probe)
+                    if live is not None:
+                        states[view.session_id] = live
+                self.states, self._token, self._at = states, token, monotonic
+                self.fingerprint = frozenset((sid, state) for sid, (state, _s) in states.items())
+            return self.states
+
+
+class _Boarded:
+    """What both sources share: a change key, and a board rebuilt from the previous one when it moved."""
+
+    def __init__(self, policy: StuckPolicy, clock: Callable[[], float]) -> None:
+        self._live = _LiveStates(policy, clock)
+        self._board: Board | None = None
+        self._board_lock = threading.Lock()
+
+    def _published(self) -> tuple[int, tuple[SessionView, ...]]:
+        """(generation, views): the generation read first, as it moves only after the views."""
+        raise NotImplementedError
+
+    def _summaries(self) -> list[tuple[Path, SessionSummary]]:
+        raise NotImplementedError
+
+    def change_key(self) -> tuple:
+        generation, views = self._published()
+        self._live.of(generation, views)
+        return (generation, self._live.fingerprint)
+
+    def board(self) -> Board:
+        with self._board_lock:
+            key = self.change_key()
+            if self._board is not None and self._board.key == key:
+                return self._board
+            live = self._live.states
+            entries = [(path, summary, *live.get(summary.session_id, (ENDED, 0.0)))
+                       for path, summary in self._summaries()]
+            self._board = make_board(key, entries, self._board)
+            return self._board
+
+
+class DaemonSessions(_Boarded):
+    """The daemon's sessions, read from what its reader publishes (never a model).
+
+    The reader knows a session whole only when it read the log from its first line; after a
+    restart it resumes from the checkpoint, and a log it resumed mid-file (or has no reason to read
+    again) is summed up from the files by ``catalog`` (cached by file identity), every
+    ``rescan_every`` seconds in the web view's workers.
+    """
+
+    def __init__(self, daemon, *, catalog=None, rescan_every: float = 5.0,
+                 clock: Callable[[], float] = time.time) -> None:
+        super().__init__(daemon.config.stuck_policy, clock)
+        self._daemon = daemon
+        self._catalog = catalog
+        self._rescan_every = rescan_every
+        self._scanned = -rescan_every
+        self._from_files: dict[Path, SessionSummary] = {}
+        self._files_generation = 0
+        self.options: ModelOptions = daemon.config.model
+        self.max_line_bytes: int = daemon.config.max_line_bytes
+        self.copilot_home: Path = daemon.config.copilot_home
+
+    def stale(self) -> bool:
+        return self._catalog is not None and time.monotonic() - self._scanned >= self._rescan_every
+
+    def scan(self) -> None:
+        """Sum up from the files the sessions the reader does not know whole."""
+        if self._catalog is None:
+            return
+        partial = set(self._daemon.partial)
+        whole = {path: summary for path, summary in list(self._daemon.summaries.items()) if path not in partial}
+        try:
+            found = self._catalog.scan(known=whole, workers=1)
+        except SourceError:  # no session-state folder yet: /healthz says why, when it matters
+            found = []
+        from_files = {item.path: item.summary for item in found if item.summary is not None and item.path not in whole}
+        if from_files != self._from_files:
+            self._from_files = from_files
+            self._files_generation += 1
+        self._scanned = time.monotonic()
+
+    def _published(self) -> tuple[tuple[int, int], tuple[SessionView, ...]]:
+        generation = self._daemon.generation
+        return (generation, self._files_generation), self._daemon.views
+
+    def _summaries(self) -> list[tuple[Path, SessionSummary]]:
+        merged = dict(self._daemon.summaries)  # each entry is replaced whole by the reader
+        merged.update(self._from_files)
+        return list(merged.items())
+
+
+def summarise(path: Path, options: ModelOptions, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> SessionSummary:
+    """One log replayed to its end (nothing closed that its end leaves open), summed up."""
+    model = SessionModel(session_id_of(path), options, summaries=False, metrics=False)
+    drive(model, read_all(path, max_line_bytes=max_line_bytes, keep=READ_TYPES), Outputs(), source=str(path),
+          warn=lambda *a: None)
+    return model.summary()
+
+
+def history_view(path: Path, summary: SessionSummary) -> SessionView:
+    """How the daemon would see a replayed session: its lock files, and whether it died mid-turn."""
+    pids = tuple(lock_pids(path.parent))
+    expected = locks_expected(pids, parse_version(summary.cli_version))
+    state = IDLE if summary.ended else summary.state
+    abandoned_at = None
+    if state != IDLE and pids and not any(pid_alive(pid) for pid in pids):
+        abandoned_at = summary.last_event_ns / 1e9  # mid-turn, and its process is gone
+    if state != IDLE and not pids and expected and summary.last_event_ns:
+        abandoned_at = summary.last_event_ns / 1e9  # the lock went with the process
+    return SessionView(summary.session_id, state, summary.last_event_ns, pids, abandoned_at, expected,
+                       summary.waiting_on, summary.repository)
+
+
+class HistorySessions(_Boarded):
+    """Session logs replayed without a daemon; files that changed are replayed again when asked."""
+
+    def __init__(self, files: Callable[[], list[Path]], options: ModelOptions, *, policy: StuckPolicy,
+                 max_line_bytes: int = DEFAULT_MAX_LINE_BYTES, rescan_every: float = 2.0,
+                 clock: Callable[[], float] = time.time) -> None:
+        super().__init__(policy, clock)
+        self._files = files
+        self.options = options
+        self.max_line_bytes = max_line_bytes
+        self._rescan_every = rescan_every
+        self._clock = clock
+        self._known: dict[Path, tuple[tuple[int, int, int], SessionSummary]] = {}
+        self._generation = 0
+        self._scanned = -rescan_every
+        self._lock = threading.Lock()
+        self.views: tuple[SessionView, ...] = ()
+
+    def scan(self) -> None:
+        """Replay the logs that are new or changed since the last scan; forget deleted ones."""
+        with self._lock:
+            seen = set()
+            changed = False
+            for path in self._files():
+                seen.add(path)
+                try:
+                    st = path.stat()
+                except OSError:
+                    continue
+                stamp = (st.st_ino, st.st_size, st.st_mtime_ns)
+                known = self._known.get(path)
+                if known is None or known[0] != stamp:
+                    try:
+                        self._known[path] = (stamp, summarise(path, self.options, self.max_line_bytes))
+                    except UnreadableLog:
+                        continue  # unreadable now (it says why where it is read: replay, inspect, sessions)
+                    changed = True
+            for path in set(self._known) - seen:
+                del self._known[path]
+                changed = True
+            now = self._clock()
+            views = tuple(history_view(path, summary) for path, (_stamp, summary) in self._known.items()
+                          if now_live(summary, now))  # again each time: a process may have died since
+            if changed or views != self.views:
+                self.views = views
+                self._generation += 1  # after the views, as the daemon does
+            self._scanned = time.monotonic()
+
+    def stale(self) -> bool:
+        """True when a rescan is due (the web view runs it in a worker)."""
+        return time.monotonic() - self._scanned >= self._rescan_every
+
+    def _published(self) -> tuple[int, tuple[SessionView, ...]]:
+        generation = self._generation
+        return generation, self.views
+
+    def _summaries(self) -> list[tuple[Path, SessionSummary]]:
+        return [(path, summary) for path, (_stamp, summary) in list(self._known.items())]
+
+
+def now_live(summary: SessionSummary, now: float) -> bool:
+    """Could a replayed session still be live (not shut down, written to within the abandoned retention)?"""
+    return summary.ended is None and now - summary.last_event_ns / 1e9 < ABANDONED_RETENTION
+

@@ -1,0 +1,87 @@
+// Shared by both pages. Every value from a session log goes into the page as text
+// (textContent, or an attribute set through the DOM), never as markup.
+"use strict";
+
+const STATE_LABELS = {
+  stuck: "stuck", abandoned: "abandoned", waiting_user: "waiting for the user", working: "working",
+  waiting_tool: "waiting on a tool", idle: "idle", ended: "ended",
+};
+
+// el("td", {class: "num", title: "x"}, "text", otherNode): an element; strings become text nodes.
+function el(tag, attrs, ...children) {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(attrs || {})) {
+    if (value === null || value === undefined || value === false) continue;
+    if (key === "class") node.className = value;
+    else if (key === "dataset") Object.assign(node.dataset, value);
+    else node.setAttribute(key, String(value));
+  }
+  for (const child of children) {
+    if (child === null || child === undefined) continue;
+    node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+  return node;
+}
+
+// Server time minus ours, from the last message (the page may run on another machine).
+let clockSkew = 0;
+function serverNow() { return Date.now() + clockSkew; }
+function noteServerTime(ms) { if (typeof ms === "number") clockSkew = ms - Date.now(); }
+
+function fmtDuration(ms) {
+  if (!(ms >= 0)) return "";
+  if (ms < 1000) return `${Math.round(ms)} ms`;
+  const s = ms / 1000;
+  if (s < 60) return `${s.toFixed(s < 10 ? 1 : 0)} s`;
+  if (s < 3600) return `${Math.floor(s / 60)} min ${Math.floor(s % 60)} s`;
+  if (s < 86400) return `${Math.floor(s / 3600)} h ${Math.floor((s % 3600) / 60)} min`;
+  return `${Math.floor(s / 86400)} d ${Math.floor((s % 86400) / 3600)} h`;
+}
+
+function fmtAgo(ms) {
+  if (!ms) return "";
+  return `${fmtDuration(Math.max(0, serverNow() - ms))} ago`;
+}
+
+function fmtTime(ms) {
+  if (!ms) return "";
+  return new Date(ms).toLocaleString();
+}
+
+function fmtNumber(n) {
+  if (typeof n !== "number") return "";
+  if (n >= 1e6) return `${(n / 1e6).toFixed(1)}M`;
+  if (n >= 1e4) return `${(n / 1e3).toFixed(0)}k`;
+  return n.toLocaleString();
+}
+
+function badge(state) {
+  return el("span", {class: `badge state-${state}`}, STATE_LABELS[state] || state);
+}
+
+// Refresh every element that shows a time relative to now (data-ago, data-since).
+function tickRelativeTimes(root) {
+  for (const node of (root || document).querySelectorAll("[data-ago]")) {
+    node.textContent = fmtAgo(Number(node.dataset.ago));
+  }
+  for (const node of (root || document).querySelectorAll("[data-since]")) {
+    node.textContent = fmtDuration(serverNow() - Number(node.dataset.since));
+  }
+}
+
+// An EventSource on `url` that calls onData(parsed JSON) for each message and keeps #status true.
+function follow(url, onData) {
+  const status = document.getElementById("status");
+  const source = new EventSource(url);
+  source.onopen = () => { status.textContent = "live"; status.className = "status live"; };
+  source.onerror = () => {
+    status.textContent = source.readyState === EventSource.CLOSED ? "disconnected" : "reconnecting\u2026";
+    status.className = "status down";
+  };
+  source.onmessage = (event) => {
+    const data = JSON.parse(event.data);
+    noteServerTime(data.now_ms);
+    onData(data);
+  };
+  return source;
+}

@@ -1,0 +1,108 @@
+// The sessions page: every known session, live ones first, grouped by state; pushed by the server.
+"use strict";
+
+const query = new URLSearchParams(location.search);
+const filters = {
+  state: query.get("state") || "",
+  repository: query.get("repository") || "",
+  offset: Number(query.get("offset")) || 0,
+};
+let source = null;
+let lastPage = null;
+
+function queryString() {
+  const q = new URLSearchParams();
+  if (filters.state) q.set("state", filters.state);
+  if (filters.repository) q.set("repository", filters.repository);
+  if (filters.offset) q.set("offset", String(filters.offset));
+  return q.toString();
+}
+
+function connect() {
+  if (source) source.close();
+  const qs = queryString();
+  history.replaceState(null, "", qs ? `/?${qs}` : "/");
+  source = follow(`/api/sessions/stream${qs ? `?${qs}` : ""}`, render);
+}
+
+function fillSelect(select, entries, current, label) {
+  const options = [el("option", {value: ""}, label)];
+  for (const [value, count] of entries) {
+    if (!value) continue;  // sessions outside a repository: no filter of their own
+    options.push(el("option", {value, selected: value === current}, `${value || "(none)"} (${count})`));
+  }
+  if (current && !entries.some(([value]) => value === current)) {
+    options.push(el("option", {value: current, selected: true}, `${current} (0)`));
+  }
+  select.replaceChildren(...options);
+}
+
+function row(s) {
+  const link = el("a", {href: `/session/${encodeURIComponent(s.id)}`, title: s.id}, s.id.slice(0, 8));
+  const waiting = s.waiting_on
+    ? el("span", {}, s.waiting_on, " ", el("span", {class: "dim", dataset: {since: s.waiting_since_ms}}))
+    : "";
+  const last = el("td", {title: fmtTime(s.last_ms)}, el("span", {dataset: {ago: s.last_ms}}, fmtAgo(s.last_ms)));
+  const tr = el("tr", {class: `session state-${s.state}`, dataset: {id: s.id, state: s.state}},
+    el("td", {}, badge(s.state), s.stalled_s ? el("span", {class: "dim"}, ` ${fmtDuration(s.stalled_s * 1000)}`) : ""),
+    el("td", {class: "mono"}, link),
+    el("td", {}, s.repository || ""),
+    el("td", {class: "mono"}, s.branch || ""),
+    el("td", {}, s.model || ""),
+    last,
+    el("td", {class: "mono"}, waiting),
+    el("td", {class: "num"}, fmtNumber(s.turns)),
+    el("td", {class: "num", title: `${s.input_tokens} in, ${s.output_tokens} out`}, fmtNumber(s.tokens)),
+    el("td", {class: "num"}, s.premium_requests ? s.premium_requests : ""));
+  tr.addEventListener("click", (event) => {
+    if (event.target.tagName !== "A") location.href = link.href;
+  });
+  return tr;
+}
+
+function render(data) {
+  lastPage = data;
+  const states = Object.entries(data.states).filter(([, n]) => n > 0);
+  document.getElementById("counts").replaceChildren(
+    `${data.total} sessions: `, ...states.flatMap(([state, n]) => [badge(state), ` ${n} `]));
+  fillSelect(document.getElementById("state"), Object.entries(data.states).map(([k, n]) => [k, n])
+    .filter(([, n]) => n > 0), filters.state, "all states");
+  for (const option of document.getElementById("state").options) {
+    if (option.value) option.textContent = `${STATE_LABELS[option.value] || option.value} (${data.states[option.value] || 0})`;
+  }
+  fillSelect(document.getElementById("repository"), Object.entries(data.repositories), filters.repository,
+    "all repositories");
+  const rows = [];
+  let group = null;
+  for (const s of data.sessions) {
+    if (s.state !== group) {
+      group = s.state;
+      rows.push(el("tr", {class: "group", dataset: {group}}, el("th", {colspan: 10}, badge(group),
+        ` ${data.states[group] || 0}`)));
+    }
+    rows.push(row(s));
+  }
+  document.querySelector("#sessions tbody").replaceChildren(...rows);
+  document.getElementById("empty").hidden = data.sessions.length > 0;
+  const end = data.offset + data.sessions.length;
+  document.getElementById("range").textContent =
+    data.matching ? `${data.offset + 1}\u2013${end} of ${data.matching}` : "0 of 0";
+  document.getElementById("prev").disabled = data.offset <= 0;
+  document.getElementById("next").disabled = end >= data.matching;
+  tickRelativeTimes();
+}
+
+document.getElementById("state").addEventListener("change", (event) => {
+  filters.state = event.target.value; filters.offset = 0; connect();
+});
+document.getElementById("repository").addEventListener("change", (event) => {
+  filters.repository = event.target.value; filters.offset = 0; connect();
+});
+document.getElementById("prev").addEventListener("click", () => {
+  filters.offset = Math.max(0, filters.offset - (lastPage ? lastPage.limit : 100)); connect();
+});
+document.getElementById("next").addEventListener("click", () => {
+  filters.offset += lastPage ? lastPage.limit : 100; connect();
+});
+setInterval(() => tickRelativeTimes(), 1000);
+connect();

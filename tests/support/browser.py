@@ -1,0 +1,75 @@
+"""Debian's Chromium driven headless by Playwright, for the web view's tests (and its screenshots).
+
+Playwright cannot download a browser of its own here: it drives ``/usr/bin/chromium``, which
+scripts/test.sh installs from Debian's packages. Each run gets a fresh user-data-dir.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from tests.support.net import LOOPBACK
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+VIEWPORT = {"width": 1280, "height": 760}
+# Screenshots go to COPILOT_OTEL_SCREENSHOTS, else to one fresh temp dir per run (made on first use).
+_screenshots: list[Path] = []
+
+
+def screenshots_dir() -> Path:
+    """Where this run's screenshots go."""
+    if not _screenshots:
+        chosen = os.environ.get("COPILOT_OTEL_SCREENSHOTS")
+        _screenshots.append(Path(chosen) if chosen else Path(tempfile.mkdtemp(prefix="copilot-otel-screens-")))
+    return _screenshots[0]
+
+
+class Browser:
+    """One headless Chromium with a fresh profile; ``page()`` opens a tab that records script errors."""
+
+    def __init__(self) -> None:
+        from playwright.sync_api import sync_playwright
+
+        self._profile = tempfile.TemporaryDirectory(prefix="copilot-otel-chromium-")
+        self._playwright = sync_playwright().start()
+        try:
+            self.context = self._playwright.chromium.launch_persistent_context(
+                self._profile.name, executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS,
+                viewport=VIEWPORT)
+        except BaseException:
+            self._playwright.stop()
+            self._profile.cleanup()
+            raise
+        self.context.set_default_timeout(15_000)
+
+    def page(self):
+        """A new tab; its uncaught script errors land in ``page.errors`` (tests assert there are none)."""
+        page = self.context.new_page()
+        page.errors = []
+        page.on("pageerror", lambda error: page.errors.append(str(error)))
+        return page
+
+    def close(self) -> None:
+        try:
+            self.context.close()
+        finally:
+            self._playwright.stop()
+            self._profile.cleanup()
+
+
+def view_url(port: int, path: str = "/") -> str:
+    return f"http://{LOOPBACK}:{port}{path}"
+
+
+def screenshot(page, name: str) -> Path:
+    """Save the page as <screenshots_dir()>/<name>.png and return the path."""
+    folder = screenshots_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.png"
+    # Bytes, written here: with ``path=`` Playwright writes through a thread pool of its own.
+    path.write_bytes(page.screenshot())
+    return path

@@ -1,0 +1,198 @@
+"""The sessions at a glance (overview.py): states named by the daemon's rule, live first, filters, pages."""
+
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from copilot_otel.config import ModelOptions
+from copilot_otel.liveness import StuckPolicy
+from copilot_otel.overview import ENDED, STATE_ORDER, HistorySessions, make_board, page
+from copilot_otel.vocab import ABANDONED, IDLE, STUCK, WAITING_TOOL, WAITING_USER, WORKING
+from tests.support.events import BASE_TIME, SessionLog
+from tests.support.files import new_session
+
+STUCK_AFTER = 60.0
+NOW = (BASE_TIME + timedelta(minutes=10)).timestamp()  # the clock the sources are given
+
+
+def write(home: Path, log: SessionLog, *, held: bool = True) -> Path:
+    """The log in its session folder, held by this process's lock file unless ``held`` is False."""
+    if held:
+        path = new_session(home, log.session_id)
+    else:
+        path = home / "session-state" / log.session_id / "events.jsonl"
+        path.parent.mkdir(parents=True)
+    path.write_bytes(log.jsonl())
+    return path
+
+
+def started(name: str, minutes_ago: float, repository: str | None = None) -> SessionLog:
+    """A session that started ``minutes_ago`` before NOW, in ``repository`` if given."""
+    log = SessionLog(name, start=BASE_TIME + timedelta(minutes=10 - minutes_ago))
+    if repository:
+        log.start(repository=repository, branch=f"topic/{name}", gitRoot="/work")
+    else:
+        log.start()
+    return log
+
+
+@pytest.fixture
+def home(tmp_path) -> Path:
+    """A COPILOT_HOME with one session in each state the page groups by."""
+    home = tmp_path / "home"
+    working = started("working", 0.5, "octo/app")
+    working.user()
+    working.turn_start()
+    write(home, working)
+    tool = started("tool", 0.5, "octo/app")
+    tool.user()
+    tool.turn_start()
+    tool.usage()
+    tool.message(tools=["bash"])
+    tool.tool_start("bash", "call-1")
+    write(home, tool)
+    asking = started("asking", 3)
+    asking.user()
+    asking.turn_start()
+    asking.permission_requested()
+    write(home, asking)
+    idle = started("idle", 5, "octo/lib")
+    idle.user()
+    idle.turn_start()
+    idle.answer()
+    write(home, idle)
+    stuck = started("stuck", 5, "octo/lib")
+    stuck.user()
+    stuck.turn_start()
+    stuck.usage()
+    stuck.message(tools=["bash"])
+    stuck.tool_start("bash", "call-2")
+    write(home, stuck)
+    crashed = started("crashed", 2)
+    crashed.user()
+    crashed.turn_start()
+    write(home, crashed, held=False)  # mid-turn, and the lock went with its process
+    done = started("done", 9)
+    done.user()
+    done.turn_start()
+    done.answer()
+    done.shutdown()
+    write(home, done, held=False)
+    return home
+
+
+def source(home: Path) -> HistorySessions:
+    files = lambda: sorted((home / "session-state").glob("*/events.jsonl"))  # noqa: E731
+    history = HistorySessions(files, ModelOptions(), policy=StuckPolicy(STUCK_AFTER, STUCK_AFTER), clock=lambda: NOW)
+    history.scan()
+    return history
+
+
+def test_each_session_gets_the_state_the_daemon_would_give_it(home):
+    """Live sessions by their model's state, stuck past --stuck-after, abandoned when the process died
+    mid-turn, ended when shut down."""
+    board = source(home).board()
+    assert {row.summary.session_id: row.state for row in board.rows} == {
+        "working": WORKING, "tool": WAITING_TOOL, "asking": WAITING_USER, "idle": IDLE, "stuck": STUCK,
+        "crashed": ABANDONED, "done": ENDED}
+    stuck = board.by_id["stuck"]
+    assert stuck.stalled_s == pytest.approx(NOW - stuck.summary.last_event_ns / 1e9)
+
+
+def test_live_sessions_come_first_grouped_by_state_then_newest_first(home, tmp_path):
+    """Rows are grouped in the page's state order (attention first, ended last), newest activity first within."""
+    for name, minutes_ago in (("idle-older", 8), ("idle-newer", 1)):
+        more = started(name, minutes_ago)
+        more.user()
+        more.turn_start()
+        more.answer()
+        write(home, more)
+    rows = source(home).board().rows
+    states = [row.state for row in rows]
+    assert states == sorted(states, key=STATE_ORDER.index)
+    assert states[0] == STUCK and states[-1] == ENDED
+    idle = [row.summary.session_id for row in rows if row.state == IDLE]
+    assert idle == ["idle-newer", "idle", "idle-older"]
+
+
+def test_a_page_filters_by_state_and_repository_and_counts_everything(home):
+    """The counts cover every session whatever the filter; the rows only those that match."""
+    board = source(home).board()
+    everything = page(board)
+    assert everything["total"] == everything["matching"] == 7
+    assert everything["states"] == {STUCK: 1, ABANDONED: 1, WAITING_USER: 1, WORKING: 1, WAITING_TOOL: 1,
+                                    IDLE: 1, ENDED: 1}
+    assert everything["repositories"] == {"": 3, "octo/app": 2, "octo/lib": 2}
+    lib = page(board, repository="octo/lib")
+    assert [s["id"] for s in lib["sessions"]] == ["stuck", "idle"] and lib["total"] == 7
+    assert lib["sessions"][0]["branch"] == "topic/stuck"
+    assert [s["id"] for s in page(board, state=WAITING_TOOL)["sessions"]] == ["tool"]
+    assert page(board, state=WAITING_TOOL, repository="octo/lib")["sessions"] == []
+
+
+def test_pages_cut_the_sorted_rows(home):
+    """offset and limit walk the same order as the board, and stay inside it."""
+    board = source(home).board()
+    ids = [row.summary.session_id for row in board.rows]
+    walked = [s["id"] for offset in range(0, 7, 3) for s in page(board, offset=offset, limit=3)["sessions"]]
+    assert walked == ids
+    assert page(board, offset=99)["sessions"] == [] and page(board, offset=99)["offset"] == 7
+
+
+def test_a_row_holds_what_the_sessions_page_shows(home):
+    """State, repository, model, activity, what it waits on, turns, tokens: from the session's summary."""
+    row = next(s for s in page(source(home).board())["sessions"] if s["id"] == "tool")
+    assert row["state"] == WAITING_TOOL and row["waiting_on"] == "bash" and row["turns"] == 1
+    assert row["tokens"] == row["input_tokens"] + row["output_tokens"] > 0
+    assert row["model"] == "test-model" and row["repository"] == "octo/app"
+    assert row["last_ms"] >= row["waiting_since_ms"] > 0
+
+
+def test_a_rescan_sees_new_grown_and_deleted_logs_and_says_so_by_its_key(home):
+    """The change key moves when a log appears, grows or goes, and stays put when nothing changed."""
+    history = source(home)
+    key = history.change_key()
+    history.scan()
+    assert history.change_key() == key
+    log = started("new", 1)
+    log.user()
+    path = write(home, log)
+    history.scan()
+    assert history.change_key() != key and "new" in history.board().by_id
+    key = history.change_key()
+    log.turn_start()
+    path.write_bytes(log.jsonl())
+    history.scan()
+    assert history.change_key() != key and history.board().by_id["new"].state == WORKING
+    key = history.change_key()
+    os.unlink(path)
+    history.scan()
+    assert history.change_key() != key and "new" not in history.board().by_id
+
+
+def test_a_board_rebuilt_from_the_previous_one_is_the_board_built_afresh(home):
+    """Reusing the previous board's rows, order and counts gives what sorting and counting anew gives,
+    after sessions changed state, appeared and went away."""
+    history = source(home)
+    before = history.board()
+    log = started("later", 0.1, "octo/app")
+    log.user()
+    log.turn_start()
+    path = write(home, log)
+    os.unlink(home / "session-state" / "done" / "events.jsonl")
+    history.scan()
+    after = history.board()
+    entries = [(row.path, row.summary, row.state, row.stalled_s) for row in after.rows]
+    fresh = make_board(after.key, reversed(entries))
+    assert (after.rows, after.states, after.repositories) == (fresh.rows, fresh.states, fresh.repositories)
+    assert "done" not in after.by_id and after.by_id["later"].state == WORKING and before.rows != after.rows
+    log.turn_end()
+    path.write_bytes(log.jsonl())
+    history.scan()
+    again = history.board()
+    fresh = make_board(again.key, [(r.path, r.summary, r.state, r.stalled_s) for r in again.rows])
+    assert (again.rows, again.states, again.repositories) == (fresh.rows, fresh.states, fresh.repositories)
