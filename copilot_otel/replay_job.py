@@ -6,9 +6,12 @@ one summary line, and the sessions not delivered when it gives up.
 from __future__ import annotations
 
 import logging
+import sys
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterator
 
 import click
 
@@ -59,16 +62,30 @@ class _Quiet:
         pass
 
 
-def _progress(interactive: bool):
-    """Sessions, spans, their rate, the time left and the time taken, on a terminal."""
+@contextmanager
+def _progress(interactive: bool) -> Iterator:
+    """Sessions, spans, their rate, the time left and the time taken, on a terminal; log lines meanwhile
+    print above the bar (rich's stderr, not the one logging was set up with)."""
     if not interactive:
-        return _Quiet()
+        yield _Quiet()
+        return
+    from rich.console import Console
     from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
                                TimeRemainingColumn)
 
-    return Progress(TextColumn("{task.description}"), BarColumn(bar_width=None), MofNCompleteColumn(),
-                    TextColumn("sessions  {task.fields[spans]} spans  {task.fields[rate]}/s"),
-                    TimeRemainingColumn(), TimeElapsedColumn(), transient=True)
+    with Progress(TextColumn("{task.description}"), BarColumn(bar_width=None), MofNCompleteColumn(),
+                  TextColumn("sessions  {task.fields[spans]} spans  {task.fields[rate]}/s"),
+                  TimeRemainingColumn(), TimeElapsedColumn(), console=Console(file=sys.stderr),
+                  transient=True) as progress:
+        handlers = [h for h in logging.getLogger().handlers
+                    if type(h) is logging.StreamHandler and h.stream is progress.console.file]
+        for handler in handlers:
+            handler.setStream(sys.stderr)  # rich's proxy while the bar is drawn
+        try:
+            yield progress
+        finally:
+            for handler in handlers:
+                handler.setStream(progress.console.file)
 
 
 def replay_logs(files: list[Path], sink: SpanSink, config: Config, *, workers: int | None = None, rate: float = 0.0,
@@ -101,7 +118,7 @@ def replay_logs(files: list[Path], sink: SpanSink, config: Config, *, workers: i
                        spans=delivery.spans, rate=f"{delivery.spans / elapsed:.0f}")
 
         def waiting(_reason: str, seconds: float) -> None:
-            bar.update(task, description=f"backend refuses; retry in {seconds:.0f} s")
+            bar.update(task, description=f"refused, retry {seconds:.0f}s")
 
         delivery = Delivery(ledger=ledger, identities=identities, sent={str(p): s for p, s in todo}, rate=rate,
                             give_up_after=give_up_after, on_delivered=delivered, on_waiting=waiting)

@@ -171,6 +171,6 @@ def test_a_terminal_gets_a_progress_bar_and_a_pipe_one_summary_line(corpus_home,
     assert "exported" in plain
     lines = [line for line in piped.stderr.decode().splitlines() if line.strip()]
     assert piped.returncode == 0 and len(lines) == 1 and lines[0].startswith("copilot-otel: exported"), lines
-    bars = [line for line in re.split(r"[\r\n]", plain) if line.startswith(("replaying", "backend refuses"))]
+    bars = [line for line in re.split(r"[\r\n]", plain) if line.startswith(("replaying", "refused, retry"))]
     assert bars and all(len(line) <= 80 for line in bars), bars
     assert "\x1b" not in lines[0]

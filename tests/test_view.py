@@ -55,7 +55,7 @@ def daemon(tmp_path_factory):
     root = tmp_path_factory.mktemp("view")
     (root / "home" / "session-state").mkdir(parents=True)
     process = DaemonProcess(root / "home", root / "state", traces_file=root / "traces.jsonl",
-                            args=FAST + ("--stuck-after", "2", "--trace-url", TRACE_URL))
+                            args=FAST + ("--stuck-after", "2", "--stuck-after-tool", "2", "--trace-url", TRACE_URL))
     with process:
         yield process
 
@@ -80,7 +80,7 @@ def test_a_live_cli_session_appears_and_changes_state_without_a_reload(daemon, b
 
 
 def test_a_stuck_session_shows_as_stuck_and_its_tool_is_highlighted(daemon, browser, cli, provider, tmp_path):
-    """A tool that sleeps past --stuck-after makes its session stuck on the sessions page; its page
+    """A tool that sleeps past --stuck-after-tool makes its session stuck on the sessions page; its page
     highlights the sleeping bash call with how long it has waited, growing without a new event."""
     page = browser.page()
     page.goto(view_url(daemon.port))
