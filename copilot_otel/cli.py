@@ -200,7 +200,7 @@ def _replay_metrics(stats, config: Config, metrics_file: Path | None) -> bool:
 def inspect(session, log_level, **options) -> None:
     """Print one session (an id, a session folder or an events.jsonl) as a tree."""
     from .liveness import session_alive
-    from .replay import SourceError, find_event_files, session_id_of
+    from .sources import SourceError, find_event_files, session_id_of
     from .tree import inspect_session
 
     _setup_logging(log_level)
