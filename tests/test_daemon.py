@@ -170,7 +170,7 @@ def test_kill9_in_a_busy_stream(cli_corpus, tmp_path):
 @pytest.mark.parametrize("keep", ["nothing", "half"])
 def test_truncate_then_write(cli_corpus, tmp_path, keep):
     """A truncated file (to nothing, or to its first half: the same first bytes) is read again
-    from the start: both generations are exported."""
+    from the start: both generations are exported, the second with ids of its own."""
     home, traces = tmp_path / "home", tmp_path / "traces.jsonl"
     path = new_session(home, "truncated")
     first, second = cli_corpus["plain"].events_path, cli_corpus["failing_tool"].events_path
@@ -183,11 +183,11 @@ def test_truncate_then_write(cli_corpus, tmp_path, keep):
             handle.truncate(0 if keep == "nothing" else len(b"".join(lines[:len(lines) // 2])))
         time.sleep(0.3)
         append(path, second.read_bytes())
-        wait_for_keys(traces, sorted(before | set(expected_keys([path]))))
+        wait_for_keys(traces, sorted(before | set(expected_keys([path], generation=1))))
 
 
 def test_file_replaced_by_a_new_one(cli_corpus, tmp_path):
-    """A new file (new inode) under the same name is read from its start."""
+    """A new file (new inode) under the same name is read from its start, as a new generation."""
     home, traces = tmp_path / "home", tmp_path / "traces.jsonl"
     path = new_session(home, "replaced")
     with DaemonProcess(home, tmp_path / "state", traces_file=traces, args=FAST):
@@ -197,7 +197,7 @@ def test_file_replaced_by_a_new_one(cli_corpus, tmp_path):
         fresh = path.with_name("events.jsonl.new")
         fresh.write_bytes(cli_corpus["autopilot"].events_path.read_bytes())
         os.replace(fresh, path)
-        wait_for_keys(traces, sorted(before | set(expected_keys([path]))))
+        wait_for_keys(traces, sorted(before | set(expected_keys([path], generation=1))))
 
 
 def test_deleted_empty_blank_and_crlf(cli_corpus, tmp_path):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from copilot_otel.records import salted
 from copilot_otel.replay import replay_files
 from copilot_otel.sinks import MemorySink
 from tests.support.daemon import complete_lines_spans
@@ -27,11 +28,12 @@ def record_key(record) -> tuple:
             json.dumps(dict(record.attributes), sort_keys=True, default=str))
 
 
-def expected_keys(paths) -> list:
-    """The keys of every span an in-process replay of these logs exports, sorted."""
+def expected_keys(paths, *, generation: int = 0) -> list:
+    """The keys of every span an in-process replay of these logs exports, sorted; with ``generation``,
+    as the daemon exports them once the files were truncated or replaced that many times."""
     sink = MemorySink()
     replay_files([Path(p) for p in paths], sink)
-    return sorted(record_key(r) for r in sink.records)
+    return sorted(record_key(salted(r, generation)) for r in sink.records)
 
 
 def spans_now(traces: Path) -> list:
