@@ -114,7 +114,12 @@ class Discoverer:
             self._next_rescan = started + max(interval, self._scan_seconds * RESCAN_BUDGET)
 
     def _rescan(self) -> None:
-        if not self.root.is_dir():
+        try:
+            present = self.root.is_dir()
+        except OSError as exc:  # COPILOT_HOME lost its search bit, say: said once, retried
+            self._reported.report(self.root, f"cannot look at {self.root}: {exc.strerror or exc}; will retry")
+            return
+        if not present:
             if not self._warned_missing:
                 log.warning("%s does not exist yet; waiting for the Copilot CLI to create it", self.root)
                 self._warned_missing = True
