@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from contextlib import contextmanager
 from pathlib import Path
@@ -15,7 +16,9 @@ from .config import (
     DEFAULT_CONTENT_MAX_CHARS,
     DEFAULT_IDLE_QUIET,
     DEFAULT_MAX_BUFFERED_SPANS,
+    DEFAULT_MAX_LABEL_VALUES,
     DEFAULT_MAX_LINE_BYTES,
+    DEFAULT_MAX_REQUEST_BYTES,
     DEFAULT_METRICS_ADDRESS,
     DEFAULT_RESCAN_INTERVAL,
     DEFAULT_STUCK_AFTER,
@@ -23,6 +26,7 @@ from .config import (
     ENV_COPILOT_HOME,
     MIN_IDLE_QUIET,
     MIN_MAX_LINE_BYTES,
+    MIN_MAX_REQUEST_BYTES,
     Config,
     ConfigError,
     env_flag,
@@ -59,6 +63,10 @@ def common_options(func):
                     help="Write traces as OTLP JSON lines to this file instead of OTLP."),
             _option("max-line-bytes", type=click.IntRange(min=MIN_MAX_LINE_BYTES), default=DEFAULT_MAX_LINE_BYTES,
                     help="Lines longer than this are counted and skipped."),
+            _option("max-request-bytes", type=click.IntRange(min=MIN_MAX_REQUEST_BYTES),
+                    default=DEFAULT_MAX_REQUEST_BYTES,
+                    help="Largest trace export request (encoded); larger batches are split. A backend's own "
+                         "limit (the Collector's: 4 MiB) is also honoured when it answers 413 or RESOURCE_EXHAUSTED."),
             _option("content-max-chars", type=click.IntRange(min=1), default=DEFAULT_CONTENT_MAX_CHARS,
                     help="With OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true, truncate each "
                          "captured prompt, argument or result to this many characters."),
@@ -108,12 +116,41 @@ def _progress(interactive: bool, total: int) -> Iterator[Callable[[Path], None]]
         yield lambda _path: progress.advance(task)
 
 
+def _check_writable_file(flag: str, path: Path) -> None:
+    """A file we will write at the end must be writable now: fail before the work, not after it."""
+    if path.is_dir():
+        raise ConfigError(f"{flag} {path}: is a folder; give the path of a file")
+    folder = path.parent
+    if not folder.is_dir():
+        raise ConfigError(f"{flag} {path}: the folder {folder} does not exist")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise ConfigError(f"{flag} {path}: cannot write in {folder}")
+
+
 def _fail(message: str, code: int = EXIT_USAGE) -> None:
     click.echo(f"copilot-otel: {message}", err=True)
     sys.exit(code)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Commands(click.Group):
+    """The command group: a usage error (unknown flag, bad value) is one line on stderr, exit 2."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        try:
+            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except click.UsageError as exc:
+            where = exc.ctx.command_path if exc.ctx is not None else "copilot-otel"
+            _fail(f"{exc.format_message()} (see '{where} --help')")
+        except click.ClickException as exc:
+            _fail(exc.format_message(), exc.exit_code)
+        except click.Abort:
+            _fail("aborted", 1)
+        if not standalone_mode:
+            return code
+        sys.exit(code if isinstance(code, int) else 0)
+
+
+@click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="copilot-otel")
 def main() -> None:
     """Turn GitHub Copilot CLI session events into OpenTelemetry traces and Prometheus metrics."""
@@ -130,20 +167,29 @@ def main() -> None:
 @_repository_option
 def replay(paths, log_level, metrics_file, workers, **options) -> None:
     """Export the traces of session folders, events.jsonl files, a COPILOT_HOME, or - (stdin)."""
+    from .deadletter import FILE_NAME as DEAD_LETTER_FILE
+    from .deadletter import DeadLetter
     from .replay import SourceError, replay_files, replay_stream, resolve
-    from .sinks import ExportError, make_sink
+    from .sinks import ExportError, build_resource, make_sink
     from .workers import WorkerError
 
     _setup_logging(log_level)
     from_stdin = [str(p) for p in paths] == ["-"]
     try:
         config = build_config(**options)
+        if metrics_file is not None:
+            _check_writable_file("--metrics-file", metrics_file)
         files = [] if from_stdin else resolve(paths)
-        sink = make_sink(traces_file=config.traces_file, otlp=config.otlp, default_file=config.default_traces_file)
+        sink = make_sink(traces_file=config.traces_file, otlp=config.otlp, default_file=config.default_traces_file,
+                         max_request_bytes=config.max_request_bytes)
     except (ConfigError, SourceError) as exc:
         _fail(str(exc))
         return
-    model_options = {"options": config.model, "max_line_bytes": config.max_line_bytes}
+    from .otlp_json import OtlpJsonEncoder
+
+    dead_letter = DeadLetter(config.state_dir / DEAD_LETTER_FILE, OtlpJsonEncoder(build_resource().attributes))
+    model_options = {"options": config.model, "max_line_bytes": config.max_line_bytes, "refused": dead_letter.add,
+                     "retry_for": config.otlp.timeout if config.otlp.endpoint else 0.0}
     interactive = sys.stderr.isatty()
     try:
         if from_stdin:
@@ -152,19 +198,28 @@ def replay(paths, log_level, metrics_file, workers, **options) -> None:
             with _progress(interactive, len(files)) as advance:
                 stats = replay_files(files, sink, on_file=advance, workers=workers or None,
                                      keep_metrics=metrics_file is not None or config.metrics_otlp is not None,
-                                     **model_options)
+                                     max_request_bytes=config.max_request_bytes, **model_options)
         sink.shutdown()
     except (ExportError, WorkerError) as exc:
         _fail(f"export failed: {exc}", EXIT_EXPORT_FAILED)
         return
+    except OSError as exc:  # the dead-letter file could not be written
+        _fail(f"export failed: cannot keep refused spans in {dead_letter.path}: {exc.strerror or exc}",
+              EXIT_EXPORT_FAILED)
+        return
+    finally:
+        dead_letter.close()
     if (metrics_file is not None or config.metrics_otlp is not None) and not _replay_metrics(stats, config,
                                                                                                metrics_file):
         _fail("export failed: the OTLP metrics endpoint did not accept the metrics", EXIT_EXPORT_FAILED)
         return
     rejected = sum(stats.rejected.values())
-    click.echo(f"copilot-otel: exported {stats.spans} spans from {stats.files} session(s), "
+    click.echo(f"copilot-otel: exported {stats.spans - stats.refused} spans from {stats.files} session(s), "
                f"{stats.events} events" + (f", {rejected} malformed line(s) skipped" if rejected else "")
                + f" -> {sink.description}", err=True)
+    if stats.refused:
+        _fail(f"export failed: the trace backend refused {stats.refused} span(s) for good; they are kept in "
+              f"{dead_letter.path} (last reason: {dead_letter.last_reason})", EXIT_EXPORT_FAILED)
 
 
 def _replay_metrics(stats, config: Config, metrics_file: Path | None) -> bool:
@@ -244,9 +299,11 @@ def inspect(session, log_level, **options) -> None:
 @_option("max-buffered-spans", type=click.IntRange(min=1), default=DEFAULT_MAX_BUFFERED_SPANS, show_default=True,
          help="Spans held while the trace backend is down; past this, reading pauses (nothing is dropped).")
 @_option("trace-url", default=None, help=TRACE_URL_HELP)
+@_option("max-label-values", type=click.IntRange(min=1), default=DEFAULT_MAX_LABEL_VALUES, show_default=True,
+         help="Distinct values a metric label (tool, model, agent, repository) may take; the rest count as 'other'.")
 @_repository_option
 def run(log_level, metrics_address, stuck_after, poll, rescan_interval, from_end, idle_quiet, max_buffered_spans,
-        trace_url, **options) -> None:
+        trace_url, max_label_values, **options) -> None:
     """The daemon: follow every session under COPILOT_HOME, export spans, serve /metrics and the web view."""
     from .daemon import run_daemon
 
@@ -255,7 +312,8 @@ def run(log_level, metrics_address, stuck_after, poll, rescan_interval, from_end
     try:
         config = build_config(metrics_address=metrics_address, stuck_after=stuck_after, poll=poll,
                               rescan_interval=rescan_interval, from_start=not from_end, idle_quiet=idle_quiet,
-                              max_buffered_spans=max_buffered_spans, trace_url=trace_url, **options)
+                              max_buffered_spans=max_buffered_spans, trace_url=trace_url,
+                              max_label_values=max_label_values, **options)
     except ConfigError as exc:
         _fail(str(exc))
         return

@@ -1,4 +1,11 @@
-"""One-shot export: session logs (shared by worker processes when there are many), or a stream."""
+"""One-shot export: session logs (shared by worker processes when there are many), or a stream.
+
+Each log is read a few megabytes at a time and its spans leave in batches as they are made, so
+memory does not grow with the size of a log. Work is cut into shards (at most SHARD_FILES files
+or SHARD_BYTES of logs); a request never holds spans of two shards, so the output is the same
+whatever the number of workers. A worker returns a whole shard's output: a file larger than a
+shard is streamed by the parent instead, in its turn.
+"""
 
 from __future__ import annotations
 
@@ -7,20 +14,21 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import orjson
 
-from .config import DEFAULT_MAX_LINE_BYTES, ModelOptions
+from .config import DEFAULT_MAX_LINE_BYTES, DEFAULT_MAX_REQUEST_BYTES, ModelOptions
 from .decode import decode_line
 from .events import DecodeError, Event
+from .export import deliver
 from .otlp_json import OtlpJsonEncoder
 from .pipeline import Outputs, drive, finish
 from .records import MetricUpdate, SpanRecord
 from .sessions import READ_TYPES, SessionModel
-from .sinks import FileSink, SpanSink
+from .sinks import ExportError, FileSink, SpanSink
 from .sources import EVENTS_FILE, SESSION_STATE, SourceError, find_event_files, resolve, session_id_of
-from .tail import FUTURE_TOLERANCE_S, read_all
+from .tail import FUTURE_TOLERANCE_S, FileTail
 from .workers import MAX_WORKERS, WorkerPool, available_cpus
 
 log = logging.getLogger(__name__)
@@ -32,6 +40,8 @@ BATCH = 512
 # Files per unit of work, in one process or spread over several; a request never holds spans of
 # two shards, so the output is the same whatever the number of workers.
 SHARD_FILES = 64
+SHARD_BYTES = 32 << 20  # nor more than this much of logs (a larger file is a shard of its own)
+READ_BYTES = 4 << 20  # what is read of a log at a time
 PARALLEL_MIN_FILES = 2 * SHARD_FILES  # fewer files replay in this process: starting workers costs more
 
 
@@ -42,6 +52,7 @@ class ReplayStats:
     files: int = 0
     events: int = 0
     spans: int = 0
+    refused: int = 0  # spans the backend refused for good (kept in the dead-letter file, if any)
     rejected: Counter = field(default_factory=Counter)
     out_of_order: Counter = field(default_factory=Counter)
     metrics: list[MetricUpdate] | None = field(default_factory=list)  # None: the model makes none
@@ -51,6 +62,7 @@ class ReplayStats:
         self.files += other.files
         self.events += other.events
         self.spans += other.spans
+        self.refused += other.refused
         self.rejected.update(other.rejected)
         self.out_of_order.update(other.out_of_order)
         if self.metrics is not None and other.metrics:
@@ -76,18 +88,23 @@ def replay_session(session_id: str, items: list[Event | DecodeError], stats: Rep
 
 @dataclass
 class ShardResult:
-    """One shard's figures and spans: batches of records, or those batches encoded as request lines."""
+    """One shard's figures and spans: batches of records, or those batches encoded as request lines.
+
+    ``in_parent``: the worker left this shard (one large file) for the parent to stream.
+    """
 
     stats: ReplayStats
     batches: list[list[SpanRecord]]
     encoded: bytes = b""
+    in_parent: bool = False
 
-    def export(self, sink: SpanSink) -> None:
-        """Hand the spans to the sink (raises ExportError)."""
-        if self.encoded:
-            sink.write_encoded(self.encoded)
-        for batch in self.batches:
-            sink.export(batch)
+
+@dataclass(frozen=True)
+class Shard:
+    """Files replayed together; ``in_parent``: one file too large to hand back from a worker whole."""
+
+    files: list[Path]
+    in_parent: bool = False
 
 
 @dataclass(frozen=True)
@@ -98,22 +115,125 @@ class ShardJob:
     max_line_bytes: int
     encoder: OtlpJsonEncoder | None  # None: the spans stay records, for a sink that encodes them itself
     keep_metrics: bool
+    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
 
-    def __call__(self, files: list[Path], on_file: Callable[[Path], None] | None = None) -> ShardResult:
-        """Decode and model each file; the spans in batches of at most BATCH, encoded if asked."""
+    def __call__(self, shard: Shard) -> ShardResult:
+        """In a worker: decode and model each file; the spans in batches, encoded if asked."""
         stats = ReplayStats(metrics=[] if self.keep_metrics else None)
-        spans: list[SpanRecord] = []
+        if shard.in_parent:
+            return ShardResult(stats, [], in_parent=True)
+        batches = list(self.batches(shard.files, stats))
+        if self.encoder is not None:
+            lines = [line for batch in batches for line in self.encoder.encode_within(batch, self.max_request_bytes)]
+            return ShardResult(stats, [], b"".join(lines))
+        return ShardResult(stats, batches)
+
+    def batches(self, files: list[Path], stats: ReplayStats,
+                on_file: Callable[[Path], None] | None = None) -> Iterator[list[SpanRecord]]:
+        """The shard's spans in batches of BATCH (the last may be shorter), as they are made."""
+        pending: list[SpanRecord] = []
         for path in files:
-            items = read_all(path, max_line_bytes=self.max_line_bytes, keep=READ_TYPES)
-            spans.extend(replay_session(session_id_of(path), items, stats, source=str(path), options=self.options))
+            for spans in self._file_spans(path, stats):
+                pending.extend(spans)
+                while len(pending) >= BATCH:
+                    batch, pending = pending[:BATCH], pending[BATCH:]
+                    stats.spans += len(batch)
+                    yield batch
             stats.files += 1
             if on_file is not None:
                 on_file(path)
-        stats.spans = len(spans)
-        batches = [spans[i:i + BATCH] for i in range(0, len(spans), BATCH)]
-        if self.encoder is not None:
-            return ShardResult(stats, [], b"".join(self.encoder.encode(batch) for batch in batches))
-        return ShardResult(stats, batches)
+        if pending:
+            stats.spans += len(pending)
+            yield pending
+
+    def _file_spans(self, path: Path, stats: ReplayStats) -> Iterator[list[SpanRecord]]:
+        """One log's spans, a read at a time; what is open at its end closed as incomplete."""
+        model = SessionModel(session_id_of(path), self.options, metrics=stats.metrics is not None)
+        tail = FileTail(path, max_line_bytes=self.max_line_bytes, keep=READ_TYPES)
+        while True:
+            result = tail.read(max_bytes=READ_BYTES)
+            if result.error:
+                log.warning("cannot read %s: %s", path, result.error)
+            out = drive(model, result.items, Outputs(), source=str(path))
+            stats.fold(out)
+            yield out.spans
+            if not result.more:
+                break
+        out = finish(model, Outputs())
+        stats.fold(out)
+        yield out.spans
+
+
+def plan_shards(files: list[Path], shard_files: int = SHARD_FILES, shard_bytes: int = SHARD_BYTES) -> list[Shard]:
+    """Cut the files, in order, into shards of at most ``shard_files`` files and ``shard_bytes`` bytes."""
+    shards: list[Shard] = []
+    current: list[Path] = []
+    size = 0
+    for path in files:
+        try:
+            length = path.stat().st_size
+        except OSError:
+            length = 0
+        if length > shard_bytes:
+            if current:
+                shards.append(Shard(current))
+                current, size = [], 0
+            shards.append(Shard([path], in_parent=True))
+            continue
+        if current and (len(current) >= shard_files or size + length > shard_bytes):
+            shards.append(Shard(current))
+            current, size = [], 0
+        current.append(path)
+        size += length
+    if current:
+        shards.append(Shard(current))
+    return shards
+
+
+class _Exporter:
+    """The parent's side of a replay: hands batches to the sink, sets refused spans aside, and retries
+    a failing request for up to ``retry_for`` seconds (as the OTel SDK's exporters do) before giving up."""
+
+    def __init__(self, sink: SpanSink, refused: Callable[[list[SpanRecord], str], None] | None,
+                 retry_for: float = 0.0) -> None:
+        self.sink = sink
+        self.refused = refused
+        self.retry_for = retry_for
+
+    def export(self, batch: list[SpanRecord], stats: ReplayStats) -> None:
+        """Deliver one batch (raises ExportError once retrying for ``retry_for`` seconds did not help)."""
+        failing_since: float | None = None
+        backoff = 0.25
+
+        def reject(spans: list[SpanRecord], reason: str) -> bool:
+            if self.refused is None:
+                raise ExportError(f"{len(spans)} span(s) refused: {reason}")
+            self.refused(spans, reason)
+            stats.refused += len(spans)
+            return True
+
+        def progress(_part: list[SpanRecord], error: Exception | None) -> bool:
+            nonlocal failing_since, backoff
+            if error is None:
+                failing_since = None
+                return True
+            now = time.monotonic()
+            failing_since = now if failing_since is None else failing_since
+            if not isinstance(error, ExportError) or now - failing_since + backoff > self.retry_for:
+                raise error
+            log.warning("%s; retrying in %.2f s", error, backoff)
+            time.sleep(backoff)
+            backoff = min(backoff * 2, 4.0)
+            return True
+
+        deliver(self.sink, batch, reject=reject, progress=progress)
+
+    def result(self, result: ShardResult) -> None:
+        """Hand a worker's shard to the sink."""
+        if result.encoded:
+            self.sink.write_encoded(result.encoded)
+        for batch in result.batches:
+            self.export(batch, result.stats)
 
 
 def default_workers(files: int) -> int:
@@ -125,31 +245,44 @@ def default_workers(files: int) -> int:
 
 def replay_files(files: list[Path], sink: SpanSink, *, options: ModelOptions = ModelOptions(),
                  on_file: Callable[[Path], None] | None = None, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
-                 workers: int | None = None, keep_metrics: bool = False, shard_files: int = SHARD_FILES) -> ReplayStats:
+                 workers: int | None = None, keep_metrics: bool = False, shard_files: int = SHARD_FILES,
+                 shard_bytes: int = SHARD_BYTES, max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
+                 refused: Callable[[list[SpanRecord], str], None] | None = None, retry_for: float = 0.0) -> ReplayStats:
     """Export every file's spans through ``sink``, in file order; raise ExportError if delivery fails.
 
     ``workers`` processes share the work (None: :func:`default_workers`); the spans, their order
     and the requests are the same for any number. ``keep_metrics``: keep the model's metric
-    updates in ``stats.metrics`` (else the model makes none). Raises WorkerError if a worker died.
+    updates in ``stats.metrics`` (else the model makes none). Spans the backend refuses for good
+    go to ``refused`` (None: that is an ExportError); a failing request is retried for ``retry_for``
+    seconds. Raises WorkerError if a worker died.
     """
     encoder = sink.encoder if isinstance(sink, FileSink) else None
-    job = ShardJob(options, max_line_bytes, encoder, keep_metrics)
-    shards = [files[i:i + shard_files] for i in range(0, len(files), shard_files)]
+    job = ShardJob(options, max_line_bytes, encoder, keep_metrics, max_request_bytes)
+    shards = plan_shards(files, shard_files, shard_bytes)
     count = min(default_workers(len(files)) if workers is None else workers, len(shards))
     stats = ReplayStats(metrics=[] if keep_metrics else None)
+    exporter = _Exporter(sink, refused, retry_for)
+
+    def stream(shard: Shard, callback: Callable[[Path], None] | None) -> None:
+        part = ReplayStats(metrics=[] if keep_metrics else None)
+        for batch in job.batches(shard.files, part, callback):
+            exporter.export(batch, part)
+        stats.add(part)
+
     if count <= 1:
         for shard in shards:
-            result = job(shard, on_file)
-            result.export(sink)
-            stats.add(result.stats)
+            stream(shard, on_file)
         return stats
     with WorkerPool(count) as pool:
         log.debug("replaying %d files in %d worker processes (%s)", len(files), count, pool.start_method)
         for shard, result in zip(shards, pool.map(job, shards)):
-            result.export(sink)
-            stats.add(result.stats)
+            if result.in_parent:
+                stream(shard, None)
+            else:
+                exporter.result(result)
+                stats.add(result.stats)
             if on_file is not None:
-                for path in shard:
+                for path in shard.files:
                     on_file(path)
     return stats
 
@@ -190,7 +323,9 @@ RESULT_LINE = b'{"type":"result"'
 
 
 def replay_stream(data: bytes, sink: SpanSink, *, options: ModelOptions = ModelOptions(),
-                  max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> ReplayStats:
+                  max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+                  refused: Callable[[list[SpanRecord], str], None] | None = None,
+                  retry_for: float = 0.0) -> ReplayStats:
     """Export a headless run's live event stream (stdin); its ephemeral idle events end each loop."""
     lines = data.splitlines()
     session_id = stream_session_id(lines)
@@ -205,8 +340,9 @@ def replay_stream(data: bytes, sink: SpanSink, *, options: ModelOptions = ModelO
         offset += len(raw) + 1
     stats = ReplayStats()
     spans = replay_session(session_id, items, stats, source="<stdin>", options=options, live_idle=True)
+    exporter = _Exporter(sink, refused, retry_for)
     for batch in (spans[i:i + BATCH] for i in range(0, len(spans), BATCH)):
-        sink.export(batch)
+        exporter.export(batch, stats)
         stats.spans += len(batch)
     stats.files = 1
     return stats
