@@ -116,12 +116,13 @@ class Daemon:
         """Healthy while the reader loop turns; says whether exports succeed, and what was set aside."""
         stalled = time.monotonic() - self._last_loop
         notes = []
+        queued = f"{self.queue.depth} spans and {self.queue.markers} checkpoint position(s) queued"
         if self.queue.blocked:  # back-pressure: the queue is full and reading waits for the backend
-            notes.append(f"trace export failing, {self.queue.depth} spans queued; reading paused")
+            notes.append(f"trace export failing, {queued}; reading paused")
         elif stalled > 30:
             return False, f"reader loop stalled for {stalled:.0f} s"
         elif not self.queue.healthy:
-            notes.append(f"trace export failing, {self.queue.depth} spans queued")
+            notes.append(f"trace export failing, {queued}")
         if self.dead_letter.spans:
             notes.append(f"{self.dead_letter.spans} span(s) refused by the trace backend, kept in "
                          f"{self.dead_letter.path}; last: {self.dead_letter.last_reason}")

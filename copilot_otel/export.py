@@ -277,6 +277,7 @@ def deliver(sink: SpanSink, spans: list[SpanRecord], *, reject: Callable[[list[S
             sink.export(part)
         except RejectedError as exc:
             if len(part) > 1:
+                log.debug("%s; sending its %d spans in two halves", exc, len(part))
                 half = len(part) // 2
                 parts.popleft()
                 parts.extendleft((part[half:], part[:half]))
