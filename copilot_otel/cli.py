@@ -54,7 +54,9 @@ def common_options(func):
     """Options shared by every command that reads sessions and exports traces."""
     for decorator in reversed(
         [
-            _option("copilot-home", type=click.Path(path_type=Path), default=None, also_env=ENV_COPILOT_HOME,
+            # Not checked here: a home that cannot be read yet is waited for, not refused.
+            _option("copilot-home", type=click.Path(path_type=Path, readable=False), default=None,
+                    also_env=ENV_COPILOT_HOME,
                     help="Copilot's home folder (default ~/.copilot)."),
             _option("state-dir", type=click.Path(path_type=Path), default=None,
                     help="Where copilot-otel keeps its checkpoint and default trace file "
