@@ -74,13 +74,13 @@ def test_a_flood_of_tool_names_mints_no_more_than_the_cap(tmp_path):
 
 
 def test_a_flooding_session_does_not_hold_the_others_back(tmp_path):
-    """One session's log receives 32 MB of junk lines at once; a normal session written just after is
+    """One session's log receives 16 MB of junk lines at once; a normal session written just after is
     exported while the junk is still being read (reads take turns, a few MiB per file each)."""
     home, traces = tmp_path / "home", tmp_path / "traces.jsonl"
     flood = new_session(home, "a-flood")
     normal = new_session(home, "b-normal")
     junk = b"not json, just noise to read through\n"
-    lines = (32 << 20) // len(junk)
+    lines = (16 << 20) // len(junk)
     with DaemonProcess(home, tmp_path / "state", traces_file=traces, args=FAST) as daemon:
         append(flood, junk * lines)
         append(normal, real_log("plain"))
