@@ -172,7 +172,8 @@ def replay(paths, log_level, metrics_file, workers, **options) -> None:
     from .deadletter import FILE_NAME as DEAD_LETTER_FILE
     from .deadletter import DeadLetter
     from .replay import SourceError, replay_files, replay_stream, resolve
-    from .sinks import ExportError, build_resource, make_sink
+    from .resource import resource_attributes
+    from .sinks import ExportError, make_sink
     from .workers import WorkerError
 
     _setup_logging(log_level)
@@ -189,7 +190,7 @@ def replay(paths, log_level, metrics_file, workers, **options) -> None:
         return
     from .otlp_json import OtlpJsonEncoder
 
-    dead_letter = DeadLetter(config.state_dir / DEAD_LETTER_FILE, OtlpJsonEncoder(build_resource().attributes))
+    dead_letter = DeadLetter(config.state_dir / DEAD_LETTER_FILE, OtlpJsonEncoder(resource_attributes()))
     model_options = {"options": config.model, "max_line_bytes": config.max_line_bytes, "refused": dead_letter.add,
                      "retry_for": config.otlp.timeout if config.otlp.endpoint else 0.0}
     interactive = sys.stderr.isatty()
