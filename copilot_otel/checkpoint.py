@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from .config import ConfigError
 from .tail import FileIdentity
 
 log = logging.getLogger(__name__)
@@ -185,8 +186,15 @@ class StateLock:
         self._fd: int | None = None
 
     def acquire(self) -> None:
-        """Take the lock, or raise CheckpointError naming the daemon that holds it."""
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        """Check the state directory is writable (creating it), then take the lock; raise ConfigError
+        for a directory that cannot be written, CheckpointError naming the daemon that holds it."""
+        state_dir = self.path.parent
+        try:
+            state_dir.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        except OSError as exc:
+            raise ConfigError(f"state directory {state_dir} is not writable ({exc.strerror or exc}); "
+                              "choose another with --state-dir or COPILOT_OTEL_STATE_DIR") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:

@@ -52,7 +52,6 @@ class Daemon:
         self.metrics = metrics or Metrics(repository_label=not config.no_repository_label,
                                           resource=resource_attributes(), max_label_values=config.max_label_values)
         self.metrics.add_live_sessions(self.live_sessions)
-        config.state_dir.mkdir(parents=True, exist_ok=True)
         self.lock = StateLock(config.state_dir)  # one daemon per checkpoint (raises CheckpointError)
         self.lock.acquire()
         self.checkpoint = Checkpoint(config.state_dir / "checkpoint.sqlite")
@@ -115,19 +114,9 @@ class Daemon:
     def health(self) -> tuple[bool, str]:
         """Healthy while the reader loop turns; says whether exports succeed, and what was set aside."""
         stalled = time.monotonic() - self._last_loop
-        notes = []
-        queued = f"{self.queue.depth} spans and {self.queue.markers} checkpoint position(s) queued"
-        if self.queue.blocked:  # back-pressure: the queue is full and reading waits for the backend
-            notes.append(f"trace export failing, {queued}; reading paused")
-        elif stalled > 30:
+        if stalled > 30 and not self.queue.blocked:  # a reader paused by back-pressure is not hung
             return False, f"reader loop stalled for {stalled:.0f} s"
-        elif not self.queue.healthy:
-            notes.append(f"trace export failing, {queued}")
-        if self.dead_letter.spans:
-            notes.append(f"{self.dead_letter.spans} span(s) refused by the trace backend, kept in "
-                         f"{self.dead_letter.path}; last: {self.dead_letter.last_reason}")
-        if self.queue.commit_error:
-            notes.append(f"checkpoint not committed: {self.queue.commit_error}")
+        notes = self.queue.notes()
         return True, f"ok ({'; '.join(notes)})" if notes else "ok"
 
     def run(self, ready: threading.Event | None = None) -> None:
@@ -367,18 +356,6 @@ class Daemon:
         return out
 
 
-def _check_state_dir(state_dir: Path) -> None:
-    """The state directory must exist (we create it) and be writable, or start-up stops here."""
-    try:
-        state_dir.mkdir(parents=True, exist_ok=True)
-        probe = state_dir / f".write-test-{os.getpid()}"
-        probe.write_bytes(b"")
-        probe.unlink()
-    except OSError as exc:
-        raise ConfigError(f"state directory {state_dir} is not writable ({exc.strerror or exc}); "
-                          "choose another with --state-dir or COPILOT_OTEL_STATE_DIR") from None
-
-
 def run_daemon(config: Config) -> int:
     """`copilot-otel run`: start, serve until SIGTERM/SIGINT, flush, exit 0."""
     from .overview import DaemonSessions
@@ -386,7 +363,6 @@ def run_daemon(config: Config) -> int:
     from .web import WebView
 
     try:
-        _check_state_dir(config.state_dir)
         daemon = Daemon(config, freeze_gc=True)
         view = WebView(DaemonSessions(daemon), trace_url=config.trace_url, host=config.metrics_address[0])
         server = MetricsServer(config.metrics_address, daemon.metrics.registry, daemon.health, routes=view.routes())

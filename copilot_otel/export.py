@@ -81,6 +81,20 @@ class ExportQueue:
         with self._cond:
             return sum(len(segment.markers) for segment in self._segments)
 
+    def notes(self) -> list[str]:
+        """What /healthz should say about the export: failing, paused, spans refused, commits failing."""
+        notes = []
+        if self.blocked or not self.healthy:
+            paused = "; reading paused" if self.blocked else ""
+            notes.append(f"trace export failing, {self.depth} spans and {self.markers} checkpoint position(s) "
+                         f"queued{paused}")
+        if self.dead_letter is not None and self.dead_letter.spans:
+            notes.append(f"{self.dead_letter.spans} span(s) refused by the trace backend, kept in "
+                         f"{self.dead_letter.path}; last: {self.dead_letter.last_reason}")
+        if self.commit_error:
+            notes.append(f"checkpoint not committed: {self.commit_error}")
+        return notes
+
     def start(self) -> None:
         """Start the exporter thread."""
         self._thread.start()
