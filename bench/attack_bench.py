@@ -72,6 +72,9 @@ def spans_in(path: Path) -> int:
 # ------------------------------------------------------------------------ parts
 
 
+DAEMON_ARGS: list[str] = []  # --daemon-arg
+
+
 def big_log(work: Path, megabytes: int) -> None:
     home = work / "home"
     path = new_session(home, "big-log")
@@ -79,17 +82,19 @@ def big_log(work: Path, megabytes: int) -> None:
     size = path.stat().st_size
     traces = work / "replay.jsonl"
     started = time.perf_counter()
+    # VmHWM of the replay's own memory (ru_maxrss would carry this big process's peak across the exec).
     result = subprocess.run([sys.executable, "-c",
-                             "import resource, runpy, sys\n"
+                             "import runpy, sys\n"
                              "sys.argv = ['copilot-otel', 'replay', sys.argv[1], '--traces-file', sys.argv[2]]\n"
                              "try:\n    runpy.run_module('copilot_otel.cli', run_name='__main__')\n"
-                             "finally:\n    print('PEAK', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, "
-                             "file=sys.stderr)\n", str(path), str(traces)], capture_output=True, text=True)
+                             "finally:\n    print('PEAK', next(line.split()[1] for line in open('/proc/self/status') "
+                             "if line.startswith('VmHWM:')), file=sys.stderr)\n", str(path), str(traces)],
+                            capture_output=True, text=True)
     replay_s = time.perf_counter() - started
     replay_peak = int(result.stderr.rsplit("PEAK", 1)[1].split()[0]) / 1024
     expected = spans_in(traces)
     traces.unlink()
-    daemon = bench_daemon(home, work / "daemon").start(timeout=300)
+    daemon = bench_daemon(home, work / "daemon", args=DAEMON_ARGS).start(timeout=300)
     try:
         started = time.perf_counter()
         wait_until(lambda: value(daemon.scrape(timeout=60), "copilot_otel_spans_exported_total") >= expected,
@@ -110,11 +115,13 @@ def tool_flood(work: Path, tools: int) -> None:
     log = SessionLog("tool-flood")
     log.start()
     log.user()
-    for n in range(tools):
-        log.tool_turn((f"mcp-tool-{n:06d}-{'x' * 16}", f"call-{n}"))
-    log.answer()
+    log.turn_start()
+    for n in range(tools):  # one turn that calls them all, each once
+        log.tool_start(f"mcp-tool-{n:06d}-{'x' * 16}", f"call-{n}")
+        log.tool_complete(f"call-{n}")
+    log.turn_end()
     data = log.jsonl()
-    daemon = bench_daemon(home, work / "daemon").start(timeout=300)
+    daemon = bench_daemon(home, work / "daemon", args=DAEMON_ARGS).start(timeout=300)
     times, sizes = [], []
     stop = threading.Event()
 
@@ -164,7 +171,7 @@ def junk_flood(work: Path, mbps: float, seconds: float) -> None:
     log.turn_start()
     append(normal, log.jsonl())
     traces = work / "daemon" / "traces.jsonl"
-    daemon = bench_daemon(home, work / "daemon", traces_file=traces).start(timeout=300)
+    daemon = bench_daemon(home, work / "daemon", traces_file=traces, args=DAEMON_ARGS).start(timeout=300)
     junk = (b"x" * 1000 + b"\n") * 1024  # ~1 MB of junk lines
     stop = threading.Event()
     written = [0]
@@ -221,11 +228,15 @@ def main() -> None:
     parser.add_argument("--tools", type=int, default=100_000)
     parser.add_argument("--flood-mbps", type=float, default=10.0)
     parser.add_argument("--seconds", type=float, default=30.0)
+    parser.add_argument("--daemon-arg", action="append", default=[],
+                        help="extra argument for `copilot-otel run` (repeatable), e.g. --daemon-arg=--max-label-values=100")
     args = parser.parse_args()
+    DAEMON_ARGS.extend(args.daemon_arg)
     parts = args.only or ["big-log", "tools", "flood"]
     print(f"machine: {machine()}")
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    print(f"open-files limit: {soft}")
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    print(f"open-files limit: {soft}; load average {' '.join(open('/proc/loadavg').read().split()[:3])}; "
+          f"daemon flags: {' '.join(DAEMON_ARGS) or '(defaults)'}")
     for part in parts:
         work = Path(tempfile.mkdtemp(prefix=f"attack-bench-{part}-"))
         try:

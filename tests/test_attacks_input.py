@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from copilot_otel.config import DEFAULT_MAX_LABEL_VALUES
 from tests.support.daemon import AS_NOBODY, DaemonProcess, cannot_run_as_nobody, complete_lines_spans
 from tests.support.events import SessionLog
 from tests.support.files import append, new_session
@@ -23,6 +24,7 @@ from tests.support.scrape import by_label, fetch, value
 from tests.support.spans import expected_keys, key, spans_now, wait_for_keys
 
 FAST = ("--idle-quiet", "0.3", "--rescan-interval", "1")
+CAP = DEFAULT_MAX_LABEL_VALUES
 FIXTURES = Path(__file__).parent / "fixtures" / "cli" / "1.0.102"
 
 
@@ -42,7 +44,8 @@ def rchar(pid: int) -> int:
 
 def test_a_flood_of_tool_names_mints_no_more_than_the_cap(tmp_path):
     """2,000 distinct tool names, one holding a secret past its 128th character: /metrics keeps at most
-    200 tool values plus 'other' and counts the overflow; the secret reaches no label and no span name."""
+    --max-label-values tool values plus 'other' and counts the overflow; the secret reaches no label and
+    no span name."""
     home, traces = tmp_path / "home", tmp_path / "traces.jsonl"
     path = new_session(home, "tool-flood")
     secret = "ghp_" + "Zq9" * 20
@@ -63,8 +66,8 @@ def test_a_flood_of_tool_names_mints_no_more_than_the_cap(tmp_path):
         body = fetch(daemon.metrics_url)
         samples = daemon.scrape()
     tools = by_label(samples, "copilot_tool_calls_total", "tool")
-    assert len(tools) == 201 and tools["other"] == len(names) - 200
-    assert value(samples, "copilot_otel_label_overflow_total", label="tool") == 2 * (len(names) - 200)
+    assert len(tools) == CAP + 1 and tools["other"] == len(names) - CAP
+    assert value(samples, "copilot_otel_label_overflow_total", label="tool") == 2 * (len(names) - CAP)
     assert secret not in body and len(body) < 1 << 20
     spans = complete_lines_spans(traces)
     assert not [s for s in spans if secret in s.name or secret in str(s.attributes.get("gen_ai.tool.name", ""))]

@@ -4,7 +4,8 @@ A real CLI log's ``session.start`` comes once; everything after it is repeated u
 reaches the size asked for. In each copy every uuid (event, parent, interaction, agent ids) and
 every tool call id gets a suffix of its own, and every timestamp moves on by the copy's length,
 so the result reads as one long session that a real CLI could have written: same event shapes,
-same line sizes, ids that never repeat, time that never goes back.
+same line sizes, ids that never repeat, time that never goes back. The copies are laid out in the
+past, ending where the real log ends (timestamps in the future would be refused).
 """
 
 from __future__ import annotations
@@ -21,29 +22,30 @@ def _parse(stamp: bytes) -> datetime:
     return datetime.strptime(stamp.decode(), _FORMAT).replace(tzinfo=timezone.utc)
 
 
+def _moved(match: re.Match, shift: timedelta) -> bytes:
+    return b'"timestamp":"' + (_parse(match.group(1)) + shift).strftime(_FORMAT)[:-3].encode() + b'Z"'
+
+
 def grow(events: bytes, target_bytes: int) -> bytes:
     """A log of at least ``target_bytes``: ``events``' first line, then its other lines again and again."""
     lines = events.splitlines(keepends=True)
     head, body = lines[0], b"".join(lines[1:])
     stamps = [_parse(m.group(1)) for m in _TIME.finditer(body)]
     span = (max(stamps) - min(stamps) + timedelta(seconds=1)) if stamps else timedelta(seconds=1)
-    out = [head]
-    size = len(head)
+    copies = max(1, -(-(target_bytes - len(head)) // max(1, len(body))))
+    out = [_TIME.sub(lambda m: _moved(m, -span * copies), head)]
+    size = len(out[0])
     copy = 0
     while size < target_bytes:
         copy += 1
         suffix = f"-{copy}".encode()
-        shift = span * copy
+        shift = span * (copy - 1 - copies)
 
         def token(match: re.Match) -> bytes:
             text = match.group()
             return text[:-1] + suffix + b'"' if text.startswith(b'"') else text + suffix
 
-        def stamp(match: re.Match) -> bytes:
-            moved = _parse(match.group(1)) + shift
-            return b'"timestamp":"' + moved.strftime(_FORMAT)[:-3].encode() + b'Z"'
-
-        chunk = _TIME.sub(stamp, _TOKEN.sub(token, body))
+        chunk = _TIME.sub(lambda m: _moved(m, shift), _TOKEN.sub(token, body))
         out.append(chunk)
         size += len(chunk)
     return b"".join(out)
