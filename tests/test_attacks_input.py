@@ -7,9 +7,7 @@ Each test runs the real daemon (a subprocess) on real files; traces go to an OTL
 from __future__ import annotations
 
 import os
-import shutil
 import signal
-import tempfile
 from collections import defaultdict
 from pathlib import Path
 
@@ -117,18 +115,6 @@ def test_a_growing_sparse_line_is_not_read_again_and_again(tmp_path):
 
 
 # ------------------------------------------------------------------------ defect 9: permission errors
-
-
-@pytest.fixture
-def world_dir():
-    """A directory everyone may traverse (pytest's tmp_path is private to root)."""
-    path = Path(tempfile.mkdtemp(prefix="copilot-otel-perm-"))
-    path.chmod(0o755)
-    yield path
-    for sub in path.rglob("*"):
-        if sub.is_dir() and not sub.is_symlink():
-            sub.chmod(0o755)
-    shutil.rmtree(path)
 
 
 def _as_nobody(world: Path) -> tuple[Path, Path, tuple]:

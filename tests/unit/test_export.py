@@ -174,21 +174,6 @@ def test_a_sink_bug_does_not_kill_the_exporter(make_queue):
     assert (len(sink.records), failed) == (3, [3, 3])
 
 
-def test_a_failed_commit_is_retried_with_the_next_batch(make_queue):
-    """A checkpoint that cannot commit costs nothing but time: the position is committed with the next marker."""
-    sink = MemorySink()
-    checkpoint = Checkpoint(sink, failures=1)
-    queue = make_queue(sink, checkpoint)
-    queue.put_spans(spans(1))
-    queue.put_marker(marker("/a", 100))
-    assert queue.flush(5)
-    assert checkpoint.commits == []
-    queue.put_spans(spans(1, first=2))
-    queue.put_marker(marker("/a", 200))
-    assert queue.flush(5)
-    assert [p.offset for p in checkpoint.commits[-1][0]] == [200]
-
-
 def test_stop_while_the_backend_is_down_leaves_the_checkpoint_behind(make_queue):
     """Stopping with undeliverable spans returns False at once after the timeout, commits nothing, and joins."""
     sink = FlakySink(failures=10**9)
