@@ -73,6 +73,14 @@ def replay_subprocess(home: Path, traces: Path, workers: int | None = None) -> f
     return time.perf_counter() - started
 
 
+def timed_command(argv: list[str]) -> float:
+    """Wall time of one copilot-otel command, the whole process included."""
+    started = time.perf_counter()
+    subprocess.run(copilot_otel_bin() + argv, check=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL)
+    return time.perf_counter() - started
+
+
 def import_time() -> float:
     """Wall time of a fresh interpreter that imports what `replay` imports, and exits."""
     code = "import copilot_otel.cli, copilot_otel.replay, copilot_otel.sinks"
@@ -171,6 +179,16 @@ def main(argv: list[str] | None = None) -> int:
             s = median(sub_t)
             print(f"{'replay subprocess (CLI)':<34}{s:>9.3f}{lines / s:>12,.0f}{s / b:>13.2f}")
             print(f"  of which interpreter start + imports: {median([import_time() for _ in range(3)]):.3f} s")
+            print(f"  subprocess ratio per round: {', '.join(f'{x / y:.2f}' for x, y in zip(sub_t, base_t))} "
+                  f"(median {s / b:.2f}; target <= 0.5: {'met' if s / b <= 0.5 else 'MISSED'})")
+            one = files[0].parent
+            for label, argv in (("replay of one session", ["replay", str(one), "--traces-file", str(work / "one.jsonl")]),
+                                ("inspect of one session", ["inspect", str(one)]),
+                                ("copilot-otel --help", ["--help"])):
+                wall = median([timed_command(argv) for _ in range(5)])
+                target = 0.1 if label.endswith("--help") else 0.12
+                print(f"  {label:<32}{wall:>6.3f} s wall (median of 5; target < {target} s: "
+                      f"{'met' if wall < target else 'MISSED'})")
         print(f"\nratio replay/baseline per round: {', '.join(f'{x:.2f}' for x in ratios)} "
               f"(median {median(ratios):.2f}; target <= 1.0: {'met' if median(ratios) <= 1.0 else 'MISSED'})")
         print(f"spans exported per replay: {spans}; traces file {traces.stat().st_size / 1e6:.1f} MB")

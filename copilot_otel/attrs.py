@@ -72,7 +72,7 @@ COPILOT_ERROR_CODE = "github.copilot.error_code"
 COPILOT_ERROR_STATUS_CODE = "github.copilot.error_status_code"
 # Ours: what the CLI's telemetry has no key for.
 COPILOT_INTERACTION_END = "copilot.interaction.end"
-COPILOT_RUNNING = "copilot.running"  # only on `inspect`'s snapshots of open spans, never exported
+COPILOT_RUNNING = "copilot.running"  # a snapshot of a span still open (inspect; a stuck session's export)
 COPILOT_AUTOPILOT_CONTINUATION = "copilot.autopilot.continuation"
 COPILOT_CLI_VERSION = "copilot.cli.version"
 COPILOT_PREMIUM_REQUESTS = "copilot.premium_requests"  # sum of cost over user-initiated calls

@@ -9,13 +9,17 @@ from their real start events. Rows are committed only after the export succeeded
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import logging
+import os
 import sqlite3
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from .config import ConfigError
 from .private import private_dir, touch_private
 from .tail import FileIdentity
 
@@ -32,9 +36,28 @@ CREATE TABLE IF NOT EXISTS files (
     line INTEGER NOT NULL,
     resume_offset INTEGER NOT NULL,
     resume_line INTEGER NOT NULL,
-    updated REAL NOT NULL
+    updated REAL NOT NULL,
+    generation INTEGER NOT NULL DEFAULT 0
 )
 """
+# What SQLite reports for a file that is damaged or no database at all: only these are set aside.
+_CORRUPT = ("SQLITE_CORRUPT", "SQLITE_NOTADB")
+
+
+class CheckpointError(RuntimeError):
+    """The checkpoint cannot be used now (locked, disk full, I/O error): the message says which."""
+
+
+def _describe(exc: sqlite3.Error) -> str:
+    name = getattr(exc, "sqlite_errorname", "")
+    return f"{exc} ({name})" if name else str(exc)
+
+
+def _corrupt(exc: sqlite3.Error) -> bool:
+    name = getattr(exc, "sqlite_errorname", None)
+    if name is None:
+        return "malformed" in str(exc) or "not a database" in str(exc)
+    return name.startswith(_CORRUPT)
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,13 +70,15 @@ class FilePosition:
     line: int
     resume_offset: int
     resume_line: int
+    generation: int = 0  # how many times the file was truncated or replaced under the daemon
 
 
 class Checkpoint:
     """A small store of file positions, safe against a kill -9 at any moment."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, busy_timeout: float = 5.0) -> None:
         self.path = Path(path)
+        self.busy_timeout = busy_timeout  # how long a statement waits for a lock another process holds
         self._lock = threading.Lock()
         self._db = self._open()
 
@@ -64,7 +89,9 @@ class Checkpoint:
             db = self._connect()
             db.execute("SELECT count(*) FROM files").fetchone()
             return db
-        except sqlite3.DatabaseError as exc:
+        except sqlite3.Error as exc:
+            if not _corrupt(exc):
+                raise CheckpointError(f"cannot open the checkpoint {self.path}: {_describe(exc)}") from None
             # A corrupt checkpoint costs a re-read from the start, never the daemon.
             broken = self.path.with_name(f"{self.path.name}.corrupt-{int(time.time())}")
             log.warning("checkpoint %s is unreadable (%s); moved it to %s and starting afresh",
@@ -74,53 +101,118 @@ class Checkpoint:
                 if source.exists():
                     source.replace(Path(str(broken) + suffix))
             touch_private(self.path)
+        try:
             return self._connect()
+        except sqlite3.Error as exc:
+            raise CheckpointError(f"cannot create the checkpoint {self.path}: {_describe(exc)}") from None
 
     def _connect(self) -> sqlite3.Connection:
-        db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-        db.execute("PRAGMA journal_mode=WAL")
-        db.execute("PRAGMA synchronous=NORMAL")
-        db.execute(SCHEMA)
+        db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=self.busy_timeout)
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")
+            db.execute(SCHEMA)
+            columns = {row[1] for row in db.execute("PRAGMA table_info(files)")}
+            if "generation" not in columns:  # a checkpoint written before generations were kept
+                db.execute("ALTER TABLE files ADD COLUMN generation INTEGER NOT NULL DEFAULT 0")
+        except BaseException:
+            db.close()
+            raise
         return db
 
     def load(self) -> dict[str, FilePosition]:
         """Every committed position, by path."""
         with self._lock:
             rows = self._db.execute(
-                "SELECT path, device, inode, fingerprint, fingerprint_len, offset, line, resume_offset, resume_line "
-                "FROM files").fetchall()
+                "SELECT path, device, inode, fingerprint, fingerprint_len, offset, line, resume_offset, resume_line, "
+                "generation FROM files").fetchall()
         return {
-            row[0]: FilePosition(row[0], FileIdentity(row[1], row[2], row[3], row[4]), row[5], row[6], row[7], row[8])
+            row[0]: FilePosition(row[0], FileIdentity(row[1], row[2], row[3], row[4]), row[5], row[6], row[7], row[8],
+                                 row[9])
             for row in rows
         }
 
     def commit(self, positions: list[FilePosition]) -> None:
-        """Store these positions in one transaction."""
+        """Store these positions in one transaction; raise CheckpointError (nothing stored) if it failed."""
         if not positions:
             return
         now = time.time()
+        rows = [(p.path, p.identity.device, p.identity.inode, p.identity.fingerprint, p.identity.fingerprint_len,
+                 p.offset, p.line, p.resume_offset, p.resume_line, now, p.generation) for p in positions]
         with self._lock:
-            self._db.execute("BEGIN")
             try:
+                self._db.execute("BEGIN")
                 self._db.executemany(
-                    "INSERT INTO files VALUES (?,?,?,?,?,?,?,?,?,?) ON CONFLICT(path) DO UPDATE SET "
+                    "INSERT INTO files VALUES (?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT(path) DO UPDATE SET "
                     "device=excluded.device, inode=excluded.inode, fingerprint=excluded.fingerprint, "
                     "fingerprint_len=excluded.fingerprint_len, offset=excluded.offset, line=excluded.line, "
-                    "resume_offset=excluded.resume_offset, resume_line=excluded.resume_line, updated=excluded.updated",
-                    [(p.path, p.identity.device, p.identity.inode, p.identity.fingerprint, p.identity.fingerprint_len,
-                      p.offset, p.line, p.resume_offset, p.resume_line, now) for p in positions],
-                )
+                    "resume_offset=excluded.resume_offset, resume_line=excluded.resume_line, updated=excluded.updated, "
+                    "generation=excluded.generation", rows)
                 self._db.execute("COMMIT")
+            except sqlite3.Error as exc:
+                self._rollback()
+                raise CheckpointError(f"cannot commit to the checkpoint {self.path}: {_describe(exc)}") from None
             except BaseException:
-                self._db.execute("ROLLBACK")
+                self._rollback()
                 raise
 
+    def _rollback(self) -> None:
+        # SQLite may have rolled back already (a full disk does): rolling back again would hide the error.
+        if self._db.in_transaction:
+            try:
+                self._db.execute("ROLLBACK")
+            except sqlite3.Error as exc:
+                log.debug("rollback of the checkpoint failed too: %s", exc)
+
     def forget(self, path: str) -> None:
-        """Drop a file that no longer exists."""
+        """Drop a file that no longer exists (a failure is logged: the row is dropped at a later forget)."""
         with self._lock:
-            self._db.execute("DELETE FROM files WHERE path = ?", (path,))
+            try:
+                self._db.execute("DELETE FROM files WHERE path = ?", (path,))
+            except sqlite3.Error as exc:
+                log.warning("cannot drop %s from the checkpoint %s: %s", path, self.path, _describe(exc))
 
     def close(self) -> None:
         """Close the database."""
         with self._lock:
             self._db.close()
+
+
+class StateLock:
+    """An exclusive lock on a state directory, held while a daemon runs: two daemons on one checkpoint
+    would export everything twice. Released when the process ends, however it ends."""
+
+    NAME = "daemon.lock"
+
+    def __init__(self, state_dir: Path) -> None:
+        self.path = Path(state_dir) / self.NAME
+        self._fd: int | None = None
+
+    def acquire(self) -> None:
+        """Check the state directory is writable (creating it), then take the lock; raise ConfigError
+        for a directory that cannot be written, CheckpointError naming the daemon that holds it."""
+        state_dir = self.path.parent
+        try:
+            private_dir(state_dir)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        except OSError as exc:
+            raise ConfigError(f"state directory {state_dir} is not writable ({exc.strerror or exc}); "
+                              "choose another with --state-dir or COPILOT_OTEL_STATE_DIR") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+            os.close(fd)
+            if exc.errno in (errno.EWOULDBLOCK, errno.EACCES):
+                raise CheckpointError(f"another copilot-otel daemon (pid {holder}) is using the state directory "
+                                      f"{self.path.parent}; stop it, or give this one its own --state-dir") from None
+            raise
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self._fd = fd
+
+    def release(self) -> None:
+        """Let another daemon start."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None

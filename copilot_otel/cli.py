@@ -19,7 +19,9 @@ from .config import (
     DEFAULT_TRACES_FILE_MAX_BYTES,
     DEFAULT_IDLE_QUIET,
     DEFAULT_MAX_BUFFERED_SPANS,
+    DEFAULT_MAX_LABEL_VALUES,
     DEFAULT_MAX_LINE_BYTES,
+    DEFAULT_MAX_REQUEST_BYTES,
     DEFAULT_METRICS_ADDRESS,
     DEFAULT_RESCAN_INTERVAL,
     DEFAULT_STUCK_AFTER,
@@ -27,6 +29,7 @@ from .config import (
     ENV_COPILOT_HOME,
     MIN_IDLE_QUIET,
     MIN_MAX_LINE_BYTES,
+    MIN_MAX_REQUEST_BYTES,
     Config,
     ConfigError,
     env_flag,
@@ -62,6 +65,7 @@ def _options(*decorators):
     return apply
 
 
+# Not checked here: a home that cannot be read yet is waited for (run), or named with the reason (the others).
 _COPILOT_HOME = _option("copilot-home", type=PATH, default=None, also_env=ENV_COPILOT_HOME,
                         help="Copilot's home folder (default ~/.copilot).")
 _STATE_DIR = _option("state-dir", type=PATH, default=None,
@@ -91,6 +95,9 @@ export_options = _options(
                                     "Collector's file exporter does: it is renamed NAME-<UTC time>.EXT."),
     _option("traces-file-backups", type=click.IntRange(min=0), default=DEFAULT_TRACES_FILE_BACKUPS,
             show_default=True, help="Rotated trace files to keep."),
+    _option("max-request-bytes", type=click.IntRange(min=MIN_MAX_REQUEST_BYTES), default=DEFAULT_MAX_REQUEST_BYTES,
+            help="Largest trace export request (encoded); larger batches are split. A backend's own "
+                 "limit (the Collector's: 4 MiB) is also honoured when it answers 413 or RESOURCE_EXHAUSTED."),
     _option("content-max-chars", type=click.IntRange(min=1), default=DEFAULT_CONTENT_MAX_CHARS,
             help="With OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true, truncate each "
                  "captured prompt, argument or result to this many characters."),
@@ -124,12 +131,41 @@ def _no_created_series() -> None:
     disable_created_metrics()
 
 
+def _check_writable_file(flag: str, path: Path) -> None:
+    """A file we will write at the end must be writable now: fail before the work, not after it."""
+    if path.is_dir():
+        raise ConfigError(f"{flag} {path}: is a folder; give the path of a file")
+    folder = path.parent
+    if not folder.is_dir():
+        raise ConfigError(f"{flag} {path}: the folder {folder} does not exist")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise ConfigError(f"{flag} {path}: cannot write in {folder}")
+
+
 def _fail(message: str, code: int = EXIT_USAGE) -> None:
     click.echo(f"copilot-otel: {message}", err=True)
     sys.exit(code)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Commands(click.Group):
+    """The command group: a usage error (unknown flag, bad value) is one line on stderr, exit 2."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        try:
+            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except click.UsageError as exc:
+            where = exc.ctx.command_path if exc.ctx is not None else "copilot-otel"
+            _fail(f"{exc.format_message()} (see '{where} --help')")
+        except click.ClickException as exc:
+            _fail(exc.format_message(), exc.exit_code)
+        except click.Abort:
+            _fail("aborted", 1)
+        if not standalone_mode:
+            return code
+        sys.exit(code if isinstance(code, int) else 0)
+
+
+@click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="copilot-otel")
 def main() -> None:
     """Turn GitHub Copilot CLI session events into OpenTelemetry traces and Prometheus metrics."""
@@ -157,31 +193,24 @@ def replay(paths, log_level, metrics_file, workers, rate, give_up_after, restart
     A replay that stops (Ctrl-C, a crash, a backend that refused for too long) is continued by
     running the same command again: what was delivered is not sent twice.
     """
-    from .replay import SourceError, replay_stream, resolve
+    from .replay import SourceError, resolve
     from .replay_job import replay_logs, report
-    from .sinks import ExportError, make_sink
+    from .sinks import make_sink
 
     _setup_logging(log_level)
     from_stdin = [str(p) for p in paths] == ["-"]
     try:
         config = build_config(**options)
+        if metrics_file is not None:
+            _check_writable_file("--metrics-file", metrics_file)
         files = [] if from_stdin else resolve(paths)
         sink = make_sink(traces_file=config.traces_file, otlp=config.otlp, default_file=config.default_traces_file,
-                         rotation=config.traces_rotation)
+                         max_request_bytes=config.max_request_bytes, rotation=config.traces_rotation)
     except (ConfigError, SourceError) as exc:
         _fail(str(exc))
         return
     if from_stdin:
-        try:
-            stats = replay_stream(sys.stdin.buffer.read(), sink, options=config.model,
-                                  max_line_bytes=config.max_line_bytes)
-            sink.shutdown()
-        except ExportError as exc:
-            _fail(f"export failed: {exc}", EXIT_EXPORT_FAILED)
-            return
-        _replay_metrics_or_fail(stats, config, metrics_file)
-        click.echo(f"copilot-otel: exported {stats.spans} spans from the stream, {stats.events} events -> "
-                   f"{sink.description}", err=True)
+        _replay_stdin(sink, config, metrics_file)
         return
     keep_metrics = metrics_file is not None or config.metrics_otlp is not None
     outcome = replay_logs(files, sink, config, workers=workers or None, rate=rate, give_up_after=give_up_after,
@@ -190,6 +219,37 @@ def replay(paths, log_level, metrics_file, workers, rate, give_up_after, restart
     _replay_metrics_or_fail(outcome.stats, config, metrics_file)
     report(outcome, sink.description)
     sys.exit(outcome.code)
+
+
+def _replay_stdin(sink, config: Config, metrics_file: Path | None) -> None:
+    """`replay -`: the headless stream, exported at once (spans refused for good kept in the dead-letter file)."""
+    from .deadletter import FILE_NAME as DEAD_LETTER_FILE
+    from .deadletter import DeadLetter
+    from .otlp_json import OtlpJsonEncoder
+    from .replay import replay_stream
+    from .resource import resource_attributes
+    from .sinks import ExportError
+
+    dead_letter = DeadLetter(config.state_dir / DEAD_LETTER_FILE, OtlpJsonEncoder(resource_attributes()))
+    try:
+        stats = replay_stream(sys.stdin.buffer.read(), sink, options=config.model, max_line_bytes=config.max_line_bytes,
+                              refused=dead_letter.add, retry_for=config.otlp.timeout if config.otlp.endpoint else 0.0)
+        sink.shutdown()
+    except ExportError as exc:
+        _fail(f"export failed: {exc}", EXIT_EXPORT_FAILED)
+        return
+    except OSError as exc:  # the dead-letter file could not be written
+        _fail(f"export failed: cannot keep refused spans in {dead_letter.path}: {exc.strerror or exc}",
+              EXIT_EXPORT_FAILED)
+        return
+    finally:
+        dead_letter.close()
+    _replay_metrics_or_fail(stats, config, metrics_file)
+    click.echo(f"copilot-otel: exported {stats.spans - stats.refused} spans from the stream, {stats.events} events "
+               f"-> {sink.description}", err=True)
+    if stats.refused:
+        _fail(f"export failed: the trace backend refused {stats.refused} span(s) for good; they are kept in "
+              f"{dead_letter.path} (last reason: {dead_letter.last_reason})", EXIT_EXPORT_FAILED)
 
 
 def _replay_metrics_or_fail(stats, config: Config, metrics_file: Path | None) -> None:
@@ -362,8 +422,11 @@ def sessions(state, repository, since, json, from_files, log_level, **options) -
 @_option("max-buffered-spans", type=click.IntRange(min=1), default=DEFAULT_MAX_BUFFERED_SPANS, show_default=True,
          help="Spans held while the trace backend is down; past this, reading pauses (nothing is dropped).")
 @_option("trace-url", default=None, help=TRACE_URL_HELP)
+@_option("max-label-values", type=click.IntRange(min=1), default=DEFAULT_MAX_LABEL_VALUES, show_default=True,
+         help="Distinct values a metric label (tool, model, agent, repository) may take; the rest count as 'other'.")
 @_repository_option
-def run(log_level, poll, rescan_interval, from_end, idle_quiet, max_buffered_spans, trace_url, **options) -> None:
+def run(log_level, poll, rescan_interval, from_end, idle_quiet, max_buffered_spans, trace_url, max_label_values,
+        **options) -> None:
     """The daemon: follow every session under COPILOT_HOME, export spans, serve /metrics and the web view."""
     from .daemon import run_daemon
 
@@ -372,7 +435,7 @@ def run(log_level, poll, rescan_interval, from_end, idle_quiet, max_buffered_spa
     try:
         config = build_config(poll=poll, rescan_interval=rescan_interval, from_start=not from_end,
                               idle_quiet=idle_quiet, max_buffered_spans=max_buffered_spans, trace_url=trace_url,
-                              **options)
+                              max_label_values=max_label_values, **options)
     except ConfigError as exc:
         _fail(str(exc))
         return

@@ -9,6 +9,29 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 from urllib.parse import urlparse
 
+from .otlp_settings import (  # noqa: F401 (the OTLP settings' names are read from here too)
+    DEFAULT_OTLP_TIMEOUT,
+    ENV_METRICS_EXPORTER,
+    ENV_OTLP_ENDPOINT,
+    ENV_OTLP_HEADERS,
+    ENV_OTLP_METRICS_ENDPOINT,
+    ENV_OTLP_METRICS_HEADERS,
+    ENV_OTLP_METRICS_PROTOCOL,
+    ENV_OTLP_PROTOCOL,
+    ENV_OTLP_TRACES_ENDPOINT,
+    ENV_OTLP_TRACES_HEADERS,
+    ENV_OTLP_TRACES_PROTOCOL,
+    ENV_TRACES_EXPORTER,
+    METRICS_EXPORTERS,
+    PROTOCOLS,
+    TRACES_EXPORTERS,
+    OtlpSettings,
+)
+from .parsing import ConfigError  # noqa: F401 (every front end catches it from here)
+from .parsing import parse_bool as _parse_bool
+from .parsing import parse_float as _parse_float
+from .parsing import parse_int as _parse_int
+from .parsing import parse_path as _parse_path
 from .liveness import StuckPolicy
 from .rotation import Rotation
 
@@ -16,20 +39,6 @@ from .rotation import Rotation
 ENV_PREFIX = "COPILOT_OTEL_"
 ENV_COPILOT_HOME = "COPILOT_HOME"
 ENV_CAPTURE_CONTENT = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
-ENV_OTLP_ENDPOINT = "OTEL_EXPORTER_OTLP_ENDPOINT"
-ENV_OTLP_TRACES_ENDPOINT = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
-ENV_OTLP_PROTOCOL = "OTEL_EXPORTER_OTLP_PROTOCOL"
-ENV_OTLP_TRACES_PROTOCOL = "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"
-ENV_TRACES_EXPORTER = "OTEL_TRACES_EXPORTER"
-ENV_OTLP_HEADERS = "OTEL_EXPORTER_OTLP_HEADERS"
-ENV_OTLP_TRACES_HEADERS = "OTEL_EXPORTER_OTLP_TRACES_HEADERS"
-ENV_METRICS_EXPORTER = "OTEL_METRICS_EXPORTER"
-ENV_OTLP_METRICS_ENDPOINT = "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"
-ENV_OTLP_METRICS_PROTOCOL = "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL"
-ENV_OTLP_METRICS_HEADERS = "OTEL_EXPORTER_OTLP_METRICS_HEADERS"
-METRICS_EXPORTERS = ("prometheus", "otlp", "none")  # OTEL_METRICS_EXPORTER: a comma-separated list of these
-
-PROTOCOLS = ("grpc", "http/protobuf")
 # Each default is written here once; flags, the SDK front end and the docs read them from here.
 DEFAULT_METRICS_HOST = "127.0.0.1"
 DEFAULT_METRICS_PORT = 9464
@@ -46,6 +55,12 @@ DEFAULT_MAX_BUFFERED_SPANS = 20_000
 DEFAULT_TRACES_FILE_MAX_BYTES = 100 * 1024 * 1024
 DEFAULT_TRACES_FILE_BACKUPS = 10
 DEFAULT_GIVE_UP_AFTER = 600.0  # replay: seconds a backend may refuse one batch before the replay stops
+DEFAULT_MAX_REQUEST_BYTES = 4 * 1024 * 1024  # the OpenTelemetry Collector's default gRPC message limit
+MIN_MAX_REQUEST_BYTES = 64 * 1024
+# Distinct values per metric label (tool, model, agent); the rest are "other". Each tool value costs 19
+# series (its calls and duration histogram) and ~0.2 ms of every scrape: at 100, /metrics stays under
+# 200 KiB and 50 ms however many names a log invents (bench/attack_bench.py).
+DEFAULT_MAX_LABEL_VALUES = 100
 MIN_MAX_LINE_BYTES = 1024
 MIN_IDLE_QUIET = 0.05
 
@@ -56,10 +71,6 @@ class ModelOptions:
 
     capture_content: bool = False
     content_max_chars: int = DEFAULT_CONTENT_MAX_CHARS
-
-
-class ConfigError(ValueError):
-    """A configuration problem, with a message that says how to fix it."""
 
 
 def env_flag(name: str) -> str:
@@ -94,81 +105,6 @@ def parse_address(value: str) -> tuple[str, int]:
     return host, int(port)
 
 
-def _check_headers(variable: str, value: str) -> None:
-    """Headers must be 'key=value,...'; say which one is not, never showing a value (it may be a token)."""
-    for item in filter(None, (part.strip() for part in value.split(","))):
-        key, sep, _secret = item.partition("=")
-        if not sep or not key.strip() or ":" in key or " " in key.strip():
-            name = key.split(":", 1)[0].split(" ", 1)[0].strip() or "?"
-            raise ConfigError(f"{variable}: the header starting with {name!r} is not key=value "
-                              "(write e.g. authorization=Bearer%20TOKEN; values are not shown)")
-
-
-def _check_endpoint(endpoint: str) -> None:
-    """An OTLP endpoint must be an http(s) URL with a valid port."""
-    parsed = urlparse(endpoint)
-    if parsed.scheme not in ("http", "https") or not parsed.hostname:
-        raise ConfigError(
-            f"OTLP endpoint {endpoint!r} is not a URL: expected e.g. http://127.0.0.1:4317 (grpc) "
-            "or http://127.0.0.1:4318 (http/protobuf)"
-        )
-    try:
-        parsed.port
-    except ValueError:
-        raise ConfigError(f"OTLP endpoint {endpoint!r} has an invalid port") from None
-
-
-def _protocol(env: Mapping[str, str], specific: str) -> str:
-    """The signal's OTLP protocol (its own variable, else OTEL_EXPORTER_OTLP_PROTOCOL, else grpc), validated."""
-    variable = specific if env.get(specific) else ENV_OTLP_PROTOCOL
-    protocol = (env.get(variable) or "grpc").strip()
-    if protocol not in PROTOCOLS:
-        raise ConfigError(f"{variable}={protocol!r} is not supported: use one of {', '.join(PROTOCOLS)}")
-    return protocol
-
-
-@dataclass(frozen=True)
-class OtlpSettings:
-    """Where traces go over OTLP; None endpoint means 'not configured'."""
-
-    endpoint: str | None
-    protocol: str
-
-    @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> "OtlpSettings":
-        """Read the standard OTEL_EXPORTER_OTLP_* variables, validated."""
-        env = os.environ if environ is None else environ
-        if env.get(ENV_TRACES_EXPORTER, "").strip().lower() == "none":
-            return cls(None, "grpc")
-        return cls._of_signal(env, ENV_OTLP_TRACES_ENDPOINT, ENV_OTLP_TRACES_PROTOCOL, ENV_OTLP_TRACES_HEADERS)
-
-    @classmethod
-    def metrics_from_env(cls, environ: Mapping[str, str] | None = None) -> "OtlpSettings | None":
-        """Where metrics are pushed when OTEL_METRICS_EXPORTER names otlp (None: they are not), from the
-        standard OTEL_EXPORTER_OTLP_(METRICS_)* variables. Prometheus pull (/metrics) is always served."""
-        env = os.environ if environ is None else environ
-        exporters = {name.strip().lower() for name in env.get(ENV_METRICS_EXPORTER, "").split(",") if name.strip()}
-        unknown = sorted(exporters - set(METRICS_EXPORTERS))
-        if unknown:
-            raise ConfigError(f"{ENV_METRICS_EXPORTER}={env[ENV_METRICS_EXPORTER]!r}: {', '.join(unknown)} is not "
-                              f"supported: use {', '.join(METRICS_EXPORTERS)} (a comma-separated list)")
-        if "otlp" not in exporters:
-            return None
-        return cls._of_signal(env, ENV_OTLP_METRICS_ENDPOINT, ENV_OTLP_METRICS_PROTOCOL, ENV_OTLP_METRICS_HEADERS)
-
-    @classmethod
-    def _of_signal(cls, env: Mapping[str, str], endpoint_variable: str, protocol_variable: str,
-                   headers_variable: str) -> "OtlpSettings":
-        """One signal's settings: its own variables, else the generic OTEL_EXPORTER_OTLP_* ones, validated."""
-        endpoint = env.get(endpoint_variable) or env.get(ENV_OTLP_ENDPOINT) or None
-        protocol = _protocol(env, protocol_variable)
-        if endpoint:
-            _check_endpoint(endpoint)
-        for name in (ENV_OTLP_HEADERS, headers_variable):
-            _check_headers(name, env.get(name, ""))
-        return cls(endpoint, protocol)
-
-
 @dataclass(frozen=True)
 class Config:
     """Everything the commands and the SDK front end need, validated before anything starts."""
@@ -198,6 +134,8 @@ class Config:
     # Metrics: leave the repository label empty (Prometheus then shows none), e.g. where repository names are private.
     no_repository_label: bool = False
     metrics_otlp: OtlpSettings | None = None  # OTEL_METRICS_EXPORTER=otlp: also push the metrics there
+    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
+    max_label_values: int = DEFAULT_MAX_LABEL_VALUES
 
     def __post_init__(self) -> None:
         _positive("--stuck-after", self.stuck_after)
@@ -218,6 +156,10 @@ class Config:
             raise ConfigError("--content-max-chars must be at least 1")
         if self.max_buffered_spans < 1:
             raise ConfigError("--max-buffered-spans must be at least 1")
+        if self.max_request_bytes < MIN_MAX_REQUEST_BYTES:
+            raise ConfigError(f"--max-request-bytes must be at least {MIN_MAX_REQUEST_BYTES}")
+        if self.max_label_values < 1:
+            raise ConfigError("--max-label-values must be at least 1")
         if self.trace_url is not None:
             check_trace_url(self.trace_url)
 
@@ -315,33 +257,6 @@ def parse_tool_thresholds(flag: str, text: str) -> tuple[float | None, tuple[tup
     return default, tuple(sorted(overrides.items()))
 
 
-def _parse_float(variable: str, text: str) -> float:
-    try:
-        return float(text)
-    except ValueError:
-        raise ConfigError(f"{variable}={text!r} is not a number") from None
-
-
-def _parse_int(variable: str, text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise ConfigError(f"{variable}={text!r} is not a whole number") from None
-
-
-def _parse_bool(variable: str, text: str) -> bool:
-    lowered = text.lower()
-    if lowered in ("1", "true", "yes", "on"):
-        return True
-    if lowered in ("0", "false", "no", "off"):
-        return False
-    raise ConfigError(f"{variable}={text!r} is not true or false")
-
-
-def _parse_path(_variable: str, text: str) -> Path:
-    return Path(text).expanduser()
-
-
 # The COPILOT_OTEL_* variables the SDK front end reads without click (the CLI's flags read the same ones).
 _ENV_FIELDS: dict[str, Callable[[str, str], Any]] = {
     "copilot_home": _parse_path,
@@ -358,6 +273,8 @@ _ENV_FIELDS: dict[str, Callable[[str, str], Any]] = {
     "rescan_interval": _parse_float,
     "poll": _parse_bool,
     "max_buffered_spans": _parse_int,
+    "max_request_bytes": _parse_int,
+    "max_label_values": _parse_int,
     "trace_url": lambda _variable, text: text,
     "no_repository_label": _parse_bool,
 }

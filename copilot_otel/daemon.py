@@ -18,8 +18,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
-from .checkpoint import Checkpoint
+from .checkpoint import Checkpoint, CheckpointError, StateLock
 from .config import Config, ConfigError
+from .deadletter import FILE_NAME as DEAD_LETTER_FILE
+from .deadletter import DeadLetter
 from .discover import Discoverer
 from .export import ExportQueue
 from .follow import Follower
@@ -27,8 +29,8 @@ from .liveness import ABANDON, ABANDONED_RETENTION, DORMANT, SessionView, live_s
 from .logs import RateLimitedLog, ReportedOnce
 from .metrics import Metrics
 from .notices import SessionNotices
+from .otlp_json import OtlpJsonEncoder
 from .pipeline import Outputs
-from .private import private_dir
 from .readout import Readout
 from .resource import resource_attributes
 from .sinks import SpanSink, make_sink
@@ -53,17 +55,20 @@ class Daemon:
         self.policy = config.stuck_policy
         self.readout = Readout(self.policy, views=lambda: self.views, clock=clock)
         self.metrics = metrics or Metrics(repository_label=not config.no_repository_label,
-                                          resource=resource_attributes())
+                                          resource=resource_attributes(), max_label_values=config.max_label_values)
         self.metrics.add_live_sessions(self.readout.live_sessions)
         self.metrics.measure_lag_while(self.readout.sessions_at_work)
-        private_dir(config.state_dir)
+        self.lock = StateLock(config.state_dir)  # one daemon per checkpoint (raises CheckpointError)
+        self.lock.acquire()
         self.checkpoint = Checkpoint(config.state_dir / "checkpoint.sqlite")
         self.sink = sink or make_sink(traces_file=config.traces_file, otlp=config.otlp,
-                                      default_file=config.default_traces_file, rotation=config.traces_rotation)
+                                      default_file=config.default_traces_file,
+                                      max_request_bytes=config.max_request_bytes, rotation=config.traces_rotation)
+        self.dead_letter = DeadLetter(config.state_dir / DEAD_LETTER_FILE, OtlpJsonEncoder(resource_attributes()))
         self.queue = ExportQueue(
-            self.sink, self.checkpoint, max_spans=config.max_buffered_spans,
+            self.sink, self.checkpoint, max_spans=config.max_buffered_spans, dead_letter=self.dead_letter,
             on_exported=self.metrics.spans_exported.inc, on_failed=self.metrics.spans_failed.inc,
-            on_commit=self.metrics.checkpoint_commits.inc)
+            on_commit=self.metrics.checkpoint_commits.inc, on_dead_lettered=self.metrics.spans_dead_lettered.inc)
         # Read when scraped, so they stay true while the reader waits on a full queue.
         self.metrics.files_watched.set_function(lambda: len(self.sessions))
         self.metrics.export_queue.set_function(lambda: self.queue.depth)
@@ -88,12 +93,19 @@ class Daemon:
         self._restored = self.checkpoint.load()
         self._skip_history: set[Path] = set()
         # Taken here, before /healthz answers: a session created once the daemon is up is not history.
-        if not self.config.from_start and self.root.is_dir():
+        if not self.config.from_start:
             # --from-end: history present at the first start is skipped (a checkpoint still wins).
-            self._skip_history = set(self.root.glob("*/events.jsonl"))
+            try:
+                self._skip_history = set(self.root.glob("*/events.jsonl"))
+            except OSError as exc:  # an unreadable COPILOT_HOME is waited for, not a reason to stop
+                log.warning("cannot list %s to skip its history (%s)", self.root, exc.strerror or exc)
         self._unreadable = ReportedOnce(log)  # retried at every rescan
         self._outside: set[Path] = set()  # symlinks out of the tree, reported once
         self._root_real = self.root.resolve()
+        # Files read up to their byte budget with more waiting: read again next round, after the others.
+        self._backlog: set[Path] = set()
+        # The generation a deleted log would start again at, were it written anew.
+        self._generations: dict[Path, int] = {}
         self._stop = threading.Event()
         self._bad_lines = RateLimitedLog(log)
         self._last_loop = time.monotonic()
@@ -109,18 +121,16 @@ class Daemon:
         self._stop.set()
 
     def health(self) -> tuple[bool, str]:
-        """Healthy while the reader loop turns and sessions can be seen; says whether exports succeed."""
+        """Healthy while the reader loop turns and sessions can be seen; says whether exports succeed, and what
+        was set aside."""
         stalled = time.monotonic() - self._last_loop
-        if self.queue.blocked:  # back-pressure: the queue is full and reading waits for the backend
-            return True, f"ok (trace export failing, {self.queue.depth} spans queued; reading paused)"
-        if stalled > 30:
+        if stalled > 30 and not self.queue.blocked:  # a reader paused by back-pressure is not hung
             return False, f"reader loop stalled for {stalled:.0f} s"
         problem = self.discoverer.problem()
         if problem is not None:
             return False, problem
-        if not self.queue.healthy:
-            return True, f"ok (trace export failing, {self.queue.depth} spans queued)"
-        return True, "ok"
+        notes = self.queue.notes()
+        return True, f"ok ({'; '.join(notes)})" if notes else "ok"
 
     def run(self, ready: threading.Event | None = None) -> None:
         """Run until stopped; flush and commit before returning."""
@@ -138,18 +148,27 @@ class Daemon:
                             self.queue.depth)
             self.checkpoint.close()
             self.sink.shutdown()
+            self.dead_letter.close()
+            self.lock.release()
 
     def _pass(self) -> None:
         """One turn of the reader loop: read what changed, housekeeping, publish the views."""
         rescans = self.discoverer.rescans
-        files, lock_dirs = self.discoverer.wait(TICK)
+        files, lock_dirs = self.discoverer.wait(0.0 if self._backlog else TICK)
         if self.discoverer.rescans != rescans:
             files |= self._unreadable.paths
         self._last_loop = time.monotonic()
+        # Round robin: each changed file gets one read of at most follow.READ_BYTES per pass, so a
+        # session that writes fast (or a flood) delays the others by one read, not by its backlog.
+        files |= self._backlog
+        self._backlog = set()
         for path in sorted(files):
             if self._stop.is_set():
                 break
-            self._read(path)
+            try:
+                self._read(path)
+            except OSError as exc:  # a path that cannot even be looked at (permissions): said once, retried
+                self._unreadable.report(path, f"cannot look at {path}: {exc.strerror or exc}; will retry")
         for folder in lock_dirs:
             follower = self.sessions.get(folder / "events.jsonl")
             if follower is not None:
@@ -175,7 +194,8 @@ class Daemon:
             return follower
         follower = Follower.start(path, self.config.model, max_line_bytes=self.config.max_line_bytes,
                                   restored=self._restored.pop(str(path), None),
-                                  skip_history=path in self._skip_history)
+                                  skip_history=path in self._skip_history, within=self._root_real,
+                                  generation=self._generations.pop(path, 0))
         self.sessions[path] = follower
         return follower
 
@@ -194,32 +214,31 @@ class Daemon:
         return inside
 
     def _read(self, path: Path) -> None:
+        """One read of at most follow.READ_BYTES from one file; a file with more waiting joins the backlog."""
         follower = self._follower_for(path)
         if follower is None:
             self._forget(path)
             return
         if follower.model is None and not follower.wake():
             return
-        while not self._stop.is_set():
-            out = Outputs()
-            result = follower.read(out, warn=self._bad_lines.warning)
-            if result.gone:
-                self._forget(path)
-                return
-            if result.error:
-                self._unreadable.report(path, f"cannot read {path}: {result.error}; will retry")
-                return
-            self._unreadable.recovered(path)
-            if result.items:
-                self._abandoned.pop(path, None)
-                if follower.model.ended is None:  # learn the pid of a process that writes it (a finished one has none)
-                    self._alive(follower)
-            elif not result.restarted:
-                break
+        out = Outputs()
+        result = follower.read(out, warn=self._bad_lines.warning)
+        if result.gone:
+            self._forget(path)
+            return
+        if result.error:
+            self._unreadable.report(path, f"cannot read {path}: {result.error}; will retry")
+            return
+        self._unreadable.recovered(path)
+        if result.items:
+            self._abandoned.pop(path, None)
+            if follower.model.ended is None:  # learn the pid of a process that writes it (a finished one has none)
+                self._alive(follower)
+        if result.items or result.restarted:
             self._deliver(follower, out)
-            if not result.more:
-                break
-        if follower.model.ended is not None and follower.abandoned_at is None:
+        if result.more:
+            self._backlog.add(path)
+        elif follower.model.ended is not None and follower.abandoned_at is None:
             self._compact(follower)
 
     def _deliver(self, follower: Follower, out: Outputs) -> None:
@@ -274,6 +293,9 @@ class Daemon:
         self.summaries.pop(path, None)
         self.partial.discard(path)
         self._changed = True
+        self._backlog.discard(path)
+        if follower is not None and follower.tail.identity is not None:
+            self._generations[path] = follower.generation + 1  # if it is written anew: a new generation
         if follower is not None:
             self.notices.forget(follower, "its log was deleted")
         if follower is not None and follower.model is not None:
@@ -304,10 +326,10 @@ class Daemon:
             quiet = monotonic - follower.last_read
             if model.awaiting_confirmation and quiet >= self.config.idle_quiet:
                 out = Outputs()
-                out.add(model.confirm_end())
+                follower.confirm_end(out)
                 self._deliver(follower, out)
-            if not check_liveness:
-                continue
+            if not check_liveness or follower.path in self._backlog:
+                continue  # a log with more waiting to be read: its last event read is not its last one
             decision = verdict(mid_turn=model.mid_turn, awaiting_confirmation=model.awaiting_confirmation,
                                last_event_ns=model.last_event_ns, quiet=quiet, now=now,
                                alive=lambda f=follower: self._alive(f), locks_expected=follower.locks_expected)
@@ -351,18 +373,6 @@ class Daemon:
                                                 waiting_since_ns=before.waiting_since_ns)
 
 
-def _check_state_dir(state_dir: Path) -> None:
-    """The state directory must exist (we create it) and be writable, or start-up stops here."""
-    try:
-        private_dir(state_dir)
-        probe = state_dir / f".write-test-{os.getpid()}"
-        probe.write_bytes(b"")
-        probe.unlink()
-    except OSError as exc:
-        raise ConfigError(f"state directory {state_dir} is not writable ({exc.strerror or exc}); "
-                          "choose another with --state-dir or COPILOT_OTEL_STATE_DIR") from None
-
-
 def run_daemon(config: Config) -> int:
     """`copilot-otel run`: start, serve until SIGTERM/SIGINT, flush, exit 0."""
     from .catalog import Catalog
@@ -371,7 +381,6 @@ def run_daemon(config: Config) -> int:
     from .web import WebView
 
     try:
-        _check_state_dir(config.state_dir)
         daemon = Daemon(config, freeze_gc=True)
         catalog = Catalog(daemon.root, cache_file=config.summary_cache, max_line_bytes=config.max_line_bytes)
         view = WebView(DaemonSessions(daemon, catalog=catalog), trace_url=config.trace_url,
@@ -380,7 +389,7 @@ def run_daemon(config: Config) -> int:
     except ConfigError as exc:
         log.error("%s", exc)
         return 2
-    except (OSError, sqlite3.Error) as exc:
+    except (OSError, sqlite3.Error, CheckpointError) as exc:
         log.error("cannot start: %s", exc)
         return 2
     signal.signal(signal.SIGTERM, daemon.request_stop)

@@ -1,9 +1,12 @@
-"""How a replay sends its batches: at most ``rate`` spans a second, waiting out a backend that
-refuses or throttles (gRPC RESOURCE_EXHAUSTED or UNAVAILABLE, HTTP 429 or 503, or down) with
-backoff, and recording each delivery in the ledger so that a re-run continues after it.
+"""How a replay sends its batches.
 
-A batch that could not be delivered for ``give_up_after`` seconds in a row ends the replay
-(:class:`GaveUp`); what was delivered before stays recorded.
+:class:`Exporter` is the plain way (a failing request retried for the OTLP timeout, as the SDK's
+exporters do). :class:`Delivery` is `copilot-otel replay`'s: at most ``rate`` spans a second,
+waiting out a backend that refuses or throttles (gRPC RESOURCE_EXHAUSTED or UNAVAILABLE, HTTP
+429 or 503, or down) with backoff, and recording each delivery in the ledger so that a re-run
+continues after it. A batch that could not be delivered for ``give_up_after`` seconds in a row
+ends the replay (:class:`GaveUp`); what was delivered before stays recorded. Both set aside
+spans the backend refuses for good (the dead-letter file) instead of retrying them.
 """
 
 from __future__ import annotations
@@ -12,16 +15,92 @@ import logging
 import time
 from typing import Callable
 
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
 from .config import DEFAULT_GIVE_UP_AFTER
+from .export import deliver
 from .ledger import Ledger
-from .replay import Batch
+from .records import SpanRecord
 from .sinks import ExportError, SpanSink
+
+if TYPE_CHECKING:
+    from .replay import ReplayStats
 
 log = logging.getLogger(__name__)
 
 INITIAL_BACKOFF = 0.5
 MAX_BACKOFF = 30.0
 WARNINGS = 3  # refused batches that get a log line each; the summary counts the rest
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """One batch's spans (as records, or encoded as request lines by a worker), and whose they are: (log,
+    its spans in this batch, whether this batch ends the log) for each log, in order. A log whose spans
+    all went in earlier batches ends in a part of 0 spans."""
+
+    records: list[SpanRecord]
+    encoded: bytes
+    parts: tuple[tuple[str, int, bool], ...]
+
+    @property
+    def spans(self) -> int:
+        return sum(count for _path, count, _last in self.parts)
+
+
+Deliver = Callable[[Batch, SpanSink, "ReplayStats"], None]  # sends one batch of a replay
+
+
+class Exporter:
+    """The parent's side of a replay: hands batches to the sink, sets refused spans aside, and retries
+    a failing request for up to ``retry_for`` seconds (as the OTel SDK's exporters do) before giving up.
+    Used as a ``Deliver``."""
+
+    def __init__(self, refused: Callable[[list[SpanRecord], str], None] | None, retry_for: float = 0.0) -> None:
+        self.refused = refused
+        self.retry_for = retry_for
+
+    def __call__(self, batch: Batch, sink: SpanSink, stats: ReplayStats) -> None:
+        """Deliver one batch (raises ExportError once retrying for ``retry_for`` seconds did not help)."""
+        if batch.encoded:
+            sink.write_encoded(batch.encoded)
+        elif batch.records:
+            self.export(sink, batch.records, stats)
+
+    def export(self, sink: SpanSink, records: list[SpanRecord], stats: ReplayStats) -> None:
+        failing_since: float | None = None
+        backoff = 0.25
+
+        def progress(_part: list[SpanRecord], error: Exception | None) -> bool:
+            nonlocal failing_since, backoff
+            if error is None:
+                failing_since = None
+                return True
+            now = time.monotonic()
+            failing_since = now if failing_since is None else failing_since
+            if not isinstance(error, ExportError) or now - failing_since + backoff > self.retry_for:
+                raise error
+            log.warning("%s; retrying in %.2f s", error, backoff)
+            time.sleep(backoff)
+            backoff = min(backoff * 2, 4.0)
+            return True
+
+        deliver(sink, records, reject=refuser(self.refused, stats), progress=progress)
+
+
+def refuser(refused: Callable[[list[SpanRecord], str], None] | None,
+            stats: ReplayStats) -> Callable[[list[SpanRecord], str], bool]:
+    """``export.deliver``'s ``reject``: spans refused for good go to ``refused`` (counted), else an ExportError."""
+
+    def reject(spans: list[SpanRecord], reason: str) -> bool:
+        if refused is None:
+            raise ExportError(f"{len(spans)} span(s) refused: {reason}")
+        refused(spans, reason)
+        stats.refused += len(spans)
+        return True
+
+    return reject
 
 
 class GaveUp(RuntimeError):
@@ -53,11 +132,14 @@ class RateLimit:
 
 
 class Delivery:
-    """Sends batches: rate-limited, retried through refusals until ``give_up_after``, recorded in ``ledger``."""
+    """Sends batches: rate-limited, retried through refusals until ``give_up_after``, recorded in ``ledger``;
+    spans refused for good go to ``refused`` (the dead-letter file). A ``Deliver``."""
 
     def __init__(self, *, ledger: Ledger | None = None, identities: dict[str, str] | None = None,
                  sent: dict[str, int] | None = None, rate: float = 0.0,
-                 give_up_after: float = DEFAULT_GIVE_UP_AFTER, on_delivered: Callable[[Batch], None] = lambda b: None,
+                 give_up_after: float = DEFAULT_GIVE_UP_AFTER,
+                 refused: Callable[[list[SpanRecord], str], None] | None = None,
+                 on_delivered: Callable[[Batch], None] = lambda b: None,
                  on_waiting: Callable[[str, float], None] = lambda reason, seconds: None,
                  clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> None:
         self.ledger = ledger
@@ -65,6 +147,7 @@ class Delivery:
         self.sent = dict(sent or {})  # log -> spans delivered, counting those of earlier runs
         self.limit = RateLimit(rate, clock=clock, sleep=sleep)
         self.give_up_after = give_up_after
+        self.refused = refused
         self.on_delivered, self.on_waiting = on_delivered, on_waiting
         self._clock, self._sleep = clock, sleep
         self.spans = 0  # delivered by this run
@@ -72,10 +155,15 @@ class Delivery:
         self.done: set[str] = set()
         self.refusals = 0  # batches the backend refused at least once
 
-    def __call__(self, batch: Batch, sink: SpanSink) -> None:
+    def __call__(self, batch: Batch, sink: SpanSink, stats: "ReplayStats") -> None:
         """Deliver one batch (or raise GaveUp), then record it."""
         self.limit.take(batch.spans)
-        self._send(batch, sink)
+        waits = _Waits(self)
+        if batch.encoded:
+            while not _attempt(lambda: sink.write_encoded(batch.encoded), waits):
+                pass
+        elif batch.records:
+            deliver(sink, batch.records, reject=refuser(self.refused, stats), progress=waits.progress)
         self.spans += batch.spans
         rows = []
         for path, count, last in batch.parts:
@@ -87,28 +175,46 @@ class Delivery:
             self.ledger.record(rows)
         self.on_delivered(batch)
 
-    def _send(self, batch: Batch, sink: SpanSink) -> None:
-        backoff = INITIAL_BACKOFF
-        failing_since = None
-        while True:
-            try:
-                batch.export(sink)
-                if failing_since is not None:
-                    log.debug("the trace backend accepted the batch after %.1f s", self._clock() - failing_since)
-                return
-            except ExportError as exc:
-                now = self._clock()
-                if failing_since is None:
-                    failing_since = now
-                    self.refusals += 1
-                    if self.refusals <= WARNINGS:
-                        log.warning("%s; waiting and retrying (giving up after %.0f s of refusals)%s", exc,
-                                    self.give_up_after,
-                                    "; further refusals are counted, not logged" if self.refusals == WARNINGS else "")
-                if now - failing_since >= self.give_up_after:
-                    raise GaveUp(f"{exc} (for {now - failing_since:.0f} s)") from exc
-                wait = min(backoff, self.give_up_after - (now - failing_since))
-                self.retries += 1
-                self.on_waiting(str(exc), wait)
-                self._sleep(wait)
-                backoff = min(backoff * 2, MAX_BACKOFF)
+
+def _attempt(action: Callable[[], None], waits: "_Waits") -> bool:
+    """Run ``action``; False (after waiting) if it failed in a way worth another try."""
+    try:
+        action()
+    except ExportError as exc:
+        return waits.progress([], exc) and False
+    return True
+
+
+class _Waits:
+    """One batch's failures: backoff from INITIAL_BACKOFF to MAX_BACKOFF, GaveUp past ``give_up_after``."""
+
+    def __init__(self, delivery: Delivery) -> None:
+        self.delivery = delivery
+        self.backoff = INITIAL_BACKOFF
+        self.failing_since: float | None = None
+
+    def progress(self, _part: list[SpanRecord], error: Exception | None) -> bool:
+        """``export.deliver``'s ``progress``: True to try again after waiting, or raise GaveUp."""
+        delivery = self.delivery
+        if error is None:
+            self.failing_since, self.backoff = None, INITIAL_BACKOFF
+            return True
+        if not isinstance(error, ExportError):
+            raise error  # a sink bug, not the backend
+        now = delivery._clock()
+        if self.failing_since is None:
+            self.failing_since = now
+            delivery.refusals += 1
+            if delivery.refusals <= WARNINGS:
+                log.warning("%s; waiting and retrying (giving up after %.0f s of refusals)%s", error,
+                            delivery.give_up_after,
+                            "; further refusals are counted, not logged" if delivery.refusals == WARNINGS else "")
+        failing_for = now - self.failing_since
+        if failing_for >= delivery.give_up_after:
+            raise GaveUp(f"{error} (for {failing_for:.0f} s)") from error
+        wait = min(self.backoff, delivery.give_up_after - failing_for)
+        delivery.retries += 1
+        delivery.on_waiting(str(error), wait)
+        delivery._sleep(wait)
+        self.backoff = min(self.backoff * 2, MAX_BACKOFF)
+        return True

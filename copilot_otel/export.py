@@ -1,9 +1,14 @@
 """The export queue: spans out to the sink with retry and backoff, then the checkpoint commit.
 
-Spans and checkpoint markers share one FIFO, so a marker is committed only once
-every span queued before it was delivered. The queue holds at most
-``max_spans``: past that, :meth:`put_spans` blocks and the reader stops reading
-ahead instead of dropping anything.
+Spans and checkpoint markers share one FIFO, so a marker is committed only once every span
+queued before it was delivered. The queue holds at most ``max_spans`` spans: past that,
+:meth:`put_spans` blocks and the reader stops reading ahead instead of dropping anything.
+Markers are coalesced, one per file between two puts of spans, so they stay bounded too.
+
+A batch holds at most ``batch`` spans, however many one put brought. A request the sink finds
+too large, or that the destination refuses for good, is halved until it passes or the refused
+spans are found; those go to the dead-letter file and the queue moves on. What was written is made durable (``sink.sync``)
+before the checkpoint commit that covers it.
 """
 
 from __future__ import annotations
@@ -12,13 +17,25 @@ import logging
 import threading
 import time
 from collections import deque
+from dataclasses import dataclass, field
 from typing import Callable
 
 from .checkpoint import Checkpoint, FilePosition
+from .deadletter import DeadLetter
 from .records import SpanRecord
-from .sinks import ExportError, SpanSink
+from .sinks import ExportError, RejectedError, SpanSink
 
 log = logging.getLogger(__name__)
+
+COMMIT_RETRY = 1.0  # seconds between attempts to commit positions a failed commit left behind
+
+
+@dataclass(slots=True)
+class _Segment:
+    """Spans in order, then the positions that may be committed once they are delivered."""
+
+    spans: list[SpanRecord] = field(default_factory=list)
+    markers: dict[str, FilePosition] = field(default_factory=dict)
 
 
 class ExportQueue:
@@ -26,33 +43,70 @@ class ExportQueue:
 
     def __init__(self, sink: SpanSink, checkpoint: Checkpoint | None, *, max_spans: int = 20_000,
                  batch: int = 512, initial_backoff: float = 0.5, max_backoff: float = 30.0,
+                 dead_letter: DeadLetter | None = None,
                  on_exported: Callable[[int], None] = lambda n: None,
                  on_failed: Callable[[int], None] = lambda n: None,
-                 on_commit: Callable[[], None] = lambda: None) -> None:
+                 on_commit: Callable[[], None] = lambda: None,
+                 on_dead_lettered: Callable[[int], None] = lambda n: None) -> None:
         self.sink = sink
         self.checkpoint = checkpoint
         self.max_spans = max_spans
         self.batch = batch
         self.initial_backoff = initial_backoff
         self.max_backoff = max_backoff
+        self.dead_letter = dead_letter
         self._on_exported, self._on_failed, self._on_commit = on_exported, on_failed, on_commit
-        self._items: deque = deque()
+        self._on_dead_lettered = on_dead_lettered
+        self._segments: deque[_Segment] = deque()
         self._queued_spans = 0
+        self._uncommitted: dict[str, FilePosition] = {}  # positions a failed commit left behind
+        self._next_commit_retry = 0.0
         self._cond = threading.Condition()
         self._stopping = False
         self._busy = False
         self._thread = threading.Thread(target=self._run, name="copilot-otel-export", daemon=True)
         self.healthy = True
         self.blocked = False  # a producer waits for room (back-pressure): it is paused, not hung
+        self.commit_error: str | None = None  # why the checkpoint cannot be committed now
+        self.dropped = 0  # refused spans that could not be kept (no dead-letter file)
 
     @property
     def depth(self) -> int:
         """Spans waiting for export."""
         return self._queued_spans
 
+    @property
+    def markers(self) -> int:
+        """Checkpoint positions waiting behind spans (at most one per file between two puts of spans)."""
+        with self._cond:
+            return sum(len(segment.markers) for segment in self._segments)
+
+    def notes(self) -> list[str]:
+        """What /healthz should say about the export: failing, paused, spans refused, commits failing."""
+        notes = []
+        if self.blocked or not self.healthy:
+            paused = "; reading paused" if self.blocked else ""
+            notes.append(f"trace export failing, {self.depth} spans and {self.markers} checkpoint position(s) "
+                         f"queued{paused}")
+        if self.dead_letter is not None and self.dead_letter.spans:
+            notes.append(f"{self.dead_letter.spans} span(s) refused by the trace backend, kept in "
+                         f"{self.dead_letter.path}; last: {self.dead_letter.last_reason}")
+        if self.commit_error:
+            notes.append(f"checkpoint not committed: {self.commit_error}")
+        return notes
+
     def start(self) -> None:
         """Start the exporter thread."""
         self._thread.start()
+
+    def _append(self, spans: list[SpanRecord]) -> None:
+        last = self._segments[-1] if self._segments else None
+        if last is not None and not last.markers:
+            last.spans.extend(spans)
+        else:
+            self._segments.append(_Segment(list(spans)))
+        self._queued_spans += len(spans)
+        self._cond.notify_all()
 
     def put_spans(self, spans: list[SpanRecord], *, should_stop: Callable[[], bool] = lambda: False) -> None:
         """Queue spans; block while the queue is full (unless stopping)."""
@@ -63,9 +117,7 @@ class ExportQueue:
                 self.blocked = True
                 self._cond.wait(0.2)
             self.blocked = False
-            self._items.append(spans)
-            self._queued_spans += len(spans)
-            self._cond.notify_all()
+            self._append(spans)
 
     def offer_spans(self, spans: list[SpanRecord]) -> int:
         """Queue spans without ever blocking the caller; return how many were dropped (queue full)."""
@@ -74,22 +126,23 @@ class ExportQueue:
         with self._cond:
             if self._queued_spans >= self.max_spans:
                 return len(spans)
-            self._items.append(spans)
-            self._queued_spans += len(spans)
-            self._cond.notify_all()
+            self._append(spans)
         return 0
 
     def put_marker(self, position: FilePosition) -> None:
-        """Queue a checkpoint position, committed after every span queued before it."""
+        """Queue a checkpoint position, committed after every span queued before it (it replaces an
+        earlier position of the same file that waits behind the same spans)."""
         with self._cond:
-            self._items.append(position)
+            if not self._segments:
+                self._segments.append(_Segment())
+            self._segments[-1].markers[position.path] = position
             self._cond.notify_all()
 
     def flush(self, timeout: float) -> bool:
         """Wait until everything queued so far is exported and committed."""
         deadline = time.monotonic() + timeout
         with self._cond:
-            while self._items or self._busy:
+            while self._segments or self._busy:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return False
@@ -106,21 +159,27 @@ class ExportQueue:
             self._thread.join(timeout=self.max_backoff + 1)
         return flushed
 
-    def _take(self) -> tuple[list[SpanRecord], list[FilePosition]] | None:
+    def _take(self) -> tuple[list[SpanRecord], dict[str, FilePosition]] | None:
         with self._cond:
-            while not self._items and not self._stopping:
+            while not self._segments and not self._stopping:
+                if self._uncommitted and time.monotonic() >= self._next_commit_retry:
+                    self._busy = True
+                    return [], {}
                 self._cond.wait(0.5)
-            if not self._items:
+            if not self._segments:
                 return None
             spans: list[SpanRecord] = []
-            markers: list[FilePosition] = []
-            while self._items and len(spans) < self.batch:
-                item = self._items[0]
-                if isinstance(item, list):
-                    spans.extend(item)
-                else:
-                    markers.append(item)
-                self._items.popleft()
+            markers: dict[str, FilePosition] = {}
+            while self._segments and len(spans) < self.batch:
+                segment = self._segments[0]
+                room = self.batch - len(spans)
+                if len(segment.spans) > room:  # a long put is taken a batch at a time
+                    spans.extend(segment.spans[:room])
+                    del segment.spans[:room]
+                    break
+                spans.extend(segment.spans)
+                markers.update(segment.markers)
+                self._segments.popleft()
             self._busy = True
             return spans, markers
 
@@ -131,7 +190,7 @@ class ExportQueue:
                 return
             spans, markers = taken
             try:
-                if not self._deliver(spans):
+                if spans and not self._deliver(spans):
                     return  # stopping while the backend is down: the checkpoint stays behind
                 self._commit(markers)
             finally:
@@ -141,30 +200,46 @@ class ExportQueue:
                     self._cond.notify_all()
 
     def _deliver(self, spans: list[SpanRecord]) -> bool:
+        """Deliver ``spans`` in order, retrying with backoff; False if stopped first."""
         backoff = self.initial_backoff
-        while spans:
-            try:
-                self.sink.export(spans)
-            except ExportError as exc:
+
+        def failed(part: list[SpanRecord], exc: Exception | None) -> bool:
+            nonlocal backoff
+            if exc is None:  # a part was delivered
+                if not self.healthy:
+                    log.info("trace export to %s recovered", self.sink.description)
+                self.healthy = True
+                self._on_exported(len(part))
+                backoff = self.initial_backoff
+                return True
+            if not isinstance(exc, RejectedError):
                 self.healthy = False
-                self._on_failed(len(spans))
-                log.warning("%s; retrying in %.1f s", exc, backoff)
-                if not self._wait_to_retry(backoff):
-                    return False
-                backoff = min(backoff * 2, self.max_backoff)
-                continue
-            except Exception:  # a sink bug must not kill the exporter thread
-                log.exception("span sink %s failed unexpectedly", self.sink.description)
-                self._on_failed(len(spans))
-                if not self._wait_to_retry(backoff):
-                    return False
-                backoff = min(backoff * 2, self.max_backoff)
-                continue
-            if not self.healthy:
-                log.info("trace export to %s recovered", self.sink.description)
-            self.healthy = True
-            self._on_exported(len(spans))
-            break
+                self._on_failed(len(part))
+                if isinstance(exc, ExportError):
+                    log.warning("%s; retrying in %.1f s", exc, backoff)
+                else:
+                    log.error("span sink %s failed unexpectedly; retrying in %.1f s", self.sink.description,
+                              backoff, exc_info=exc)
+            if not self._wait_to_retry(backoff):
+                return False
+            backoff = min(backoff * 2, self.max_backoff)
+            return True
+
+        return deliver(self.sink, spans, reject=self._reject, progress=failed)
+
+    def _reject(self, spans: list[SpanRecord], reason: str) -> bool:
+        """Set refused spans aside; False if they could not be kept (retried later: nothing is lost)."""
+        if self.dead_letter is None:
+            log.error("%d span(s) refused for good and dropped: %s", len(spans), reason)
+            self.dropped += len(spans)
+        else:
+            try:
+                self.dead_letter.add(spans, reason)
+            except OSError as exc:
+                log.warning("cannot keep %d refused span(s) in %s (%s); retrying", len(spans),
+                            self.dead_letter.path, exc.strerror or exc)
+                return False
+        self._on_dead_lettered(len(spans))
         return True
 
     def _wait_to_retry(self, seconds: float) -> bool:
@@ -174,12 +249,63 @@ class ExportQueue:
                 self._cond.wait(seconds)
             return not self._stopping
 
-    def _commit(self, markers: list[FilePosition]) -> None:
-        if not markers or self.checkpoint is None:
+    def _commit(self, markers: dict[str, FilePosition]) -> None:
+        """Make the delivered spans durable, then commit the positions behind them (and any left behind)."""
+        self._uncommitted.update(markers)
+        if not self._uncommitted:
             return
-        latest = {m.path: m for m in markers}
+        if self.checkpoint is None:
+            self._uncommitted.clear()
+            return
         try:
-            self.checkpoint.commit(list(latest.values()))
-            self._on_commit()
-        except Exception:
-            log.exception("checkpoint commit failed; positions will be committed with the next batch")
+            self.sink.sync()
+            self.checkpoint.commit(list(self._uncommitted.values()))
+        except Exception as exc:
+            self._next_commit_retry = time.monotonic() + COMMIT_RETRY
+            reason = str(exc) or type(exc).__name__
+            if reason != self.commit_error:
+                log.warning("checkpoint not committed (%s); will retry: the positions are kept", reason)
+            self.commit_error = reason
+            return
+        self._uncommitted.clear()
+        if self.commit_error is not None:
+            log.info("checkpoint commits work again")
+            self.commit_error = None
+        self._on_commit()
+
+
+def deliver(sink: SpanSink, spans: list[SpanRecord], *, reject: Callable[[list[SpanRecord], str], bool],
+            progress: Callable[[list[SpanRecord], Exception | None], bool]) -> bool:
+    """Send ``spans`` through ``sink`` in order, as many requests as it takes.
+
+    A request the sink finds too large, or refuses for good, is halved until it fits or until the
+    refused spans are found one by one: those go to ``reject``, which returns False if it could
+    not keep them (they are tried again), and the other spans of the request are delivered. After each part, ``progress(part, None)``; after a failure,
+    ``progress(part, error)``, which returns False to give up (then so does this) or True to try
+    that part again.
+    """
+    parts = deque([spans])
+    while parts:
+        part = parts[0]
+        try:
+            sink.export(part)
+        except RejectedError as exc:
+            if len(part) > 1:
+                log.debug("%s; sending its %d spans in two halves", exc, len(part))
+                half = len(part) // 2
+                parts.popleft()
+                parts.extendleft((part[half:], part[:half]))
+                continue
+            if reject(part, str(exc)):
+                parts.popleft()
+            elif not progress(part, exc):
+                return False
+            continue
+        except Exception as exc:  # ExportError, or a sink bug: neither may kill the caller
+            if not progress(part, exc):
+                return False
+            continue
+        parts.popleft()
+        if not progress(part, None):
+            return False
+    return True

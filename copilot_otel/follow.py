@@ -5,6 +5,10 @@ where the checkpoint may move once the spans are exported. A finished session is
 to its file position (thousands of old sessions cost almost nothing); when its file grows
 again the model is rebuilt from the file and only what lies past the old position is
 delivered. A restart resumes the same way from the checkpoint.
+
+A file truncated or replaced under us starts a new *generation*: what the old one left open
+ends as incomplete, and the spans of the new one get ids of their own (records.salted), so no
+span id is ever exported twice with different content.
 """
 
 from __future__ import annotations
@@ -22,13 +26,14 @@ from .events import DecodeError
 from .liveness import SessionView, locks_expected
 from .normalize import parse_version
 from .pipeline import Outputs, Warn, drive, finish
+from .records import salted
 from .sessions import READ_TYPES, SessionModel
-from .tail import FileTail, ReadResult
+from .tail import CHUNK, FileTail, ReadResult
 from .vocab import END_INCOMPLETE, IDLE
 
 log = logging.getLogger(__name__)
 
-READ_BYTES = 8 << 20  # what one read takes from a file before the daemon looks at other work
+READ_BYTES = 4 << 20  # what one read takes from a file before the daemon turns to the other files
 
 
 @dataclass
@@ -51,6 +56,7 @@ class Follower:
     # Rebuilt after compaction: the model had nothing open at the floor, so what the re-read leaves
     # open there (work a crash cut off, ended when the process was found dead) is ended quietly.
     settle_at_floor: bool = False
+    generation: int = 0  # how many times the file was truncated or replaced under us (salts its span ids)
     session_id: str = field(init=False)  # the folder's name
 
     def __post_init__(self) -> None:
@@ -60,17 +66,22 @@ class Follower:
 
     @classmethod
     def start(cls, path: Path, options: ModelOptions, *, max_line_bytes: int, restored: FilePosition | None = None,
-              skip_history: bool = False, pids: list[int] | None = None) -> "Follower":
-        """Follow ``path`` from its checkpoint, from its end (``skip_history``), or from the start."""
-        tail = FileTail(path, max_line_bytes=max_line_bytes, keep=READ_TYPES)
+              skip_history: bool = False, pids: list[int] | None = None, within: Path | None = None,
+              generation: int = 0) -> "Follower":
+        """Follow ``path`` from its checkpoint, from its end (``skip_history``), or from the start.
+
+        ``within``: the tree the file must stay inside, checked on every open."""
+        tail = FileTail(path, max_line_bytes=max_line_bytes, keep=READ_TYPES, within=within)
         floor = 0
         if restored is not None:
             tail.identity = restored.identity
             tail.offset, tail.line = restored.resume_offset, restored.resume_line
             floor = restored.offset
+            generation = restored.generation
         elif skip_history:
             floor = tail.offset = _last_newline_end(path)
-        follower = cls(path, tail, options, floor=floor, pids=pids or [], whole=tail.offset == 0)
+        follower = cls(path, tail, options, floor=floor, pids=pids or [], generation=generation,
+                       whole=tail.offset == 0)
         if tail.offset > 0:
             _prime(follower.model, path, tail.offset, max_line_bytes)
         return follower
@@ -89,12 +100,15 @@ class Follower:
         if result.gone or result.error:
             return result
         if result.restarted:
-            log.info("%s was %s; reading it again from the start", self.path, result.restarted)
-            finish(self.model, out)
+            log.info("%s was %s; reading it again from the start as a new generation", self.path,
+                     result.restarted)
+            self.finish(out)
+            self.generation += 1
             self.model = self.new_model()
             self.floor = 0
             self.whole = True
         if result.items:
+            start = len(out.spans)
             items = result.items
             if self.settle_at_floor:
                 before = [item for item in items if item.offset < self.floor]
@@ -105,9 +119,21 @@ class Follower:
                     if not self.model.quiescent:
                         self.model.finish()  # delivered when it happened: nothing to export again
             drive(self.model, items, out, source=str(self.path), warn=warn, floor=self.floor)
+            self._salt(out, start)
             self.abandoned_at = None
             self.last_read = time.monotonic()
         return result
+
+    def _salt(self, out: Outputs, start: int) -> None:
+        """Give the spans added to ``out`` since ``start`` the ids of this file generation."""
+        if self.generation:
+            out.spans[start:] = [salted(record, self.generation) for record in out.spans[start:]]
+
+    def confirm_end(self, out: Outputs) -> None:
+        """A quiet period confirmed that the agent loop went idle: what that closes goes into ``out``."""
+        start = len(out.spans)
+        out.add(self.model.confirm_end())
+        self._salt(out, start)
 
     def wake(self) -> bool:
         """A compacted session's file changed: rebuild its model by re-reading the file, delivering
@@ -140,7 +166,9 @@ class Follower:
         """The session is over (its process died, its file was deleted): close what is open into ``out``."""
         if self.model is not None:
             self.cut_off_tool = self.model.summary().waiting_on
+            start = len(out.spans)
             finish(self.model, out, reason)
+            self._salt(out, start)
 
     # ------------------------------------------------------------ what others read
 
@@ -151,7 +179,8 @@ class Follower:
             return None
         resume = self.model.open_interaction_start
         resume_offset, resume_line = resume if resume is not None else (tail.offset, tail.line)
-        return FilePosition(str(self.path), tail.identity, tail.offset, tail.line, resume_offset, resume_line)
+        return FilePosition(str(self.path), tail.identity, tail.offset, tail.line, resume_offset, resume_line,
+                            self.generation)
 
     @property
     def locks_expected(self) -> bool:
@@ -177,17 +206,34 @@ _SESSION_FACTS = (b'"session.start"', b'"session.resume"', b'"session.model_chan
 
 
 def _prime(model: SessionModel, path: Path, end: int, max_line_bytes: int) -> None:
-    """Teach a model resuming mid-file the session facts (model, cwd, CLI version) written before ``end``."""
+    """Teach a model resuming mid-file the session facts (model, cwd, CLI version) written before ``end``.
+
+    The file is scanned a chunk at a time: a long log costs no more memory than one line."""
     try:
-        with open(path, "rb") as handle:
-            data = handle.read(end)
+        handle = open(path, "rb")
     except OSError:
         return
-    for raw in data.split(b"\n"):
-        if len(raw) <= max_line_bytes and any(marker in raw for marker in _SESSION_FACTS):
-            event = decode_line(raw.rstrip(b"\r"))
-            if not isinstance(event, DecodeError) and event.type.startswith("session."):
-                model.feed(event)
+    with handle:
+        position, rest, skipping = 0, b"", False
+        while position < end:
+            try:
+                chunk = handle.read(min(CHUNK, end - position))
+            except OSError:
+                return
+            if not chunk:
+                break
+            position += len(chunk)
+            lines = (rest + chunk).split(b"\n")
+            rest = lines.pop()
+            for raw in lines:
+                if skipping:  # the end of a line too long to keep
+                    skipping = False
+                elif any(marker in raw for marker in _SESSION_FACTS):
+                    event = decode_line(raw.rstrip(b"\r"), max_bytes=max_line_bytes)
+                    if not isinstance(event, DecodeError) and event.type.startswith("session."):
+                        model.feed(event)
+            if len(rest) > max_line_bytes:
+                rest, skipping = b"", True
 
 
 def _last_newline_end(path: Path) -> int:

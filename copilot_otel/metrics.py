@@ -18,7 +18,9 @@ from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.platform_collector import PlatformCollector
 
 from . import __version__
+from .config import DEFAULT_MAX_LABEL_VALUES
 from .decode import REASONS
+from .limits import MAX_NAME_CHARS, OTHER, cut_name
 from .records import MetricUpdate
 from .vocab import ATTRIBUTED, INTERACTION_ENDS, REPOSITORY_LABEL, SIGNALS, STALLED_STATES, STATES, Metric
 
@@ -36,6 +38,49 @@ TTFT_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60)
 MAX_EVENT_TYPES = 250
 STALLED_LABELS = ["session_id", "state", "tool", "repository"]
 _EVENT_TYPE = re.compile(r"[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*){1,3}")
+# Labels whose values the model or the log chooses: each is capped (LabelCap).
+AGENT, MODEL, TOOL, REPOSITORY = "agent", "model", "tool", REPOSITORY_LABEL
+CAPPED_LABELS = (AGENT, MODEL, TOOL, REPOSITORY)
+# For each session metric, the capped label at each position of its label values (None: a closed set).
+_CAPPED_POSITIONS: dict[Metric, tuple[str | None, ...]] = {
+    Metric.SESSIONS_STARTED: (REPOSITORY,),
+    Metric.TURNS: (AGENT,),
+    Metric.LLM_CALLS: (MODEL, None, REPOSITORY),
+    Metric.TOOL_CALLS: (TOOL, None),
+    Metric.TOKENS: (MODEL, None, REPOSITORY),
+    Metric.TURN_DURATION: (AGENT,),
+    Metric.TOOL_DURATION: (TOOL,),
+    Metric.LLM_CALL_DURATION: (MODEL,),
+    Metric.LLM_TIME_TO_FIRST_TOKEN: (MODEL,),
+    Metric.PREMIUM_REQUESTS: (MODEL, REPOSITORY),
+    Metric.AUTOPILOT_PREMIUM_REQUESTS: (MODEL, REPOSITORY),
+    Metric.CODE_LINES: (None, REPOSITORY),
+    Metric.FILES_MODIFIED: (REPOSITORY,),
+}
+
+
+class LabelCap:
+    """At most ``limit`` distinct values per capped label, each cut to MAX_NAME_CHARS; the values that
+    come later count as ``other`` (and as one overflow each), so a log cannot mint unbounded series."""
+
+    def __init__(self, limit: int, on_overflow: Callable[[str], None]) -> None:
+        self.limit = limit
+        self._seen: dict[str, set[str]] = {label: set() for label in CAPPED_LABELS}
+        self._on_overflow = on_overflow
+
+    def value(self, label: str, value: str) -> str:
+        """The label value to use for ``value``."""
+        seen = self._seen[label]
+        if value in seen:
+            return value
+        value = cut_name(value)
+        if value in seen:
+            return value
+        if len(seen) >= self.limit:
+            self._on_overflow(label)
+            return OTHER
+        seen.add(value)
+        return value
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,17 +153,18 @@ class Metrics:
     """
 
     def __init__(self, *, registry: CollectorRegistry | None = None, process: bool = True,
-                 repository_label: bool = True, resource: Mapping[str, Any] | None = None) -> None:
+                 repository_label: bool = True, resource: Mapping[str, Any] | None = None,
+                 max_label_values: int = DEFAULT_MAX_LABEL_VALUES) -> None:
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
         self.repository_label = repository_label
         r = self.registry
         repo = REPOSITORY_LABEL
         self.sessions_started = Counter("copilot_sessions_started", "Sessions started (session.start), by repository.",
                                         [repo], registry=r)
-        self.turns = Counter("copilot_turns", "Agent turns started.", ["agent"], registry=r)
+        self.turns = Counter("copilot_turns", "Agent turns started.", [AGENT], registry=r)
         self.llm_calls = Counter("copilot_llm_calls", "LLM calls by model, outcome and repository.",
-                                 ["model", "outcome", repo], registry=r)
-        self.tool_calls = Counter("copilot_tool_calls", "Tool executions by tool and outcome.", ["tool", "outcome"],
+                                 [MODEL, "outcome", repo], registry=r)
+        self.tool_calls = Counter("copilot_tool_calls", "Tool executions by tool and outcome.", [TOOL, "outcome"],
                                   registry=r)
         self.autopilot_nudges = Counter("copilot_autopilot_nudges", "Autopilot continuation messages.", registry=r)
         self.completion_signals = Counter("copilot_completion_signals",
@@ -160,6 +206,15 @@ class Metrics:
         self.lag = Gauge("copilot_otel_lag_seconds", "Seconds between now and the newest event seen.", registry=r)
         self.checkpoint_commits = Counter("copilot_otel_checkpoint_commits", "Checkpoint transactions committed.",
                                           registry=r)
+        self.spans_dead_lettered = Counter("copilot_otel_spans_dead_lettered",
+                                           "Spans the trace backend refused for good, kept in the dead-letter file.",
+                                           registry=r)
+        self.label_overflow = Counter("copilot_otel_label_overflow",
+                                      "Label values counted as 'other': past the cap on distinct values, by label.",
+                                      ["label"], registry=r)
+        for label in CAPPED_LABELS:
+            self.label_overflow.labels(label)
+        self.labels = LabelCap(max_label_values, lambda label: self.label_overflow.labels(label).inc())
         self.build_info = Gauge("copilot_otel_build_info", "copilot-otel build.", ["version"], registry=r)
         self.build_info.labels(__version__).set(1)
         for signal in SIGNALS:
@@ -214,11 +269,20 @@ class Metrics:
         """Count events read, by type; past MAX_EVENT_TYPES distinct names (or an odd one) as 'other'."""
         child = self._event_types.get(event_type)
         if child is None:
-            if len(self._event_types) >= MAX_EVENT_TYPES or not _EVENT_TYPE.fullmatch(event_type):
+            if (len(self._event_types) >= MAX_EVENT_TYPES or len(event_type) > MAX_NAME_CHARS
+                    or not _EVENT_TYPE.fullmatch(event_type)):
                 child = self.events_read.labels("other")
             else:
                 child = self._event_types[event_type] = self.events_read.labels(event_type)
         child.inc(count)
+
+    def _labels(self, metric: Metric, labels: tuple[str, ...]) -> tuple[str, ...]:
+        """The label values to count an update under: tool, model, agent and repository names capped."""
+        capped = _CAPPED_POSITIONS.get(metric)
+        if not capped or not labels:
+            return labels
+        return tuple(value if label is None else "" if label == REPOSITORY and not self.repository_label
+                     else self.labels.value(label, value) for label, value in zip(capped, labels))
 
     def _child(self, metric: Metric, labels: tuple[str, ...]):
         """The series of ``metric`` with these label values (looked up once, then kept)."""
@@ -233,10 +297,11 @@ class Metrics:
 
     def apply(self, update: MetricUpdate) -> None:
         """Apply one update from the session model."""
+        labels = self._labels(update.metric, update.labels)
         if update.metric in HISTOGRAMS:
-            self._child(update.metric, update.labels).observe(update.value)
+            self._child(update.metric, labels).observe(update.value)
         else:
-            self._child(update.metric, update.labels).inc(update.value)
+            self._child(update.metric, labels).inc(update.value)
 
     def apply_outputs(self, out: "Outputs") -> None:
         """Count what one drive of the pipeline produced: metric updates, events, rejected lines.
@@ -244,10 +309,11 @@ class Metrics:
         Counter increments of the same series are added up first (a backlog holds thousands)."""
         sums: dict[tuple[Metric, tuple[str, ...]], float] = {}
         for update in out.metrics:
+            labels = self._labels(update.metric, update.labels)
             if update.metric in HISTOGRAMS:
-                self._child(update.metric, update.labels).observe(update.value)
+                self._child(update.metric, labels).observe(update.value)
             else:
-                key = (update.metric, update.labels)
+                key = (update.metric, labels)
                 sums[key] = sums.get(key, 0.0) + update.value
         for (metric, labels), value in sums.items():
             self._child(metric, labels).inc(value)

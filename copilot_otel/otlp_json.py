@@ -11,6 +11,7 @@ from typing import Any, Mapping, Sequence
 import orjson
 
 from . import __version__
+from .limits import clean
 from .records import SpanRecord
 
 SCOPE_NAME = "copilot-otel"
@@ -89,10 +90,18 @@ class OtlpJsonEncoder:
                     "scopeSpans": [
                         {
                             "scope": {"name": SCOPE_NAME, "version": SCOPE_VERSION},
-                            "spans": [_span_json(r, shared) for r in records],
+                            "spans": [_span_json(clean(r), shared) for r in records],
                         }
                     ],
                 }
             ]
         }
         return orjson.dumps(request) + b"\n"
+
+    def encode_within(self, records: Sequence[SpanRecord], max_bytes: int) -> list[bytes]:
+        """``records`` as one or more request lines of at most ``max_bytes`` each (a lone span may exceed it)."""
+        line = self.encode(records)
+        if len(line) <= max_bytes or len(records) <= 1:
+            return [line]
+        half = len(records) // 2
+        return self.encode_within(records[:half], max_bytes) + self.encode_within(records[half:], max_bytes)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from hashlib import blake2b
 from typing import Any, Mapping
 
@@ -96,3 +96,22 @@ def trace_id_for(session_id: str, interaction_id: str) -> int:
 def span_id_for(session_id: str, event_id: str) -> int:
     """Deterministic 64-bit span id from the session and the span's first event."""
     return _digest_int(f"span\x00{session_id}\x00{event_id}", 8)
+
+
+def _salt(value: int, generation: int, size: int) -> int:
+    digest = blake2b(value.to_bytes(size, "big") + generation.to_bytes(8, "big"), digest_size=size).digest()
+    return int.from_bytes(digest, "big") or 1
+
+
+def salted(record: SpanRecord, generation: int) -> SpanRecord:
+    """The record with the ids of file generation ``generation`` (0: the record itself).
+
+    A log truncated or replaced under the daemon starts a new generation: its spans get ids of
+    their own, so that no id is ever exported twice with different content.
+    """
+    if not generation:
+        return record
+    return replace(
+        record, trace_id=_salt(record.trace_id, generation, 16), span_id=_salt(record.span_id, generation, 8),
+        parent_span_id=None if record.parent_span_id is None else _salt(record.parent_span_id, generation, 8),
+        links=tuple((_salt(t, generation, 16), _salt(s, generation, 8)) for t, s in record.links))

@@ -1,4 +1,11 @@
-"""One-shot export: session logs (shared by worker processes when there are many), or a stream."""
+"""One-shot export: session logs (shared by worker processes when there are many), or a stream.
+
+Each log is read a few megabytes at a time and its spans leave in batches as they are made, so
+memory does not grow with the size of a log. Work is cut into shards (at most SHARD_FILES files
+or SHARD_BYTES of logs); a request never holds spans of two shards, so the output is the same
+whatever the number of workers. A worker returns a whole shard's output: a file larger than a
+shard is streamed by the parent instead, in its turn.
+"""
 
 from __future__ import annotations
 
@@ -7,21 +14,21 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import orjson
 
-from .config import DEFAULT_MAX_LINE_BYTES, ModelOptions
+from .config import DEFAULT_MAX_LINE_BYTES, DEFAULT_MAX_REQUEST_BYTES, ModelOptions
 from .decode import decode_line
 from .events import DecodeError, Event
+from .delivery import Batch, Deliver, Exporter
 from .otlp_json import OtlpJsonEncoder
 from .pipeline import Outputs, drive, finish
 from .records import MetricUpdate, SpanRecord
 from .sessions import READ_TYPES, SessionModel
 from .sinks import FileSink, SpanSink
-from .sources import (EVENTS_FILE, SESSION_STATE, SourceError, UnreadableLog, find_event_files, resolve,
-                      session_id_of)
-from .tail import FUTURE_TOLERANCE_S, read_all
+from .sources import EVENTS_FILE, SESSION_STATE, SourceError, find_event_files, resolve, session_id_of
+from .tail import FUTURE_TOLERANCE_S, FileTail
 from .workers import MAX_WORKERS, WorkerPool, available_cpus
 
 log = logging.getLogger(__name__)
@@ -33,6 +40,8 @@ BATCH = 512
 # Files per unit of work, in one process or spread over several; a request never holds spans of
 # two shards, so the output is the same whatever the number of workers.
 SHARD_FILES = 64
+SHARD_BYTES = 32 << 20  # nor more than this much of logs (a larger file is a shard of its own)
+READ_BYTES = 4 << 20  # what is read of a log at a time
 PARALLEL_MIN_FILES = 2 * SHARD_FILES  # fewer files replay in this process: starting workers costs more
 
 
@@ -43,6 +52,7 @@ class ReplayStats:
     files: int = 0
     events: int = 0
     spans: int = 0
+    refused: int = 0  # spans the backend refused for good (kept in the dead-letter file, if any)
     rejected: Counter = field(default_factory=Counter)
     out_of_order: Counter = field(default_factory=Counter)
     metrics: list[MetricUpdate] | None = field(default_factory=list)  # None: the model makes none
@@ -52,6 +62,7 @@ class ReplayStats:
         self.files += other.files
         self.events += other.events
         self.spans += other.spans
+        self.refused += other.refused
         self.rejected.update(other.rejected)
         self.out_of_order.update(other.out_of_order)
         if self.metrics is not None and other.metrics:
@@ -75,38 +86,32 @@ def replay_session(session_id: str, items: list[Event | DecodeError], stats: Rep
     return out.spans
 
 
-@dataclass(frozen=True, slots=True)
-class Batch:
-    """One request's spans (as records, or encoded as a request line), and whose they are: (log, its spans
-    in this batch, whether this batch holds the log's last span) for each log, in order."""
-
-    records: list[SpanRecord]
-    encoded: bytes
-    parts: tuple[tuple[str, int, bool], ...]
-
-    @property
-    def spans(self) -> int:
-        return sum(count for _path, count, _last in self.parts)
-
-    def export(self, sink: SpanSink) -> None:
-        """Hand the spans to the sink (raises ExportError); a batch of no span sends nothing."""
-        if self.encoded:
-            sink.write_encoded(self.encoded)
-        elif self.records:
-            sink.export(self.records)
-
-
 @dataclass
 class ShardResult:
-    """One shard's figures, its batches, and the logs it could not read (path, reason)."""
+    """One shard's figures, its batches and the logs it could not read (path, reason).
+
+    ``in_parent``: the worker left this shard (one large file) for the parent to stream.
+    """
 
     stats: ReplayStats
     batches: list[Batch]
     unreadable: list[tuple[str, str]] = field(default_factory=list)
+    in_parent: bool = False
 
 
-def _deliver_plainly(batch: Batch, sink: SpanSink) -> None:
-    batch.export(sink)
+Item = Path | tuple[Path, int]  # a log, or (a log, how many of its first spans to leave out: sent before)
+
+
+def _path_skip(item: Item) -> tuple[Path, int]:
+    return item if isinstance(item, tuple) else (item, 0)
+
+
+@dataclass(frozen=True)
+class Shard:
+    """Files replayed together; ``in_parent``: one file too large to hand back from a worker whole."""
+
+    files: list[Item]
+    in_parent: bool = False
 
 
 @dataclass(frozen=True)
@@ -117,48 +122,122 @@ class ShardJob:
     max_line_bytes: int
     encoder: OtlpJsonEncoder | None  # None: the spans stay records, for a sink that encodes them itself
     keep_metrics: bool
+    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
     batch: int = BATCH
 
-    def __call__(self, files: list[Path | tuple[Path, int]],
-                 on_file: Callable[[Path], None] | None = None) -> ShardResult:
-        """Decode and model each file (leaving out the first ``skip`` spans of a ``(path, skip)``: a
-        replay that resumes); the spans in batches of at most ``self.batch``, encoded if asked."""
+    def __call__(self, shard: Shard) -> ShardResult:
+        """In a worker: decode and model each file; the spans in batches, encoded if asked."""
         stats = ReplayStats(metrics=[] if self.keep_metrics else None)
+        if shard.in_parent:
+            return ShardResult(stats, [], in_parent=True)
         result = ShardResult(stats, [])
-        spans: list[SpanRecord] = []
-        parts: list[list] = []  # [path, spans in the current batch, last piece of the log]
-        for item in files:
-            path, skip = item if isinstance(item, tuple) else (item, 0)
-            try:
-                items = read_all(path, max_line_bytes=self.max_line_bytes, keep=READ_TYPES)
-            except UnreadableLog as exc:
-                result.unreadable.append((str(path), exc.reason))
-                continue
-            mine = replay_session(session_id_of(path), items, stats, source=str(path), options=self.options)[skip:]
-            stats.files += 1
-            stats.spans += len(mine)
-            while True:
-                room = self.batch - len(spans)
-                taken, mine = mine[:room], mine[room:]
-                spans.extend(taken)
-                parts.append([str(path), len(taken), not mine])
-                if len(spans) < self.batch:
-                    break
-                result.batches.append(self._batch(spans, parts))
-                spans, parts = [], []
-                if not mine:
-                    break
-            if on_file is not None:
-                on_file(path)
-        if parts:
-            result.batches.append(self._batch(spans, parts))
+        for batch in self.batches(shard.files, stats, unreadable=result.unreadable):
+            if self.encoder is not None and batch.records:
+                encoded = b"".join(self.encoder.encode_within(batch.records, self.max_request_bytes))
+                batch = Batch([], encoded, batch.parts)
+            result.batches.append(batch)
         return result
 
-    def _batch(self, spans: list[SpanRecord], parts: list[list]) -> Batch:
-        parts = tuple((path, count, last) for path, count, last in parts)
-        if self.encoder is not None and spans:
-            return Batch([], self.encoder.encode(spans), parts)
-        return Batch(spans, b"", parts)
+    def batches(self, files: list[Item], stats: ReplayStats, on_file: Callable[[Path], None] | None = None, *,
+                unreadable: list[tuple[str, str]] | None = None) -> Iterator[Batch]:
+        """The shard's spans in batches of ``self.batch`` (the last may be shorter), as they are made, each
+        with the logs it holds spans of. A log that cannot be read makes no span and is named in
+        ``unreadable`` (logged without one); it ends in no batch."""
+        pending: list[SpanRecord] = []
+        owners: list[list] = []  # [log, its spans in pending, all its spans made]: the logs of ``pending``
+        for item in files:
+            path, skip = _path_skip(item)
+            owner = [str(path), 0, False]
+            owners.append(owner)
+            failed: list[tuple[str, str]] = []
+            for spans in self._file_spans(path, skip, stats, failed):
+                pending.extend(spans)
+                owner[1] += len(spans)
+                while len(pending) >= self.batch:
+                    yield self._cut(pending, owners, self.batch, stats)
+            if failed:
+                owners.remove(owner)
+                if unreadable is None:
+                    log.warning("cannot read %s: %s", *failed[0])
+                else:
+                    unreadable.extend(failed)
+            else:
+                owner[2] = True
+            stats.files += 1
+            if on_file is not None:
+                on_file(path)
+        if pending or owners:
+            yield self._cut(pending, owners, len(pending), stats)
+
+    @staticmethod
+    def _cut(pending: list[SpanRecord], owners: list[list], size: int, stats: ReplayStats) -> Batch:
+        """The first ``size`` pending spans as a batch, taken out of ``pending`` and ``owners``."""
+        records = pending[:size]
+        del pending[:size]
+        parts = []
+        room = size
+        while owners:
+            owner = owners[0]
+            if owner[1] == 0 and not owner[2]:
+                break  # the log being read, none of its spans pending yet
+            taken = min(owner[1], room)
+            room -= taken
+            owner[1] -= taken
+            ended = owner[2] and owner[1] == 0
+            if taken or ended:
+                parts.append((owner[0], taken, ended))
+            if not ended:
+                break  # more of its spans wait, or are still to be made
+            owners.pop(0)
+        stats.spans += len(records)
+        return Batch(records, b"", tuple(parts))
+
+    def _file_spans(self, path: Path, skip: int, stats: ReplayStats,
+                    failed: list[tuple[str, str]]) -> Iterator[list[SpanRecord]]:
+        """One log's spans, a read at a time, its first ``skip`` left out; what is open at its end closed as
+        incomplete. A log that cannot be read (at any read) stops there, named in ``failed``."""
+        model = SessionModel(session_id_of(path), self.options, metrics=stats.metrics is not None)
+        tail = FileTail(path, max_line_bytes=self.max_line_bytes, keep=READ_TYPES)
+        while True:
+            result = tail.read(max_bytes=READ_BYTES)
+            if result.error or result.gone:
+                failed.append((str(path), result.error or "no such file"))
+                return
+            out = drive(model, result.items, Outputs(), source=str(path))
+            stats.fold(out)
+            spans, skip = out.spans[skip:], max(0, skip - len(out.spans))
+            yield spans
+            if not result.more:
+                break
+        out = finish(model, Outputs())
+        stats.fold(out)
+        yield out.spans[skip:]
+
+
+def plan_shards(files: list[Item], shard_files: int = SHARD_FILES, shard_bytes: int = SHARD_BYTES) -> list[Shard]:
+    """Cut the files, in order, into shards of at most ``shard_files`` files and ``shard_bytes`` bytes."""
+    shards: list[Shard] = []
+    current: list[Item] = []
+    size = 0
+    for item in files:
+        try:
+            length = _path_skip(item)[0].stat().st_size
+        except OSError:
+            length = 0
+        if length > shard_bytes:
+            if current:
+                shards.append(Shard(current))
+                current, size = [], 0
+            shards.append(Shard([item], in_parent=True))
+            continue
+        if current and (len(current) >= shard_files or size + length > shard_bytes):
+            shards.append(Shard(current))
+            current, size = [], 0
+        current.append(item)
+        size += length
+    if current:
+        shards.append(Shard(current))
+    return shards
 
 
 def default_workers(files: int) -> int:
@@ -168,47 +247,58 @@ def default_workers(files: int) -> int:
     return max(1, min(available_cpus(), MAX_WORKERS))
 
 
-def replay_files(files: list[Path | tuple[Path, int]], sink: SpanSink, *, options: ModelOptions = ModelOptions(),
+def replay_files(files: list[Item], sink: SpanSink, *, options: ModelOptions = ModelOptions(),
                  on_file: Callable[[Path], None] | None = None, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
                  workers: int | None = None, keep_metrics: bool = False, shard_files: int = SHARD_FILES,
-                 batch: int = BATCH, deliver: Callable[[Batch, SpanSink], None] = _deliver_plainly,
+                 shard_bytes: int = SHARD_BYTES, max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
+                 refused: Callable[[list[SpanRecord], str], None] | None = None, retry_for: float = 0.0,
+                 batch: int = BATCH, deliver: Deliver | None = None,
                  unreadable: list[tuple[str, str]] | None = None) -> ReplayStats:
     """Export every file's spans through ``sink``, in file order; raise ExportError if delivery fails.
 
-    A ``(path, skip)`` item leaves out the path's first ``skip`` spans. ``workers`` processes share
-    the work (None: :func:`default_workers`); the spans, their order and the requests are the same
-    for any number. ``deliver(batch, sink)`` sends each batch (default: once, raising what the sink
-    raises). ``keep_metrics``: keep the model's metric updates in ``stats.metrics`` (else the model
-    makes none). Logs that cannot be read are left out, and added to ``unreadable`` (logged without one).
-    Raises WorkerError if a worker died.
+    A ``(path, skip)`` item leaves out the log's first ``skip`` spans (a replay that continues).
+    ``workers`` processes share the work (None: :func:`default_workers`); the spans, their order
+    and the requests are the same for any number. ``keep_metrics``: keep the model's metric
+    updates in ``stats.metrics`` (else the model makes none). ``deliver(batch, sink, stats)`` sends
+    each batch; by default spans the backend refuses for good go to ``refused`` (None: that is an
+    ExportError) and a failing request is retried for ``retry_for`` seconds. Logs that cannot be
+    read make no span and are added to ``unreadable`` (logged without one). Raises WorkerError if a
+    worker died.
     """
     encoder = sink.encoder if isinstance(sink, FileSink) else None
-    job = ShardJob(options, max_line_bytes, encoder, keep_metrics, batch)
-    shards = [files[i:i + shard_files] for i in range(0, len(files), shard_files)]
+    job = ShardJob(options, max_line_bytes, encoder, keep_metrics, max_request_bytes, batch)
+    shards = plan_shards(files, shard_files, shard_bytes)
     count = min(default_workers(len(files)) if workers is None else workers, len(shards))
     stats = ReplayStats(metrics=[] if keep_metrics else None)
+    send = deliver or Exporter(refused, retry_for)
 
-    def take(result: ShardResult) -> None:
-        for one in result.batches:
-            deliver(one, sink)
-        stats.add(result.stats)
-        if unreadable is not None:
-            unreadable.extend(result.unreadable)
-        else:
-            for path, reason in result.unreadable:
-                log.warning("%s: cannot read it (%s); left out", path, reason)
+    def stream(shard: Shard, callback: Callable[[Path], None] | None) -> None:
+        part = ReplayStats(metrics=[] if keep_metrics else None)
+        for one in job.batches(shard.files, part, callback, unreadable=unreadable):
+            send(one, sink, part)
+        stats.add(part)
 
     if count <= 1:
         for shard in shards:
-            take(job(shard, on_file))
+            stream(shard, on_file)
         return stats
     with WorkerPool(count) as pool:
         log.debug("replaying %d files in %d worker processes (%s)", len(files), count, pool.start_method)
         for shard, result in zip(shards, pool.map(job, shards)):
-            take(result)
+            if result.in_parent:
+                stream(shard, None)
+            else:
+                for one in result.batches:
+                    send(one, sink, result.stats)
+                stats.add(result.stats)
+                if unreadable is not None:
+                    unreadable.extend(result.unreadable)
+                else:
+                    for path, reason in result.unreadable:
+                        log.warning("cannot read %s: %s", path, reason)
             if on_file is not None:
-                for item in shard:
-                    on_file(item[0] if isinstance(item, tuple) else item)
+                for item in shard.files:
+                    on_file(_path_skip(item)[0])
     return stats
 
 
@@ -248,7 +338,9 @@ RESULT_LINE = b'{"type":"result"'
 
 
 def replay_stream(data: bytes, sink: SpanSink, *, options: ModelOptions = ModelOptions(),
-                  max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> ReplayStats:
+                  max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+                  refused: Callable[[list[SpanRecord], str], None] | None = None,
+                  retry_for: float = 0.0) -> ReplayStats:
     """Export a headless run's live event stream (stdin); its ephemeral idle events end each loop."""
     lines = data.splitlines()
     session_id = stream_session_id(lines)
@@ -263,8 +355,9 @@ def replay_stream(data: bytes, sink: SpanSink, *, options: ModelOptions = ModelO
         offset += len(raw) + 1
     stats = ReplayStats()
     spans = replay_session(session_id, items, stats, source="<stdin>", options=options, live_idle=True)
+    exporter = Exporter(refused, retry_for)
     for batch in (spans[i:i + BATCH] for i in range(0, len(spans), BATCH)):
-        sink.export(batch)
+        exporter.export(sink, batch, stats)
         stats.spans += len(batch)
     stats.files = 1
     return stats

@@ -16,9 +16,13 @@ from typing import Iterator
 import click
 
 from .config import Config
+from .deadletter import FILE_NAME as DEAD_LETTER_FILE
+from .deadletter import DeadLetter
 from .delivery import Delivery, GaveUp
 from .ledger import Ledger, identity_of
+from .otlp_json import OtlpJsonEncoder
 from .replay import BATCH, Batch, ReplayStats, replay_files
+from .resource import resource_attributes
 from .sinks import SpanSink
 from .sources import session_id_of
 from .workers import WorkerError
@@ -120,25 +124,36 @@ def replay_logs(files: list[Path], sink: SpanSink, config: Config, *, workers: i
         def waiting(_reason: str, seconds: float) -> None:
             bar.update(task, description=f"refused, retry {seconds:.0f}s")
 
+        dead_letter = DeadLetter(config.state_dir / DEAD_LETTER_FILE, OtlpJsonEncoder(resource_attributes()))
         delivery = Delivery(ledger=ledger, identities=identities, sent={str(p): s for p, s in todo}, rate=rate,
-                            give_up_after=give_up_after, on_delivered=delivered, on_waiting=waiting)
+                            give_up_after=give_up_after, refused=dead_letter.add, on_delivered=delivered,
+                            on_waiting=waiting)
         batch = min(BATCH, max(1, int(rate))) if rate > 0 else BATCH
         try:
             outcome.stats = replay_files(todo, sink, options=config.model, max_line_bytes=config.max_line_bytes,
                                          workers=workers, keep_metrics=keep_metrics, batch=batch, deliver=delivery,
-                                         unreadable=outcome.unreadable)
+                                         max_request_bytes=config.max_request_bytes, unreadable=outcome.unreadable)
+        except OSError as exc:  # the dead-letter file could not be written
+            outcome.code = EXIT_FAILED
+            outcome.reason = f"export failed: cannot keep refused spans in {dead_letter.path}: {exc.strerror or exc}"
         except GaveUp as exc:
             outcome.code, outcome.reason = EXIT_FAILED, f"export failed, gave up: {exc}"
         except WorkerError as exc:
             outcome.code, outcome.reason = EXIT_FAILED, f"export failed: {exc}"
         except KeyboardInterrupt:
             outcome.code, outcome.reason = EXIT_INTERRUPTED, "interrupted"
+        finally:
+            dead_letter.close()
     outcome.delivered, outcome.retries, outcome.completed = delivery.spans, delivery.retries, len(delivery.done)
     outcome.seconds = time.monotonic() - started
     finished = {str(p) for p in files} - {str(p) for p, _skip in todo} | delivery.done
     outcome.undelivered = [path for path in files if str(path) not in finished]
     if outcome.unreadable and outcome.code == EXIT_OK:
         outcome.code, outcome.reason = EXIT_FAILED, f"{len(outcome.unreadable)} session log(s) could not be read"
+    if outcome.stats.refused and outcome.code == EXIT_OK:
+        outcome.code = EXIT_FAILED
+        outcome.reason = (f"export failed: the trace backend refused {outcome.stats.refused} span(s) for good; they "
+                          f"are kept in {dead_letter.path} (last reason: {dead_letter.last_reason})")
     if ledger is not None:
         ledger.close(remove=not outcome.undelivered)
     return outcome
@@ -165,8 +180,9 @@ def report(outcome: Outcome, destination: str) -> None:
     extras = [f"{rejected} malformed line(s) skipped" if rejected else "",
               f"{outcome.before} session(s) delivered by an earlier run" if outcome.before else "",
               f"{outcome.retries} retries" if outcome.retries else ""]
-    events = f", {stats.events} events" if outcome.code == EXIT_OK else ""  # counted as whole shards finish
-    click.echo(f"copilot-otel: exported {outcome.delivered} spans from {outcome.completed} session(s){events}"
+    events = "" if outcome.undelivered else f", {stats.events} events"  # counted as whole shards finish
+    click.echo(f"copilot-otel: exported {outcome.delivered - stats.refused} spans from {outcome.completed} "
+               f"session(s){events}"
                + "".join(f", {x}" for x in extras if x)
                + f" -> {destination} in {outcome.seconds:.1f} s ({rate:.0f} spans/s)", err=True)
     for path, reason in outcome.unreadable:
@@ -174,9 +190,11 @@ def report(outcome: Outcome, destination: str) -> None:
     if outcome.code == EXIT_OK:
         return
     missing = outcome.undelivered
+    if not missing:
+        click.echo(f"copilot-otel: {outcome.reason}", err=True)
+        return
     named = ", ".join(session_id_of(p) for p in missing[:NAMED]) + (
         f" and {len(missing) - NAMED} more" if len(missing) > NAMED else "")
     click.echo(f"copilot-otel: {outcome.reason}; {len(missing)} of {outcome.total} session(s) not delivered: "
-               f"{named or 'none'}", err=True)
-    if missing:
-        click.echo("copilot-otel: run the same command again to continue where it stopped", err=True)
+               f"{named}", err=True)
+    click.echo("copilot-otel: run the same command again to continue where it stopped", err=True)

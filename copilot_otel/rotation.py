@@ -3,8 +3,9 @@
 Like the Collector's ``rotation`` settings (``max_megabytes``, ``max_backups``, UTC
 timestamps), when the next write would take the file past ``max_bytes`` it is renamed to
 ``<name>-<UTC time>.<ext>`` (``traces-2026-12-03T13-04-53.123.jsonl``) and a new file is
-started; only the newest ``backups`` renamed files are kept. Writes are whole records, so a
-record never straddles two files. Every file is created 0600.
+started; only the newest ``backups`` renamed files are kept. Writes are whole records
+(``linefile.LineFile``: never torn), so a record never straddles two files. Every file is
+created 0600.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from .private import open_private
+from .linefile import LineFile
+from .private import touch_private
 
 TIME_FORMAT = "%Y-%m-%dT%H-%M-%S"  # then ".mmm": the Collector's (lumberjack's) 2006-01-02T15-04-05.000
 _STAMP = re.compile(r"\d{4}-\d\d-\d\dT\d\d-\d\d-\d\d\.\d{3}")
@@ -55,26 +57,28 @@ class RotatingFile:
         self.path = Path(path)
         self.rotation = rotation
         self._clock = clock
-        self._file = os.fdopen(open_private(self.path), "ab")
-        self.size = os.fstat(self._file.fileno()).st_size
+        self._file = self._open()
 
-    @property
-    def closed(self) -> bool:
-        return self._file.closed
+    def _open(self) -> LineFile:
+        touch_private(self.path)  # created 0600 here: LineFile's own mode would go through the umask
+        line_file = LineFile(self.path)
+        self.size = os.stat(self.path).st_size  # after LineFile cut a torn last line off
+        return line_file
 
     def write(self, data: bytes) -> None:
-        """Append ``data`` (whole lines) and flush it to the OS; rotate first if it would not fit."""
+        """Append ``data`` (whole lines): all of it or none; rotate first if it would not fit."""
         limit = self.rotation.max_bytes
         if limit and self.size and self.size + len(data) > limit:
             self.rotate()
         self._file.write(data)
-        self._file.flush()
         self.size += len(data)
+
+    def sync(self) -> None:
+        """Make what was written durable."""
+        self._file.sync()
 
     def rotate(self) -> Path:
         """Rename the file to its timestamped backup, start a new one, drop the oldest backups."""
-        self._file.flush()
-        os.fsync(self._file.fileno())
         self._file.close()
         when = self._clock()
         target = backup_name(self.path, when)
@@ -82,15 +86,11 @@ class RotatingFile:
             when += 0.001
             target = backup_name(self.path, when)
         os.replace(self.path, target)
-        self._file = os.fdopen(open_private(self.path), "ab")
-        self.size = 0
+        self._file = self._open()
         for old in backups_of(self.path)[:-self.rotation.backups or None]:
             old.unlink(missing_ok=True)
         return target
 
     def close(self) -> None:
-        """Flush to disk and close."""
-        if not self._file.closed:
-            self._file.flush()
-            os.fsync(self._file.fileno())
-            self._file.close()
+        """Sync and close."""
+        self._file.close()

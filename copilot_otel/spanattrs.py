@@ -38,12 +38,27 @@ class Capture:
         return text[: self.max_chars]
 
 
+MAX_JSON_DEPTH = 64  # deeper nesting in captured content is written as "..." (orjson stops at 254 levels)
+
+
 def to_json(value: Any) -> str:
-    """Compact JSON of any value (content capture of non-string fields)."""
+    """Compact JSON of any value (content capture of non-string fields); never raises."""
     try:
         return orjson.dumps(value, default=str).decode()
-    except TypeError:
-        return str(value)
+    except TypeError:  # nested too deep (or a value orjson cannot write): cut the nesting
+        try:
+            return orjson.dumps(_shallow(value, MAX_JSON_DEPTH), default=str).decode()
+        except TypeError:
+            return f"<{type(value).__name__} that cannot be written as JSON>"
+
+
+def _shallow(value: Any, depth: int) -> Any:
+    """``value`` with what is nested deeper than ``depth`` levels replaced by "..."."""
+    if isinstance(value, dict):
+        return {str(key): _shallow(item, depth - 1) for key, item in value.items()} if depth > 0 else "..."
+    if isinstance(value, (list, tuple)):
+        return [_shallow(item, depth - 1) for item in value] if depth > 0 else "..."
+    return value
 
 
 def base(operation: str, session_id: str) -> dict[str, Any]:

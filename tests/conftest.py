@@ -1,4 +1,6 @@
+import shutil
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -74,6 +76,19 @@ def browser():
 def unused_port() -> int:
     """A loopback port that nothing listens on (bound then released)."""
     return free_port()
+
+
+@pytest.fixture
+def world_dir():
+    """A directory everyone may traverse (pytest's tmp_path is private to root), for tests that run
+    the daemon as another user; every folder in it is made traversable again before it is removed."""
+    path = Path(tempfile.mkdtemp(prefix="copilot-otel-world-"))
+    path.chmod(0o755)
+    yield path
+    for sub in path.rglob("*"):
+        if sub.is_dir() and not sub.is_symlink():
+            sub.chmod(0o755)
+    shutil.rmtree(path)
 
 
 @pytest.fixture(autouse=True)

@@ -28,6 +28,11 @@ definitions (``trace_service_pb2_grpc.TraceServiceServicer``). The sink stores e
 
 Details:
 
+* Like the OpenTelemetry Collector, the receiver refuses requests over 4 MiB on its gRPC port
+  (``max_grpc_request_mib``, passed to Rotel as ``--otlp-grpc-max-recv-msg-size-mib``; Rotel,
+  built on tonic, answers OUT_OF_RANGE "decoded message length too large" where the Collector's
+  grpc-go answers RESOURCE_EXHAUSTED). Its HTTP port has Rotel's own body limit (a 30 MB request
+  gets 413; 5 MB passes).
 * Rotel is started with ``--disable-batching`` by default, so every request it accepts is
   forwarded at once (no 200 ms batch delay); pass ``batch_timeout="200ms"`` to test with
   Rotel's normal batching. On ``down()``/``stop()`` Rotel gets SIGTERM and flushes what it
@@ -390,11 +395,14 @@ class OtlpReceiver:
         stop_timeout: float = 10.0,
         debug_log: bool = False,
         agent_path: str | os.PathLike[str] | None = None,
+        max_grpc_request_mib: int = 4,
     ) -> None:
         """``batch_timeout``: None disables Rotel's batching (forward each request at once);
         a Rotel duration such as ``"200ms"`` enables it. ``debug_log=True`` makes Rotel also
-        print every span it receives (detailed) into its log (see ``log_text()``)."""
+        print every span it receives (detailed) into its log (see ``log_text()``).
+        ``max_grpc_request_mib``: the largest gRPC request accepted (the Collector's default, 4)."""
         self.batch_timeout = batch_timeout
+        self.max_grpc_request_mib = max_grpc_request_mib
         self.startup_timeout = startup_timeout
         self.stop_timeout = stop_timeout
         self.debug_log = debug_log
@@ -692,6 +700,7 @@ class OtlpReceiver:
         cmd = [
             str(self.agent_path), "start",
             "--otlp-grpc-endpoint", f"{LOOPBACK}:{self.grpc_port}",
+            "--otlp-grpc-max-recv-msg-size-mib", str(self.max_grpc_request_mib),
             "--otlp-http-endpoint", f"{LOOPBACK}:{self.http_port}",
             "--otlp-receiver-logs-disabled",
             "--pid-file", str(Path(self._tmp.name) / "rotel.pid"),

@@ -36,6 +36,7 @@ class Bad:
 
 
 ENDPOINT_FIX = ("http://127.0.0.1:4317",)
+OTLP = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4317"}
 BAD_SETTINGS = {
     "endpoint_not_a_url": Bad(env={"OTEL_EXPORTER_OTLP_ENDPOINT": "not a url"}, says=("not a url",), fix=ENDPOINT_FIX),
     "endpoint_without_scheme": Bad(env={"OTEL_EXPORTER_OTLP_ENDPOINT": "localhost:4317"}, says=("localhost:4317",),
@@ -51,8 +52,33 @@ BAD_SETTINGS = {
     "stuck_after_from_env": Bad(env={"COPILOT_OTEL_STUCK_AFTER": "-5"}, says=("--stuck-after", "-5"), fix=("positive",)),
     "metrics_address_not_host_port": Bad(args=("--metrics-address", "nonsense"), says=("nonsense",),
                                          fix=("HOST:PORT",)),
+    # issue 17, defect 12: each of these gave a traceback and exit 1, or was silently accepted
+    "endpoint_unclosed_ipv6": Bad(env={"OTEL_EXPORTER_OTLP_ENDPOINT": "http://[::1"}, says=("http://[::1",),
+                                  fix=ENDPOINT_FIX),
+    "timeout_not_a_number": Bad(env={**OTLP, "OTEL_EXPORTER_OTLP_TIMEOUT": "abc"},
+                                says=("OTEL_EXPORTER_OTLP_TIMEOUT", "'abc'"), fix=("seconds",)),
+    "traces_timeout_not_a_number": Bad(env={**OTLP, "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT": "abc"},
+                                       says=("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "'abc'"), fix=("seconds",)),
+    "compression_bogus_over_grpc": Bad(env={**OTLP, "OTEL_EXPORTER_OTLP_COMPRESSION": "bogus"},
+                                       says=("OTEL_EXPORTER_OTLP_COMPRESSION", "'bogus'", "grpc"), fix=("gzip",)),
+    "certificate_missing": Bad(env={**OTLP, "OTEL_EXPORTER_OTLP_CERTIFICATE": "/nonexistent/ca.pem"},
+                               says=("OTEL_EXPORTER_OTLP_CERTIFICATE", "/nonexistent/ca.pem"), fix=("PEM",)),
+    "traces_exporter_zipkin": Bad(env={"OTEL_TRACES_EXPORTER": "zipkin"}, says=("OTEL_TRACES_EXPORTER", "zipkin"),
+                                  fix=("otlp",)),
+    "idle_quiet_nan": Bad(args=("--idle-quiet", "nan"), says=("--idle-quiet", "nan"), fix=("positive",)),
+    "idle_quiet_inf": Bad(env={"COPILOT_OTEL_IDLE_QUIET": "inf"}, says=("--idle-quiet", "inf"), fix=("positive",)),
+    "stuck_after_nan": Bad(args=("--stuck-after", "nan"), says=("--stuck-after", "nan"), fix=("positive",)),
+    "stuck_after_inf": Bad(env={"COPILOT_OTEL_STUCK_AFTER": "inf"}, says=("--stuck-after", "inf"), fix=("positive",)),
+    "rescan_interval_nan": Bad(args=("--rescan-interval", "nan"), says=("--rescan-interval", "nan"),
+                               fix=("positive",)),
+    "rescan_interval_negative": Bad(args=("--rescan-interval", "-5"), says=("--rescan-interval", "-5"),
+                                    fix=("positive",)),
+    "unknown_flag": Bad(args=("--bogus-flag",), says=("--bogus-flag",), fix=("--help",)),
+    "flag_not_a_number": Bad(args=("--max-buffered-spans", "many"), says=("'many'",), fix=("--help",)),
 }
-RUN_ONLY = {"stuck_after_not_positive", "stuck_after_from_env", "metrics_address_not_host_port"}
+RUN_ONLY = {"stuck_after_not_positive", "stuck_after_from_env", "metrics_address_not_host_port", "idle_quiet_nan",
+            "idle_quiet_inf", "stuck_after_nan", "stuck_after_inf", "rescan_interval_nan", "rescan_interval_negative",
+            "flag_not_a_number"}
 
 
 def assert_one_clear_line(result: subprocess.CompletedProcess, says=(), fix=()) -> str:
@@ -89,6 +115,17 @@ def test_replay_refuses_a_bad_setting(name, session, tmp_path):
     bad = BAD_SETTINGS[name]
     result = run_copilot_otel("replay", str(session), "--state-dir", str(tmp_path / "state"), *bad.args, env=bad.env)
     assert_one_clear_line(result, bad.says, bad.fix)
+    assert not (tmp_path / "state" / "traces.jsonl").exists()
+
+
+def test_replay_metrics_file_in_a_folder_is_refused_before_exporting(session, tmp_path):
+    """replay --metrics-file naming a folder: one line, exit 2, and nothing exported (it used to fail
+    only after the export had run)."""
+    folder = tmp_path / "metrics"
+    folder.mkdir()
+    result = run_copilot_otel("replay", str(session), "--state-dir", str(tmp_path / "state"), "--metrics-file",
+                              str(folder))
+    assert_one_clear_line(result, ("--metrics-file", str(folder), "folder"))
     assert not (tmp_path / "state" / "traces.jsonl").exists()
 
 

@@ -16,7 +16,6 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -511,18 +510,6 @@ def _can_drop_privileges() -> str | None:
     if os.geteuid() != 0:
         return None  # not root: chmod 000 already stops reads
     return cannot_run_as_nobody()
-
-
-@pytest.fixture
-def world_dir():
-    """A directory everyone may traverse (pytest's tmp_path is private to root)."""
-    path = Path(tempfile.mkdtemp(prefix="copilot-otel-unreadable-"))
-    path.chmod(0o755)
-    yield path
-    for sub in path.rglob("*"):
-        if sub.is_dir() and not sub.is_symlink():
-            sub.chmod(0o755)
-    shutil.rmtree(path)
 
 
 def _warnings(log: str) -> list[str]:

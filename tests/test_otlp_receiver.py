@@ -285,3 +285,28 @@ def test_caller_rotel_env_is_ignored(monkeypatch: pytest.MonkeyPatch):
     with OtlpReceiver() as rx:
         emit_tree("grpc", rx, tag="env")
         assert len(rx.wait_for_spans(2)) == 2
+
+
+def _request_of(size: int) -> trace_service_pb2.ExportTraceServiceRequest:
+    request = trace_service_pb2.ExportTraceServiceRequest()
+    span = request.resource_spans.add().scope_spans.add().spans.add()
+    span.trace_id, span.span_id, span.name = b"\x01" * 16, b"\x02" * 8, "big"
+    pad = span.attributes.add()
+    pad.key, pad.value.string_value = "pad", "x" * size
+    return request
+
+
+def test_grpc_requests_over_4_mib_are_refused_like_the_collector(rx: OtlpReceiver):
+    """As the Collector does by default, a gRPC request over 4 MiB is refused and nothing of it is
+    stored; one just under the limit is taken."""
+    channel = grpc.insecure_channel(f"127.0.0.1:{rx.grpc_port}")
+    try:
+        stub = trace_service_pb2_grpc.TraceServiceStub(channel)
+        stub.Export(_request_of((4 << 20) - 200), timeout=10)
+        with pytest.raises(grpc.RpcError) as refused:
+            stub.Export(_request_of(5 << 20), timeout=10)
+    finally:
+        channel.close()
+    assert refused.value.code() in (grpc.StatusCode.OUT_OF_RANGE, grpc.StatusCode.RESOURCE_EXHAUSTED)
+    assert "too large" in refused.value.details()
+    assert [s.name for s in rx.wait_for_spans(1, timeout=5)] == ["big"]

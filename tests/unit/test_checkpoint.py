@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import logging
+import os
+import sqlite3
 
-from copilot_otel.checkpoint import Checkpoint, FilePosition
+import pytest
+
+from copilot_otel.checkpoint import Checkpoint, CheckpointError, FilePosition, StateLock
 from copilot_otel.tail import FileIdentity
 
 
@@ -78,3 +82,83 @@ def test_a_corrupt_checkpoint_is_set_aside(tmp_path, caplog):
     (moved,) = tmp_path.glob("checkpoint.sqlite.corrupt-*")
     assert moved.read_bytes() == garbage
     assert "is unreadable" in caplog.text and str(moved) in caplog.text
+
+
+def test_a_locked_checkpoint_is_an_error_not_corruption(tmp_path):
+    """A database another process holds locked is reported as such, and nothing is moved aside."""
+    db = tmp_path / "checkpoint.sqlite"
+    Checkpoint(db).close()
+    holder = sqlite3.connect(db, isolation_level=None)
+    holder.execute("PRAGMA locking_mode=EXCLUSIVE")
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        with pytest.raises(CheckpointError, match="locked"):
+            Checkpoint(db, busy_timeout=0.1)
+    finally:
+        holder.close()
+    assert list(tmp_path.glob("*.corrupt-*")) == []
+
+
+def test_a_folder_in_the_way_is_an_error_not_corruption(tmp_path):
+    """A checkpoint path that cannot be opened at all says so; nothing is renamed."""
+    db = tmp_path / "checkpoint.sqlite"
+    db.mkdir()
+    with pytest.raises(CheckpointError, match="cannot open the checkpoint"):
+        Checkpoint(db)
+    assert db.is_dir() and list(tmp_path.glob("*.corrupt-*")) == []
+
+
+def test_a_failed_commit_says_why_and_stores_nothing(tmp_path):
+    """A commit that fails (here: another process holds the write lock) raises the real reason, not a
+    failed rollback, and leaves the stored positions as they were; the next commit works."""
+    db = tmp_path / "checkpoint.sqlite"
+    checkpoint = Checkpoint(db, busy_timeout=0.1)
+    try:
+        checkpoint.commit([position("/a", 100)])
+        holder = sqlite3.connect(db, isolation_level=None)
+        holder.execute("BEGIN IMMEDIATE")
+        try:
+            with pytest.raises(CheckpointError) as raised:
+                checkpoint.commit([position("/a", 200)])
+        finally:
+            holder.close()
+        assert "locked" in str(raised.value) and "rollback" not in str(raised.value)
+        assert checkpoint.load()["/a"].offset == 100
+        checkpoint.commit([position("/a", 300)])
+        assert checkpoint.load()["/a"].offset == 300
+    finally:
+        checkpoint.close()
+
+
+def test_a_checkpoint_without_generations_is_upgraded(tmp_path):
+    """A checkpoint written before file generations were kept opens, with generation 0 for each file."""
+    db = tmp_path / "checkpoint.sqlite"
+    old = sqlite3.connect(db)
+    old.execute("CREATE TABLE files (path TEXT PRIMARY KEY, device INTEGER NOT NULL, inode INTEGER NOT NULL, "
+                "fingerprint TEXT NOT NULL, fingerprint_len INTEGER NOT NULL, offset INTEGER NOT NULL, "
+                "line INTEGER NOT NULL, resume_offset INTEGER NOT NULL, resume_line INTEGER NOT NULL, "
+                "updated REAL NOT NULL)")
+    old.execute("INSERT INTO files VALUES ('/a', 1, 2, 'f', 3, 40, 4, 40, 4, 0)")
+    old.commit()
+    old.close()
+    checkpoint = Checkpoint(db)
+    try:
+        assert checkpoint.load()["/a"].generation == 0
+        checkpoint.commit([FilePosition("/a", FileIdentity(1, 2, "f", 3), 50, 5, 50, 5, generation=2)])
+        assert checkpoint.load()["/a"].generation == 2
+    finally:
+        checkpoint.close()
+
+
+def test_a_second_daemon_cannot_take_the_state_directory(tmp_path):
+    """The state lock is exclusive: a second holder is refused, naming the first's pid; released, it is free."""
+    first = StateLock(tmp_path)
+    first.acquire()
+    try:
+        with pytest.raises(CheckpointError, match=f"pid {os.getpid()}"):
+            StateLock(tmp_path).acquire()
+    finally:
+        first.release()
+    again = StateLock(tmp_path)
+    again.acquire()
+    again.release()

@@ -122,6 +122,7 @@ def test_parse_address(text, address):
 
 # ------------------------------------------------------------ every error, with what it says
 
+OTLP = {"OTEL_EXPORTER_OTLP_ENDPOINT": "https://collector:4317"}
 ERRORS = {
     "stuck_after_zero": ({"COPILOT_OTEL_STUCK_AFTER": "0"},
                          "--stuck-after must be a positive number of seconds, not 0.0"),
@@ -160,6 +161,25 @@ ERRORS = {
     "traces_headers_colon": ({"OTEL_EXPORTER_OTLP_TRACES_HEADERS": "x-team=a,Authorization: Bearer s3cr3t"},
                              "OTEL_EXPORTER_OTLP_TRACES_HEADERS: the header starting with 'Authorization' is not "
                              "key=value"),
+    "endpoint_unclosed_ipv6": ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://[::1"},
+                               "OTLP endpoint 'http://[::1' is not a valid URL (Invalid IPv6 URL)"),
+    "timeout_not_a_number": ({**OTLP, "OTEL_EXPORTER_OTLP_TIMEOUT": "abc"},
+                             "OTEL_EXPORTER_OTLP_TIMEOUT='abc' is not a positive number of seconds"),
+    "traces_timeout_nan": ({**OTLP, "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT": "nan"},
+                           "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT='nan' is not a positive number of seconds"),
+    "compression_bogus": ({**OTLP, "OTEL_EXPORTER_OTLP_COMPRESSION": "bogus"},
+                          "OTEL_EXPORTER_OTLP_COMPRESSION='bogus' is not supported over grpc: use gzip or none"),
+    "certificate_missing": ({**OTLP, "OTEL_EXPORTER_OTLP_CERTIFICATE": "/nonexistent/ca.pem"},
+                            "OTEL_EXPORTER_OTLP_CERTIFICATE='/nonexistent/ca.pem': cannot read it"),
+    "traces_exporter_zipkin": ({"OTEL_TRACES_EXPORTER": "zipkin"},
+                               "OTEL_TRACES_EXPORTER='zipkin': zipkin is not supported; use otlp"),
+    "insecure_not_a_bool": ({**OTLP, "OTEL_EXPORTER_OTLP_INSECURE": "perhaps"},
+                            "OTEL_EXPORTER_OTLP_INSECURE='perhaps' is not true or false"),
+    "rescan_nan": ({"COPILOT_OTEL_RESCAN_INTERVAL": "nan"}, "--rescan-interval must be 0 (off) or a positive number"),
+    "rescan_negative": ({"COPILOT_OTEL_RESCAN_INTERVAL": "-5"}, "--rescan-interval must be 0 (off) or a positive"),
+    "idle_quiet_inf": ({"COPILOT_OTEL_IDLE_QUIET": "inf"}, "--idle-quiet must be a positive number of seconds"),
+    "stuck_after_nan": ({"COPILOT_OTEL_STUCK_AFTER": "nan"}, "--stuck-after must be a positive number of seconds"),
+    "request_bytes_too_small": ({"COPILOT_OTEL_MAX_REQUEST_BYTES": "100"}, "--max-request-bytes must be at least"),
 }
 
 
@@ -196,3 +216,14 @@ def test_overrides_and_direct_construction_are_validated_too(home):
         Config.from_env({}, max_buffered_spans=0)
     with pytest.raises(ConfigError, match=r"--idle-quiet must be a positive number of seconds of at least 0\.05"):
         Config(idle_quiet=0.01)
+
+
+def test_the_exporter_settings_are_read_signal_specific_first(home, tmp_path):
+    """Timeout, compression, certificate and headers: OTEL_EXPORTER_OTLP_TRACES_* wins over OTEL_EXPORTER_OTLP_*."""
+    ca = tmp_path / "ca.pem"
+    ca.write_text("not checked here")
+    otlp = Config.from_env({**OTLP, "OTEL_EXPORTER_OTLP_TIMEOUT": "3", "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT": "2.5",
+                            "OTEL_EXPORTER_OTLP_COMPRESSION": "GZIP", "OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE": str(ca),
+                            "OTEL_EXPORTER_OTLP_HEADERS": "a=1", "OTEL_EXPORTER_OTLP_TRACES_HEADERS": "b=2"}).otlp
+    assert (otlp.timeout, otlp.compression, otlp.certificate, otlp.headers) == (2.5, "gzip", ca, (("b", "2"),))
+    assert "headers" not in repr(otlp)  # header values (tokens) are never in a repr

@@ -6,12 +6,15 @@ from __future__ import annotations
 import threading
 import time
 
+import orjson
 import pytest
 
 from copilot_otel.checkpoint import FilePosition
+from copilot_otel.deadletter import DeadLetter
 from copilot_otel.export import ExportQueue
+from copilot_otel.otlp_json import OtlpJsonEncoder
 from copilot_otel.records import SpanRecord
-from copilot_otel.sinks import ExportError, MemorySink
+from copilot_otel.sinks import ExportError, MemorySink, RejectedError
 from copilot_otel.tail import FileIdentity
 from tests.support.net import wait_until
 
@@ -171,21 +174,6 @@ def test_a_sink_bug_does_not_kill_the_exporter(make_queue):
     assert (len(sink.records), failed) == (3, [3, 3])
 
 
-def test_a_failed_commit_is_retried_with_the_next_batch(make_queue):
-    """A checkpoint that cannot commit costs nothing but time: the position is committed with the next marker."""
-    sink = MemorySink()
-    checkpoint = Checkpoint(sink, failures=1)
-    queue = make_queue(sink, checkpoint)
-    queue.put_spans(spans(1))
-    queue.put_marker(marker("/a", 100))
-    assert queue.flush(5)
-    assert checkpoint.commits == []
-    queue.put_spans(spans(1, first=2))
-    queue.put_marker(marker("/a", 200))
-    assert queue.flush(5)
-    assert [p.offset for p in checkpoint.commits[-1][0]] == [200]
-
-
 def test_stop_while_the_backend_is_down_leaves_the_checkpoint_behind(make_queue):
     """Stopping with undeliverable spans returns False at once after the timeout, commits nothing, and joins."""
     sink = FlakySink(failures=10**9)
@@ -264,3 +252,122 @@ def test_offer_never_blocks_and_says_what_it_dropped(make_queue):
     sink.gate.set()
     assert queue.flush(5)
     assert [s.span_id for s in sink.records] == [1, 2]
+
+
+class RefusingSink(MemorySink):
+    """Refuses, as a backend would: requests of more than ``max_spans`` spans as too large, and any
+    request holding a span whose id is in ``poison`` as malformed. Keeps every request it saw."""
+
+    description = "refusing"
+
+    def __init__(self, max_spans: int = 10**9, poison: frozenset[int] = frozenset()) -> None:
+        super().__init__()
+        self.max_spans, self.poison = max_spans, poison
+        self.requests: list[list[int]] = []
+        self.events: list[str] = []
+
+    def export(self, records) -> None:
+        self.requests.append([r.span_id for r in records])
+        if len(records) > self.max_spans:
+            raise RejectedError(f"{len(records)} spans is too large", too_large=True)
+        if any(r.span_id in self.poison for r in records):
+            raise RejectedError("HTTP 400 Bad Request")
+        super().export(records)
+        self.events.append("export")
+
+    def sync(self) -> None:
+        self.events.append("sync")
+
+
+def test_one_large_put_leaves_in_batches(make_queue):
+    """A read that produced thousands of spans is exported in batches of at most ``batch``, in order."""
+    sink = RefusingSink()
+    queue = make_queue(sink, batch=512)
+    queue.put_spans(spans(5000))
+    assert queue.flush(5)
+    assert max(len(request) for request in sink.requests) == 512
+    assert [s.span_id for s in sink.records] == list(range(1, 5001))
+
+
+def test_a_request_too_large_is_halved_until_it_fits(make_queue):
+    """A request the sink finds too large is split in halves, recursively; every span arrives once, in order."""
+    sink = RefusingSink(max_spans=3)
+    queue = make_queue(sink, batch=20)
+    queue.put_spans(spans(20))
+    assert queue.flush(5)
+    assert [s.span_id for s in sink.records] == list(range(1, 21))
+    assert sink.requests[0] == list(range(1, 21)) and len(sink.requests) > 8
+
+
+def test_a_refused_span_is_dead_lettered_and_the_queue_moves_on(make_queue, tmp_path):
+    """A span the backend refuses for good is found by halving, kept in the dead-letter file and counted;
+    the spans around it are delivered and the checkpoint moves past all of them."""
+    sink = RefusingSink(poison=frozenset({13}))
+    checkpoint = Checkpoint(sink)
+    dead = DeadLetter(tmp_path / "state" / "dead-letter.jsonl", OtlpJsonEncoder({}))
+    counted: list[int] = []
+    queue = make_queue(sink, checkpoint, batch=32, dead_letter=dead, on_dead_lettered=counted.append)
+    queue.put_spans(spans(32))
+    queue.put_marker(marker("/a", 100))
+    assert queue.flush(5)
+    dead.close()
+    assert [s.span_id for s in sink.records] == [n for n in range(1, 33) if n != 13]
+    assert (counted, dead.spans, dead.last_reason) == ([1], 1, "HTTP 400 Bad Request")
+    (line,) = (tmp_path / "state" / "dead-letter.jsonl").read_bytes().splitlines()
+    assert orjson.loads(line)["resourceSpans"][0]["scopeSpans"][0]["spans"][0]["spanId"] == f"{13:016x}"
+    assert (tmp_path / "state" / "dead-letter.jsonl").stat().st_mode & 0o777 == 0o600
+    assert [positions[0].offset for positions, _ in checkpoint.commits] == [100]
+
+
+def test_spans_that_cannot_be_dead_lettered_are_retried_not_lost(make_queue, tmp_path):
+    """If the dead-letter file cannot be written, the refused span is tried again later; once it can, it is kept."""
+    blocker = tmp_path / "state"
+    blocker.write_bytes(b"a file where the state folder should be")
+    sink = RefusingSink(poison=frozenset({2}))
+    dead = DeadLetter(blocker / "dead-letter.jsonl", OtlpJsonEncoder({}))
+    queue = make_queue(sink, batch=4, dead_letter=dead)
+    queue.put_spans(spans(3))
+    wait_until(lambda: sink.requests.count([2]) >= 2, timeout=5, what="the refused span tried again")
+    assert dead.spans == 0
+    blocker.unlink()
+    assert queue.flush(5)
+    dead.close()
+    assert dead.spans == 1 and [s.span_id for s in sink.records] == [1, 3]
+
+
+def test_markers_waiting_behind_a_stuck_span_stay_one_per_file(make_queue):
+    """While the backend holds one span, thousands of positions of three files cost three markers."""
+    sink = GatedSink()
+    queue = make_queue(sink)
+    queue.put_spans(spans(1))
+    time.sleep(0.05)  # the exporter holds it
+    queue.put_spans(spans(1, first=2))
+    for n in range(5000):
+        queue.put_marker(marker(f"/{n % 3}", n))
+    assert queue.markers == 3
+    sink.gate.set()
+    assert queue.flush(5)
+
+
+def test_the_sink_is_synced_before_the_commit_that_covers_its_spans(make_queue):
+    """What the sink wrote is made durable before the checkpoint moves past it."""
+    sink = RefusingSink()
+    checkpoint = Checkpoint(sink)
+    queue = make_queue(sink, checkpoint)
+    queue.put_spans(spans(2))
+    queue.put_marker(marker("/a", 10))
+    assert queue.flush(5)
+    assert sink.events == ["export", "sync"] and len(checkpoint.commits) == 1
+
+
+def test_a_failed_commit_keeps_its_positions_and_commits_them_later(make_queue):
+    """A commit that fails (locked database, full disk) is retried on its own, with nothing new queued."""
+    sink = MemorySink()
+    checkpoint = Checkpoint(sink, failures=1)
+    queue = make_queue(sink, checkpoint)
+    queue.put_spans(spans(1))
+    queue.put_marker(marker("/a", 100))
+    assert queue.flush(5)
+    assert queue.commit_error == "disk full"
+    wait_until(lambda: checkpoint.commits, timeout=5, what="the retried commit")
+    assert [p.offset for p in checkpoint.commits[0][0]] == [100] and queue.commit_error is None

@@ -246,3 +246,49 @@ def test_a_crash_found_then_compacted_is_not_delivered_again_when_the_cli_resume
     assert follower.wake()
     after = read(follower).spans
     assert after and not {s.span_id for s in after} & {s.span_id for s in delivered}
+
+
+def test_a_log_truncated_to_a_prefix_and_regrown_never_reuses_a_span_id(tmp_path):
+    """A live log cut back to its first lines while a tool runs, then written on to its end: what the
+    old generation left open ends as incomplete (ERROR) under its ids, the new generation's spans
+    (OK) have ids of their own, so no span id is ever delivered twice with different content."""
+    log = turn_running()
+    prefix = log.jsonl()
+    old = len(log.entries)
+    log.tool_start("bash", "call-1")
+    path, follower = following(tmp_path, log)
+    assert follower.model.state == WAITING_TOOL
+    with open(path, "r+b") as handle:
+        handle.truncate(len(prefix))
+    cut = read(follower)
+    incomplete = {s.span_id: s for s in cut.spans}
+    assert {s.attributes.get(A.ERROR_TYPE) for s in incomplete.values()} == {INCOMPLETE}
+    assert "execute_tool bash" in {s.name for s in incomplete.values()}
+    log.tool_complete("call-1")
+    log.turn_end()
+    log.answer()
+    log.shutdown()
+    append(path, log.jsonl(old))
+    regrown = read(follower).spans
+    assert follower.generation == 1 and follower.marker().generation == 1
+    assert "execute_tool bash" in {s.name for s in regrown}
+    assert not {s.span_id for s in regrown} & set(incomplete)
+    assert not {s.trace_id for s in regrown} & {s.trace_id for s in incomplete.values()}
+    parents = {s.parent_span_id for s in regrown} - {None}
+    assert parents <= {s.span_id for s in regrown}  # the new generation's tree holds together
+
+
+def test_a_restart_keeps_the_generation(tmp_path):
+    """The generation is part of the checkpoint position: after a restart the same ids come out."""
+    path, follower = following(tmp_path, turn_running())
+    fresh = path.with_name("new")
+    fresh.write_bytes(finished_session().jsonl())
+    fresh.replace(path)
+    first = read(follower)
+    restarted = start(path, restored=follower.marker())
+    assert restarted.generation == follower.generation == 1
+    log = finished_session()
+    log.user("again")
+    log.answer()
+    append(path, log.jsonl(len(finished_session().entries)))
+    assert {s.span_id for s in read(restarted).spans}.isdisjoint({s.span_id for s in first.spans})

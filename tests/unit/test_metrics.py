@@ -215,3 +215,43 @@ def test_target_info_carries_the_resource_as_labels():
         "service_name": "copilot-otel", "user_name": "mona", "team": "octo", "k8s_pod_name": "p-1",
         "_9lives": "x"}) == 1
     assert Metrics(process=False).registry.get_sample_value("target_info") is None
+
+
+def test_tool_model_agent_and_repository_labels_are_capped():
+    """Past max_label_values distinct tools, new tools count as 'other' (in calls and durations alike),
+    each counted once in copilot_otel_label_overflow_total{label}; known tools keep their own series."""
+    metrics = Metrics(process=False, max_label_values=3)
+    for n in range(10):
+        metrics.apply(MetricUpdate(Metric.TOOL_CALLS, (f"tool-{n}", "success")))
+        metrics.apply(MetricUpdate(Metric.TOOL_DURATION, (f"tool-{n}",), 0.5))
+    metrics.apply(MetricUpdate(Metric.TOOL_CALLS, ("tool-1", "success")))
+    metrics.apply(MetricUpdate(Metric.LLM_CALLS, ("model-a", "success", "")))
+    for n in range(5):
+        metrics.apply(MetricUpdate(Metric.FILES_MODIFIED, (f"octo-org/repo-{n}",), 1.0))
+    value = metrics.registry.get_sample_value
+    assert value("copilot_tool_calls_total", {"tool": "other", "outcome": "success"}) == 7
+    assert value("copilot_tool_calls_total", {"tool": "tool-1", "outcome": "success"}) == 2
+    assert value("copilot_tool_duration_seconds_count", {"tool": "other"}) == 7
+    assert value("copilot_otel_label_overflow_total", {"label": "tool"}) == 14
+    assert value("copilot_otel_label_overflow_total", {"label": "model"}) == 0
+    assert value("copilot_llm_calls_total", {"model": "model-a", "outcome": "success", "repository": ""}) == 1
+    # "" (no repository) is a value too: with it, two repositories fit under the cap of three
+    assert value("copilot_files_modified_total", {"repository": "other"}) == 3
+    assert value("copilot_otel_label_overflow_total", {"label": "repository"}) == 3
+
+
+def test_a_label_value_is_cut_to_the_name_limit():
+    """A 1 MB tool name (or one holding a secret past its first 128 characters) reaches the label cut."""
+    metrics = fresh()
+    name = "t" * 128 + "SECRET" + "x" * 1_000_000
+    metrics.apply(MetricUpdate(Metric.TOOL_CALLS, (name, "success")))
+    labels = {s.labels["tool"] for family in metrics.registry.collect() if family.name == "copilot_tool_calls"
+              for s in family.samples}
+    assert labels == {"t" * 128}
+
+
+def test_an_event_type_longer_than_a_name_counts_as_other():
+    """A plausible-looking but enormous event type is not a label value."""
+    metrics = fresh()
+    metrics.count_event("session." + "a" * 10_000)
+    assert metrics.registry.get_sample_value("copilot_otel_events_read_total", {"type": "other"}) == 1

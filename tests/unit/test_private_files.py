@@ -117,8 +117,9 @@ def test_no_limit_never_rotates(tmp_path):
 def test_appending_to_an_existing_file_counts_its_size(tmp_path):
     """A restart appends to the current file, and rotates it as if it had never stopped."""
     target = tmp_path / "traces.jsonl"
-    target.write_bytes(b"y" * 90)
+    target.write_bytes(b"y" * 89 + b"\n")
     sink = RotatingFile(target, Rotation(max_bytes=100, backups=1), clock=Clock(1796303093.0))
-    sink.write(b"z" * 20)
+    sink.write(b"z" * 19 + b"\n")
     sink.close()
-    assert [p.read_bytes() for p in backups_of(target)] == [b"y" * 90] and target.read_bytes() == b"z" * 20
+    assert [p.read_bytes() for p in backups_of(target)] == [b"y" * 89 + b"\n"]
+    assert target.read_bytes() == b"z" * 19 + b"\n"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+import orjson
 import pytest
 
 from copilot_otel import tail as tail_module
@@ -172,9 +173,6 @@ def test_a_line_longer_than_a_read_chunk_is_skipped_without_holding_it(tmp_path,
     assert (items[1].id, items[1].offset, items[1].line) == (log.entries[0]["id"], len(big) + 1, 2)
 
 
-@pytest.mark.xfail(strict=True, reason="product bug: past max_bytes FileTail._read_lines keeps reading while a "
-                   "line is pending, and a chunk almost never ends exactly at a newline, so one read takes the whole "
-                   "backlog (follow.READ_BYTES does not bound a read); stopping once a complete line was read fixes it")
 def test_a_read_stops_between_lines_after_about_max_bytes(tmp_path):
     """A backlog of several chunks is read in parts of about max_bytes, each ending at a line's end."""
     log = SessionLog("session-1")
@@ -189,6 +187,98 @@ def test_a_read_stops_between_lines_after_about_max_bytes(tmp_path):
         parts.append(items)
     assert [i.id for part in parts for i in part] == [e["id"] for e in log.entries]
     assert len(parts) >= 2
+    assert max(sum(len(orjson.dumps(e)) for e in part) for part in parts) < 2 * tail_module.CHUNK
+
+
+def test_a_read_that_stops_at_its_budget_says_there_is_more(tmp_path):
+    """A bounded read reports ``more`` while a backlog remains; the read that reaches the end does not."""
+    log = SessionLog("session-1")
+    log.start()
+    while len(log.jsonl()) < 3 * tail_module.CHUNK:
+        log.add("session.info", {"pad": "x" * 5000})
+    path = tmp_path / "events.jsonl"
+    path.write_bytes(log.jsonl())
+    tail = FileTail(path)
+    flags = []
+    while True:
+        result = tail.read(max_bytes=tail_module.CHUNK)
+        flags.append(result.more)
+        if not result.more:
+            break
+    assert flags[0] and not flags[-1] and len(flags) >= 3
+    assert tail.offset == path.stat().st_size
+
+
+def test_an_unfinished_over_long_line_is_not_scanned_again(tmp_path, monkeypatch):
+    """A too-long line still being written is scanned once: later reads go on from where the last stopped."""
+    monkeypatch.setattr(tail_module, "CHUNK", 1024)
+    path = tmp_path / "events.jsonl"
+    path.write_bytes(b"z" * 8192)
+    tail = FileTail(path, max_line_bytes=2048)
+    assert tail.read(max_bytes=4096).items == []
+    assert (tail.offset, tail.scanned) == (0, 4096)
+    assert tail.read(max_bytes=4096).items == []
+    assert tail.scanned == 8192
+    with open(path, "r+b") as handle:  # a newline where the scan has been: seen only by a read from the start
+        handle.seek(1000)
+        handle.write(b"\n")
+    append(path, b"z" * 100 + b"\n" + session().jsonl())
+    items = tail.read().items
+    assert (items[0].reason, items[0].offset, f"{8192 + 100} bytes" in items[0].detail) == (TOO_LONG, 0, True)
+    assert [i.id for i in items[1:]] == [e["id"] for e in session().entries]
+
+
+def test_a_sparse_over_long_line_is_skipped_without_reading_its_holes(tmp_path):
+    """A line that is a 1 GiB hole costs no read of the hole: the scan jumps to the data after it."""
+    path = tmp_path / "events.jsonl"
+    with open(path, "wb") as handle:
+        handle.write(b"x" * 4096)
+        handle.seek(1 << 30)
+        handle.write(b"\n" + session().jsonl())
+    tail = FileTail(path, max_line_bytes=2048)
+    first = tail.read(max_bytes=8192)  # enters the long line
+    items = first.items
+    while first.more:
+        first = tail.read(max_bytes=8192)
+        items += first.items
+    assert items[0].reason == TOO_LONG and [i.id for i in items[1:]] == [e["id"] for e in session().entries]
+
+
+def test_a_fifo_is_refused_without_blocking(tmp_path):
+    """A FIFO named events.jsonl (no writer) is an error at once, not a read that waits forever."""
+    path = tmp_path / "events.jsonl"
+    os.mkfifo(path)
+    result = FileTail(path).read()
+    assert (result.gone, result.items) == (False, [])
+    assert "not a regular file" in result.error
+
+
+def test_a_symlink_is_refused_inside_a_watched_tree(tmp_path):
+    """With a watched tree, an events.jsonl that became a symlink is refused, even to a file inside the tree."""
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    real = tree / "real.jsonl"
+    real.write_bytes(session().jsonl())
+    link = tree / "events.jsonl"
+    link.symlink_to(real)
+    assert "symbolic link" in FileTail(link, within=tree).read().error
+    assert len(FileTail(link).read().items) == len(session().entries)  # replay reads what it is given
+
+
+def test_a_folder_swapped_for_a_link_out_of_the_tree_is_refused_on_the_next_open(tmp_path):
+    """Containment is checked on every open: a session folder later replaced by a symlink out of the tree is refused."""
+    tree, outside = tmp_path / "tree", tmp_path / "outside"
+    (tree / "s").mkdir(parents=True)
+    outside.mkdir()
+    path = tree / "s" / "events.jsonl"
+    path.write_bytes(session().jsonl())
+    (outside / "events.jsonl").write_bytes(session(3, session_id="victim").jsonl())
+    tail = FileTail(path, within=tree.resolve())
+    assert tail.read().items
+    (tree / "s").rename(tree / "s-old")
+    (tree / "s").symlink_to(outside, target_is_directory=True)
+    result = tail.read()
+    assert result.items == [] and "leads outside" in result.error
 
 
 def test_an_event_from_the_future_is_rejected_by_the_injected_clock(tmp_path):

@@ -1,0 +1,86 @@
+"""An append-only file of whole lines: what a reader finds there is never a torn line.
+
+A write that fails half-way (disk full) is cut back off, and a torn last line left by a crash
+(kill -9 in the middle of a write) is cut off when the file is opened again. ``sync`` makes what
+was written durable: the export queue calls it before the checkpoint commit that covers it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+_SCAN = 1 << 16
+
+
+class LineFile:
+    """Appends whole lines to ``path`` (created with ``mode``, less the umask)."""
+
+    def __init__(self, path: Path, *, mode: int = 0o666) -> None:
+        self.path = Path(path)
+        self._lock = threading.Lock()
+        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, mode)
+        self._dirty = False
+        try:
+            self._repair()
+        except OSError:
+            os.close(self._fd)
+            raise
+
+    def _repair(self) -> None:
+        """Cut off a torn last line (one without its newline)."""
+        size = os.fstat(self._fd).st_size
+        if size == 0 or os.pread(self._fd, 1, size - 1) == b"\n":
+            return
+        end = size
+        while end > 0:
+            start = max(0, end - _SCAN)
+            block = os.pread(self._fd, end - start, start)
+            cut = block.rfind(b"\n")
+            if cut >= 0:
+                end = start + cut + 1
+                break
+            end = start
+        os.ftruncate(self._fd, end)
+        os.fsync(self._fd)
+        log.warning("%s ended with a torn line (%d bytes, from an interrupted write): cut it off", self.path,
+                    size - end)
+
+    def write(self, data: bytes) -> None:
+        """Append ``data`` (whole lines) entirely, or not at all: raise OSError if it could not be written."""
+        with self._lock:
+            end = os.fstat(self._fd).st_size
+            view = memoryview(data)
+            try:
+                while view:
+                    written = os.write(self._fd, view)
+                    view = view[written:]
+            except OSError:
+                try:
+                    os.ftruncate(self._fd, end)  # no fragment stays behind for a reader, or for the retry
+                except OSError as exc:
+                    log.error("cannot cut a partial write off %s: %s", self.path, exc)
+                raise
+            self._dirty = True
+
+    def sync(self) -> None:
+        """Make what was written durable (fsync), if anything was written since the last sync."""
+        with self._lock:
+            if self._dirty:
+                os.fsync(self._fd)
+                self._dirty = False
+
+    def close(self) -> None:
+        """Sync and close."""
+        if self._fd < 0:
+            return
+        try:
+            self.sync()
+        finally:
+            with self._lock:
+                os.close(self._fd)
+                self._fd = -1
