@@ -68,8 +68,15 @@ def _clean_value(key: str, value: Any) -> Any:
 
 
 def _attributes_ok(attributes: Mapping[str, Any]) -> bool:
-    for key, value in attributes.items():
-        if not _value_ok(key, value):
+    for key, value in attributes.items():  # strings and ints inline: nearly every value is one
+        kind = type(value)
+        if kind is str:
+            if len(value) > MAX_NAME_CHARS and (len(value) > MAX_ATTRIBUTE_CHARS or key in NAME_ATTRIBUTES):
+                return False
+        elif kind is int:
+            if not INT64_MIN <= value <= INT64_MAX:
+                return False
+        elif not _value_ok(key, value):
             return False
     return True
 

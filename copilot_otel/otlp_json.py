@@ -35,73 +35,86 @@ def _any_value(value: Any) -> dict[str, Any]:
     return {"stringValue": str(value)}
 
 
-def _key_values(attributes: Any, shared: dict[tuple[str, str], dict[str, Any]]) -> list[dict[str, Any]]:
-    """OTLP key/value pairs; a (key, string) pair seen before in ``shared`` reuses its encoded object."""
-    out = []
-    for key, value in attributes.items():
-        if type(value) is str:  # only strings: True == 1 would otherwise share with an int
-            pair = shared.get((key, value))
-            if pair is None:
-                pair = shared[(key, value)] = {"key": key, "value": {"stringValue": value}}
-        else:
-            pair = {"key": key, "value": _any_value(value)}
-        out.append(pair)
-    return out
-
-
-def _span_json(record: SpanRecord, shared: dict[tuple[str, str], dict[str, Any]]) -> dict[str, Any]:
-    span: dict[str, Any] = {
-        "traceId": f"{record.trace_id:032x}",
-        "spanId": f"{record.span_id:016x}",
-        "name": record.name,
-        "kind": record.kind,
-        "startTimeUnixNano": str(record.start_ns),
-        "endTimeUnixNano": str(record.end_ns),
-        "attributes": _key_values(record.attributes, shared),
-        "status": {"code": record.status, "message": record.status_message} if record.status_message
-        else {"code": record.status},
-    }
-    if record.parent_span_id is not None:
-        span["parentSpanId"] = f"{record.parent_span_id:016x}"
-    if record.links:
-        span["links"] = [{"traceId": f"{trace_id:032x}", "spanId": f"{span_id:016x}"} for trace_id, span_id in record.links]
-    if record.events:
-        span["events"] = [
-            {"timeUnixNano": str(e.time_ns), "name": e.name, "attributes": _key_values(e.attributes, shared)}
-            for e in record.events
-        ]
-    return span
+_DUMPS = orjson.dumps
+_END = b"]}]}]}\n"
+CACHE_PAIRS = 50_000  # encoded (key, string value) pairs kept between requests; past this the cache starts over
 
 
 class OtlpJsonEncoder:
-    """Span records -> ExportTraceServiceRequest JSON lines for one resource (plain data: it pickles)."""
+    """Span records -> ExportTraceServiceRequest JSON lines for one resource (plain data: it pickles).
+
+    Each span is assembled from bytes: its fixed fields formatted in place, each attribute pair
+    encoded once by orjson and kept (the same few keys and values recur in every span). The result is
+    byte for byte what orjson gives for the request as one object.
+    """
 
     def __init__(self, resource_attributes: Mapping[str, Any]) -> None:
         self.resource_attributes = dict(resource_attributes)
-        self._resource = _key_values(self.resource_attributes, {})
+        self._pairs: dict[tuple[str, str], bytes] = {}
+        self._head = (b'{"resourceSpans":[{"resource":{"attributes":[' + self._key_values(self.resource_attributes)
+                      + b']},"scopeSpans":[{"scope":' + _DUMPS({"name": SCOPE_NAME, "version": SCOPE_VERSION})
+                      + b',"spans":[')
+
+    def __getstate__(self) -> dict:
+        return {"resource_attributes": self.resource_attributes}  # a worker builds its own cache
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["resource_attributes"])
+
+    def _key_values(self, attributes: Mapping[str, Any]) -> bytes:
+        pairs = self._pairs
+        out = []
+        for key, value in attributes.items():
+            if type(value) is str:  # only strings: True == 1 would otherwise share with an int
+                pair = pairs.get((key, value))
+                if pair is None:
+                    if len(pairs) >= CACHE_PAIRS:
+                        pairs.clear()
+                    pair = pairs[(key, value)] = (b'{"key":' + _DUMPS(key) + b',"value":{"stringValue":'
+                                                  + _DUMPS(value) + b"}}")
+            else:
+                pair = _DUMPS({"key": key, "value": _any_value(value)})
+            out.append(pair)
+        return b",".join(out)
+
+    def _span(self, r: SpanRecord) -> bytes:
+        parts = [b'{"traceId":"%032x","spanId":"%016x","name":' % (r.trace_id, r.span_id), _DUMPS(r.name),
+                 b',"kind":%d,"startTimeUnixNano":"%d","endTimeUnixNano":"%d","attributes":['
+                 % (r.kind, r.start_ns, r.end_ns), self._key_values(r.attributes)]
+        if r.status_message:
+            parts.append(b'],"status":{"code":%d,"message":' % r.status + _DUMPS(r.status_message) + b"}")
+        else:
+            parts.append(b'],"status":{"code":%d}' % r.status)
+        if r.parent_span_id is not None:
+            parts.append(b',"parentSpanId":"%016x"' % r.parent_span_id)
+        if r.links:
+            parts.append(b',"links":[' + b",".join(b'{"traceId":"%032x","spanId":"%016x"}' % link for link in r.links)
+                         + b"]")
+        if r.events:
+            parts.append(b',"events":[' + b",".join(
+                b'{"timeUnixNano":"%d","name":' % e.time_ns + _DUMPS(e.name) + b',"attributes":['
+                + self._key_values(e.attributes) + b"]}" for e in r.events) + b"]")
+        parts.append(b"}")
+        return b"".join(parts)
 
     def encode(self, records: Sequence[SpanRecord]) -> bytes:
         """One request holding ``records``, as a JSON line (the Collector file exporter's format)."""
-        shared: dict[tuple[str, str], dict[str, Any]] = {}  # per request: a decoder sees each object once
-        request = {
-            "resourceSpans": [
-                {
-                    "resource": {"attributes": self._resource},
-                    "scopeSpans": [
-                        {
-                            "scope": {"name": SCOPE_NAME, "version": SCOPE_VERSION},
-                            "spans": [_span_json(clean(r), shared) for r in records],
-                        }
-                    ],
-                }
-            ]
-        }
-        return orjson.dumps(request) + b"\n"
+        return self._head + b",".join([self._span(clean(r)) for r in records]) + _END
 
     def encode_within(self, records: Sequence[SpanRecord], max_bytes: int) -> list[bytes]:
-        """``records`` as one or more request lines of at most ``max_bytes`` each (a lone span may exceed it)."""
-        line = self.encode(records)
-        if len(line) <= max_bytes or len(records) <= 1:
-            return [line]
-        half = len(records) // 2
-        return self.encode_within(records[:half], max_bytes) + self.encode_within(records[half:], max_bytes)
+        """``records`` as one or more request lines of at most ``max_bytes`` each (a lone span may exceed it),
+        filled in order."""
+        base = len(self._head) + len(_END)
+        lines: list[bytes] = []
+        batch: list[bytes] = []
+        size = base
+        for record in records:
+            span = self._span(clean(record))
+            if batch and size + len(span) + 1 > max_bytes:
+                lines.append(self._head + b",".join(batch) + _END)
+                batch, size = [], base
+            batch.append(span)
+            size += len(span) + 1
+        if batch or not lines:
+            lines.append(self._head + b",".join(batch) + _END)
+        return lines
