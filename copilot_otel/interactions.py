@@ -51,7 +51,9 @@ class AgentLoop:
         agent = self.agents.get(event.agent_id)
         if agent is None:
             parent_call = event.data.get("parentToolCallId")
-            span = self.book.subagents.get(parent_call) if isinstance(parent_call, str) else None
+            if not isinstance(parent_call, str):
+                parent_call = None  # a hostile log's list or object: no parent to find
+            span = self.book.subagents.get(parent_call)
             name = str(span.attributes.get(A.GEN_AI_AGENT_NAME, "subagent")) if span else "subagent"
             if span is None and parent_call in self.book.tools:  # a CLI (0.0.400) that logs no subagent.started
                 span = self.book.tools[parent_call][0]

@@ -20,12 +20,12 @@ import pytest
 from tests.otlp_receiver import OtlpReceiver
 from tests.support.biglog import grow
 from tests.support.commands import run_copilot_otel
-from tests.support.daemon import DaemonProcess, complete_lines_spans
+from tests.support.daemon import DaemonProcess
 from tests.support.events import SessionLog
 from tests.support.files import append, new_session
 from tests.support.net import free_port, wait_until
 from tests.support.scrape import fetch, value
-from tests.support.spans import expected_keys, key, spans_now, wait_for_keys
+from tests.support.spans import expected_keys, key, wait_for_keys
 
 FAST = ("--idle-quiet", "0.3", "--rescan-interval", "1")
 FIXTURES = Path(__file__).parent / "fixtures" / "cli" / "1.0.102"

@@ -17,7 +17,7 @@ from tests.support.events import SessionLog
 from tests.support.files import new_session
 from tests.support.net import wait_until
 from tests.support.scrape import fetch
-from tests.support.spans import expected_keys, key, record_key
+from tests.support.spans import expected_keys, key
 
 SPANS = [SpanRecord(7, n, None, f"span {n}", 1, 10, 20, {"n": n}) for n in range(1, 4)]
 RETRY, TOO_LARGE, REFUSED = "retry later", "too large", "refused for good"

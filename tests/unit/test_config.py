@@ -176,9 +176,8 @@ ERRORS = {
     "insecure_not_a_bool": ({**OTLP, "OTEL_EXPORTER_OTLP_INSECURE": "perhaps"},
                             "OTEL_EXPORTER_OTLP_INSECURE='perhaps' is not true or false"),
     "rescan_nan": ({"COPILOT_OTEL_RESCAN_INTERVAL": "nan"}, "--rescan-interval must be 0 (off) or a positive number"),
-    "rescan_negative": ({"COPILOT_OTEL_RESCAN_INTERVAL": "-5"}, "--rescan-interval must be 0 (off) or a positive"),
+    "rescan_minus_five": ({"COPILOT_OTEL_RESCAN_INTERVAL": "-5"}, "--rescan-interval must be 0 (off) or a positive"),
     "idle_quiet_inf": ({"COPILOT_OTEL_IDLE_QUIET": "inf"}, "--idle-quiet must be a positive number of seconds"),
-    "stuck_after_nan": ({"COPILOT_OTEL_STUCK_AFTER": "nan"}, "--stuck-after must be a positive number of seconds"),
     "request_bytes_too_small": ({"COPILOT_OTEL_MAX_REQUEST_BYTES": "100"}, "--max-request-bytes must be at least"),
 }
 

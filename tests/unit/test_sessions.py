@@ -181,9 +181,9 @@ def test_metric_updates_of_a_session():
     assert fed.total(Metric.TURNS, MAIN_AGENT) == len(by_type(log, "assistant.turn_start"))
     assert fed.total(Metric.LLM_CALLS, MODEL, SUCCESS) == len(usages)
     assert fed.total(Metric.LLM_CALLS, MODEL, ERROR) == 0
-    for label, key in (("input", "inputTokens"), ("output", "outputTokens"), ("cache_read", "cacheReadTokens"),
-                       ("cache_write", "cacheWriteTokens")):
-        assert fed.total(Metric.TOKENS, MODEL, label) == sum(u[key] for u in usages)
+    for kind, key in (("input", "inputTokens"), ("output", "outputTokens"), ("cache_read", "cacheReadTokens"),
+                      ("cache_write", "cacheWriteTokens")):
+        assert fed.total(Metric.TOKENS, MODEL, kind) == sum(u[key] for u in usages)
     assert fed.total(Metric.TOOL_CALLS, "bash", SUCCESS) == 1
     assert fed.observed(Metric.LLM_CALL_DURATION, MODEL) == [u["duration"] / 1000 for u in usages]
     tool = fed.one("execute_tool bash")

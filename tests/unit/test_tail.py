@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 
 import orjson
-import pytest
 
 from copilot_otel import tail as tail_module
 from copilot_otel.decode import FUTURE_TIMESTAMP, TOO_LONG
