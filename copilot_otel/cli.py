@@ -34,7 +34,7 @@ from .config import (
     ConfigError,
     env_flag,
 )
-from .status import SESSION_STATES
+from .vocab import SESSION_STATES
 
 EXIT_OK = 0
 EXIT_EXPORT_FAILED = 1

@@ -28,8 +28,8 @@ from .catalog import Catalog
 from .display import ago, clock_time, count, where
 from .overview import MAX_PAGE_SIZE
 from .liveness import StuckPolicy
-from .status import ENDED, SessionStatus, status_of
-from .vocab import ABANDONED, STUCK, WAITING_TOOL, WAITING_USER, WORKING
+from .status import SessionStatus, status_of
+from .vocab import ABANDONED, ENDED, STUCK, WAITING_TOOL, WAITING_USER, WORKING
 
 log = logging.getLogger(__name__)
 

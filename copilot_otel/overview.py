@@ -26,9 +26,8 @@ from .sessions import READ_TYPES, SessionModel
 from .sources import SourceError, UnreadableLog, session_id_of
 from .summary import SessionSummary
 from .tail import read_all
-from .vocab import ABANDONED, IDLE, STUCK, WAITING_TOOL, WAITING_USER, WORKING
+from .vocab import ABANDONED, ENDED, IDLE, STUCK, WAITING_TOOL, WAITING_USER, WORKING
 
-ENDED = "ended"  # not live: shut down, or its process is gone with nothing open
 # The order of the groups on the page: what needs a person first, finished sessions last.
 STATE_ORDER = (STUCK, ABANDONED, WAITING_USER, WORKING, WAITING_TOOL, IDLE, ENDED)
 PAGE_SIZE = 100

@@ -21,10 +21,10 @@ from .records import SpanRecord
 from .sessions import READ_TYPES, SessionModel
 from .sources import UnreadableLog, session_id_of
 from .spans import InteractionSummary
-from .status import ENDED, SessionStatus, status_of
+from .status import SessionStatus, status_of
 from .summary import SessionSummary
 from .tail import FileTail
-from .vocab import ABANDONED
+from .vocab import ABANDONED, ENDED
 
 log = logging.getLogger(__name__)
 

@@ -14,17 +14,16 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .liveness import SessionView, StuckPolicy, live_state, pid_alive
-from .overview import ENDED, Row, history_view, row_json
+from .overview import Row, history_view, row_json
 from .summary import SessionSummary
-from .vocab import IDLE, STATES
+from .vocab import ENDED, IDLE
 
-SESSION_STATES = (*STATES, ENDED)
 _MS = 1_000_000
 
 
 @dataclass(frozen=True, slots=True)
 class SessionStatus:
-    """One session now: its summary, its state (one of SESSION_STATES) and where its log is."""
+    """One session now: its summary, its state (one of vocab.SESSION_STATES) and where its log is."""
 
     summary: SessionSummary
     state: str

@@ -20,6 +20,8 @@ IDLE = "idle"
 STUCK = "stuck"
 ABANDONED = "abandoned"
 STATES = (WORKING, WAITING_TOOL, WAITING_USER, IDLE, STUCK, ABANDONED)
+ENDED = "ended"  # a known session that is not live: shut down, or its process is gone with nothing open
+SESSION_STATES = (*STATES, ENDED)  # what `sessions` and the web view name a session
 STALLED_STATES = (STUCK, ABANDONED)  # the states that get a copilot_session_stalled_seconds series
 
 # How an interaction ended: copilot.interaction.end, and `inspect`.
