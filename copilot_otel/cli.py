@@ -14,26 +14,20 @@ from . import __version__
 from .config import (
     DEFAULT_CONTENT_MAX_CHARS,
     DEFAULT_GIVE_UP_AFTER,
-    DEFAULT_STUCK_AFTER_TOOL,
-    DEFAULT_TRACES_FILE_BACKUPS,
-    DEFAULT_TRACES_FILE_MAX_BYTES,
     DEFAULT_IDLE_QUIET,
     DEFAULT_MAX_BUFFERED_SPANS,
     DEFAULT_MAX_LABEL_VALUES,
     DEFAULT_MAX_LINE_BYTES,
-    DEFAULT_MAX_REQUEST_BYTES,
-    DEFAULT_METRICS_ADDRESS,
     DEFAULT_RESCAN_INTERVAL,
-    DEFAULT_STUCK_AFTER,
     DEFAULT_VIEW_ADDRESS,
     ENV_COPILOT_HOME,
     MIN_IDLE_QUIET,
     MIN_MAX_LINE_BYTES,
-    MIN_MAX_REQUEST_BYTES,
     Config,
     ConfigError,
-    env_flag,
 )
+from .flags import (COPILOT_HOME, LOG_LEVEL, METRICS_ADDRESS, PATH, STATE_DIR, TRACE_URL_HELP, export_options, option,
+                    reading_options, repository_option, stuck_options)
 from .vocab import SESSION_STATES
 
 EXIT_OK = 0
@@ -41,74 +35,6 @@ EXIT_EXPORT_FAILED = 1
 EXIT_USAGE = 2
 
 log = logging.getLogger("copilot_otel")
-# Paths are checked where they are used, which says what is wrong in one line (click's check would add usage).
-PATH = click.Path(path_type=Path, readable=False)
-
-
-TRACE_URL_HELP = ("Link each trace of the web view here: an http(s) URL with {trace_id} in it, "
-                  "e.g. http://127.0.0.1:16686/trace/{trace_id} (Jaeger).")
-
-
-def _option(name: str, **kwargs):
-    """A --name option that also reads COPILOT_OTEL_NAME (plus any extra envvar given)."""
-    extra = kwargs.pop("also_env", None)
-    envvar = [env_flag(name)] + ([extra] if extra else [])
-    return click.option(f"--{name}", envvar=envvar, show_envvar=True, **kwargs)
-
-
-def _options(*decorators):
-    """Apply option decorators in the order written (as they appear in --help)."""
-    def apply(func):
-        for decorator in reversed(decorators):
-            func = decorator(func)
-        return func
-    return apply
-
-
-# Not checked here: a home that cannot be read yet is waited for (run), or named with the reason (the others).
-_COPILOT_HOME = _option("copilot-home", type=PATH, default=None, also_env=ENV_COPILOT_HOME,
-                        help="Copilot's home folder (default ~/.copilot).")
-_STATE_DIR = _option("state-dir", type=PATH, default=None,
-                     help="Where copilot-otel keeps its checkpoint, caches and default trace file "
-                          "(default ~/.local/state/copilot-otel).")
-_MAX_LINE_BYTES = _option("max-line-bytes", type=click.IntRange(min=MIN_MAX_LINE_BYTES), default=DEFAULT_MAX_LINE_BYTES,
-                          help="Lines longer than this are counted and skipped.")
-_LOG_LEVEL = _option("log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info")
-_STUCK_AFTER = _option("stuck-after", type=float, default=None,
-                       help=f"Seconds without an event before a working session counts as stuck "
-                            f"[default: {DEFAULT_STUCK_AFTER:g}].")
-_STUCK_AFTER_TOOL = _option("stuck-after-tool", default=None, metavar="[SECONDS][,TOOL=SECONDS...]",
-                            help=f"The same for a session waiting on a tool [default: {DEFAULT_STUCK_AFTER_TOOL:g}], "
-                                 "with per-tool thresholds, e.g. 1800,bash=3600.")
-_METRICS_ADDRESS = _option("metrics-address", default=DEFAULT_METRICS_ADDRESS, show_default=True,
-                           help="HOST:PORT for /metrics, /healthz and /api/sessions.")
-
-# What every command that reads sessions takes.
-reading_options = _options(_COPILOT_HOME, _MAX_LINE_BYTES, _LOG_LEVEL)
-# What the commands that export traces take.
-export_options = _options(
-    _STATE_DIR,
-    _option("traces-file", type=PATH, default=None,
-            help="Write traces as OTLP JSON lines to this file instead of OTLP."),
-    _option("traces-file-max-bytes", type=click.IntRange(min=0), default=DEFAULT_TRACES_FILE_MAX_BYTES,
-            show_default=True, help="Rotate the trace file when it would grow past this (0: never), as the "
-                                    "Collector's file exporter does: it is renamed NAME-<UTC time>.EXT."),
-    _option("traces-file-backups", type=click.IntRange(min=0), default=DEFAULT_TRACES_FILE_BACKUPS,
-            show_default=True, help="Rotated trace files to keep."),
-    _option("max-request-bytes", type=click.IntRange(min=MIN_MAX_REQUEST_BYTES), default=DEFAULT_MAX_REQUEST_BYTES,
-            help="Largest trace export request (encoded); larger batches are split. A backend's own "
-                 "limit (the Collector's: 4 MiB) is also honoured when it answers 413 or RESOURCE_EXHAUSTED."),
-    _option("content-max-chars", type=click.IntRange(min=1), default=DEFAULT_CONTENT_MAX_CHARS,
-            help="With OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true, truncate each "
-                 "captured prompt, argument or result to this many characters."),
-)
-# The thresholds that name a session stuck (the daemon's, and what `inspect` and `sessions` apply).
-stuck_options = _options(_STUCK_AFTER, _STUCK_AFTER_TOOL)
-
-
-def _repository_option(func):
-    return _option("no-repository-label", is_flag=True, default=False,
-                   help="Leave the repository label of the metrics empty (Prometheus then shows none).")(func)
 
 
 def build_config(*, exports: bool = True, **flags) -> Config:
@@ -122,13 +48,6 @@ def _setup_logging(level: str) -> None:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # The OTel SDK logs a malformed header with its value, which may be a token: never let it through.
     logging.getLogger("opentelemetry.util.re").setLevel(logging.ERROR)
-
-
-def _no_created_series() -> None:
-    """*_created series double the series count and no dashboard here uses them (a process-wide switch)."""
-    from prometheus_client import disable_created_metrics
-
-    disable_created_metrics()
 
 
 def _check_writable_file(flag: str, path: Path) -> None:
@@ -175,18 +94,18 @@ def main() -> None:
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path, allow_dash=True, readable=False))
 @reading_options
 @export_options
-@_option("metrics-file", type=PATH, default=None,
+@option("metrics-file", type=PATH, default=None,
          help="Also write the run's Prometheus metrics to this file (node_exporter textfile format).")
-@_option("workers", type=click.IntRange(min=0), default=0, show_default=True,
+@option("workers", type=click.IntRange(min=0), default=0, show_default=True,
          help="Processes that share the work (0: one per CPU when there are many sessions, else one); "
               "the output is the same for any number.")
-@_option("rate", type=click.FloatRange(min=0), default=0, show_default=True,
+@option("rate", type=click.FloatRange(min=0), default=0, show_default=True,
          help="Send at most this many spans a second (0: as fast as the backend takes them).")
-@_option("give-up-after", type=click.FloatRange(min=0), default=DEFAULT_GIVE_UP_AFTER, show_default=True,
+@option("give-up-after", type=click.FloatRange(min=0), default=DEFAULT_GIVE_UP_AFTER, show_default=True,
          help="Seconds a backend may refuse or throttle one batch before the replay stops, naming the "
               "sessions not delivered (a re-run continues with them).")
-@_option("restart", is_flag=True, help="Forget an interrupted replay of the same sessions and send everything.")
-@_repository_option
+@option("restart", is_flag=True, help="Forget an interrupted replay of the same sessions and send everything.")
+@repository_option
 def replay(paths, log_level, metrics_file, workers, rate, give_up_after, restart, **options) -> None:
     """Export the traces of session folders, events.jsonl files, a COPILOT_HOME, or - (stdin).
 
@@ -194,7 +113,7 @@ def replay(paths, log_level, metrics_file, workers, rate, give_up_after, restart
     running the same command again: what was delivered is not sent twice.
     """
     from .replay import SourceError, resolve
-    from .replay_job import replay_logs, report
+    from .replay_job import METRICS_REFUSED, replay_logs, replay_stdin, report, write_metrics
     from .sinks import make_sink
 
     _setup_logging(log_level)
@@ -210,88 +129,23 @@ def replay(paths, log_level, metrics_file, workers, rate, give_up_after, restart
         _fail(str(exc))
         return
     if from_stdin:
-        _replay_stdin(sink, config, metrics_file)
-        return
+        sys.exit(replay_stdin(sink, config, metrics_file))
     keep_metrics = metrics_file is not None or config.metrics_otlp is not None
     outcome = replay_logs(files, sink, config, workers=workers or None, rate=rate, give_up_after=give_up_after,
                           restart=restart, keep_metrics=keep_metrics, interactive=sys.stderr.isatty())
     sink.shutdown()
-    _replay_metrics_or_fail(outcome.stats, config, metrics_file)
+    if not write_metrics(outcome.stats, config, metrics_file):
+        _fail(METRICS_REFUSED, EXIT_EXPORT_FAILED)
     report(outcome, sink.description)
     sys.exit(outcome.code)
-
-
-def _replay_stdin(sink, config: Config, metrics_file: Path | None) -> None:
-    """`replay -`: the headless stream, exported at once (spans refused for good kept in the dead-letter file)."""
-    from .deadletter import FILE_NAME as DEAD_LETTER_FILE
-    from .deadletter import DeadLetter
-    from .otlp_json import OtlpJsonEncoder
-    from .replay import replay_stream
-    from .resource import resource_attributes
-    from .sinks import ExportError
-
-    dead_letter = DeadLetter(config.state_dir / DEAD_LETTER_FILE, OtlpJsonEncoder(resource_attributes()))
-    try:
-        stats = replay_stream(sys.stdin.buffer.read(), sink, options=config.model, max_line_bytes=config.max_line_bytes,
-                              refused=dead_letter.add, retry_for=config.otlp.timeout if config.otlp.endpoint else 0.0)
-        sink.shutdown()
-    except ExportError as exc:
-        _fail(f"export failed: {exc}", EXIT_EXPORT_FAILED)
-        return
-    except OSError as exc:  # the dead-letter file could not be written
-        _fail(f"export failed: cannot keep refused spans in {dead_letter.path}: {exc.strerror or exc}",
-              EXIT_EXPORT_FAILED)
-        return
-    finally:
-        dead_letter.close()
-    _replay_metrics_or_fail(stats, config, metrics_file)
-    click.echo(f"copilot-otel: exported {stats.spans - stats.refused} spans from the stream, {stats.events} events "
-               f"-> {sink.description}", err=True)
-    if stats.refused:
-        _fail(f"export failed: the trace backend refused {stats.refused} span(s) for good; they are kept in "
-              f"{dead_letter.path} (last reason: {dead_letter.last_reason})", EXIT_EXPORT_FAILED)
-
-
-def _replay_metrics_or_fail(stats, config: Config, metrics_file: Path | None) -> None:
-    """The replay's metrics to --metrics-file and OTLP when asked for; exit 1 if the push failed."""
-    if (metrics_file is not None or config.metrics_otlp is not None) and not _replay_metrics(stats, config,
-                                                                                               metrics_file):
-        _fail("export failed: the OTLP metrics endpoint did not accept the metrics", EXIT_EXPORT_FAILED)
-
-
-def _replay_metrics(stats, config: Config, metrics_file: Path | None) -> bool:
-    """The metrics of a replay: to a node_exporter textfile, and over OTLP (OTEL_METRICS_EXPORTER=otlp);
-    False if the push failed."""
-    from prometheus_client import write_to_textfile
-
-    _no_created_series()
-
-    from .metrics import Metrics
-    from .resource import resource_attributes
-
-    metrics = Metrics(process=False, repository_label=not config.no_repository_label, resource=resource_attributes())
-    for update in stats.metrics:
-        metrics.apply(update)
-    for reason, count in stats.rejected.items():
-        metrics.lines_rejected.labels(reason).inc(count)
-    for event_type, count in stats.out_of_order.items():
-        metrics.events_out_of_order.labels(event_type).inc(count)
-    if metrics_file is not None:
-        write_to_textfile(str(metrics_file), metrics.registry)
-    if config.metrics_otlp is None:
-        return True
-    from .otlp_metrics import MetricsPusher, make_exporter  # the OTel SDK: only to push
-    from .sinks import build_resource
-
-    return MetricsPusher(metrics.registry, make_exporter(config.metrics_otlp), build_resource()).stop()
 
 
 @main.command()
 @click.argument("session")
 @reading_options
 @stuck_options
-@_option("json", is_flag=True, help="Print the session as one JSON object.")
-@_option("follow", is_flag=True, help="Redraw the tree while the session runs (Ctrl-C to stop).")
+@option("json", is_flag=True, help="Print the session as one JSON object.")
+@option("follow", is_flag=True, help="Redraw the tree while the session runs (Ctrl-C to stop).")
 def inspect(session, log_level, json, follow, **options) -> None:
     """Show one session as a tree of interactions, turns, LLM calls and tools.
 
@@ -355,17 +209,17 @@ def _session_log(text: str, config: Config) -> Path:
 
 
 @main.command()
-@_COPILOT_HOME
-@_STATE_DIR
-@_METRICS_ADDRESS
+@COPILOT_HOME
+@STATE_DIR
+@METRICS_ADDRESS
 @stuck_options
-@_option("state", multiple=True, type=click.Choice([*SESSION_STATES, "live"]),
+@option("state", multiple=True, type=click.Choice([*SESSION_STATES, "live"]),
          help="Only sessions in this state (repeat for several; `live`: every state but ended).")
-@_option("repository", metavar="OWNER/NAME", help="Only sessions in this repository (a name, or a glob).")
-@_option("since", metavar="WHEN", help="Only sessions active since then: 30m, 2h, 1d, or 2026-12-01.")
-@_option("json", is_flag=True, help="Print a JSON array, one object per session.")
-@_option("from-files", is_flag=True, help="Read the session logs even when a daemon runs.")
-@_LOG_LEVEL
+@option("repository", metavar="OWNER/NAME", help="Only sessions in this repository (a name, or a glob).")
+@option("since", metavar="WHEN", help="Only sessions active since then: 30m, 2h, 1d, or 2026-12-01.")
+@option("json", is_flag=True, help="Print a JSON array, one object per session.")
+@option("from-files", is_flag=True, help="Read the session logs even when a daemon runs.")
+@LOG_LEVEL
 def sessions(state, repository, since, json, from_files, log_level, **options) -> None:
     """List sessions, newest first: state, activity, turns, tokens, premium requests, how the last
     interaction ended, model and repository.
@@ -410,27 +264,28 @@ def sessions(state, repository, since, json, from_files, log_level, **options) -
 @main.command()
 @reading_options
 @export_options
-@_METRICS_ADDRESS
+@METRICS_ADDRESS
 @stuck_options
-@_option("poll", is_flag=True, default=False, help="Do not use inotify; find changes by rescanning only.")
-@_option("rescan-interval", type=float, default=DEFAULT_RESCAN_INTERVAL, show_default=True,
+@option("poll", is_flag=True, default=False, help="Do not use inotify; find changes by rescanning only.")
+@option("rescan-interval", type=float, default=DEFAULT_RESCAN_INTERVAL, show_default=True,
          help="Seconds between rescans that back up the file watcher.")
-@_option("from-end", is_flag=True, default=False,
+@option("from-end", is_flag=True, default=False,
          help="On first start, skip the history already in the files.")
-@_option("idle-quiet", type=click.FloatRange(min=MIN_IDLE_QUIET), default=DEFAULT_IDLE_QUIET, show_default=True,
+@option("idle-quiet", type=click.FloatRange(min=MIN_IDLE_QUIET), default=DEFAULT_IDLE_QUIET, show_default=True,
          help="Seconds of silence after a final answer that confirm the agent loop went idle.")
-@_option("max-buffered-spans", type=click.IntRange(min=1), default=DEFAULT_MAX_BUFFERED_SPANS, show_default=True,
+@option("max-buffered-spans", type=click.IntRange(min=1), default=DEFAULT_MAX_BUFFERED_SPANS, show_default=True,
          help="Spans held while the trace backend is down; past this, reading pauses (nothing is dropped).")
-@_option("trace-url", default=None, help=TRACE_URL_HELP)
-@_option("max-label-values", type=click.IntRange(min=1), default=DEFAULT_MAX_LABEL_VALUES, show_default=True,
+@option("trace-url", default=None, help=TRACE_URL_HELP)
+@option("max-label-values", type=click.IntRange(min=1), default=DEFAULT_MAX_LABEL_VALUES, show_default=True,
          help="Distinct values a metric label (tool, model, agent, repository) may take; the rest count as 'other'.")
-@_repository_option
+@repository_option
 def run(log_level, poll, rescan_interval, from_end, idle_quiet, max_buffered_spans, trace_url, max_label_values,
         **options) -> None:
     """The daemon: follow every session under COPILOT_HOME, export spans, serve /metrics and the web view."""
     from .daemon import run_daemon
+    from .metrics import disable_created_series
 
-    _no_created_series()
+    disable_created_series()
     _setup_logging(log_level)
     try:
         config = build_config(poll=poll, rescan_interval=rescan_interval, from_start=not from_end,
@@ -444,16 +299,16 @@ def run(log_level, poll, rescan_interval, from_end, idle_quiet, max_buffered_spa
 
 @main.command()
 @click.argument("paths", nargs=-1, type=PATH)
-@_option("copilot-home", type=PATH, default=None, also_env=ENV_COPILOT_HOME,
+@option("copilot-home", type=PATH, default=None, also_env=ENV_COPILOT_HOME,
          help="Copilot's home folder, shown when no PATH is given (default ~/.copilot).")
-@_option("address", default=DEFAULT_VIEW_ADDRESS, show_default=True, help="HOST:PORT to serve the pages on.")
-@_option("trace-url", default=None, help=TRACE_URL_HELP)
+@option("address", default=DEFAULT_VIEW_ADDRESS, show_default=True, help="HOST:PORT to serve the pages on.")
+@option("trace-url", default=None, help=TRACE_URL_HELP)
 @stuck_options
-@_option("max-line-bytes", type=click.IntRange(min=MIN_MAX_LINE_BYTES), default=DEFAULT_MAX_LINE_BYTES,
+@option("max-line-bytes", type=click.IntRange(min=MIN_MAX_LINE_BYTES), default=DEFAULT_MAX_LINE_BYTES,
          help="Lines longer than this are counted and skipped.")
-@_option("content-max-chars", type=click.IntRange(min=1), default=DEFAULT_CONTENT_MAX_CHARS,
+@option("content-max-chars", type=click.IntRange(min=1), default=DEFAULT_CONTENT_MAX_CHARS,
          help="With OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true, cut each captured text to this length.")
-@_option("log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info")
+@option("log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info")
 def view(paths, address, log_level, **options) -> None:
     """Serve the web view over session logs (folders, events.jsonl files or a COPILOT_HOME), without the daemon."""
     from .web import run_view

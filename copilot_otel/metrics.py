@@ -59,6 +59,14 @@ _CAPPED_POSITIONS: dict[Metric, tuple[str | None, ...]] = {
 }
 
 
+def disable_created_series() -> None:
+    """*_created series double the series count and no dashboard here uses them (a process-wide switch:
+    only a command that owns the process calls it, never ``attach()``)."""
+    from prometheus_client import disable_created_metrics
+
+    disable_created_metrics()
+
+
 class LabelCap:
     """At most ``limit`` distinct values per capped label, each cut to MAX_NAME_CHARS; the values that
     come later count as ``other`` (and as one overflow each), so a log cannot mint unbounded series."""

@@ -1,6 +1,7 @@
-"""One `copilot-otel replay` of session logs, from start to exit code: what is left to send (the
+"""One `copilot-otel replay`, from start to exit code: for session logs, what is left to send (the
 ledger of an interrupted run), sending it (rate, throttling, deadline), progress on a terminal or
-one summary line, and the sessions not delivered when it gives up.
+one summary line, and the sessions not delivered when it gives up; or a headless run's stream on
+stdin; then the run's metrics (a textfile, an OTLP push) when asked for.
 """
 
 from __future__ import annotations
@@ -21,9 +22,9 @@ from .deadletter import DeadLetter
 from .delivery import Delivery, GaveUp
 from .ledger import Ledger, identity_of
 from .otlp_json import OtlpJsonEncoder
-from .replay import BATCH, Batch, ReplayStats, replay_files
+from .replay import BATCH, Batch, ReplayStats, replay_files, replay_stream
 from .resource import resource_attributes
-from .sinks import SpanSink
+from .sinks import ExportError, SpanSink
 from .sources import session_id_of
 from .workers import WorkerError
 
@@ -31,6 +32,7 @@ log = logging.getLogger(__name__)
 
 EXIT_OK, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 130
 NAMED = 10  # sessions named in a failure message; the rest are counted
+METRICS_REFUSED = "export failed: the OTLP metrics endpoint did not accept the metrics"
 
 
 @dataclass
@@ -198,3 +200,59 @@ def report(outcome: Outcome, destination: str) -> None:
     click.echo(f"copilot-otel: {outcome.reason}; {len(missing)} of {outcome.total} session(s) not delivered: "
                f"{named}", err=True)
     click.echo("copilot-otel: run the same command again to continue where it stopped", err=True)
+
+
+def replay_stdin(sink: SpanSink, config: Config, metrics_file: Path | None) -> int:
+    """`replay -`: the headless stream, exported at once (spans refused for good kept in the dead-letter
+    file); its summary or what failed on stderr; the exit code."""
+    dead_letter = DeadLetter(config.state_dir / DEAD_LETTER_FILE, OtlpJsonEncoder(resource_attributes()))
+    try:
+        stats = replay_stream(sys.stdin.buffer.read(), sink, options=config.model, max_line_bytes=config.max_line_bytes,
+                              refused=dead_letter.add, retry_for=config.otlp.timeout if config.otlp.endpoint else 0.0)
+        sink.shutdown()
+    except ExportError as exc:
+        return _failed(f"export failed: {exc}")
+    except OSError as exc:  # the dead-letter file could not be written
+        return _failed(f"export failed: cannot keep refused spans in {dead_letter.path}: {exc.strerror or exc}")
+    finally:
+        dead_letter.close()
+    if not write_metrics(stats, config, metrics_file):
+        return _failed(METRICS_REFUSED)
+    click.echo(f"copilot-otel: exported {stats.spans - stats.refused} spans from the stream, {stats.events} events "
+               f"-> {sink.description}", err=True)
+    if stats.refused:
+        return _failed(f"export failed: the trace backend refused {stats.refused} span(s) for good; they are kept "
+                       f"in {dead_letter.path} (last reason: {dead_letter.last_reason})")
+    return EXIT_OK
+
+
+def _failed(message: str) -> int:
+    click.echo(f"copilot-otel: {message}", err=True)
+    return EXIT_FAILED
+
+
+def write_metrics(stats: ReplayStats, config: Config, metrics_file: Path | None) -> bool:
+    """The replay's metrics to a node_exporter textfile (``metrics_file``) and over OTLP
+    (OTEL_METRICS_EXPORTER=otlp), when asked for; False if the push failed."""
+    if metrics_file is None and config.metrics_otlp is None:
+        return True
+    from prometheus_client import write_to_textfile
+
+    from .metrics import Metrics, disable_created_series
+
+    disable_created_series()
+    metrics = Metrics(process=False, repository_label=not config.no_repository_label, resource=resource_attributes())
+    for update in stats.metrics or ():
+        metrics.apply(update)
+    for reason, count in stats.rejected.items():
+        metrics.lines_rejected.labels(reason).inc(count)
+    for event_type, count in stats.out_of_order.items():
+        metrics.events_out_of_order.labels(event_type).inc(count)
+    if metrics_file is not None:
+        write_to_textfile(str(metrics_file), metrics.registry)
+    if config.metrics_otlp is None:
+        return True
+    from .otlp_metrics import MetricsPusher, make_exporter  # the OTel SDK: only to push
+    from .sinks import build_resource
+
+    return MetricsPusher(metrics.registry, make_exporter(config.metrics_otlp), build_resource()).stop()

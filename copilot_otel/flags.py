@@ -1,0 +1,91 @@
+"""The flags the commands share: each --flag also reads COPILOT_OTEL_FLAG (click options, in --help order)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from .config import (
+    DEFAULT_CONTENT_MAX_CHARS,
+    DEFAULT_MAX_LINE_BYTES,
+    DEFAULT_MAX_REQUEST_BYTES,
+    DEFAULT_METRICS_ADDRESS,
+    DEFAULT_STUCK_AFTER,
+    DEFAULT_STUCK_AFTER_TOOL,
+    DEFAULT_TRACES_FILE_BACKUPS,
+    DEFAULT_TRACES_FILE_MAX_BYTES,
+    ENV_COPILOT_HOME,
+    MIN_MAX_LINE_BYTES,
+    MIN_MAX_REQUEST_BYTES,
+    env_flag,
+)
+
+# Paths are checked where they are used, which says what is wrong in one line (click's check would add usage).
+PATH = click.Path(path_type=Path, readable=False)
+
+
+TRACE_URL_HELP = ("Link each trace of the web view here: an http(s) URL with {trace_id} in it, "
+                  "e.g. http://127.0.0.1:16686/trace/{trace_id} (Jaeger).")
+
+
+def option(name: str, **kwargs):
+    """A --name option that also reads COPILOT_OTEL_NAME (plus any extra envvar given)."""
+    extra = kwargs.pop("also_env", None)
+    envvar = [env_flag(name)] + ([extra] if extra else [])
+    return click.option(f"--{name}", envvar=envvar, show_envvar=True, **kwargs)
+
+
+def options(*decorators):
+    """Apply option decorators in the order written (as they appear in --help)."""
+    def apply(func):
+        for decorator in reversed(decorators):
+            func = decorator(func)
+        return func
+    return apply
+
+
+# Not checked here: a home that cannot be read yet is waited for (run), or named with the reason (the others).
+COPILOT_HOME = option("copilot-home", type=PATH, default=None, also_env=ENV_COPILOT_HOME,
+                        help="Copilot's home folder (default ~/.copilot).")
+STATE_DIR = option("state-dir", type=PATH, default=None,
+                     help="Where copilot-otel keeps its checkpoint, caches and default trace file "
+                          "(default ~/.local/state/copilot-otel).")
+MAX_LINE_BYTES = option("max-line-bytes", type=click.IntRange(min=MIN_MAX_LINE_BYTES), default=DEFAULT_MAX_LINE_BYTES,
+                          help="Lines longer than this are counted and skipped.")
+LOG_LEVEL = option("log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info")
+STUCK_AFTER = option("stuck-after", type=float, default=None,
+                       help=f"Seconds without an event before a working session counts as stuck "
+                            f"[default: {DEFAULT_STUCK_AFTER:g}].")
+STUCK_AFTER_TOOL = option("stuck-after-tool", default=None, metavar="[SECONDS][,TOOL=SECONDS...]",
+                            help=f"The same for a session waiting on a tool [default: {DEFAULT_STUCK_AFTER_TOOL:g}], "
+                                 "with per-tool thresholds, e.g. 1800,bash=3600.")
+METRICS_ADDRESS = option("metrics-address", default=DEFAULT_METRICS_ADDRESS, show_default=True,
+                           help="HOST:PORT for /metrics, /healthz and /api/sessions.")
+
+# What every command that reads sessions takes.
+reading_options = options(COPILOT_HOME, MAX_LINE_BYTES, LOG_LEVEL)
+# What the commands that export traces take.
+export_options = options(
+    STATE_DIR,
+    option("traces-file", type=PATH, default=None,
+            help="Write traces as OTLP JSON lines to this file instead of OTLP."),
+    option("traces-file-max-bytes", type=click.IntRange(min=0), default=DEFAULT_TRACES_FILE_MAX_BYTES,
+            show_default=True, help="Rotate the trace file when it would grow past this (0: never), as the "
+                                    "Collector's file exporter does: it is renamed NAME-<UTC time>.EXT."),
+    option("traces-file-backups", type=click.IntRange(min=0), default=DEFAULT_TRACES_FILE_BACKUPS,
+            show_default=True, help="Rotated trace files to keep."),
+    option("max-request-bytes", type=click.IntRange(min=MIN_MAX_REQUEST_BYTES), default=DEFAULT_MAX_REQUEST_BYTES,
+            help="Largest trace export request (encoded); larger batches are split. A backend's own "
+                 "limit (the Collector's: 4 MiB) is also honoured when it answers 413 or RESOURCE_EXHAUSTED."),
+    option("content-max-chars", type=click.IntRange(min=1), default=DEFAULT_CONTENT_MAX_CHARS,
+            help="With OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true, truncate each "
+                 "captured prompt, argument or result to this many characters."),
+)
+# The thresholds that name a session stuck (the daemon's, and what `inspect` and `sessions` apply).
+stuck_options = options(STUCK_AFTER, STUCK_AFTER_TOOL)
+
+
+def repository_option(func):
+    return option("no-repository-label", is_flag=True, default=False,
+                   help="Leave the repository label of the metrics empty (Prometheus then shows none).")(func)
