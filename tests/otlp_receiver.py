@@ -384,7 +384,24 @@ def _stop_forgotten() -> None:  # pragma: no cover - safety net only
 # --------------------------------------------------------------------------- receiver
 
 
-class OtlpReceiver:
+class LoopbackEndpoints:
+    """The addresses of an OTLP server whose ``grpc_port`` and ``http_port`` are bound on loopback."""
+
+    grpc_port: int
+    http_port: int
+
+    @property
+    def grpc_endpoint(self) -> str:
+        """For OTLP/gRPC exporters: ``http://127.0.0.1:<grpc_port>`` (insecure)."""
+        return f"http://{LOOPBACK}:{self.grpc_port}"
+
+    @property
+    def http_base(self) -> str:
+        """``http://127.0.0.1:<http_port>`` (``OTEL_EXPORTER_OTLP_ENDPOINT`` style base)."""
+        return f"http://{LOOPBACK}:{self.http_port}"
+
+
+class OtlpReceiver(LoopbackEndpoints):
     """Rotel on 127.0.0.1 (OTLP/gRPC + OTLP/HTTP) with its traces readable from Python."""
 
     def __init__(
@@ -424,16 +441,6 @@ class OtlpReceiver:
         self._lock = threading.RLock()
 
     # ---------------------------------------------------------------- endpoints
-
-    @property
-    def grpc_endpoint(self) -> str:
-        """For OTLP/gRPC exporters: ``http://127.0.0.1:<grpc_port>`` (insecure)."""
-        return f"http://{LOOPBACK}:{self.grpc_port}"
-
-    @property
-    def http_base(self) -> str:
-        """``http://127.0.0.1:<http_port>`` (``OTEL_EXPORTER_OTLP_ENDPOINT`` style base)."""
-        return f"http://{LOOPBACK}:{self.http_port}"
 
     @property
     def http_endpoint(self) -> str:

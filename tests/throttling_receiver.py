@@ -28,7 +28,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import grpc
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 
-from tests.otlp_receiver import OtlpReceiver
+from tests.otlp_receiver import LoopbackEndpoints, OtlpReceiver
 from tests.support.net import LOOPBACK
 
 AT_CAPACITY = "Server is at capacity"
@@ -71,7 +71,7 @@ def _span_count(request: trace_service_pb2.ExportTraceServiceRequest) -> int:
     return sum(len(scope.spans) for resource in request.resource_spans for scope in resource.scope_spans)
 
 
-class ThrottlingGate:
+class ThrottlingGate(LoopbackEndpoints):
     """OTLP/gRPC + OTLP/HTTP in front of ``receiver``; throttles as told (see the module docstring)."""
 
     def __init__(self, receiver: OtlpReceiver, *, grpc_code: grpc.StatusCode = grpc.StatusCode.RESOURCE_EXHAUSTED,
@@ -117,15 +117,7 @@ class ThrottlingGate:
     def forwarded(self) -> int:
         return self.policy.forwarded
 
-    # ---------------------------------------------------------------- endpoints and lifecycle
-
-    @property
-    def grpc_endpoint(self) -> str:
-        return f"http://{LOOPBACK}:{self.grpc_port}"
-
-    @property
-    def http_base(self) -> str:
-        return f"http://{LOOPBACK}:{self.http_port}"
+    # ---------------------------------------------------------------- lifecycle
 
     def __enter__(self) -> "ThrottlingGate":
         self._executor = futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="otlp-gate")
