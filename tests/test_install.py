@@ -1,18 +1,22 @@
-"""The README's install, run as written in a fresh, container-like home: a new user's home (its files
-from /etc/skel, as useradd makes it), the system's Python, nothing installed before; afterwards a login
-shell finds `copilot-otel` on PATH."""
+"""The README's install-and-run command, run as written in a fresh, container-like home: a new user's home
+(its files from /etc/skel, as useradd makes it), the system's Python, nothing installed before. The daemon
+it starts answers /healthz; afterwards a login shell finds `copilot-otel` on PATH."""
 
 from __future__ import annotations
 
 import os
 import re
 import shutil
+import signal
 import subprocess
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
 
 from tests.support.commands import REPO
+from tests.support.net import LOOPBACK, free_port, wait_until
 
 SKEL = Path("/etc/skel")
 
@@ -36,8 +40,20 @@ def source_tree(target: Path) -> Path:
     return target
 
 
-def test_the_readme_install_leaves_copilot_otel_on_path(tmp_path):
-    """python3 -m venv, pip install ., the link into ~/.local/bin: a new login shell runs `copilot-otel`."""
+def healthz(port: int) -> str | None:
+    """What /healthz answers (status and body), or None while nothing listens."""
+    try:
+        with urllib.request.urlopen(f"http://{LOOPBACK}:{port}/healthz", timeout=2) as response:
+            return f"{response.status} {response.read().decode().strip()}"
+    except urllib.error.HTTPError as exc:
+        return f"{exc.code} {exc.read().decode().strip()}"
+    except OSError:
+        return None
+
+
+def test_the_readme_install_starts_the_daemon_and_leaves_copilot_otel_on_path(tmp_path):
+    """python3 -m venv, pip install ., the link into ~/.local/bin, `copilot-otel run`: the daemon answers
+    /healthz ok on its defaults (but a free port), and a new login shell runs `copilot-otel`."""
     if not (SKEL / ".profile").is_file() or shutil.which("python3", path="/usr/bin:/bin") is None:
         pytest.skip("needs a Debian-like /etc/skel/.profile and a system python3")
     home = tmp_path / "home"
@@ -46,9 +62,21 @@ def test_the_readme_install_leaves_copilot_otel_on_path(tmp_path):
     # A fresh user: no PATH additions, no virtualenv, only this machine's package index settings (PIP_*).
     env = {"HOME": str(home), "PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8",
            **{key: value for key, value in os.environ.items() if key.startswith("PIP_")}}
-    install = subprocess.run(["bash", "-e", "-c", readme_install_block()], cwd=source, env=env, capture_output=True,
-                             text=True, timeout=900)
-    assert install.returncode == 0, install.stdout[-3000:] + install.stderr[-3000:]
+    (home / ".copilot" / "session-state").mkdir(parents=True)  # a Copilot CLI user's home
+    port = free_port()
+    output = tmp_path / "install.log"
+    with output.open("wb") as log:
+        # Its own session: the command's bash, pip and the daemon stop together, by this pid.
+        install = subprocess.Popen(["bash", "-e", "-c", readme_install_block()], cwd=source,
+                                   env={**env, "COPILOT_OTEL_METRICS_ADDRESS": f"{LOOPBACK}:{port}"},
+                                   stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            answer = wait_until(lambda: healthz(port) or install.poll() is not None, timeout=900, interval=0.5,
+                                what="the daemon's /healthz after the install")
+            assert answer == "200 ok", f"{answer!r}: " + output.read_text()[-3000:]
+        finally:
+            os.killpg(install.pid, signal.SIGTERM)
+            assert install.wait(timeout=30) in (0, -signal.SIGTERM), output.read_text()[-3000:]
     login = subprocess.run(["bash", "-l", "-c", "command -v copilot-otel && copilot-otel --version"], cwd=home,
                            env=env, capture_output=True, text=True, timeout=120)
     assert login.returncode == 0, login.stderr
