@@ -282,7 +282,7 @@ def sessions(state, repository, since, json, from_files, log_level, **options) -
 def run(log_level, poll, rescan_interval, from_end, idle_quiet, max_buffered_spans, trace_url, max_label_values,
         **options) -> None:
     """The daemon: follow every session under COPILOT_HOME, export spans, serve /metrics and the web view."""
-    from .daemon import run_daemon
+    from .service import run_daemon
     from .metrics import disable_created_series
 
     disable_created_series()

@@ -10,16 +10,14 @@ from __future__ import annotations
 import gc
 import logging
 import os
-import signal
-import sqlite3
 import threading
 import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
-from .checkpoint import Checkpoint, CheckpointError, StateLock
-from .config import Config, ConfigError
+from .checkpoint import Checkpoint, StateLock
+from .config import Config
 from .deadletter import FILE_NAME as DEAD_LETTER_FILE
 from .deadletter import DeadLetter
 from .discover import Discoverer
@@ -371,43 +369,3 @@ class Daemon:
         # What it was doing when it died stays in its summary (the web view and `sessions` show it).
         self.summaries[follower.path] = replace(self.summaries[follower.path], waiting_on=before.waiting_on,
                                                 waiting_since_ns=before.waiting_since_ns)
-
-
-def run_daemon(config: Config) -> int:
-    """`copilot-otel run`: start, serve until SIGTERM/SIGINT, flush, exit 0."""
-    from .catalog import Catalog
-    from .overview import DaemonSessions
-    from .server import MetricsServer
-    from .web import WebView
-
-    try:
-        daemon = Daemon(config, freeze_gc=True)
-        catalog = Catalog(daemon.root, cache_file=config.summary_cache, max_line_bytes=config.max_line_bytes)
-        view = WebView(DaemonSessions(daemon, catalog=catalog), trace_url=config.trace_url,
-                       host=config.metrics_address[0])
-        server = MetricsServer(config.metrics_address, daemon.metrics.registry, daemon.health, routes=view.routes())
-    except ConfigError as exc:
-        log.error("%s", exc)
-        return 2
-    except (OSError, sqlite3.Error, CheckpointError) as exc:
-        log.error("cannot start: %s", exc)
-        return 2
-    signal.signal(signal.SIGTERM, daemon.request_stop)
-    signal.signal(signal.SIGINT, daemon.request_stop)
-    server.start()
-    host, port = server.address
-    log.info("following %s; metrics on http://%s:%d/metrics, sessions on http://%s:%d/; traces to %s", daemon.root,
-             host, port, host, port, daemon.sink.description)
-    pusher = None
-    if config.metrics_otlp is not None:  # OTEL_METRICS_EXPORTER=otlp (the OTel SDK is imported only then)
-        from .otlp_metrics import start_pushing
-
-        pusher = start_pushing(config.metrics_otlp, daemon.metrics.registry)
-    try:
-        daemon.run()
-    finally:
-        server.stop()
-        if pusher is not None:
-            pusher.stop()
-    log.info("stopped")
-    return 0
