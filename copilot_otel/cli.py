@@ -95,15 +95,15 @@ def main() -> None:
 @reading_options
 @export_options
 @option("metrics-file", type=PATH, default=None,
-         help="Also write the run's Prometheus metrics to this file (node_exporter textfile format).")
+        help="Also write the run's Prometheus metrics to this file (node_exporter textfile format).")
 @option("workers", type=click.IntRange(min=0), default=0, show_default=True,
-         help="Processes that share the work (0: one per CPU when there are many sessions, else one); "
-              "the output is the same for any number.")
+        help="Processes that share the work (0: one per CPU when there are many sessions, else one); "
+             "the output is the same for any number.")
 @option("rate", type=click.FloatRange(min=0), default=0, show_default=True,
-         help="Send at most this many spans a second (0: as fast as the backend takes them).")
+        help="Send at most this many spans a second (0: as fast as the backend takes them).")
 @option("give-up-after", type=click.FloatRange(min=0), default=DEFAULT_GIVE_UP_AFTER, show_default=True,
-         help="Seconds a backend may refuse or throttle one batch before the replay stops, naming the "
-              "sessions not delivered (a re-run continues with them).")
+        help="Seconds a backend may refuse or throttle one batch before the replay stops, naming the "
+             "sessions not delivered (a re-run continues with them).")
 @option("restart", is_flag=True, help="Forget an interrupted replay of the same sessions and send everything.")
 @repository_option
 def replay(paths, log_level, metrics_file, workers, rate, give_up_after, restart, **options) -> None:
@@ -214,7 +214,7 @@ def _session_log(text: str, config: Config) -> Path:
 @METRICS_ADDRESS
 @stuck_options
 @option("state", multiple=True, type=click.Choice([*SESSION_STATES, "live"]),
-         help="Only sessions in this state (repeat for several; `live`: every state but ended).")
+        help="Only sessions in this state (repeat for several; `live`: every state but ended).")
 @option("repository", metavar="OWNER/NAME", help="Only sessions in this repository (a name, or a glob).")
 @option("since", metavar="WHEN", help="Only sessions active since then: 30m, 2h, 1d, or 2026-12-01.")
 @option("json", is_flag=True, help="Print a JSON array, one object per session.")
@@ -268,16 +268,16 @@ def sessions(state, repository, since, json, from_files, log_level, **options) -
 @stuck_options
 @option("poll", is_flag=True, default=False, help="Do not use inotify; find changes by rescanning only.")
 @option("rescan-interval", type=float, default=DEFAULT_RESCAN_INTERVAL, show_default=True,
-         help="Seconds between rescans that back up the file watcher.")
+        help="Seconds between rescans that back up the file watcher.")
 @option("from-end", is_flag=True, default=False,
-         help="On first start, skip the history already in the files.")
+        help="On first start, skip the history already in the files.")
 @option("idle-quiet", type=click.FloatRange(min=MIN_IDLE_QUIET), default=DEFAULT_IDLE_QUIET, show_default=True,
-         help="Seconds of silence after a final answer that confirm the agent loop went idle.")
+        help="Seconds of silence after a final answer that confirm the agent loop went idle.")
 @option("max-buffered-spans", type=click.IntRange(min=1), default=DEFAULT_MAX_BUFFERED_SPANS, show_default=True,
-         help="Spans held while the trace backend is down; past this, reading pauses (nothing is dropped).")
+        help="Spans held while the trace backend is down; past this, reading pauses (nothing is dropped).")
 @option("trace-url", default=None, help=TRACE_URL_HELP)
 @option("max-label-values", type=click.IntRange(min=1), default=DEFAULT_MAX_LABEL_VALUES, show_default=True,
-         help="Distinct values a metric label (tool, model, agent, repository) may take; the rest count as 'other'.")
+        help="Distinct values a metric label (tool, model, agent, repository) may take; the rest count as 'other'.")
 @repository_option
 def run(log_level, poll, rescan_interval, from_end, idle_quiet, max_buffered_spans, trace_url, max_label_values,
         **options) -> None:
@@ -300,14 +300,14 @@ def run(log_level, poll, rescan_interval, from_end, idle_quiet, max_buffered_spa
 @main.command()
 @click.argument("paths", nargs=-1, type=PATH)
 @option("copilot-home", type=PATH, default=None, also_env=ENV_COPILOT_HOME,
-         help="Copilot's home folder, shown when no PATH is given (default ~/.copilot).")
+        help="Copilot's home folder, shown when no PATH is given (default ~/.copilot).")
 @option("address", default=DEFAULT_VIEW_ADDRESS, show_default=True, help="HOST:PORT to serve the pages on.")
 @option("trace-url", default=None, help=TRACE_URL_HELP)
 @stuck_options
 @option("max-line-bytes", type=click.IntRange(min=MIN_MAX_LINE_BYTES), default=DEFAULT_MAX_LINE_BYTES,
-         help="Lines longer than this are counted and skipped.")
+        help="Lines longer than this are counted and skipped.")
 @option("content-max-chars", type=click.IntRange(min=1), default=DEFAULT_CONTENT_MAX_CHARS,
-         help="With OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true, cut each captured text to this length.")
+        help="With OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true, cut each captured text to this length.")
 @option("log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info")
 def view(paths, address, log_level, **options) -> None:
     """Serve the web view over session logs (folders, events.jsonl files or a COPILOT_HOME), without the daemon."""

@@ -47,21 +47,21 @@ def options(*decorators):
 
 # Not checked here: a home that cannot be read yet is waited for (run), or named with the reason (the others).
 COPILOT_HOME = option("copilot-home", type=PATH, default=None, also_env=ENV_COPILOT_HOME,
-                        help="Copilot's home folder (default ~/.copilot).")
+                      help="Copilot's home folder (default ~/.copilot).")
 STATE_DIR = option("state-dir", type=PATH, default=None,
-                     help="Where copilot-otel keeps its checkpoint, caches and default trace file "
-                          "(default ~/.local/state/copilot-otel).")
+                   help="Where copilot-otel keeps its checkpoint, caches and default trace file "
+                        "(default ~/.local/state/copilot-otel).")
 MAX_LINE_BYTES = option("max-line-bytes", type=click.IntRange(min=MIN_MAX_LINE_BYTES), default=DEFAULT_MAX_LINE_BYTES,
-                          help="Lines longer than this are counted and skipped.")
+                        help="Lines longer than this are counted and skipped.")
 LOG_LEVEL = option("log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info")
 STUCK_AFTER = option("stuck-after", type=float, default=None,
-                       help=f"Seconds without an event before a working session counts as stuck "
-                            f"[default: {DEFAULT_STUCK_AFTER:g}].")
+                     help=f"Seconds without an event before a working session counts as stuck "
+                          f"[default: {DEFAULT_STUCK_AFTER:g}].")
 STUCK_AFTER_TOOL = option("stuck-after-tool", default=None, metavar="[SECONDS][,TOOL=SECONDS...]",
-                            help=f"The same for a session waiting on a tool [default: {DEFAULT_STUCK_AFTER_TOOL:g}], "
-                                 "with per-tool thresholds, e.g. 1800,bash=3600.")
+                          help=f"The same for a session waiting on a tool [default: {DEFAULT_STUCK_AFTER_TOOL:g}], "
+                               "with per-tool thresholds, e.g. 1800,bash=3600.")
 METRICS_ADDRESS = option("metrics-address", default=DEFAULT_METRICS_ADDRESS, show_default=True,
-                           help="HOST:PORT for /metrics, /healthz and /api/sessions.")
+                         help="HOST:PORT for /metrics, /healthz and /api/sessions.")
 
 # What every command that reads sessions takes.
 reading_options = options(COPILOT_HOME, MAX_LINE_BYTES, LOG_LEVEL)
@@ -69,18 +69,18 @@ reading_options = options(COPILOT_HOME, MAX_LINE_BYTES, LOG_LEVEL)
 export_options = options(
     STATE_DIR,
     option("traces-file", type=PATH, default=None,
-            help="Write traces as OTLP JSON lines to this file instead of OTLP."),
+           help="Write traces as OTLP JSON lines to this file instead of OTLP."),
     option("traces-file-max-bytes", type=click.IntRange(min=0), default=DEFAULT_TRACES_FILE_MAX_BYTES,
-            show_default=True, help="Rotate the trace file when it would grow past this (0: never), as the "
-                                    "Collector's file exporter does: it is renamed NAME-<UTC time>.EXT."),
+           show_default=True, help="Rotate the trace file when it would grow past this (0: never), as the "
+                                   "Collector's file exporter does: it is renamed NAME-<UTC time>.EXT."),
     option("traces-file-backups", type=click.IntRange(min=0), default=DEFAULT_TRACES_FILE_BACKUPS,
-            show_default=True, help="Rotated trace files to keep."),
+           show_default=True, help="Rotated trace files to keep."),
     option("max-request-bytes", type=click.IntRange(min=MIN_MAX_REQUEST_BYTES), default=DEFAULT_MAX_REQUEST_BYTES,
-            help="Largest trace export request (encoded); larger batches are split. A backend's own "
-                 "limit (the Collector's: 4 MiB) is also honoured when it answers 413 or RESOURCE_EXHAUSTED."),
+           help="Largest trace export request (encoded); larger batches are split. A backend's own "
+                "limit (the Collector's: 4 MiB) is also honoured when it answers 413 or RESOURCE_EXHAUSTED."),
     option("content-max-chars", type=click.IntRange(min=1), default=DEFAULT_CONTENT_MAX_CHARS,
-            help="With OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true, truncate each "
-                 "captured prompt, argument or result to this many characters."),
+           help="With OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true, truncate each "
+                "captured prompt, argument or result to this many characters."),
 )
 # The thresholds that name a session stuck (the daemon's, and what `inspect` and `sessions` apply).
 stuck_options = options(STUCK_AFTER, STUCK_AFTER_TOOL)
@@ -88,4 +88,4 @@ stuck_options = options(STUCK_AFTER, STUCK_AFTER_TOOL)
 
 def repository_option(func):
     return option("no-repository-label", is_flag=True, default=False,
-                   help="Leave the repository label of the metrics empty (Prometheus then shows none).")(func)
+                  help="Leave the repository label of the metrics empty (Prometheus then shows none).")(func)
