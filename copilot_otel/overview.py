@@ -15,7 +15,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, NamedTuple, Protocol
+from typing import Callable, Iterable, Mapping, NamedTuple, Protocol
 
 from .config import DEFAULT_MAX_LINE_BYTES, ModelOptions
 from .liveness import (ABANDONED_RETENTION, SessionView, StuckPolicy, live_state, lock_pids, locks_expected,
@@ -96,22 +96,27 @@ def page(board: Board, *, state: str | None = None, repository: str | None = Non
             "sessions": [row_json(r) for r in rows[offset:offset + limit]]}
 
 
-def make_board(key: tuple, entries: Iterable[tuple[Path, SessionSummary, str, float]],
-               previous: Board | None = None) -> Board:
-    """Sort and count (path, summary, state, stalled) entries.
+NOT_LIVE = (ENDED, 0.0)  # the (state, stalled seconds) of a session with no live state
+
+
+def make_board(key: tuple, summaries: Iterable[tuple[Path, SessionSummary]],
+               live: Mapping[str, tuple[str, float]], previous: Board | None = None) -> Board:
+    """Sort and count the (path, summary) of every session, each in its ``live`` (state, stalled seconds),
+    or ended.
 
     With the ``previous`` board, only what changed is redone: its rows are reused, its order is the
     start of the sort (nearly sorted: a linear pass) and its counts are adjusted. 10,000 sessions
     of which a few changed take a few milliseconds instead of tens.
     """
-    entries = list(entries)
+    summaries = list(summaries)
     by_id: dict[str, Row] = dict(previous.by_id) if previous is not None else {}
     states = Counter(previous.states) if previous is not None else Counter()
     repositories = Counter(previous.repositories) if previous is not None else Counter()
     changed: list[Row] = []
     count = 0
-    for path, summary, state, stalled in entries:
+    for path, summary in summaries:
         count += 1
+        state, stalled = live.get(summary.session_id, NOT_LIVE)
         old = by_id.get(summary.session_id)
         if old is not None and old.summary is summary and old.state == state and old.stalled_s == stalled:
             continue
@@ -124,7 +129,7 @@ def make_board(key: tuple, entries: Iterable[tuple[Path, SessionSummary, str, fl
             states[old.state] -= 1
             repositories[old.summary.repository or ""] -= 1
     if previous is not None and count != len(by_id):  # some went away: count again from scratch
-        return make_board(key, entries)
+        return make_board(key, summaries, live)
     if previous is not None and not changed:
         return Board(key, previous.rows, previous.by_id, previous.states, previous.repositories, time.time())
     if previous is None:
@@ -224,10 +229,7 @@ class _Boarded:
             key = self.change_key()
             if self._board is not None and self._board.key == key:
                 return self._board
-            live = self._live.states
-            entries = [(path, summary, *live.get(summary.session_id, (ENDED, 0.0)))
-                       for path, summary in self._summaries()]
-            self._board = make_board(key, entries, self._board)
+            self._board = make_board(key, self._summaries(), self._live.states, self._board)
             return self._board
 
 
@@ -249,6 +251,7 @@ class DaemonSessions(_Boarded):
         self._scanned = -rescan_every
         self._from_files: dict[Path, SessionSummary] = {}
         self._files_generation = 0
+        self._walked = False  # the first scan walks the files whatever the reader knows (it may not have started)
         self.options: ModelOptions = daemon.config.model
         self.max_line_bytes: int = daemon.config.max_line_bytes
         self.copilot_home: Path = daemon.config.copilot_home
@@ -261,6 +264,11 @@ class DaemonSessions(_Boarded):
         if self._catalog is None:
             return
         partial = set(self._daemon.partial)
+        if self._walked and not partial and not self._from_files:
+            # Since the first walk, the reader read every log it follows from its first line, and one it
+            # has not met yet it meets within a pass: nothing to sum up (a walk of 10,000 logs saved).
+            self._scanned = time.monotonic()
+            return
         whole = {path: summary for path, summary in list(self._daemon.summaries.items()) if path not in partial}
         try:
             found = self._catalog.scan(known=whole, workers=1)
@@ -271,13 +279,16 @@ class DaemonSessions(_Boarded):
             self._from_files = from_files
             self._files_generation += 1
         self._scanned = time.monotonic()
+        self._walked = True
 
     def _published(self) -> tuple[tuple[int, int], tuple[SessionView, ...]]:
         generation = self._daemon.generation
         return (generation, self._files_generation), self._daemon.views
 
     def _summaries(self) -> list[tuple[Path, SessionSummary]]:
-        merged = dict(self._daemon.summaries)  # each entry is replaced whole by the reader
+        if not self._from_files:  # the usual case: no copy of 10,000 entries to merge into
+            return list(self._daemon.summaries.items())  # each entry is replaced whole by the reader
+        merged = dict(self._daemon.summaries)
         merged.update(self._from_files)
         return list(merged.items())
 

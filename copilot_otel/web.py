@@ -55,6 +55,8 @@ class WebView:
         self._files = {name: (STATIC / name).read_bytes() for name in (*ASSETS, *PAGES)}
         self._streams = 0
         self._scanning = False
+        self._scanned = False  # the first scan is waited for; later ones run beside the requests
+        self._background: asyncio.Task | None = None
 
     def routes(self) -> list[web.RouteDef]:
         """The aiohttp routes to pass to ``MetricsServer(routes=...)``."""
@@ -199,13 +201,27 @@ class WebView:
             raise _Gone from None
 
     async def _rescan(self, request: web.Request) -> None:
-        """Let a source that scans files (``view PATH``) look again when it is due, one scan at a time."""
+        """Let a source that scans files (``view PATH``, or the logs a daemon resumed mid-file) look again
+        when it is due, one scan at a time. The first scan is waited for: nothing was summed up before it.
+        Later ones run in the background (a scan of 10,000 logs takes a few hundred milliseconds), and the
+        board moves, for the next request and every stream, when one ends."""
         if self._scanning or not self.source.stale():
             return
         self._scanning = True
+        if self._scanned:
+            self._background = asyncio.get_running_loop().create_task(self._scan(request.app[SERVER]))
+        else:
+            await self._scan(request.app[SERVER])
+
+    async def _scan(self, server) -> None:
         try:
-            await request.app[SERVER].run_blocking(self.source.scan)
+            await server.run_blocking(self.source.scan)
             self.cache.sweep()
+            self._scanned = True
+        except Exception:  # a bug in a background scan must not go unsaid, nor stop the next one
+            if not self._scanned:
+                raise
+            log.exception("cannot scan the session logs")
         finally:
             self._scanning = False
 

@@ -8,9 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from copilot_otel.config import ModelOptions
+from copilot_otel.catalog import Catalog
+from copilot_otel.config import Config, ModelOptions
+from copilot_otel.daemon import Daemon
 from copilot_otel.liveness import StuckPolicy
-from copilot_otel.overview import ENDED, STATE_ORDER, HistorySessions, make_board, page
+from copilot_otel.overview import ENDED, STATE_ORDER, DaemonSessions, HistorySessions, make_board, page
+from copilot_otel.sinks import MemorySink
 from copilot_otel.vocab import ABANDONED, IDLE, STUCK, WAITING_TOOL, WAITING_USER, WORKING
 from tests.support.events import BASE_TIME, SessionLog
 from tests.support.files import new_session
@@ -174,6 +177,11 @@ def test_a_rescan_sees_new_grown_and_deleted_logs_and_says_so_by_its_key(home):
     assert history.change_key() != key and "new" not in history.board().by_id
 
 
+def live_of(board):
+    """The (state, stalled seconds) of each row of a board, as make_board takes them."""
+    return {row.session_id: (row.state, row.stalled_s) for row in board.rows}
+
+
 def test_a_board_rebuilt_from_the_previous_one_is_the_board_built_afresh(home):
     """Reusing the previous board's rows, order and counts gives what sorting and counting anew gives,
     after sessions changed state, appeared and went away."""
@@ -186,13 +194,68 @@ def test_a_board_rebuilt_from_the_previous_one_is_the_board_built_afresh(home):
     os.unlink(home / "session-state" / "done" / "events.jsonl")
     history.scan()
     after = history.board()
-    entries = [(row.path, row.summary, row.state, row.stalled_s) for row in after.rows]
-    fresh = make_board(after.key, reversed(entries))
+    fresh = make_board(after.key, reversed([(row.path, row.summary) for row in after.rows]), live_of(after))
     assert (after.rows, after.states, after.repositories) == (fresh.rows, fresh.states, fresh.repositories)
     assert "done" not in after.by_id and after.by_id["later"].state == WORKING and before.rows != after.rows
     log.turn_end()
     path.write_bytes(log.jsonl())
     history.scan()
     again = history.board()
-    fresh = make_board(again.key, [(r.path, r.summary, r.state, r.stalled_s) for r in again.rows])
+    fresh = make_board(again.key, [(r.path, r.summary) for r in again.rows], live_of(again))
     assert (again.rows, again.states, again.repositories) == (fresh.rows, fresh.states, fresh.repositories)
+
+
+class WalkCountingCatalog(Catalog):
+    """The real catalog, counting the walks of the session folder it makes."""
+
+    walks = 0
+
+    def scan(self, **kwargs):
+        self.walks += 1
+        return super().scan(**kwargs)
+
+
+def read_all_logs(config: Config) -> Daemon:
+    """A daemon (in this process, into a MemorySink) that follows every log of its home and has read it once
+    (from its first line, or on from its checkpoint)."""
+    daemon = Daemon(config, sink=MemorySink())
+    daemon.discoverer.start()
+    expected = len(list((config.copilot_home / "session-state").glob("*/events.jsonl")))
+    while len(daemon.sessions) < expected:
+        daemon._pass()
+    return daemon
+
+
+def stop(daemon: Daemon) -> None:
+    daemon.request_stop()
+    daemon.run()  # returns at once: flushes, commits the checkpoint, releases the state lock
+
+
+def test_the_daemons_sessions_walk_the_files_only_while_the_reader_knows_some_log_in_part(home, tmp_path):
+    """Once the reader has read every log from its first line, a rescan walks no folder (10,000 logs cost a
+    few hundred milliseconds of the web view's time); after a restart, resumed from the checkpoint, it walks
+    them again and its sessions count everything, as before the restart."""
+    config = Config(copilot_home=home, state_dir=tmp_path / "state", poll=True)
+    daemon = read_all_logs(config)
+    try:
+        catalog = WalkCountingCatalog(daemon.root)
+        sessions = DaemonSessions(daemon, catalog=catalog, rescan_every=0)
+        sessions.scan()  # the first scan walks, whatever the reader knows
+        sessions.scan()
+        sessions.scan()
+        assert catalog.walks == 1 and len(daemon.summaries) == 7 and not daemon.partial
+        before = {row.session_id: row.summary for row in sessions.board().rows}
+    finally:
+        stop(daemon)
+    restarted = read_all_logs(config)  # resumes every log at its checkpoint: none known whole
+    try:
+        catalog = WalkCountingCatalog(restarted.root)
+        sessions = DaemonSessions(restarted, catalog=catalog, rescan_every=0)
+        sessions.scan()
+        sessions.scan()
+        assert catalog.walks == 2
+        after = {row.session_id: row.summary for row in sessions.board().rows}
+    finally:
+        stop(restarted)
+    assert len(before) == 7 and {sid: s.turns for sid, s in after.items()} == {sid: s.turns for sid, s in
+                                                                                  before.items()}
