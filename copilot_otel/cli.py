@@ -17,17 +17,15 @@ from .config import (
     DEFAULT_IDLE_QUIET,
     DEFAULT_MAX_BUFFERED_SPANS,
     DEFAULT_MAX_LABEL_VALUES,
-    DEFAULT_MAX_LINE_BYTES,
     DEFAULT_RESCAN_INTERVAL,
     DEFAULT_VIEW_ADDRESS,
     ENV_COPILOT_HOME,
     MIN_IDLE_QUIET,
-    MIN_MAX_LINE_BYTES,
     Config,
     ConfigError,
 )
-from .flags import (COPILOT_HOME, LOG_LEVEL, METRICS_ADDRESS, PATH, STATE_DIR, TRACE_URL_HELP, export_options, option,
-                    reading_options, repository_option, stuck_options)
+from .flags import (COPILOT_HOME, LOG_LEVEL, MAX_LINE_BYTES, METRICS_ADDRESS, PATH, STATE_DIR, TRACE_URL_HELP,
+                    export_options, option, reading_options, repository_option, stuck_options)
 from .vocab import SESSION_STATES
 
 EXIT_OK = 0
@@ -304,11 +302,10 @@ def run(log_level, poll, rescan_interval, from_end, idle_quiet, max_buffered_spa
 @option("address", default=DEFAULT_VIEW_ADDRESS, show_default=True, help="HOST:PORT to serve the pages on.")
 @option("trace-url", default=None, help=TRACE_URL_HELP)
 @stuck_options
-@option("max-line-bytes", type=click.IntRange(min=MIN_MAX_LINE_BYTES), default=DEFAULT_MAX_LINE_BYTES,
-        help="Lines longer than this are counted and skipped.")
+@MAX_LINE_BYTES
 @option("content-max-chars", type=click.IntRange(min=1), default=DEFAULT_CONTENT_MAX_CHARS,
         help="With OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true, cut each captured text to this length.")
-@option("log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info")
+@LOG_LEVEL
 def view(paths, address, log_level, **options) -> None:
     """Serve the web view over session logs (folders, events.jsonl files or a COPILOT_HOME), without the daemon."""
     from .web import run_view

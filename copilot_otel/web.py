@@ -56,7 +56,7 @@ class WebView:
         self._streams = 0
         self._scanning = False
         self._scanned = False  # the first scan is waited for; later ones run beside the requests
-        self._background: asyncio.Task | None = None
+        self._background: asyncio.Task | None = None  # held: the loop keeps only a weak reference to a task
 
     def routes(self) -> list[web.RouteDef]:
         """The aiohttp routes to pass to ``MetricsServer(routes=...)``."""
