@@ -17,6 +17,7 @@ from .config import (
     DEFAULT_IDLE_QUIET,
     DEFAULT_MAX_BUFFERED_SPANS,
     DEFAULT_MAX_LABEL_VALUES,
+    DEFAULT_METRICS_ADDRESS,
     DEFAULT_RESCAN_INTERVAL,
     DEFAULT_VIEW_ADDRESS,
     ENV_COPILOT_HOME,
@@ -25,7 +26,7 @@ from .config import (
     ConfigError,
 )
 from .flags import (COPILOT_HOME, LOG_LEVEL, MAX_LINE_BYTES, METRICS_ADDRESS, PATH, STATE_DIR, TRACE_URL_HELP,
-                    export_options, option, reading_options, repository_option, stuck_options)
+                    access_options, export_options, option, reading_options, repository_option, stuck_options)
 from .vocab import SESSION_STATES
 
 EXIT_OK = 0
@@ -37,6 +38,8 @@ log = logging.getLogger("copilot_otel")
 
 def build_config(*, exports: bool = True, **flags) -> Config:
     """One validated Config from the environment with the flags on top; a ConfigError says what to fix."""
+    if "allowed_host" in flags:  # --allowed-host, repeatable: Config.allowed_hosts
+        flags["allowed_hosts"] = flags.pop("allowed_host")
     return Config.from_env(exports=exports, **flags)
 
 
@@ -222,8 +225,9 @@ def sessions(state, repository, since, json, from_files, log_level, **options) -
     """List sessions, newest first: state, activity, turns, tokens, premium requests, how the last
     interaction ended, model and repository.
 
-    From the running daemon (`copilot-otel run` on --metrics-address, following the same
-    COPILOT_HOME) when there is one, else from the session logs.
+    From your running daemon (`copilot-otel run` with the same --state-dir and COPILOT_HOME, asked on
+    its Unix socket there) when there is one, else from the session logs. Whatever listens on
+    --metrics-address is never asked (anyone may take the port); if a stranger holds it, this says so.
     """
     from .listing import from_daemon, from_files as read_files, parse_since, render, select
     from .sources import SESSION_STATE, SourceError
@@ -237,7 +241,10 @@ def sessions(state, repository, since, json, from_files, log_level, **options) -
         _fail(str(exc))
         return
     root = config.copilot_home / SESSION_STATE
-    statuses = None if from_files else from_daemon(config.metrics_address, config.copilot_home)
+    statuses, why = (None, None) if from_files else from_daemon(config.daemon_socket, config.copilot_home,
+                                                                 address=config.metrics_address)
+    if why is not None:
+        click.echo(f"copilot-otel: {why}; reading the session logs", err=True)
     unreadable = []
     if statuses is None:
         try:
@@ -277,9 +284,15 @@ def sessions(state, repository, since, json, from_files, log_level, **options) -
 @option("max-label-values", type=click.IntRange(min=1), default=DEFAULT_MAX_LABEL_VALUES, show_default=True,
         help="Distinct values a metric label (tool, model, agent, repository) may take; the rest count as 'other'.")
 @repository_option
+@access_options
 def run(log_level, poll, rescan_interval, from_end, idle_quiet, max_buffered_spans, trace_url, max_label_values,
         **options) -> None:
-    """The daemon: follow every session under COPILOT_HOME, export spans, serve /metrics and the web view."""
+    """The daemon: follow every session under COPILOT_HOME, export spans, serve /metrics and the web view.
+
+    The web view and its JSON answer only with the token made at each start (`copilot-otel open`
+    opens the page with it); /metrics and /healthz answer scrapers. The commands reach the daemon
+    on its Unix socket in the state folder.
+    """
     from .service import run_daemon
     from .metrics import disable_created_series
 
@@ -300,6 +313,8 @@ def run(log_level, poll, rescan_interval, from_end, idle_quiet, max_buffered_spa
 @option("copilot-home", type=PATH, default=None, also_env=ENV_COPILOT_HOME,
         help="Copilot's home folder, shown when no PATH is given (default ~/.copilot).")
 @option("address", default=DEFAULT_VIEW_ADDRESS, show_default=True, help="HOST:PORT to serve the pages on.")
+@STATE_DIR
+@access_options
 @option("trace-url", default=None, help=TRACE_URL_HELP)
 @stuck_options
 @MAX_LINE_BYTES
@@ -307,7 +322,11 @@ def run(log_level, poll, rescan_interval, from_end, idle_quiet, max_buffered_spa
         help="With OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true, cut each captured text to this length.")
 @LOG_LEVEL
 def view(paths, address, log_level, **options) -> None:
-    """Serve the web view over session logs (folders, events.jsonl files or a COPILOT_HOME), without the daemon."""
+    """Serve the web view over session logs (folders, events.jsonl files or a COPILOT_HOME), without the daemon.
+
+    The pages answer only with the token made at start: `copilot-otel open --metrics-address
+    HOST:PORT` (this --address) opens them with it.
+    """
     from .web import run_view
 
     _setup_logging(log_level)
@@ -317,6 +336,45 @@ def view(paths, address, log_level, **options) -> None:
         _fail(str(exc))
         return
     sys.exit(run_view(config, list(paths)))
+
+
+@main.command("open")
+@STATE_DIR
+@option("metrics-address", default=DEFAULT_METRICS_ADDRESS, show_default=True,
+        help="HOST:PORT of the daemon (its --metrics-address), or of a `view` (its --address).")
+@option("print-url", is_flag=True, help="Print the URL with its token instead of opening a browser.")
+def open_view(print_url, **options) -> None:
+    """Open the web view in your browser with its token (which the daemon or `view` keeps in the state folder).
+
+    The token goes only to a server of your own user: if another user holds the port, nothing is opened.
+    """
+    from .access import read_token_file, token_file
+    from .owner import describe_uid, listener_uid
+
+    try:
+        config = build_config(exports=False, **options)
+        url, token = read_token_file(token_file(config.state_dir, config.metrics_address[1]))
+    except ConfigError as exc:
+        _fail(str(exc), EXIT_EXPORT_FAILED)
+        return
+    host, port = config.metrics_address
+    holder = listener_uid(port)
+    if holder is not None and holder != os.getuid():
+        _fail(f"{host}:{port} is held by {describe_uid(holder)}, not by your daemon: not giving it the token",
+              EXIT_EXPORT_FAILED)
+    if holder is None and os.path.exists("/proc/net/tcp"):
+        _fail(f"nothing listens on {host}:{port}: the daemon (or `view`) that made the token is not running",
+              EXIT_EXPORT_FAILED)
+    with_token = f"{url}?token={token}"
+    if print_url:
+        click.echo(with_token)
+        return
+    import webbrowser
+
+    if webbrowser.open(with_token):
+        click.echo(f"opened {url} in your browser", err=True)
+    else:
+        click.echo(f"no browser found here; open {with_token}")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 from urllib.parse import urlparse
 
 from .otlp_settings import (  # noqa: F401 (the OTLP settings' names are read from here too)
@@ -136,8 +137,13 @@ class Config:
     metrics_otlp: OtlpSettings | None = None  # OTEL_METRICS_EXPORTER=otlp: also push the metrics there
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
     max_label_values: int = DEFAULT_MAX_LABEL_VALUES
+    # Host names the endpoint answers to besides localhost and IP addresses (a scraper's, an ingress's).
+    allowed_hosts: tuple[str, ...] = ()
+    # TLS and basic auth for the endpoint, in the Prometheus exporter-toolkit's format (webconfig.py).
+    web_config_file: Path | None = None
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "allowed_hosts", check_allowed_hosts(self.allowed_hosts))
         _positive("--stuck-after", self.stuck_after)
         _positive("--stuck-after-tool", self.stuck_after_tool)
         for tool, seconds in self.stuck_after_tools:
@@ -185,7 +191,7 @@ class Config:
         values["otlp"] = OtlpSettings.from_env(env) if exports else OtlpSettings(None, "grpc")
         values["metrics_otlp"] = OtlpSettings.metrics_from_env(env) if exports else None
         values.update({key: value for key, value in overrides.items() if value is not None})
-        for key in ("copilot_home", "state_dir", "traces_file"):
+        for key in ("copilot_home", "state_dir", "traces_file", "web_config_file"):
             if isinstance(values.get(key), (str, Path)):
                 values[key] = Path(values[key]).expanduser()
         if isinstance(values.get("metrics_address"), str):
@@ -221,6 +227,26 @@ class Config:
     def summary_cache(self) -> Path:
         """Where the session summaries `sessions` and /api/sessions read are cached."""
         return self.state_dir / "summaries.json"
+
+    @property
+    def daemon_socket(self) -> Path:
+        """The daemon's Unix socket, where the commands ask it (to this uid only)."""
+        return self.state_dir / "daemon.sock"
+
+
+_HOST_NAME = re.compile(r"(\*\.)?[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?(\.[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?)*")
+
+
+def check_allowed_hosts(names: Iterable[str] | str) -> tuple[str, ...]:
+    """--allowed-host values (repeated, comma or space separated) as lower-case names, or a ConfigError."""
+    out = []
+    for item in [names] if isinstance(names, str) else names:
+        for name in filter(None, (part.strip().lower().rstrip(".") for part in re.split(r"[,\s]+", str(item)))):
+            if not _HOST_NAME.fullmatch(name):
+                raise ConfigError(f"--allowed-host {name!r}: expected a host name such as copilot-otel or "
+                                  "metrics.example.com (or *.example.com), without a port or scheme")
+            out.append(name)
+    return tuple(dict.fromkeys(out))
 
 
 def check_trace_url(url: str) -> None:
@@ -277,4 +303,5 @@ _ENV_FIELDS: dict[str, Callable[[str, str], Any]] = {
     "max_label_values": _parse_int,
     "trace_url": lambda _variable, text: text,
     "no_repository_label": _parse_bool,
+    "web_config_file": _parse_path,
 }

@@ -61,8 +61,17 @@ STUCK_AFTER_TOOL = option("stuck-after-tool", default=None, metavar="[SECONDS][,
                           help=f"The same for a session waiting on a tool [default: {DEFAULT_STUCK_AFTER_TOOL:g}], "
                                "with per-tool thresholds, e.g. 1800,bash=3600.")
 METRICS_ADDRESS = option("metrics-address", default=DEFAULT_METRICS_ADDRESS, show_default=True,
-                         help="HOST:PORT for /metrics, /healthz and /api/sessions.")
+                         help="HOST:PORT for /metrics, /healthz and the web view.")
 
+# Who the endpoint answers (`run`, `view`): the Host names besides localhost and IP addresses; TLS and basic auth.
+ALLOWED_HOST = option("allowed-host", multiple=True, metavar="NAME",
+                      help="Also answer requests whose Host is NAME (a scraper's or an ingress's name for this "
+                           "machine; *.example.com for a domain); repeat or separate with commas. Other names are "
+                           "refused (DNS rebinding); localhost and IP addresses always work.")
+WEB_CONFIG_FILE = option("web-config-file", type=PATH, default=None, metavar="PATH",
+                         help="TLS and basic auth for every route, in the Prometheus exporters' web config format "
+                              "(tls_server_config, basic_auth_users with bcrypt hashes, http_server_config.headers).")
+access_options = options(ALLOWED_HOST, WEB_CONFIG_FILE)
 # What every command that reads sessions takes.
 reading_options = options(COPILOT_HOME, MAX_LINE_BYTES, LOG_LEVEL)
 # What the commands that export traces take.

@@ -34,7 +34,8 @@ from prometheus_client import CollectorRegistry, Counter
 log = logging.getLogger(__name__)
 
 REASONS = ("bad_request", "header_timeout", "header_too_large", "write_timeout", "connection_evicted",
-           "connection_refused", "render_busy", "handler_error", "loop_error")
+           "connection_refused", "render_busy", "handler_error", "loop_error", "host_refused", "unauthorized",
+           "auth_busy", "peer_refused")
 
 _counters: "weakref.WeakKeyDictionary[CollectorRegistry, Counter]" = weakref.WeakKeyDictionary()
 _counters_lock = threading.Lock()
@@ -86,9 +87,14 @@ class Connections:
         self._open: dict[Any, _Connection] = {}  # aiohttp protocol -> its connection
         self._idle: dict[_Connection, None] = {}  # insertion order: the longest idle first
 
-    def factory(self, make_protocol: Callable[[], asyncio.Protocol]) -> Callable[[], asyncio.Protocol]:
-        """A protocol factory that wraps each of ``make_protocol``'s protocols."""
-        return lambda: _Connection(self, make_protocol())
+    def factory(self, make_protocol: Callable[[], asyncio.Protocol], *,
+                admit: Callable[[Any], str | None] | None = None) -> Callable[[], asyncio.Protocol]:
+        """A protocol factory that wraps each of ``make_protocol``'s protocols.
+
+        ``admit(transport)`` may refuse a connection before aiohttp sees it: it returns the
+        reason to count (e.g. a Unix socket's peer of another uid), or None to let it in.
+        """
+        return lambda: _Connection(self, make_protocol(), admit)
 
     def opened(self, conn: "_Connection") -> bool:
         """Admit a new connection, at the cap closing the longest idle one; False to refuse it."""
@@ -148,11 +154,13 @@ class Connections:
 class _Connection(asyncio.Protocol):
     """aiohttp's protocol for one connection, plus the request-head deadline and size cap."""
 
-    __slots__ = ("_table", "protocol", "_transport", "_deadline", "_head_bytes", "_busy", "_admitted")
+    __slots__ = ("_table", "protocol", "_admit", "_transport", "_deadline", "_head_bytes", "_busy", "_admitted")
 
-    def __init__(self, table: Connections, protocol: asyncio.Protocol) -> None:
+    def __init__(self, table: Connections, protocol: asyncio.Protocol,
+                 admit: Callable[[Any], str | None] | None = None) -> None:
         self._table = table
         self.protocol = protocol
+        self._admit = admit
         self._transport: asyncio.Transport | None = None
         self._deadline: asyncio.TimerHandle | None = None
         self._head_bytes = 0
@@ -161,6 +169,11 @@ class _Connection(asyncio.Protocol):
 
     def connection_made(self, transport) -> None:
         self._transport = transport
+        refused = self._admit(transport) if self._admit is not None else None
+        if refused is not None:
+            self._table.count(refused)
+            transport.abort()
+            return
         if not self._table.opened(self):
             transport.abort()  # aiohttp never sees it
             return

@@ -1,20 +1,20 @@
 """`sessions`: every session on one line, newest first, from the running daemon or from the files.
 
-With a daemon on ``--metrics-address`` that follows the same COPILOT_HOME, its web view's
-/api/sessions answers (it holds the summaries, and its thresholds are the ones that page people);
-otherwise the session logs are read here (:class:`~copilot_otel.catalog.Catalog`, cached in the
-state folder) and named by the same rule.
+With a daemon of this user's (its Unix socket in the state folder, checked by uid on both ends)
+that follows the same COPILOT_HOME, its web view's /api/sessions answers (it holds the summaries,
+and its thresholds are the ones that page people); otherwise the session logs are read here
+(:class:`~copilot_otel.catalog.Catalog`, cached in the state folder) and named by the same rule.
+A TCP port is never asked: anyone may listen on it first.
 """
 
 from __future__ import annotations
 
 import fnmatch
+import http.client
 import logging
 import os
 import re
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -27,6 +27,7 @@ from rich.text import Text
 from .catalog import Catalog
 from .display import ago, clock_time, count, where
 from .overview import MAX_PAGE_SIZE
+from .owner import NotOurs, connect_own, describe_uid, listener_uid
 from .liveness import StuckPolicy
 from .status import SessionStatus, status_of
 from .vocab import ABANDONED, ENDED, STUCK, WAITING_TOOL, WAITING_USER, WORKING
@@ -63,28 +64,62 @@ def parse_since(text: str, *, now: float | None = None) -> float:
                          "2026-12-01 or 2026-12-01T10:00") from None
 
 
-def from_daemon(address: tuple[str, int], copilot_home: Path, *, timeout: float = 30.0) -> list[SessionStatus] | None:
-    """The daemon's statuses (every page of the web view's /api/sessions), or None when no daemon answers
-    there for this COPILOT_HOME."""
-    host, port = address
-    host = "127.0.0.1" if host in ("0.0.0.0", "") else ("::1" if host == "::" else host)
-    base = f"http://[{host}]:{port}{API_PATH}" if ":" in host else f"http://{host}:{port}{API_PATH}"
+def from_daemon(socket_path: Path, copilot_home: Path, *, address: tuple[str, int] | None = None,
+                timeout: float = 30.0) -> tuple[list[SessionStatus] | None, str | None]:
+    """(the daemon's statuses, None): every page of /api/sessions, asked on its Unix socket; or (None, why not)
+    when no daemon of this user answers there for this COPILOT_HOME. ``why`` is None when there is simply no
+    daemon; it names a stranger on the socket or on ``address`` (a port squatter), or a daemon that differs."""
+    try:
+        sock = connect_own(socket_path, timeout)
+    except NotOurs as exc:
+        if not exc.absent:
+            return None, str(exc)
+        return None, _stranger_on(address, exc) if address is not None else None
+    connection = _SocketConnection(sock, timeout)
     rows: list[dict] = []
     try:
         while True:
-            url = f"{base}?limit={MAX_PAGE_SIZE}&offset={len(rows)}"
-            with urllib.request.urlopen(url, timeout=timeout) as response:  # noqa: S310 (loopback, our daemon)
-                document = orjson.loads(response.read())
+            connection.request("GET", f"{API_PATH}?limit={MAX_PAGE_SIZE}&offset={len(rows)}",
+                               headers={"Host": "localhost"})
+            response = connection.getresponse()
+            body = response.read()
+            if response.status != 200:
+                return None, f"your daemon at {socket_path} answered HTTP {response.status}"
+            document = orjson.loads(body)
             theirs = document.get("copilot_home")
             if theirs is None or os.path.realpath(theirs) != os.path.realpath(copilot_home):
-                log.debug("the daemon at %s follows %s, not %s: reading the files", base, theirs, copilot_home)
-                return None
+                return None, f"your daemon follows {theirs}, not {copilot_home}"
             rows.extend(document["sessions"])
             if not document["sessions"] or len(rows) >= document["total"]:
-                return [SessionStatus.from_json(row) for row in rows]
-    except (OSError, urllib.error.URLError, ValueError, KeyError, TypeError) as exc:
-        log.debug("no daemon answers at %s (%s): reading the files", base, exc)
+                return [SessionStatus.from_json(row) for row in rows], None
+    except (OSError, http.client.HTTPException, ValueError, KeyError, TypeError) as exc:
+        return None, f"your daemon at {socket_path} did not answer ({exc})"
+    finally:
+        connection.close()
+
+
+def _stranger_on(address: tuple[str, int], absent: NotOurs) -> str | None:
+    """Why the daemon's port is no source: who holds it, when something does and no socket of ours is there."""
+    host, port = address
+    holder = listener_uid(port)
+    if holder is None:
         return None
+    if holder != os.getuid():
+        return f"{host}:{port} is served by {describe_uid(holder)}, not by your daemon ({absent})"
+    return f"something of yours listens on {host}:{port}, but {absent} (a daemon with another --state-dir?)"
+
+
+class _SocketConnection(http.client.HTTPConnection):
+    """HTTP/1.1 over an already connected (and checked) Unix socket."""
+
+    def __init__(self, sock, timeout: float) -> None:
+        super().__init__("localhost", timeout=timeout)
+        self._connected = sock
+
+    def connect(self) -> None:
+        self.sock, self._connected = self._connected, None
+        if self.sock is None:
+            raise ConnectionError("the daemon closed the connection")
 
 
 def from_files(root: Path, *, policy: StuckPolicy, cache_file: Path | None, since: float = 0.0,

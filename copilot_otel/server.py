@@ -1,4 +1,4 @@
-"""The HTTP endpoint: /metrics (Prometheus text or OpenMetrics, gzip) and /healthz.
+"""The HTTP endpoint: /metrics (Prometheus text or OpenMetrics, gzip) and /healthz, behind ``access.Gate``.
 
 One asyncio loop (aiohttp) in one daemon thread serves every connection, so idle or hostile
 clients cost a file descriptor and a few kilobytes each, never a thread; the limits that keep
@@ -9,19 +9,25 @@ scrape never holds up /healthz.
 from __future__ import annotations
 
 import asyncio
+import errno
 import gzip
 import ipaddress
 import logging
+import os
 import socket
 import threading
+from pathlib import Path
 from typing import Callable, Iterable
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder, gzip_accepted
 
+from .access import Gate
 from .config import ConfigError
 from .http_guard import Connections, LoopErrors, QuietLog, Workers, http_errors, raise_open_files_limit
+from .owner import bind_socket, peer_uid, port_holder, remove_socket
+from .webconfig import WebConfig
 
 log = logging.getLogger(__name__)
 
@@ -47,13 +53,20 @@ class MetricsServer:
     such as Server-Sent Events) is not held to the write deadline; at ``stop()`` it is cancelled
     within ``2 * STOP_GRACE``. Every response carries ``X-Content-Type-Options: nosniff`` and a
     ``Content-Security-Policy`` that lets a page load only this server's scripts and styles.
+
+    Every request passes ``access.Gate``: Host must name this machine (or one of ``allowed_hosts``)
+    on every route; with a ``token``, every route but /metrics, /healthz and /static/ asks for it;
+    ``web_config`` adds TLS and basic auth. ``unix_socket``: also serve on a Unix socket there,
+    to this uid only (the kernel's word, SO_PEERCRED), for the commands.
     """
 
     def __init__(self, address: tuple[str, int], registry: CollectorRegistry,
                  health: Callable[[], tuple[bool, str]] = lambda: (True, "ok"), *,
                  routes: Iterable[web.AbstractRouteDef] = (), max_connections: int = MAX_CONNECTIONS,
                  header_timeout: float = HEADER_TIMEOUT, idle_timeout: float = IDLE_TIMEOUT,
-                 write_timeout: float = WRITE_TIMEOUT, max_head_bytes: int = MAX_HEAD_BYTES) -> None:
+                 write_timeout: float = WRITE_TIMEOUT, max_head_bytes: int = MAX_HEAD_BYTES,
+                 token: str | None = None, allowed_hosts: tuple[str, ...] = (), web_config: WebConfig | None = None,
+                 unix_socket: Path | None = None) -> None:
         host, port = address
         self._registry = registry
         self._health = health
@@ -63,8 +76,17 @@ class MetricsServer:
                             write_timeout=write_timeout)
         self._idle_timeout = idle_timeout
         self._errors = http_errors(registry)
+        self._web_config = web_config or WebConfig()
         self._sock = _bind(host, port)
         self.address: tuple[str, int] = self._sock.getsockname()[:2]
+        self.unix_socket = unix_socket
+        try:
+            self._unix, self._unix_inode = bind_socket(unix_socket) if unix_socket is not None else (None, 0)
+        except OSError as exc:
+            self._sock.close()
+            raise ConfigError(f"cannot serve the commands' socket {unix_socket}: {exc.strerror or exc}") from None
+        self._gate = Gate(token=token, port=self.address[1], allowed_hosts=allowed_hosts, web_config=self._web_config,
+                          run_blocking=self.run_blocking, count=self._count)
         if not _is_loopback(host):
             log.warning("metrics endpoint listens on %s:%d, beyond this machine", host, self.address[1])
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -96,7 +118,7 @@ class MetricsServer:
         """Stop serving: close every connection and the socket, end the loop and its threads."""
         thread, self._thread = self._thread, None
         if thread is None:
-            self._sock.close()
+            self._close_sockets()
             return
         stopping = self._stopping
         if stopping is not None:
@@ -108,7 +130,13 @@ class MetricsServer:
         if thread.is_alive():
             log.warning("metrics server: its loop did not end within 10 s")
         self._workers.close(timeout=5)
+        self._close_sockets()
+
+    def _close_sockets(self) -> None:
         self._sock.close()
+        if self._unix is not None:
+            remove_socket(self.unix_socket, self._unix_inode)
+            self._unix.close()
 
     async def run_blocking(self, fn: Callable, *args):
         """Run ``fn(*args)`` in the server's worker threads and return its result."""
@@ -132,33 +160,41 @@ class MetricsServer:
     async def _serve(self, limit: int, backlog: int, ready: threading.Event) -> None:
         self._stopping = asyncio.Event()
         connections = Connections(limit=limit, count=self._count, **self._limits)
-        app = web.Application(middlewares=[connections.middleware])
+        app = web.Application(middlewares=[connections.middleware, self._gate.middleware])
         app[SERVER] = self
         app.router.add_get("/metrics", self._metrics)
         app.router.add_get("/healthz", self._healthz)
         app.add_routes(self._routes)
         app.on_response_prepare.append(_security_headers)
+        if self._web_config.headers:
+            app.on_response_prepare.append(self._configured_headers)
         runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=STOP_GRACE,
                                handler_cancellation=True, keepalive_timeout=self._idle_timeout,
                                lingering_time=0, logger=QuietLog(logging.getLogger("aiohttp.server"), self._count),
                                max_line_size=8190, max_field_size=8190, max_headers=64)
         await runner.setup()
-        server = None
+        servers = []
         try:
-            server = await self._loop.create_server(connections.factory(runner.server), sock=self._sock,
-                                                    backlog=backlog)
+            tls = self._web_config.tls
+            servers.append(await self._loop.create_server(
+                connections.factory(runner.server), sock=self._sock, backlog=backlog, ssl=tls,
+                ssl_handshake_timeout=self._limits["header_timeout"] if tls is not None else None))
             # asyncio's backlog is both how many it accepts per iteration and the listen queue;
             # a longer queue keeps a scraper's SYN from being dropped (a 1 s retry) in a flood.
             self._sock.listen(LISTEN_QUEUE)
+            if self._unix is not None:
+                servers.append(await self._loop.create_unix_server(
+                    connections.factory(runner.server, admit=_owner_only), sock=self._unix, backlog=backlog))
             ready.set()
             await self._stopping.wait()
         finally:
-            if server is not None:
-                server.close()  # no new connections; the listening socket closes
+            for server in servers:
+                server.close()  # no new connections; the listening sockets close
             await runner.cleanup()  # idle connections close now, busy ones within 2 * STOP_GRACE
         try:
             async with asyncio.timeout(STOP_GRACE):
-                await server.wait_closed()
+                for server in servers:
+                    await server.wait_closed()
         except TimeoutError:
             pass
 
@@ -187,6 +223,9 @@ class MetricsServer:
             del self._renders[key]
         if not done.cancelled():
             done.exception()  # every waiter may have gone; the failure is theirs to report
+
+    async def _configured_headers(self, request: web.Request, response: web.StreamResponse) -> None:
+        response.headers.update(self._web_config.headers)  # http_server_config.headers of the web config
 
     async def _healthz(self, request: web.Request) -> web.Response:
         ok, detail = self._health()
@@ -226,6 +265,16 @@ async def _security_headers(request: web.Request, response: web.StreamResponse) 
     response.headers["X-Content-Type-Options"] = "nosniff"
     response.headers["Content-Security-Policy"] = CONTENT_SECURITY_POLICY
     response.headers["Server"] = "copilot-otel"
+    response.headers["Referrer-Policy"] = "no-referrer"
+
+
+def _owner_only(transport) -> str | None:
+    """Admit a Unix socket connection only from a process of this daemon's own uid."""
+    sock = transport.get_extra_info("socket")
+    try:
+        return None if peer_uid(sock) == os.getuid() else "peer_refused"
+    except OSError:
+        return "peer_refused"
 
 
 def _bind(host: str, port: int) -> socket.socket:
@@ -235,7 +284,9 @@ def _bind(host: str, port: int) -> socket.socket:
         family, _type, _proto, _name, sockaddr = sorted(infos, key=lambda info: info[0] != socket.AF_INET)[0]
         return socket.create_server(sockaddr[:2], family=family, backlog=BACKLOG)
     except OSError as exc:
-        raise ConfigError(f"cannot serve metrics on {host}:{port}: {exc.strerror or exc}; "
+        holder = port_holder(port) if exc.errno == errno.EADDRINUSE and port else None
+        held = f" (held by {holder})" if holder else ""
+        raise ConfigError(f"cannot serve metrics on {host}:{port}: {exc.strerror or exc}{held}; "
                           "choose another port with --metrics-address HOST:PORT") from None
 
 

@@ -17,16 +17,17 @@ log = logging.getLogger("copilot_otel.daemon")  # its lines read as the daemon's
 def run_daemon(config: Config) -> int:
     """`copilot-otel run`: start, serve until SIGTERM/SIGINT, flush, exit 0."""
     from .catalog import Catalog
+    from .endpoint import Endpoint
     from .overview import DaemonSessions
-    from .server import MetricsServer
     from .web import WebView
 
     try:
         daemon = Daemon(config, freeze_gc=True)
         catalog = Catalog(daemon.root, cache_file=config.summary_cache, max_line_bytes=config.max_line_bytes)
-        view = WebView(DaemonSessions(daemon, catalog=catalog), trace_url=config.trace_url,
-                       host=config.metrics_address[0])
-        server = MetricsServer(config.metrics_address, daemon.metrics.registry, daemon.health, routes=view.routes())
+        view = WebView(DaemonSessions(daemon, catalog=catalog), trace_url=config.trace_url)
+        # The socket is made while the daemon holds the state folder's lock: one daemon, one socket.
+        endpoint = Endpoint(config, daemon.metrics.registry, view.routes(), health=daemon.health,
+                            unix_socket=config.daemon_socket)
     except ConfigError as exc:
         log.error("%s", exc)
         return 2
@@ -35,10 +36,9 @@ def run_daemon(config: Config) -> int:
         return 2
     signal.signal(signal.SIGTERM, daemon.request_stop)
     signal.signal(signal.SIGINT, daemon.request_stop)
-    server.start()
-    host, port = server.address
-    log.info("following %s; metrics on http://%s:%d/metrics, sessions on http://%s:%d/; traces to %s", daemon.root,
-             host, port, host, port, daemon.sink.description)
+    endpoint.start()
+    log.info("following %s; metrics on %s/metrics, sessions on %s; traces to %s", daemon.root, endpoint.base,
+             endpoint.shown_url(), daemon.sink.description)
     pusher = None
     if config.metrics_otlp is not None:  # OTEL_METRICS_EXPORTER=otlp (the OTel SDK is imported only then)
         from .otlp_metrics import start_pushing
@@ -47,7 +47,7 @@ def run_daemon(config: Config) -> int:
     try:
         daemon.run()
     finally:
-        server.stop()
+        endpoint.stop()
         if pusher is not None:
             pusher.stop()
     log.info("stopped")

@@ -10,7 +10,6 @@ the page only as JSON, which the scripts put into the page as text, never as mar
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import logging
 import time
 from pathlib import Path
@@ -42,16 +41,13 @@ NO_STORE = {"Cache-Control": "no-store"}
 class WebView:
     """The view's routes over ``source``; ``trace_url`` links a trace id to Jaeger or Tempo.
 
-    ``host`` is the address the server listens on: on loopback, a request whose Host is a name
-    other than localhost is refused, so a web page cannot reach the view through DNS rebinding.
+    Who may see them (the token, the Host check) is the server's business: ``access.Gate``.
     """
 
-    def __init__(self, source: Source, *, trace_url: str | None = None, host: str = "127.0.0.1",
-                 cache: TraceCache | None = None) -> None:
+    def __init__(self, source: Source, *, trace_url: str | None = None, cache: TraceCache | None = None) -> None:
         self.source = source
         self.trace_url = trace_url
         self.cache = cache or TraceCache(source.options, max_line_bytes=source.max_line_bytes)
-        self._loopback = _is_loopback(host)
         self._files = {name: (STATIC / name).read_bytes() for name in (*ASSETS, *PAGES)}
         self._streams = 0
         self._scanning = False
@@ -73,16 +69,13 @@ class WebView:
     # ------------------------------------------------------------ pages and assets
 
     async def _sessions_page(self, request: web.Request) -> web.Response:
-        self._check_host(request)
         return self._html("sessions.html")
 
     async def _session_page(self, request: web.Request) -> web.Response:
-        self._check_host(request)
         await self._row(request)  # 404 for a session nobody knows
         return self._html("session.html")
 
     async def _asset(self, request: web.Request) -> web.Response:
-        self._check_host(request)
         name = request.path.rsplit("/", 1)[-1]
         return web.Response(body=self._files[name], headers={"Content-Type": ASSETS[name], "Cache-Control": "no-cache"})
 
@@ -92,7 +85,6 @@ class WebView:
     # ------------------------------------------------------------ the sessions
 
     async def _sessions_json(self, request: web.Request) -> web.Response:
-        self._check_host(request)
         query = _sessions_query(request)
         await self._rescan(request)
         body = await request.app[SERVER].run_blocking(self._render_sessions, query)
@@ -106,7 +98,6 @@ class WebView:
         return orjson.dumps(body)
 
     async def _sessions_stream(self, request: web.Request) -> web.StreamResponse:
-        self._check_host(request)
         query = _sessions_query(request)
         return await self._stream(request, lambda _last_id: self._render_sessions(query))
 
@@ -121,7 +112,6 @@ class WebView:
         return row
 
     async def _session_json(self, request: web.Request) -> web.Response:
-        self._check_host(request)
         row = await self._row(request)
         since = _int(request.query.get("since", "0"), "since")
         body, _position = await request.app[SERVER].run_blocking(self._render_session, row.path,
@@ -139,7 +129,6 @@ class WebView:
         return orjson.dumps(head)[:-1] + b',"trace":' + spans + b"}", position
 
     async def _session_stream(self, request: web.Request) -> web.StreamResponse:
-        self._check_host(request)
         row = await self._row(request)
         position = {"since": _int(request.query.get("since", "0"), "since"), "token": request.query.get("token")}
         last_id = request.headers.get("Last-Event-ID", "")
@@ -225,10 +214,6 @@ class WebView:
         finally:
             self._scanning = False
 
-    def _check_host(self, request: web.Request) -> None:
-        if self._loopback and not _local_host(request.host):
-            raise web.HTTPForbidden(text="this view answers only to localhost or an IP address\n")
-
 
 class _Gone(Exception):
     """The client stopped reading."""
@@ -249,30 +234,6 @@ def _int(text: str, name: str) -> int:
     return int(text)
 
 
-def _local_host(host: str) -> bool:
-    """Host header names this machine by an IP address or as localhost (not a name a stranger controls)."""
-    if host.startswith("["):
-        name = host[1:].split("]", 1)[0]
-    else:
-        name = host.rsplit(":", 1)[0] if host.count(":") == 1 else host
-    name = name.lower()
-    if name == "localhost" or name.endswith(".localhost"):
-        return True
-    try:
-        ipaddress.ip_address(name)
-        return True
-    except ValueError:
-        return False
-
-
-def _is_loopback(host: str) -> bool:
-    try:
-        return host == "localhost" or ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-
 def run_view(config, paths: list[Path]) -> int:
     """`copilot-otel view PATH...`: serve the pages over replayed logs until SIGINT/SIGTERM; exit code."""
     import signal
@@ -281,8 +242,8 @@ def run_view(config, paths: list[Path]) -> int:
     from prometheus_client import CollectorRegistry
 
     from .config import ConfigError
+    from .endpoint import Endpoint
     from .overview import HistorySessions
-    from .server import MetricsServer
     from .sources import SourceError, resolve
 
     targets = paths or [config.copilot_home]
@@ -298,21 +259,20 @@ def run_view(config, paths: list[Path]) -> int:
         source = HistorySessions(files, config.model, policy=config.stuck_policy,
                                  max_line_bytes=config.max_line_bytes)
         source.scan()
-        view = WebView(source, trace_url=config.trace_url, host=config.metrics_address[0])
-        server = MetricsServer(config.metrics_address, CollectorRegistry(), routes=view.routes())
+        view = WebView(source, trace_url=config.trace_url)
+        endpoint = Endpoint(config, CollectorRegistry(), view.routes())
     except (ConfigError, SourceError) as exc:
         log.error("%s", exc)
         return 2
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
-    server.start()
-    host, port = server.address
-    log.info("%d sessions from %s on http://%s:%d/", len(source.board().rows), ", ".join(map(str, targets)),
-             host, port)
+    endpoint.start()
+    log.info("%d sessions from %s on %s", len(source.board().rows), ", ".join(map(str, targets)),
+             endpoint.shown_url())
     try:
         while not stop.wait(1.0):
             pass
     finally:
-        server.stop()
+        endpoint.stop()
     return 0

@@ -98,9 +98,9 @@ def _hostile_session(home: Path, real: Path, secret: str) -> Path:
     return path
 
 
-def _first_event(url: str) -> bytes:
+def _first_event(url: str, headers: dict) -> bytes:
     """The first message of a Server-Sent Events stream."""
-    with urllib.request.urlopen(url, timeout=10) as response:
+    with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=10) as response:
         lines = []
         while not lines or lines[-1].strip() or not any(line.startswith(b"data:") for line in lines):
             lines.append(response.readline())
@@ -114,10 +114,11 @@ def _view_raw(daemon: DaemonProcess, sessions: list[str], browser) -> list[bytes
     paths = ["/", "/api/sessions", "/api/sessions/stream"]
     for session_id in sessions:
         paths += [f"/session/{session_id}", f"/api/session/{session_id}", f"/api/session/{session_id}/stream"]
-    out = [_first_event(base + path) if path.endswith("/stream") else urllib.request.urlopen(base + path).read()
-           for path in paths]
+    auth = {"Authorization": f"Bearer {daemon.token}"}
+    out = [_first_event(base + path, auth) if path.endswith("/stream")
+           else urllib.request.urlopen(urllib.request.Request(base + path, headers=auth)).read() for path in paths]
     page = browser.page()
-    page.goto(base + "/")
+    page.goto(daemon.page_url())
     page.wait_for_selector("tr.session")
     out.append(page.content().encode())
     for session_id in sessions:
@@ -288,7 +289,7 @@ def test_capture_on_daemon_cuts_content_and_keeps_it_out_of_metrics(planted, tmp
         scrapes = _scrape_raw(daemon)
         shown = {}
         for path in files:
-            body = urllib.request.urlopen(f"http://127.0.0.1:{daemon.port}/api/session/{path.parent.name}").read()
+            body = daemon.api_get(f"/api/session/{path.parent.name}")
             for span in json.loads(body)["trace"]["spans"]:
                 shown.update(_content_of(span["id"], span["attrs"], span["message"],
                                          [(event["name"], event["attrs"]) for event in span["events"]]))

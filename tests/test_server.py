@@ -308,13 +308,13 @@ def test_slowloris_trickle_is_cut_off_at_the_deadline():
     deadline counted from its first byte, not kept alive by the trickle; so is a keep-alive
     connection that trickles its second request."""
     with serving(header_timeout=1.0) as server:
-        for first in (b"", b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"):
+        for first in (b"", b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n"):
             sock = socket.create_connection(server.address, timeout=5)
             try:
                 if first:
                     sock.sendall(first)
                     assert sock.recv(4096).startswith(b"HTTP/1.1 200")
-                head = b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-Pad: " + b"a" * 100
+                head = b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nX-Pad: " + b"a" * 100
                 began = time.monotonic()
                 cut = None
                 for byte in head:
@@ -337,7 +337,7 @@ def test_request_head_size_is_capped():
     with serving() as server:
         sock = socket.create_connection(server.address, timeout=5)
         try:
-            sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
+            sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\n")
             with pytest.raises(ConnectionError):
                 for number in range(25):
                     sock.sendall(b"X-Pad-%d: " % number + b"a" * 8000 + b"\r\n")
@@ -392,7 +392,7 @@ def test_connection_cap_bounds_descriptors_and_keeps_health():
         try:
             for _ in range(50):
                 sock = socket.create_connection(server.address, timeout=5)
-                sock.sendall(b"GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")
+                sock.sendall(b"GET /slow HTTP/1.1\r\nHost: localhost\r\n\r\n")
                 busy.append(sock)
             time.sleep(0.3)
             extra = socket.create_connection(server.address, timeout=5)
@@ -461,7 +461,7 @@ def test_client_that_does_not_read_is_cut_off():
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         sock.connect(server.address)
         try:
-            sock.sendall(b"GET /big HTTP/1.1\r\nHost: x\r\n\r\n")
+            sock.sendall(b"GET /big HTTP/1.1\r\nHost: localhost\r\n\r\n")
             deadline = time.monotonic() + 10
             while errors(server.registry, "write_timeout") < 1:
                 assert time.monotonic() < deadline, "never cut off"
@@ -499,7 +499,7 @@ def test_stop_with_open_connections_is_prompt_and_leaves_nothing():
     sockets = half_sent(server, 50) + half_sent(server, 50, prefix=b"")
     for _ in range(5):
         sock = socket.create_connection(server.address, timeout=5)
-        sock.sendall(b"GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")
+        sock.sendall(b"GET /slow HTTP/1.1\r\nHost: localhost\r\n\r\n")
         sockets.append(sock)
     try:
         assert request(server, "/metrics")[0] == 200

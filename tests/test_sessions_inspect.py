@@ -90,18 +90,10 @@ def test_the_daemon_lists_the_same_sessions_before_and_after_a_restart(home, tmp
             daemon.wait_for_metric("copilot_otel_files_watched", count, timeout=60)
             wait_until(lambda: value(daemon.scrape(), "copilot_otel_export_queue_spans") == 0, what="export")
             via_daemon = sessions_json(home, "--metrics-address", f"127.0.0.1:{daemon.port}",
-                                       "--state-dir", str(tmp_path / "client"))
-            api = json.loads(urllib_get(f"http://127.0.0.1:{daemon.port}/api/sessions"))
+                                       "--state-dir", str(daemon.state_dir))
+            api = json.loads(daemon.api_get("/api/sessions"))
         assert via_daemon == from_files
         assert api["copilot_home"] == str(home) and api["total"] == len(api["sessions"]) == count
-
-
-def urllib_get(url: str) -> bytes:
-    import urllib.request
-
-    with urllib.request.urlopen(url, timeout=30) as response:
-        assert response.headers["Content-Type"] == "application/json"
-        return response.read()
 
 
 def test_sessions_filters_and_fits_the_terminal(home, tmp_path):

@@ -19,7 +19,7 @@ from copilot_otel.sinks import MemorySink
 from tests.copilot_cli import prompt_for
 from tests.support.browser import screenshot, view_url
 from tests.support.commands import COMMAND, REPO, clean_env
-from tests.support.daemon import DaemonProcess, complete_lines_spans
+from tests.support.daemon import DaemonProcess, complete_lines_spans, view_token
 from tests.support.events import SessionLog
 from tests.support.files import new_session
 from tests.support.net import LOOPBACK, free_port, wait_until
@@ -64,7 +64,7 @@ def test_a_live_cli_session_appears_and_changes_state_without_a_reload(daemon, b
     """With the sessions page open, a real CLI session started afterwards appears while it waits on its
     tool and turns to ended when the CLI exits, pushed by the server: the page is never reloaded."""
     page = browser.page()
-    page.goto(view_url(daemon.port))
+    page.goto(daemon.page_url())
     page.wait_for_selector("#status.live")
     page.evaluate("window.__sameDocument = true")
     proc = cli.start(prompt_for("sleep_tool", 1), home=daemon.home, port=provider.port, cwd=tmp_path / "work")
@@ -83,7 +83,7 @@ def test_a_stuck_session_shows_as_stuck_and_its_tool_is_highlighted(daemon, brow
     """A tool that sleeps past --stuck-after-tool makes its session stuck on the sessions page; its page
     highlights the sleeping bash call with how long it has waited, growing without a new event."""
     page = browser.page()
-    page.goto(view_url(daemon.port))
+    page.goto(daemon.page_url())
     proc = cli.start(prompt_for("sleep_tool", 8), home=daemon.home, port=provider.port, cwd=tmp_path / "work")
     try:
         wait_until(lambda: state_of(page, proc.session_id) == "stuck", timeout=30, what="stuck on the page")
@@ -116,7 +116,7 @@ def test_clicking_a_session_shows_its_waterfall_with_the_subagent_under_its_task
     expected = MemorySink()
     replay_files([path], expected, options=ModelOptions())
     page = browser.page()
-    page.goto(view_url(daemon.port))
+    page.goto(daemon.page_url())
     row(page, session_id).wait_for()
     row(page, session_id).locator("td").nth(4).click()
     page.wait_for_url(f"**/session/{session_id}")
@@ -166,7 +166,7 @@ def test_values_from_the_log_render_as_text(daemon, browser):
     text they are, on both pages and in a span's details, and none of them runs."""
     session_id = hostile_session(daemon.home)
     page = browser.page()
-    page.goto(view_url(daemon.port))
+    page.goto(daemon.page_url())
     found = row(page, session_id)
     found.wait_for()
     cells = found.locator("td")
@@ -184,7 +184,11 @@ def test_values_from_the_log_render_as_text(daemon, browser):
     assert page.errors == []
 
 
-def get(url: str, *, method: str = "GET", headers: dict | None = None) -> tuple[int, dict, bytes]:
+def get(url: str, *, method: str = "GET", headers: dict | None = None, token: str | None = None
+        ) -> tuple[int, dict, bytes]:
+    """(status, headers, body) of one request; with ``token``, as a script sends it (Authorization: Bearer)."""
+    if token is not None:
+        headers = {"Authorization": f"Bearer {token}", **(headers or {})}
     request = urllib.request.Request(url, method=method, headers=headers or {})
     try:
         with urllib.request.urlopen(request, timeout=10) as response:
@@ -199,9 +203,11 @@ def test_every_response_is_locked_down_and_nothing_else_is_served(daemon):
     directory listing, no file outside the view's routes, no write method; a Host name other than
     localhost (DNS rebinding) is refused."""
     session_id = copy_session("plain", daemon.home).parent.name
-    wait_until(lambda: get(view_url(daemon.port, f"/api/session/{session_id}"))[0] == 200, what="the session")
+    token = daemon.token
+    wait_until(lambda: get(view_url(daemon.port, f"/api/session/{session_id}"), token=token)[0] == 200,
+               what="the session")
     base = f"http://{LOOPBACK}:{daemon.port}"
-    answers = {path: get(base + path) for path in (
+    answers = {path: get(base + path, token=token) for path in (
         "/", f"/session/{session_id}", "/api/sessions", f"/api/session/{session_id}", "/static/session.js",
         "/static/view.css", "/metrics", "/healthz", "/api/sessions/stream", f"/api/session/{session_id}/stream",
         "/static/", "/static", "/static/../README.md", "/static/%2e%2e/web.py", "/webstatic/view.css",
@@ -217,9 +223,9 @@ def test_every_response_is_locked_down_and_nothing_else_is_served(daemon):
     assert answers["/session/nope"][0] == 404 and answers["/static/"][0] == 404
     assert answers["/static/session.js"][1]["Content-Type"].startswith("text/javascript")
     for method in ("POST", "PUT", "DELETE", "PATCH"):
-        assert get(base + "/api/sessions", method=method)[0] == 405
-    assert get(base + "/", headers={"Host": f"attacker.example:{daemon.port}"})[0] == 403
-    assert get(base + "/", headers={"Host": f"localhost:{daemon.port}"})[0] == 200
+        assert get(base + "/api/sessions", method=method, token=token)[0] == 405
+    assert get(base + "/", headers={"Host": f"attacker.example:{daemon.port}"}, token=token)[0] == 403
+    assert get(base + "/", headers={"Host": f"localhost:{daemon.port}"}, token=token)[0] == 200
 
 
 def test_view_command_serves_replayed_history_without_a_daemon(browser, tmp_path):
@@ -229,14 +235,17 @@ def test_view_command_serves_replayed_history_without_a_daemon(browser, tmp_path
     paths = [copy_session(scenario, home) for scenario in ("subagent", "plain", "failing_tool")]
     port = free_port()
     log = open(tmp_path / "view.log", "wb")
-    proc = subprocess.Popen([*COMMAND, "view", str(home), "--address", f"{LOOPBACK}:{port}"], cwd=REPO,
-                            env=clean_env(), stdout=log, stderr=log, stdin=subprocess.DEVNULL)
+    proc = subprocess.Popen([*COMMAND, "view", str(home), "--address", f"{LOOPBACK}:{port}", "--state-dir",
+                             str(tmp_path / "state")], cwd=REPO, env=clean_env(), stdout=log, stderr=log,
+                            stdin=subprocess.DEVNULL)
     log.close()
+    token_file = tmp_path / "state" / f"web-{port}.json"
     try:
-        wait_until(lambda: proc.poll() is not None or _listening(port), timeout=30, what="copilot-otel view to serve")
+        wait_until(lambda: proc.poll() is not None or token_file.exists(), timeout=30,
+                   what="copilot-otel view to serve")
         assert proc.poll() is None, (tmp_path / "view.log").read_text()
         page = browser.page()
-        page.goto(view_url(port))
+        page.goto(view_url(port) + f"?token={view_token(tmp_path / 'state', port)}")
         page.wait_for_selector("tr.session")
         shown = page.locator("tr.session").evaluate_all("rows => rows.map(r => [r.dataset.id, r.dataset.state])")
         assert sorted(map(tuple, shown)) == sorted((p.parent.name, "ended") for p in paths)
@@ -252,13 +261,7 @@ def test_view_command_serves_replayed_history_without_a_daemon(browser, tmp_path
         proc.terminate()
         proc.wait(timeout=15)
     assert proc.returncode == 0
-
-
-def _listening(port: int) -> bool:
-    import socket
-
-    with socket.socket() as sock:
-        return sock.connect_ex((LOOPBACK, port)) == 0
+    assert not token_file.exists()  # the token died with the server
 
 
 def test_the_json_api_pages_and_filters_many_sessions(daemon):
@@ -274,15 +277,52 @@ def test_the_json_api_pages_and_filters_many_sessions(daemon):
         folder.mkdir()
         (folder / "events.jsonl").write_bytes(log.jsonl())
     base = view_url(daemon.port, "/api/sessions")
-    wait_until(lambda: json.loads(get(base + "?repository=octo/repo-1")[2])["matching"] == 10, what="30 sessions")
+    token = daemon.token
+    wait_until(lambda: json.loads(get(base + "?repository=octo/repo-1", token=token)[2])["matching"] == 10,
+               what="30 sessions")
     seen = []
     offset = 0
     while True:
-        data = json.loads(get(f"{base}?repository=octo/repo-1&limit=4&offset={offset}")[2])
+        data = json.loads(get(f"{base}?repository=octo/repo-1&limit=4&offset={offset}", token=token)[2])
         seen += [s["id"] for s in data["sessions"]]
         offset += 4
         if offset >= data["matching"]:
             break
     assert sorted(seen) == [f"many-{i:02d}" for i in range(30) if i % 3 == 1]
-    ended = json.loads(get(base + "?state=ended&limit=500")[2])
+    ended = json.loads(get(base + "?state=ended&limit=500", token=token)[2])
     assert {s["state"] for s in ended["sessions"]} == {"ended"} and ended["matching"] >= 30
+
+
+def test_a_page_opens_only_with_its_token_and_the_cookie_carries_it_across_reloads(daemon, browser):
+    """Without the token the browser gets the fixed 401 on every page; the URL `copilot-otel open` gives
+    (the page with ?token=) sets an HttpOnly, SameSite=Strict cookie named after the port, lands on the
+    same page without the token in its address, and the pages then work across reloads and clicks."""
+    from copilot_otel.access import NEEDS_TOKEN
+
+    session_id = copy_session("plain", daemon.home).parent.name
+    browser.context.clear_cookies()
+    page = browser.page()
+    for path in ("/", f"/session/{session_id}", "/api/sessions"):
+        response = page.goto(view_url(daemon.port, path))
+        assert response.status == 401 and response.body() == NEEDS_TOKEN.encode(), path
+    wrong = page.goto(view_url(daemon.port, "/") + "?token=" + "x" * 43)
+    assert wrong.status == 401
+    assert browser.context.cookies() == []
+    response = page.goto(daemon.page_url())
+    assert response.status == 200 and page.url == view_url(daemon.port, "/")  # the token left the address bar
+    opened = response.request.redirected_from
+    assert opened.url == daemon.page_url() and opened.response().status == 303
+    (cookie,) = browser.context.cookies()
+    assert cookie["name"] == f"copilot-otel-token-{daemon.port}" and cookie["value"] == daemon.token
+    assert cookie["httpOnly"] is True and cookie["sameSite"] == "Strict" and cookie["path"] == "/"
+    assert page.evaluate("document.cookie") == ""  # no script of the page can read it
+    row(page, session_id).wait_for()
+    page.reload()
+    row(page, session_id).wait_for()
+    page.wait_for_selector("#status.live")
+    row(page, session_id).locator("td").nth(4).click()
+    page.wait_for_url(f"**/session/{session_id}")
+    page.wait_for_selector(".span")
+    page.reload()
+    page.wait_for_selector(".span")
+    assert "token" not in page.url and page.errors == []

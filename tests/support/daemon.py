@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -9,6 +10,7 @@ import subprocess
 import sys
 import time
 import urllib.error
+import urllib.request
 from pathlib import Path
 
 from tests.support.commands import COMMAND, REPO, clean_env
@@ -44,6 +46,22 @@ class DaemonProcess:
     @property
     def health_url(self) -> str:
         return f"http://{LOOPBACK}:{self.port}/healthz"
+
+    @property
+    def token(self) -> str:
+        """The web view's token, from the file the daemon keeps in its state dir (as `copilot-otel open` reads it)."""
+        return view_token(self.state_dir, self.port)
+
+    def page_url(self, path: str = "/") -> str:
+        """A page of the web view opened the way a user opens it: once with its token (it then sets a cookie)."""
+        return f"http://{LOOPBACK}:{self.port}{path}?token={self.token}"
+
+    def api_get(self, path: str, timeout: float = 30.0, headers: dict | None = None) -> bytes:
+        """GET ``path`` of the web view with the token (Authorization: Bearer), as a script would."""
+        request = urllib.request.Request(f"http://{LOOPBACK}:{self.port}{path}",
+                                         headers={"Authorization": f"Bearer {self.token}", **(headers or {})})
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return response.read()
 
     @property
     def pid(self) -> int:
@@ -132,6 +150,11 @@ class DaemonProcess:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def view_token(state_dir: Path, port: int) -> str:
+    """The token a daemon or `view` on ``port`` keeps in ``state_dir``."""
+    return json.loads((Path(state_dir) / f"web-{port}.json").read_text())["token"]
 
 
 def complete_lines_spans(path: Path):
