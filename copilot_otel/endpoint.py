@@ -19,7 +19,7 @@ from .access import new_token, token_file, write_token_file
 from .config import Config
 from .private import private_dir
 from .server import MetricsServer
-from .webconfig import load_web_config
+from .webconfig import WebConfig, load_web_config
 
 log = logging.getLogger(__name__)
 
@@ -28,8 +28,9 @@ class Endpoint:
     """A MetricsServer with the view's token, ``config``'s Host names and web config; ``start``/``stop``."""
 
     def __init__(self, config: Config, registry: CollectorRegistry, routes: Iterable = (), *,
-                 health: Callable[[], tuple[bool, str]] | None = None, unix_socket: Path | None = None) -> None:
-        web_config = load_web_config(config.web_config_file) if config.web_config_file is not None else None
+                 health: Callable[[], tuple[bool, str]] | None = None, unix_socket: Path | None = None,
+                 web_config: WebConfig | None = None) -> None:
+        web_config = web_config or web_config_of(config)
         self.token = new_token()
         extra = {"health": health} if health is not None else {}
         self.server = MetricsServer(config.metrics_address, registry, routes=routes, token=self.token,
@@ -66,6 +67,11 @@ class Endpoint:
         """Stop serving and remove the token file (its token dies with this server)."""
         self.server.stop()
         self.token_path.unlink(missing_ok=True)
+
+
+def web_config_of(config: Config) -> WebConfig | None:
+    """The --web-config-file read and checked (a ConfigError says what is wrong), or None without one."""
+    return load_web_config(config.web_config_file) if config.web_config_file is not None else None
 
 
 def _reachable(host: str) -> str:

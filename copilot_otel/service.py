@@ -17,17 +17,18 @@ log = logging.getLogger("copilot_otel.daemon")  # its lines read as the daemon's
 def run_daemon(config: Config) -> int:
     """`copilot-otel run`: start, serve until SIGTERM/SIGINT, flush, exit 0."""
     from .catalog import Catalog
-    from .endpoint import Endpoint
+    from .endpoint import Endpoint, web_config_of
     from .overview import DaemonSessions
     from .web import WebView
 
     try:
+        web_config = web_config_of(config)  # a bad file is said before anything starts
         daemon = Daemon(config, freeze_gc=True)
         catalog = Catalog(daemon.root, cache_file=config.summary_cache, max_line_bytes=config.max_line_bytes)
         view = WebView(DaemonSessions(daemon, catalog=catalog), trace_url=config.trace_url)
         # The socket is made while the daemon holds the state folder's lock: one daemon, one socket.
         endpoint = Endpoint(config, daemon.metrics.registry, view.routes(), health=daemon.health,
-                            unix_socket=config.daemon_socket)
+                            unix_socket=config.daemon_socket, web_config=web_config)
     except ConfigError as exc:
         log.error("%s", exc)
         return 2

@@ -17,11 +17,15 @@ from tests.support.net import free_port, wait_until
 class Prometheus:
     """`prometheus` with its own port and fresh TSDB, stopped by its pid."""
 
-    def __init__(self, workdir: Path, targets: list[str], *, rule_files: list[Path] = (), job: str = "copilot-otel"):
+    def __init__(self, workdir: Path, targets: list[str], *, rule_files: list[Path] = (), job: str = "copilot-otel",
+                 scrape: dict | None = None, extra_jobs: list[dict] = ()):
+        """``scrape``: more settings of the job (scheme, tls_config, basic_auth...); ``extra_jobs``: whole jobs."""
         self.workdir = Path(workdir)
         self.targets = targets
         self.rule_files = [Path(p) for p in rule_files]
         self.job = job
+        self.scrape = dict(scrape or {})
+        self.extra_jobs = list(extra_jobs)
         self.port = free_port()
         self.proc: subprocess.Popen | None = None
 
@@ -36,7 +40,8 @@ class Prometheus:
         config.write_text(json.dumps({  # JSON is YAML
             "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
             "rule_files": [str(p) for p in self.rule_files],
-            "scrape_configs": [{"job_name": self.job, "static_configs": [{"targets": self.targets}]}],
+            "scrape_configs": [{"job_name": self.job, "static_configs": [{"targets": self.targets}], **self.scrape},
+                               *self.extra_jobs],
         }))
         log = open(self.workdir / "prometheus.log", "wb")
         try:
