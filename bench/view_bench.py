@@ -59,9 +59,12 @@ OBSERVER = """() => {
 }"""
 
 
+AUTH: dict[str, str] = {}  # the view's token, as a script sends it (set once the daemon runs)
+
+
 def get_ms(url: str) -> tuple[float, bytes]:
     started = time.perf_counter()
-    with urllib.request.urlopen(url, timeout=30) as response:
+    with urllib.request.urlopen(urllib.request.Request(url, headers=AUTH), timeout=30) as response:
         body = response.read()
     return (time.perf_counter() - started) * 1000, body
 
@@ -116,10 +119,11 @@ def new_prompt(path: Path) -> bytes:
 
 def page_latency(daemon, home: Path, browser: Browser, samples: int) -> None:
     base = f"http://127.0.0.1:{daemon.port}"
+    AUTH["Authorization"] = f"Bearer {daemon.token}"
     idle = json.loads(get_ms(f"{base}/api/sessions?state=idle&limit=500")[1])["sessions"]
     ids = [s["id"] for s in idle][:samples]
     page = browser.page()
-    page.goto(f"{base}/?state=waiting_tool")
+    page.goto(f"{base}/?state=waiting_tool&token={daemon.token}")  # as `copilot-otel open` does; then the cookie
     page.wait_for_selector("#status.live")
     page.evaluate(OBSERVER)
     delays = []
@@ -148,6 +152,7 @@ def page_latency(daemon, home: Path, browser: Browser, samples: int) -> None:
 
 def idle_cpu(daemon, browser: Browser, duration: float, settle: float) -> None:
     base = f"http://127.0.0.1:{daemon.port}"
+    AUTH["Authorization"] = f"Bearer {daemon.token}"
     time.sleep(settle)
     before, started = cpu_seconds(daemon.pid), time.monotonic()
     time.sleep(duration / 2)
@@ -156,8 +161,8 @@ def idle_cpu(daemon, browser: Browser, duration: float, settle: float) -> None:
           f"RSS {rss_mb(daemon.pid):.1f} MB")
     first = json.loads(get_ms(f"{base}/api/sessions?limit=1")[1])["sessions"][0]["id"]
     sessions, session = browser.page(), browser.page()
-    sessions.goto(base + "/")
-    session.goto(f"{base}/session/{first}")
+    sessions.goto(f"{base}/?token={daemon.token}")
+    session.goto(f"{base}/session/{first}?token={daemon.token}")
     sessions.wait_for_selector("#status.live")
     session.wait_for_selector(".span")
     time.sleep(settle)
@@ -199,6 +204,7 @@ def main(argv: list[str] | None = None) -> int:
             took = ready(daemon, args.sessions, args.startup_timeout)
             time.sleep(args.settle)
             base = f"http://127.0.0.1:{daemon.port}"
+            AUTH["Authorization"] = f"Bearer {daemon.token}"
             cold = get_ms(f"{base}/api/sessions")[0]
             print(f"\n{args.sessions} sessions, {args.live} live ({kinds}), followed after {took:.1f} s; "
                   f"first /api/sessions {cold:.1f} ms")

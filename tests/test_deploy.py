@@ -310,6 +310,28 @@ def test_compose_daemon_reads_copilot_home_read_only_and_serves_metrics():
     assert daemon["build"]["args"]["UID"] == "${COPILOT_UID:-1000}"
 
 
+def test_every_shipped_scraper_and_probe_names_the_daemon_as_it_answers():
+    """The daemon refuses a Host that is neither localhost, an IP address nor an --allowed-host name: compose's
+    Prometheus scrapes it by its service name, which the compose file allows; the image's health check and the
+    Kubernetes probes (no host set: the pod IP) and ServiceMonitors (pod IPs) use addresses."""
+    from copilot_otel.access import host_allowed
+    from copilot_otel.config import check_allowed_hosts
+
+    env = compose_services()["copilot-otel"]["environment"]
+    allowed = check_allowed_hosts([env.get("COPILOT_OTEL_ALLOWED_HOST", "")])
+    targets = [target for job in load_yaml(DEPLOY / "prometheus" / "prometheus.yml")["scrape_configs"]
+               for static in job["static_configs"] for target in static["targets"]]
+    assert targets and all(host_allowed(target, allowed) for target in targets), (targets, allowed)
+    assert not all(host_allowed(target) for target in targets)  # the allowance is what lets them in
+    (check,) = re.findall(r"urlopen\('https?://([^/']+)/healthz'", DOCKERFILE.read_text())
+    assert host_allowed(check)
+    probes = [container[probe]["httpGet"] for _path, doc in OBJECTS if doc["kind"] in ("DaemonSet", "Deployment")
+              for container in containers(doc["spec"]["template"]["spec"]) for probe in ("livenessProbe", "readinessProbe", "startupProbe")
+              if "httpGet" in container.get(probe, {})]
+    assert probes and all("host" not in probe and not any(h["name"].lower() == "host"
+                                                          for h in probe.get("httpHeaders", [])) for probe in probes)
+
+
 def test_compose_traces_go_to_jaeger_over_otlp():
     """The daemon exports OTLP gRPC to Jaeger's 4317 inside the compose network."""
     services = compose_services()

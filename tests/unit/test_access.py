@@ -65,7 +65,7 @@ def test_the_token_file_is_trusted_only_when_private_and_ours(tmp_path):
 def test_a_web_config_of_users_and_headers(tmp_path):
     """basic_auth_users and headers alone (no TLS) are read as the toolkit reads them; an empty file is nothing."""
     path = tmp_path / "web.yml"
-    hashed = "$2y$10$X0h1gDsPszWURQaxFh.zoubFi6DXncSjhoQNJgRrnGs7EsimhC7zG"
+    hashed = "$2b$10$170hVqUKk0eIBsfvp89f6eLnHoXH1Cs4M2UXc3HqsYfrFXglQeE/e"
     path.write_text(f"basic_auth_users:\n  alice: {hashed}\nhttp_server_config:\n  http2: false\n  headers:\n"
                     "    X-Frame-Options: deny\n")
     config = load_web_config(path)
@@ -81,3 +81,14 @@ def test_a_web_config_of_users_and_headers(tmp_path):
         load_web_config(path)
     with pytest.raises(ConfigError, match="cannot read it"):
         load_web_config(tmp_path / "missing.yml")
+
+
+def test_every_http_error_reason_is_documented():
+    """docs/metrics.md names each reason copilot_otel_http_errors_total counts."""
+    from pathlib import Path
+
+    from copilot_otel.http_guard import REASONS
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "metrics.md").read_text()
+    assert "copilot_otel_http_errors_total{reason}" in text
+    assert [reason for reason in REASONS if f"`{reason}`" not in text] == []
