@@ -183,6 +183,9 @@ class Config:
             text = env.get(env_flag(name.replace("_", "-")), "").strip()
             if text:
                 values[name] = parse(env_flag(name.replace("_", "-")), text)
+        hosts = env.get(env_flag("allowed-host"), "").strip()  # --allowed-host: a field named in the plural
+        if hosts:
+            values["allowed_hosts"] = (hosts,)
         values.setdefault("copilot_home", default_copilot_home(env))
         values.setdefault("state_dir", default_state_dir(env))
         max_chars = values.pop("content_max_chars", DEFAULT_CONTENT_MAX_CHARS)

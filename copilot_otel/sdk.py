@@ -186,7 +186,7 @@ def attach(session: Any, *, config: Config | None = None, traces_file: str | Pat
                          rotation=config.traces_rotation)
     shared = _shared_for(registry, repository_label=not config.no_repository_label)
     if metrics_address is not None:
-        serve_metrics(shared.metrics.registry, metrics_address)
+        serve_metrics(shared.metrics.registry, metrics_address, allowed_hosts=config.allowed_hosts)
     return Attachment(session, sink=sink, shared=shared, config=config, owns_sink=owns_sink)
 
 
@@ -203,14 +203,15 @@ async def attach_async(session: Any, **options: Any) -> Attachment:
 _servers: dict[tuple[str, int], Any] = {}
 
 
-def serve_metrics(registry: CollectorRegistry, address: tuple[str, int]):
-    """Serve /metrics and /healthz for the library's registry (once per address)."""
+def serve_metrics(registry: CollectorRegistry, address: tuple[str, int], *, allowed_hosts: tuple[str, ...] = ()):
+    """Serve /metrics and /healthz for the library's registry (once per address); like the daemon's, they answer
+    only a Host that is localhost, an IP address or one of ``allowed_hosts`` (COPILOT_OTEL_ALLOWED_HOST)."""
     from .server import MetricsServer
 
     with _shared_lock:
         server = _servers.get(address)
         if server is None:
-            server = MetricsServer(address, registry)
+            server = MetricsServer(address, registry, allowed_hosts=allowed_hosts)
             server.start()
             _servers[address] = server
         return server

@@ -92,3 +92,11 @@ def test_every_http_error_reason_is_documented():
     text = (Path(__file__).resolve().parents[2] / "docs" / "metrics.md").read_text()
     assert "copilot_otel_http_errors_total{reason}" in text
     assert [reason for reason in REASONS if f"`{reason}`" not in text] == []
+
+
+def test_the_sdk_reads_allowed_hosts_from_the_environment():
+    """attach() builds its Config from the environment: COPILOT_OTEL_ALLOWED_HOST, as the commands read it."""
+    config = Config.from_env({"COPILOT_OTEL_ALLOWED_HOST": "metrics.example.com, copilot-otel"})
+    assert config.allowed_hosts == ("metrics.example.com", "copilot-otel")
+    with pytest.raises(ConfigError, match="--allowed-host 'http://x'"):
+        Config.from_env({"COPILOT_OTEL_ALLOWED_HOST": "http://x"})
