@@ -44,7 +44,7 @@ HOST_REFUSED = ("403 Forbidden: this server answers only to localhost, an IP add
 NEEDS_LOGIN = "401 Unauthorized: log in (basic auth of the --web-config-file).\n"
 CERT_REFUSED = "403 Forbidden: this client certificate is not among client_allowed_sans.\n"
 BUSY = "503 Service Unavailable: too many logins being checked; retry.\n"
-MAX_CHECKS = 4  # bcrypt checks running or queued at once (each ~50 ms of a core); more are turned away
+MAX_CHECKS = 2  # bcrypt checks running or queued at once (each ~50 ms of a core, on one thread); more: 503
 MAX_VERIFIED = 64  # logins remembered as checked (a scraper's every 15 s must not cost a bcrypt each time)
 # Checked against for an unknown user, so that a wrong name costs the time a wrong password does.
 _NOBODY_HASH = b"$2b$10$k7w.Qh4JpTd.iVGommLnVey6KibgNNriHB7xe6cQG2miHOlu8N63O"

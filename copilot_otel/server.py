@@ -86,13 +86,14 @@ class MetricsServer:
             self._sock.close()
             raise ConfigError(f"cannot serve the commands' socket {unix_socket}: {exc.strerror or exc}") from None
         self._gate = Gate(token=token, port=self.address[1], allowed_hosts=allowed_hosts, web_config=self._web_config,
-                          run_blocking=self.run_blocking, count=self._count)
+                          run_blocking=self._check_login, count=self._count)
         if not _is_loopback(host):
             log.warning("metrics endpoint listens on %s:%d, beyond this machine", host, self.address[1])
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._stopping: asyncio.Event | None = None
         self._workers: Workers | None = None
+        self._login_workers: Workers | None = None
         self._renders: dict[tuple[str, bool], asyncio.Future] = {}
         self._failure: BaseException | None = None
 
@@ -105,6 +106,8 @@ class MetricsServer:
         self._loop = asyncio.new_event_loop()
         self._loop.set_exception_handler(LoopErrors(self._count))
         self._workers = Workers(self._loop, RENDER_THREADS, "copilot-otel-render")
+        if self._web_config.users:  # bcrypt on a thread of its own: a flood of bad logins never delays a render
+            self._login_workers = Workers(self._loop, 1, "copilot-otel-login")
         ready = threading.Event()
         self._thread = threading.Thread(target=self._run, args=(limit, backlog, ready), name="copilot-otel-http",
                                         daemon=True)
@@ -130,6 +133,8 @@ class MetricsServer:
         if thread.is_alive():
             log.warning("metrics server: its loop did not end within 10 s")
         self._workers.close(timeout=5)
+        if self._login_workers is not None:
+            self._login_workers.close(timeout=5)
         self._close_sockets()
 
     def _close_sockets(self) -> None:
@@ -141,6 +146,9 @@ class MetricsServer:
     async def run_blocking(self, fn: Callable, *args):
         """Run ``fn(*args)`` in the server's worker threads and return its result."""
         return await self._workers.submit(fn, *args)
+
+    async def _check_login(self, fn: Callable, *args):
+        return await self._login_workers.submit(fn, *args)
 
     # ---------------------------------------------------------------- the loop thread
 
