@@ -49,8 +49,8 @@ def options(*decorators):
 COPILOT_HOME = option("copilot-home", type=PATH, default=None, also_env=ENV_COPILOT_HOME,
                       help="Copilot's home folder (default ~/.copilot).")
 STATE_DIR = option("state-dir", type=PATH, default=None,
-                   help="Where copilot-otel keeps its checkpoint, caches and default trace file "
-                        "(default ~/.local/state/copilot-otel).")
+                   help="Where copilot-otel keeps its checkpoint, caches, default trace file, the web view's "
+                        "token and the daemon's socket (default ~/.local/state/copilot-otel).")
 MAX_LINE_BYTES = option("max-line-bytes", type=click.IntRange(min=MIN_MAX_LINE_BYTES), default=DEFAULT_MAX_LINE_BYTES,
                         help="Lines longer than this are counted and skipped.")
 LOG_LEVEL = option("log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info")

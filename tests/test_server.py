@@ -539,3 +539,35 @@ def test_a_failing_render_is_a_500_logged_once_with_its_traceback(caplog):
     logged = [r for r in caplog.records if r.levelno >= logging.ERROR]
     assert len(logged) == 1 and logged[0].exc_info and "collector broke" in caplog.text
     caplog.clear()  # seen: the autouse check is for unexpected log lines
+
+
+def test_the_unix_socket_has_the_same_guard_and_needs_no_token(tmp_path):
+    """The commands' socket is served by the same guarded loop: a request head trickled into it is cut off
+    at the header deadline. A whole request there needs neither the token nor a local Host (the kernel
+    vouched for the caller's uid), while TCP still asks for both. The socket file goes at stop."""
+    path = tmp_path / ("deep-" * 20) / "daemon.sock"  # past the 108 bytes a socket address holds
+    path.parent.mkdir(parents=True)
+    with serving(header_timeout=1.0, token="the-token", unix_socket=path) as server:
+        assert request(server, "/slow")[0] == 401  # TCP: a token route without its token
+        assert request(server, "/healthz", headers={"Host": "evil.example"})[0] == 403
+        folder = os.open(path.parent, os.O_PATH)
+        try:
+            address = f"/proc/self/fd/{folder}/{path.name}"
+            with socket.socket(socket.AF_UNIX) as sock:
+                sock.settimeout(5)
+                sock.connect(address)
+                sock.sendall(b"GET /blocking HTTP/1.1\r\nHost: evil.example\r\nConnection: close\r\n\r\n")
+                answer = b""
+                while chunk := sock.recv(65536):
+                    answer += chunk
+            assert answer.startswith(b"HTTP/1.1 200") and b"copilot-otel-render" in answer
+            with socket.socket(socket.AF_UNIX) as sock:
+                sock.connect(address)
+                sock.sendall(b"GET /metrics HTTP/1.1\r\n")
+                began = time.monotonic()
+                assert closed_by_peer(sock, 5.0)
+                assert 0.9 < time.monotonic() - began < 3.0
+        finally:
+            os.close(folder)
+        assert path.exists()
+    assert not path.exists()

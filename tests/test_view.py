@@ -299,7 +299,7 @@ def test_a_page_opens_only_with_its_token_and_the_cookie_carries_it_across_reloa
     same page without the token in its address, and the pages then work across reloads and clicks."""
     from copilot_otel.access import NEEDS_TOKEN
 
-    session_id = copy_session("plain", daemon.home).parent.name
+    session_id = copy_session("failing_tool", daemon.home).parent.name
     browser.context.clear_cookies()
     page = browser.page()
     for path in ("/", f"/session/{session_id}", "/api/sessions"):
