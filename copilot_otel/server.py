@@ -2,8 +2,9 @@
 
 One asyncio loop (aiohttp) in one daemon thread serves every connection, so idle or hostile
 clients cost a file descriptor and a few kilobytes each, never a thread; the limits that keep
-them bounded are in ``http_guard``. The registry is rendered in a worker thread, so a slow
-scrape never holds up /healthz.
+them bounded are in ``http_guard``. The registry is rendered in worker threads of its own, so a
+slow scrape never holds up /healthz, and the added routes' work (the web view) runs in others, so
+it never queues ahead of a scrape.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ MAX_HEAD_BYTES = 32 * 1024
 BACKLOG = 64  # accepted per loop iteration at most; fewer under a low open-files limit
 LISTEN_QUEUE = 1024  # connections the kernel holds for us (they cost no descriptor until accepted)
 RENDER_THREADS = 2
+ROUTE_THREADS = 2  # for the added routes' blocking work (run_blocking), apart from the renders
 MAX_PENDING_RENDERS = 8  # distinct formats rendering or queued; more is a flood: 503
 STOP_GRACE = 0.5  # s for requests in progress to finish at stop() (aiohttp waits twice this at most)
 
@@ -43,7 +45,7 @@ class MetricsServer:
     ``routes`` adds aiohttp route definitions next to /metrics and /healthz, for instance
     ``[web.get("/", index)]`` or a ``web.RouteTableDef``. Their handlers run on the server's
     loop and must not block it: ``await request.app[SERVER].run_blocking(fn, *args)`` runs slow
-    work in the server's worker threads. A handler that prepares its response itself (a stream
+    work in worker threads of their own (not those that render /metrics). A handler that prepares its response itself (a stream
     such as Server-Sent Events) is not held to the write deadline; at ``stop()`` it is cancelled
     within ``2 * STOP_GRACE``. Every response carries ``X-Content-Type-Options: nosniff`` and a
     ``Content-Security-Policy`` that lets a page load only this server's scripts and styles.
@@ -71,6 +73,7 @@ class MetricsServer:
         self._thread: threading.Thread | None = None
         self._stopping: asyncio.Event | None = None
         self._workers: Workers | None = None
+        self._route_workers: Workers | None = None
         self._renders: dict[tuple[str, bool], asyncio.Future] = {}
         self._failure: BaseException | None = None
 
@@ -83,6 +86,8 @@ class MetricsServer:
         self._loop = asyncio.new_event_loop()
         self._loop.set_exception_handler(LoopErrors(self._count))
         self._workers = Workers(self._loop, RENDER_THREADS, "copilot-otel-render")
+        if self._routes:
+            self._route_workers = Workers(self._loop, ROUTE_THREADS, "copilot-otel-web")
         ready = threading.Event()
         self._thread = threading.Thread(target=self._run, args=(limit, backlog, ready), name="copilot-otel-http",
                                         daemon=True)
@@ -108,11 +113,13 @@ class MetricsServer:
         if thread.is_alive():
             log.warning("metrics server: its loop did not end within 10 s")
         self._workers.close(timeout=5)
+        if self._route_workers is not None:
+            self._route_workers.close(timeout=5)
         self._sock.close()
 
     async def run_blocking(self, fn: Callable, *args):
-        """Run ``fn(*args)`` in the server's worker threads and return its result."""
-        return await self._workers.submit(fn, *args)
+        """Run ``fn(*args)`` in the added routes' worker threads and return its result."""
+        return await (self._route_workers or self._workers).submit(fn, *args)
 
     # ---------------------------------------------------------------- the loop thread
 
