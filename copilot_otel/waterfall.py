@@ -6,8 +6,9 @@ own tail and session model (the same pipeline as replay, with the daemon's conte
 it shows exactly what the traces hold), keeps the finished spans as encoded JSON, and asks the
 model for snapshots of the open ones. Reading a session the first time replays its file (a few
 milliseconds for a typical log); later refreshes read only what was appended. A
-:class:`TraceCache` keeps a few of them, least recently viewed dropped first, under a cap on
-spans held in all.
+:class:`TraceCache` keeps a few of them, and those live views follow, under a cap on spans held
+in all. An answer holds a :class:`Page` of them: the spans are shared with the trace, and its JSON
+is made piece by piece as the client takes it.
 """
 
 from __future__ import annotations
@@ -15,8 +16,10 @@ from __future__ import annotations
 import itertools
 import threading
 import time
-from collections import OrderedDict
+from collections import Counter, OrderedDict
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 import orjson
 
@@ -27,10 +30,12 @@ from .records import STATUS_ERROR, STATUS_OK, SpanRecord
 from .sessions import SessionModel
 from .tail import FileTail
 
-READ_BYTES = 8 << 20  # per read; a refresh reads until the end of the file
-MAX_SESSIONS = 8  # traces kept at once
-MAX_SPANS = 20_000  # finished spans kept over all traces (oldest dropped first): ~10 MB of JSON
+READ_BYTES = 1 << 20  # per read (8 MiB of lines decoded at once held 60 MB more); a refresh reads to the end
+MAX_SESSIONS = 8  # traces kept at once besides those a live view follows
+MAX_SPANS = 20_000  # finished spans kept over all traces (the least recently viewed lose their oldest first): ~13 MB
+PAGE_SPANS = 2_000  # finished spans in one answer at most (~1.3 MB of JSON); a client asks on from ``next``
 IDLE_TTL = 300.0  # seconds a trace nobody asked for is kept
+REREAD_EVERY = 30.0  # seconds between two re-reads of one trace from its start, to give back spans it dropped
 _tokens = itertools.count(1)
 _STATUS = {STATUS_ERROR: "error", STATUS_OK: "ok"}
 
@@ -48,7 +53,57 @@ def span_json(span: SpanRecord, *, running: bool = False) -> dict:
 
 
 def _encode(value) -> bytes:
-    return orjson.dumps(value, default=str)
+    # orjson's bytes keep the room they grew into (8 KiB for a 650-byte span): the copy is the size it says.
+    return memoryview(orjson.dumps(value, default=str)).tobytes()
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    """What one answer holds: finished spans from one index on (shared with the trace, not copied) and
+    the spans open now. ``head`` is the rest of the answer: token, reset, from, next, more, total,
+    dropped, last_event_ms, open."""
+
+    head: dict
+    spans: list[bytes]
+
+    @property
+    def position(self) -> tuple[str, int]:
+        """(token, index) to ask from next time."""
+        return self.head["token"], self.head["next"]
+
+    def split(self, size: int) -> list["Page"]:
+        """This page as pages of at most ``size`` finished spans (at least one page)."""
+        first, total = self.head["from"], len(self.spans)
+        cuts = range(0, total, size) if total else [0]
+        return [Page({**self.head, "reset": self.head["reset"] and i == 0, "from": first + i,
+                      "next": first + min(i + size, total), "more": self.head["more"] or i + size < total},
+                     self.spans[i:i + size]) for i in cuts]
+
+    def size(self) -> int:
+        """Bytes of its JSON."""
+        return len(self._head()) + sum(map(len, self.spans)) + max(0, len(self.spans) - 1) + 2
+
+    def pieces(self, chunk: int = 1 << 16) -> Iterator[bytes]:
+        """Its JSON object, in pieces of about ``chunk`` bytes, made as they are asked for."""
+        yield self._head()
+        group: list[bytes] = []
+        size = 0
+        for i, span in enumerate(self.spans):
+            if i:
+                group.append(b",")
+            group.append(span)
+            size += len(span) + 1
+            if size >= chunk:
+                yield b"".join(group)
+                group, size = [], 0
+        group.append(b"]}")
+        yield b"".join(group)
+
+    def json(self) -> bytes:
+        return b"".join(self.pieces())
+
+    def _head(self) -> bytes:
+        return _encode(self.head)[:-1] + b',"spans":['
 
 
 class SessionTrace:
@@ -59,14 +114,19 @@ class SessionTrace:
         self.path = path
         self.session_id = session_id
         self._options = options
+        self._max_line_bytes = max_line_bytes
         self._tail = FileTail(path, max_line_bytes=max_line_bytes)
         self._lock = threading.Lock()
+        self.token = ""
         self._reset()
         self.used = time.monotonic()
         self.gone = False
+        self.reread_at = float("-inf")  # monotonic time of the last read again from the start
+        self.reads = 1  # reads from the start so far
 
-    def _reset(self) -> None:
-        self.token = f"t{next(_tokens)}"  # changes when the spans start over (a truncated or replaced file)
+    def _reset(self, *, new_token: bool = True) -> None:
+        if new_token:  # the spans start over (a truncated or replaced file): clients start over too
+            self.token = f"t{next(_tokens)}"
         self._model = SessionModel(self.session_id, self._options, summaries=False, metrics=False)
         self._spans: list[bytes] = []
         self.dropped = 0  # spans dropped from the front to stay under the cap
@@ -77,21 +137,39 @@ class SessionTrace:
         """Finished spans held now."""
         return len(self._spans)
 
+    @property
+    def total(self) -> int:
+        """Finished spans so far, dropped ones included: the index after the last."""
+        return self.dropped + len(self._spans)
+
     def refresh(self) -> None:
         """Read what was appended to the log since the last refresh."""
         with self._lock:
-            while True:
-                result = self._tail.read(max_bytes=READ_BYTES)
-                if result.gone or result.error:
-                    self.gone = result.gone
-                    return
-                if result.restarted:
-                    self._reset()
-                if not result.items:
-                    return
-                out = drive(self._model, result.items, Outputs(), source=str(self.path), warn=lambda *a: None)
-                self._spans.extend(_encode(span_json(span)) for span in out.spans)
-                self.size = self._tail.offset
+            self._refresh()
+
+    def _refresh(self) -> None:
+        while True:
+            result = self._tail.read(max_bytes=READ_BYTES)
+            if result.gone or result.error:
+                self.gone = result.gone
+                return
+            if result.restarted:
+                self._reset()
+            if not result.items:
+                return
+            out = drive(self._model, result.items, Outputs(), source=str(self.path), warn=lambda *a: None)
+            self._spans.extend(_encode(span_json(span)) for span in out.spans)
+            self.size = self._tail.offset
+
+    def reread(self) -> None:
+        """Read the log again from its start, to hold the spans dropped under the cap. The spans come out the
+        same (their ids are the events'), so the token stays, unless the file is no longer the one read."""
+        with self._lock:
+            self._tail = FileTail(self.path, identity=self._tail.identity, max_line_bytes=self._max_line_bytes)
+            self._reset(new_token=False)
+            self.reread_at = time.monotonic()
+            self.reads += 1
+            self._refresh()
 
     def drop_oldest(self, count: int) -> None:
         """Forget the ``count`` oldest finished spans (the memory cap)."""
@@ -100,41 +178,68 @@ class SessionTrace:
             del self._spans[:count]
             self.dropped += count
 
-    def snapshot(self, since: int = 0, token: str | None = None) -> tuple[bytes, tuple[str, int]]:
-        """JSON of the finished spans from index ``since`` (all, if ``token`` is another generation's)
-        and of the open spans now; and (token, index) to ask from next time."""
+    def page(self, since: int = 0, token: str | None = None, limit: int | None = PAGE_SPANS) -> Page:
+        """The finished spans from index ``since`` (from the first held, if ``token`` is another generation's),
+        at most ``limit`` of them, and the open spans now."""
         with self._lock:
             self.used = time.monotonic()
             reset = token != self.token
             start = self.dropped if reset else max(since, self.dropped)
-            finished = self._spans[start - self.dropped:]
+            end = self.total if limit is None else min(self.total, start + limit)
+            finished = self._spans[start - self.dropped:end - self.dropped]
             open_spans = [span_json(s, running=bool(s.attributes.get(A.COPILOT_RUNNING)))
                           for s in self._model.open_spans()]
-            end = self.dropped + len(self._spans)
-            head = {"token": self.token, "reset": reset, "from": start, "next": end, "dropped": self.dropped,
-                    "last_event_ms": self._model.last_event_ns / 1e6, "open": open_spans}
-            body = _encode(head)[:-1] + b',"spans":[' + b",".join(finished) + b"]}"
-            return body, (self.token, end)
+            head = {"token": self.token, "reset": reset, "from": start, "next": end, "more": end < self.total,
+                    "total": self.total, "dropped": self.dropped, "last_event_ms": self._model.last_event_ns / 1e6,
+                    "open": open_spans}
+            return Page(head, finished)
 
 
 class TraceCache:
-    """The traces of recently viewed sessions: at most ``max_sessions``, ``max_spans`` finished spans in all."""
+    """The traces of viewed sessions, with at most ``max_spans`` finished spans in all.
+
+    A trace that a live view follows (``follow``) keeps its tail and model for as long as the view is
+    open, so the view is sent only what is new, never the session again. Past ``max_spans``, the least
+    recently viewed traces lose their oldest spans first (a client that asks for them again gets the
+    trace read anew from its start, at most every ``reread_every`` seconds, when the trace fits under the
+    cap; otherwise they are said to be dropped). Besides the followed ones, at most ``max_sessions`` traces
+    are kept, none unviewed for ``idle_ttl`` seconds.
+    """
 
     def __init__(self, options: ModelOptions, *, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
-                 max_sessions: int = MAX_SESSIONS, max_spans: int = MAX_SPANS, idle_ttl: float = IDLE_TTL) -> None:
+                 max_sessions: int = MAX_SESSIONS, max_spans: int = MAX_SPANS, idle_ttl: float = IDLE_TTL,
+                 reread_every: float = REREAD_EVERY) -> None:
         self.options = options
         self.max_line_bytes = max_line_bytes
         self.max_sessions = max_sessions
         self.max_spans = max_spans
         self.idle_ttl = idle_ttl
+        self.reread_every = reread_every
         self._traces: OrderedDict[Path, SessionTrace] = OrderedDict()
+        self._followed: Counter[Path] = Counter()
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
         return len(self._traces)
 
-    def trace(self, path: Path, session_id: str) -> SessionTrace:
-        """The session's trace, read up to the end of its log now (call from a worker thread)."""
+    def held(self) -> int:
+        """Finished spans held over all traces."""
+        return sum(t.held for t in list(self._traces.values()))
+
+    def follow(self, path: Path) -> None:
+        """A live view follows this session: keep its trace until ``unfollow``."""
+        with self._lock:
+            self._followed[path] += 1
+
+    def unfollow(self, path: Path) -> None:
+        with self._lock:
+            self._followed[path] -= 1
+            if self._followed[path] <= 0:
+                del self._followed[path]
+
+    def trace(self, path: Path, session_id: str, *, since: int = 0, token: str | None = None) -> SessionTrace:
+        """The session's trace, read up to the end of its log now (call from a worker thread). A client that
+        asks from ``since`` (in ``token``'s generation) for spans dropped under the cap may get them read again."""
         with self._lock:
             trace = self._traces.get(path)
             if trace is None:
@@ -143,6 +248,10 @@ class TraceCache:
             self._traces.move_to_end(path)
             trace.used = time.monotonic()
         trace.refresh()
+        wanted = since if token == trace.token else 0
+        if (wanted < trace.dropped and trace.total <= self.max_spans
+                and time.monotonic() - trace.reread_at >= self.reread_every):
+            trace.reread()
         self._trim(keep=trace)
         return trace
 
@@ -153,15 +262,16 @@ class TraceCache:
     def _trim(self, keep: SessionTrace | None = None) -> None:
         with self._lock:
             cutoff = time.monotonic() - self.idle_ttl
-            for path, trace in list(self._traces.items()):
-                if trace is not keep and (trace.used < cutoff or trace.gone or len(self._traces) > self.max_sessions):
-                    del self._traces[path]
-            held = sum(t.held for t in self._traces.values())
-            for trace in list(self._traces.values()):  # whole traces, least recently viewed first
-                if held <= self.max_spans:
-                    break
-                if trace is not keep:
-                    held -= trace.held
+            spare = [t for t in self._traces.values() if t.path not in self._followed]
+            over = len(spare) - self.max_sessions
+            for trace in spare:  # least recently viewed first
+                if trace is not keep and (trace.gone or trace.used < cutoff or over > 0):
+                    over -= 1
                     del self._traces[trace.path]
-            if held > self.max_spans and keep is not None:
-                keep.drop_oldest(held - self.max_spans)  # the viewed one alone is too big: its oldest spans go
+            excess = sum(t.held for t in self._traces.values()) - self.max_spans
+            for trace in [*(t for t in self._traces.values() if t is not keep), *([keep] if keep else [])]:
+                if excess <= 0:
+                    break
+                count = min(excess, trace.held)
+                trace.drop_oldest(count)
+                excess -= count
