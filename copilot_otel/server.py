@@ -202,6 +202,10 @@ class MetricsServer:
     def _count(self, reason: str) -> None:
         self._errors.labels(reason).inc()
 
+    def count(self, reason: str) -> None:
+        """Count a connection an added route closed (one of http_guard.REASONS, e.g. write_timeout)."""
+        self._count(reason)
+
 
 SERVER = web.AppKey("copilot_otel_server", MetricsServer)
 
