@@ -13,6 +13,7 @@ is made piece by piece as the client takes it.
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import threading
 import time
@@ -32,8 +33,9 @@ from .tail import FileTail
 
 READ_BYTES = 1 << 20  # per read (8 MiB of lines decoded at once held 60 MB more); a refresh reads to the end
 MAX_SESSIONS = 8  # traces kept at once besides those a live view follows
-MAX_SPANS = 20_000  # finished spans kept over all traces (the least recently viewed lose their oldest first): ~13 MB
+MAX_BYTES = 32 << 20  # JSON of the finished spans kept over all traces (~50,000 spans without captured content)
 PAGE_SPANS = 2_000  # finished spans in one answer at most (~1.3 MB of JSON); a client asks on from ``next``
+PAGE_BYTES = 4 << 20  # and at most this much of their JSON (spans with captured content are larger)
 IDLE_TTL = 300.0  # seconds a trace nobody asked for is kept
 REREAD_EVERY = 30.0  # seconds between two re-reads of one trace from its start, to give back spans it dropped
 _tokens = itertools.count(1)
@@ -71,13 +73,15 @@ class Page:
         """(token, index) to ask from next time."""
         return self.head["token"], self.head["next"]
 
-    def split(self, size: int) -> list["Page"]:
-        """This page as pages of at most ``size`` finished spans (at least one page)."""
+    def split(self, max_spans: int = PAGE_SPANS, max_bytes: int = PAGE_BYTES) -> list["Page"]:
+        """This page as pages of at most ``max_spans`` finished spans and ``max_bytes`` of their JSON (but one
+        span at least each; at least one page)."""
         first, total = self.head["from"], len(self.spans)
-        cuts = range(0, total, size) if total else [0]
+        starts = _starts(self.spans, max_spans, max_bytes)
+        ends = [*starts[1:], total]
         return [Page({**self.head, "reset": self.head["reset"] and i == 0, "from": first + i,
-                      "next": first + min(i + size, total), "more": self.head["more"] or i + size < total},
-                     self.spans[i:i + size]) for i in cuts]
+                      "next": first + end, "more": self.head["more"] or end < total}, self.spans[i:end])
+                for i, end in zip(starts, ends)]
 
     def size(self) -> int:
         """Bytes of its JSON."""
@@ -106,6 +110,25 @@ class Page:
         return _encode(self.head)[:-1] + b',"spans":['
 
 
+def _starts(spans: list[bytes], max_spans: int, max_bytes: int) -> list[int]:
+    """Where each page of ``spans`` begins, pages of at most ``max_spans`` spans and ``max_bytes`` (one span
+    at least). Sums and searches in C: a stream's first answer may hold 50,000 spans."""
+    max_spans = max(1, max_spans)
+    by_count = list(range(0, len(spans), max_spans)) or [0]
+    if all(sum(map(len, spans[i:i + max_spans])) <= max_bytes for i in by_count):
+        return by_count  # the usual case: spans without captured content are small
+    ends = list(itertools.accumulate(map(len, spans)))  # ends[i]: bytes of spans[:i + 1]
+    starts, count = [0], len(spans)
+    while True:
+        first = starts[-1]
+        before = ends[first - 1] if first else 0
+        fits = bisect.bisect_right(ends, before + max_bytes, first)  # spans[first:fits] fit in max_bytes
+        end = min(first + max_spans, max(fits, first + 1))
+        if end >= count:
+            return starts
+        starts.append(end)
+
+
 class SessionTrace:
     """One viewed session: its own tail and model, the finished spans so far (encoded), the open ones."""
 
@@ -129,7 +152,9 @@ class SessionTrace:
             self.token = f"t{next(_tokens)}"
         self._model = SessionModel(self.session_id, self._options, summaries=False, metrics=False)
         self._spans: list[bytes] = []
+        self.held_bytes = 0  # of the finished spans' JSON held
         self.dropped = 0  # spans dropped from the front to stay under the cap
+        self.dropped_bytes = 0
         self.size = 0  # bytes read so far
 
     @property
@@ -158,7 +183,9 @@ class SessionTrace:
             if not result.items:
                 return
             out = drive(self._model, result.items, Outputs(), source=str(self.path), warn=lambda *a: None)
-            self._spans.extend(_encode(span_json(span)) for span in out.spans)
+            encoded = [_encode(span_json(span)) for span in out.spans]
+            self._spans.extend(encoded)
+            self.held_bytes += sum(map(len, encoded))
             self.size = self._tail.offset
 
     def reread(self) -> None:
@@ -171,22 +198,35 @@ class SessionTrace:
             self.reads += 1
             self._refresh()
 
-    def drop_oldest(self, count: int) -> None:
-        """Forget the ``count`` oldest finished spans (the memory cap)."""
+    def drop_oldest(self, nbytes: int) -> int:
+        """Forget the oldest finished spans, ``nbytes`` of their JSON or a little more (the memory cap); the
+        bytes freed."""
         with self._lock:
-            count = min(count, len(self._spans))
+            count = freed = 0
+            while count < len(self._spans) and freed < nbytes:
+                freed += len(self._spans[count])
+                count += 1
             del self._spans[:count]
             self.dropped += count
+            self.dropped_bytes += freed
+            self.held_bytes -= freed
+            return freed
 
-    def page(self, since: int = 0, token: str | None = None, limit: int | None = PAGE_SPANS) -> Page:
+    def page(self, since: int = 0, token: str | None = None, limit: int | None = PAGE_SPANS,
+             max_bytes: int | None = PAGE_BYTES) -> Page:
         """The finished spans from index ``since`` (from the first held, if ``token`` is another generation's),
-        at most ``limit`` of them, and the open spans now."""
+        at most ``limit`` of them and ``max_bytes`` of their JSON (one at least; None: all), and the open spans."""
         with self._lock:
             self.used = time.monotonic()
             reset = token != self.token
             start = self.dropped if reset else max(since, self.dropped)
             end = self.total if limit is None else min(self.total, start + limit)
             finished = self._spans[start - self.dropped:end - self.dropped]
+            if max_bytes is not None:
+                starts = _starts(finished, len(finished), max_bytes)
+                if len(starts) > 1:
+                    finished = finished[:starts[1]]
+                    end = start + starts[1]
             open_spans = [span_json(s, running=bool(s.attributes.get(A.COPILOT_RUNNING)))
                           for s in self._model.open_spans()]
             head = {"token": self.token, "reset": reset, "from": start, "next": end, "more": end < self.total,
@@ -196,10 +236,10 @@ class SessionTrace:
 
 
 class TraceCache:
-    """The traces of viewed sessions, with at most ``max_spans`` finished spans in all.
+    """The traces of viewed sessions, with at most ``max_bytes`` of finished spans' JSON in all.
 
     A trace that a live view follows (``follow``) keeps its tail and model for as long as the view is
-    open, so the view is sent only what is new, never the session again. Past ``max_spans``, the least
+    open, so the view is sent only what is new, never the session again. Past ``max_bytes``, the least
     recently viewed traces lose their oldest spans first (a client that asks for them again gets the
     trace read anew from its start, at most every ``reread_every`` seconds, when the trace fits under the
     cap; otherwise they are said to be dropped). Besides the followed ones, at most ``max_sessions`` traces
@@ -207,12 +247,12 @@ class TraceCache:
     """
 
     def __init__(self, options: ModelOptions, *, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
-                 max_sessions: int = MAX_SESSIONS, max_spans: int = MAX_SPANS, idle_ttl: float = IDLE_TTL,
+                 max_sessions: int = MAX_SESSIONS, max_bytes: int = MAX_BYTES, idle_ttl: float = IDLE_TTL,
                  reread_every: float = REREAD_EVERY) -> None:
         self.options = options
         self.max_line_bytes = max_line_bytes
         self.max_sessions = max_sessions
-        self.max_spans = max_spans
+        self.max_bytes = max_bytes
         self.idle_ttl = idle_ttl
         self.reread_every = reread_every
         self._traces: OrderedDict[Path, SessionTrace] = OrderedDict()
@@ -223,8 +263,8 @@ class TraceCache:
         return len(self._traces)
 
     def held(self) -> int:
-        """Finished spans held over all traces."""
-        return sum(t.held for t in list(self._traces.values()))
+        """Bytes of finished spans' JSON held over all traces."""
+        return sum(t.held_bytes for t in list(self._traces.values()))
 
     def follow(self, path: Path) -> None:
         """A live view follows this session: keep its trace until ``unfollow``."""
@@ -249,7 +289,7 @@ class TraceCache:
             trace.used = time.monotonic()
         trace.refresh()
         wanted = since if token == trace.token else 0
-        if (wanted < trace.dropped and trace.total <= self.max_spans
+        if (wanted < trace.dropped and trace.held_bytes + trace.dropped_bytes <= self.max_bytes
                 and time.monotonic() - trace.reread_at >= self.reread_every):
             trace.reread()
         self._trim(keep=trace)
@@ -268,10 +308,8 @@ class TraceCache:
                 if trace is not keep and (trace.gone or trace.used < cutoff or over > 0):
                     over -= 1
                     del self._traces[trace.path]
-            excess = sum(t.held for t in self._traces.values()) - self.max_spans
+            excess = sum(t.held_bytes for t in self._traces.values()) - self.max_bytes
             for trace in [*(t for t in self._traces.values() if t is not keep), *([keep] if keep else [])]:
                 if excess <= 0:
                     break
-                count = min(excess, trace.held)
-                trace.drop_oldest(count)
-                excess -= count
+                excess -= trace.drop_oldest(excess)

@@ -177,8 +177,8 @@ class WebView:
         return page, page.size()
 
     def _pages(self, path: Path, session_id: str, since: int, token: str | None) -> list[Page]:
-        """Every finished span from ``since`` (shared with the trace), in pages of PAGE_SPANS."""
-        return self.cache.trace(path, session_id, since=since, token=token).page(since, token, None).split(PAGE_SPANS)
+        """Every finished span from ``since`` (shared with the trace), in pages of PAGE_SPANS (or PAGE_BYTES)."""
+        return self.cache.trace(path, session_id, since=since, token=token).page(since, token, None, None).split()
 
     def _session_head(self, row) -> bytes:
         """The answer's JSON up to its trace: the session's row, and what the page needs to know."""

@@ -34,7 +34,7 @@ from .server import SERVER
 log = logging.getLogger(__name__)
 
 CHUNK = 16 * 1024  # bytes made and written at a time; a client's buffer in the daemon fills at this
-SEND_BUFFER = 256 * 1024  # the kernel's send buffer for a client of the view (it doubles it): not autotuned to MBs
+SEND_BUFFER = 64 * 1024  # asked of the kernel for a client of the view (it holds twice that), not autotuned to MBs
 POLL = 0.1  # seconds between two looks at the source while a live view is open
 MIN_PUSH = 0.25  # seconds between two pushes on one stream
 HEARTBEAT = 15.0  # seconds of silence after which a stream sends a comment (proxies, dead clients)

@@ -30,7 +30,7 @@ def replayed(path: Path, options: ModelOptions = ModelOptions()) -> list[dict]:
 
 def snapshot(trace: SessionTrace, since: int = 0, token: str | None = None, limit: int | None = None) -> dict:
     """One page as the client reads it, made piece by piece in small pieces."""
-    return json.loads(b"".join(trace.page(since, token, limit).pieces(chunk=1000)))
+    return json.loads(b"".join(trace.page(since, token, limit, None).pieces(chunk=1000)))
 
 
 def test_a_finished_session_shows_exactly_the_spans_replay_exports(tmp_path):
@@ -123,11 +123,17 @@ def copies(tmp_path: Path, names: str) -> list[Path]:
     return paths
 
 
+def json_bytes(path: Path) -> list[int]:
+    """The size of each finished span's JSON, in order, as a trace holds them."""
+    trace = SessionTrace(path, path.parent.name, ModelOptions())
+    trace.refresh()
+    return [len(span) for span in trace.page(0, None, None, None).spans]
+
+
 def test_the_cache_keeps_few_sessions_but_every_followed_one(tmp_path):
     """Past max_sessions the least recently viewed trace goes, unless a live view follows it."""
     paths = copies(tmp_path, "abcd")
-    count = len(replayed(paths[0]))
-    cache = TraceCache(ModelOptions(), max_sessions=2, max_spans=10 * count)
+    cache = TraceCache(ModelOptions(), max_sessions=2)
     for path in paths[:3]:
         cache.trace(path, path.parent.name)
     assert len(cache) == 2
@@ -141,18 +147,20 @@ def test_the_cache_keeps_few_sessions_but_every_followed_one(tmp_path):
     assert len(cache) == 3
 
 
-def test_past_the_span_cap_the_least_recently_viewed_lose_their_oldest_spans_first(tmp_path):
-    """Over max_spans, spans go from the front of the least recently viewed traces first, then of the one
+def test_past_the_cap_the_least_recently_viewed_lose_their_oldest_spans_first(tmp_path):
+    """Over max_bytes, spans go from the front of the least recently viewed traces first, then of the one
     being read; each trace keeps its model and its token, and counts what it dropped so indexes stay valid."""
     paths = copies(tmp_path, "abc")
-    count = len(replayed(paths[0]))
-    cache = TraceCache(ModelOptions(), max_spans=count + 3)
+    sizes = json_bytes(paths[0])
+    count = len(sizes)
+    cache = TraceCache(ModelOptions(), max_bytes=sum(sizes) + sum(sizes[-3:]))
     a = cache.trace(paths[0], "a")
     token = a.token
     b = cache.trace(paths[1], "b")
     assert len(cache) == 2 and b.held == count and a.held == 3 and a.dropped == count - 3
+    assert cache.held() <= cache.max_bytes and a.held_bytes == sum(sizes[-3:])
     assert a.token == token and snapshot(a, a.total, token)["spans"] == []  # a live view of a gets only what is new
-    tiny = TraceCache(ModelOptions(), max_spans=3)
+    tiny = TraceCache(ModelOptions(), max_bytes=sum(sizes[-3:]))
     trace = tiny.trace(paths[2], "c")
     shown = snapshot(trace)
     assert trace.held == 3 and shown["dropped"] == count - 3 and shown["from"] == count - 3
@@ -163,8 +171,9 @@ def test_dropped_spans_asked_for_again_are_read_again_at_most_every_so_often(tmp
     """A client that asks for spans dropped under the cap gets the trace read again from its start, under
     the same token, when it fits under the cap; not twice within reread_every seconds."""
     paths = copies(tmp_path, "ab")
-    count = len(replayed(paths[0]))
-    cache = TraceCache(ModelOptions(), max_spans=count + 3, reread_every=3600)
+    sizes = json_bytes(paths[0])
+    count = len(sizes)
+    cache = TraceCache(ModelOptions(), max_bytes=sum(sizes) + sum(sizes[-3:]), reread_every=3600)
     a = cache.trace(paths[0], "a")
     token = a.token
     cache.trace(paths[1], "b")
@@ -181,8 +190,8 @@ def test_dropped_spans_asked_for_again_are_read_again_at_most_every_so_often(tmp
 
 
 def test_a_page_holds_at_most_its_limit_and_says_where_to_go_on(tmp_path):
-    """Pages of a few spans, followed by next and token, give every span once, in order; split pages
-    of one answer give the same; a page's size is its JSON's length."""
+    """Pages of a few spans (or a few bytes), followed by next and token, give every span once, in order;
+    split pages of one answer give the same; a page's size is its JSON's length."""
     path = subagent_log()
     trace = SessionTrace(path, path.parent.name, ModelOptions())
     trace.refresh()
@@ -196,7 +205,12 @@ def test_a_page_holds_at_most_its_limit_and_says_where_to_go_on(tmp_path):
         if not shown["more"]:
             break
     assert seen == expected
-    whole = trace.page(0, None, None)
+    sizes = json_bytes(path)
+    small = json.loads(trace.page(0, None, 1000, max_bytes=sizes[0] + sizes[1]).json())
+    assert len(small["spans"]) == 2 and small["next"] == 2 and small["more"] is True
+    assert len(json.loads(trace.page(0, None, 1000, max_bytes=1).json())["spans"]) == 1  # one at least
+    whole = trace.page(0, None, None, None)
+    assert [len(p.spans) for p in whole.split(1000, sum(sizes[:3]))][0] == 3
     parts = whole.split(5)
     assert [len(p.spans) for p in parts[:-1]] == [5] * (len(parts) - 1) and parts[-1].head["more"] is False
     assert [s for p in parts for s in json.loads(p.json())["spans"]] == expected
@@ -218,8 +232,8 @@ def test_held_spans_cost_about_their_json(tmp_path):
         used = tracemalloc.get_traced_memory()[0]
     finally:
         tracemalloc.stop()
-    json_bytes = sum(len(span) for span in trace.page(0, None, None).spans)
-    assert trace.held > 500 and used < 1.5 * json_bytes + (2 << 20), (used, json_bytes)
+    held = sum(len(span) for span in trace.page(0, None, None, None).spans)
+    assert trace.held > 500 and held == trace.held_bytes and used < 1.5 * held + (2 << 20), (used, held)
 
 
 def test_a_deleted_log_leaves_the_cache(tmp_path):
@@ -233,3 +247,24 @@ def test_a_deleted_log_leaves_the_cache(tmp_path):
     trace.refresh()
     cache.sweep()
     assert len(cache) == 0
+
+
+def test_pages_are_cut_as_full_as_their_limits_allow():
+    """Any spans cut into pages: in order, none empty, each within both limits (or a single span that is
+    larger alone), and none could have taken the next span."""
+    import random
+
+    from copilot_otel.waterfall import Page
+
+    chance = random.Random(21)
+    for _ in range(500):
+        spans = [b"x" * chance.randint(1, 12) for _ in range(chance.randint(0, 40))]
+        max_spans, max_bytes = chance.randint(1, 9), chance.randint(1, 40)
+        pages = Page({"from": 0, "reset": True, "more": False}, spans).split(max_spans, max_bytes)
+        assert [s for p in pages for s in p.spans] == spans
+        for page, following in zip(pages, [*pages[1:], None]):
+            size = sum(map(len, page.spans))
+            assert (spans == [] or page.spans) and len(page.spans) <= max_spans
+            assert size <= max_bytes or len(page.spans) == 1
+            if following is not None:
+                assert len(page.spans) == max_spans or size + len(following.spans[0]) > max_bytes
