@@ -68,3 +68,22 @@ def test_one_look_builds_the_board_once_for_every_view_and_wakes_them_all(tmp_pa
         assert task.cancelled() or task.done()
 
     asyncio.run(main())
+
+
+def test_the_help_says_the_bounds_the_code_keeps():
+    """`run --help` and `view --help` say what one client can cost with the figures the code uses."""
+    from click.testing import CliRunner
+
+    from copilot_otel import server, webio
+    from copilot_otel.cli import main
+    from copilot_otel.waterfall import MAX_BYTES, PAGE_BYTES, PAGE_SPANS
+    from copilot_otel.web import MAX_STREAMS
+
+    figures = (f"{PAGE_SPANS:,} spans", f"{PAGE_BYTES >> 20} MiB of JSON", f"{MAX_BYTES >> 20} MiB of spans held",
+               f"{MAX_STREAMS} live views",
+               f"{2 * webio.SEND_BUFFER // 1024} KiB kernel send buffer", f"after {server.WRITE_TIMEOUT:.0f} s",
+               f"or {webio.WRITE_TIMEOUT:.0f} s")
+    for command in ("run", "view"):
+        text = " ".join(CliRunner().invoke(main, [command, "--help"]).output.split())
+        missing = [figure for figure in figures if figure not in text]
+        assert not missing, (command, missing)
