@@ -8,8 +8,8 @@ its interactions repeated with fresh ids), and scrape /metrics on a new connecti
                 /api/session/<id> first (its size and time), then ``--clients`` connections
                 (200) that each send a GET of /api/session/<id> (or, one in four, of its
                 /stream) and never read. The daemon's VmRSS and VmHWM (/proc) before, every 0.5 s
-                while they are held (``--hold`` s) and after they are closed (``--after`` s), and
-                the scrape times meanwhile. Target: RSS < 300 MB.
+                while they are held (``--hold`` s, 35: past the write deadline) and after they are
+                closed (``--after`` s), and the scrape times meanwhile. Target: RSS < 300 MB.
   live views    ``--sessions`` sessions (4) of about ``--session-spans`` spans (9,000), live, one
                 of them appended a real interaction (20 lines, ~10 spans) every ``--append-every``
                 s (0.25) round robin, while ``--views`` streams (64) read: three in four follow a
@@ -82,6 +82,7 @@ class Scraper(threading.Thread):
         super().__init__(daemon=True)
         self.port, self.every = port, every
         self.times: list[float] = []
+        self.at: list[float] = []  # when each timed scrape began (time.monotonic())
         self.failed = 0
         self.stop = threading.Event()
 
@@ -90,9 +91,15 @@ class Scraper(threading.Thread):
             started = time.monotonic()
             try:
                 self.times.append(scrape_ms(self.port))
+                self.at.append(started)
             except OSError:
                 self.failed += 1
             self.stop.wait(max(0.0, self.every - (time.monotonic() - started)))
+
+    def slowest(self, since: float, count: int = 4) -> str:
+        """The slowest scrapes, each with when it began (s after ``since``)."""
+        worst = sorted(zip(self.times, self.at), reverse=True)[:count]
+        return ", ".join(f"{ms:.0f} ms at {at - since:.1f} s" for ms, at in worst)
 
     def report(self) -> str:
         if not self.times:
@@ -161,8 +168,9 @@ def non_reading(work: Path, args) -> None:
         rss, hwm = memory(daemon.pid)
         print(f"  while held {args.hold:.0f} s: RSS max {peak_rss:.0f} MiB (last {rss:.0f}), peak {hwm:.0f} MiB  "
               f"target < 300 MB: {'met' if hwm * 1.048576 < 300 else 'MISSED'}")
-        print(f"  scrapes meanwhile: {scraper.report()}", flush=True)
+        print(f"  scrapes meanwhile: {scraper.report()}; slowest: {scraper.slowest(opened)}", flush=True)
         scraper.times.clear()
+        scraper.at.clear()
         for sock in clients:
             sock.close()
         closed = time.monotonic()
@@ -256,10 +264,11 @@ def live_views(work: Path, args) -> None:
         opened = time.monotonic()
         wait_until(lambda: all(n > 2000 or name in readers.ended for name, n in readers.received.items()),
                    timeout=300, interval=0.2, what="every stream's first message")
-        first = sum(readers.received.values())
-        print(f"  every stream got its first message after {time.monotonic() - opened:.1f} s "
-              f"({first / 1e6:.1f} MB); {len(readers.ended)} ended", flush=True)
+        print(f"  every stream got its first message after {time.monotonic() - opened:.1f} s", flush=True)
         time.sleep(args.settle)
+        first = sum(readers.received.values())
+        print(f"  {first / 1e6:.1f} MB received {time.monotonic() - opened:.1f} s after they opened (each session "
+              f"stream: its whole session, then what changed); {len(readers.ended)} ended", flush=True)
         scraper = Scraper(daemon.port, args.scrape_every)
         before = dict(readers.received)
         cpu0, t0 = cpu_seconds(daemon.pid), time.monotonic()
@@ -292,7 +301,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--spans", type=int, default=24_000, help="spans of the big session (default 24000)")
     parser.add_argument("--clients", type=int, default=200, help="non-reading clients (default 200)")
-    parser.add_argument("--hold", type=float, default=20.0, help="s the clients are held (default 20)")
+    parser.add_argument("--hold", type=float, default=35.0,
+                        help="s the clients are held (default 35: past the 30 s write deadline)")
     parser.add_argument("--after", type=float, default=15.0, help="s measured after they close (default 15)")
     parser.add_argument("--sessions", type=int, default=4, help="live sessions (default 4)")
     parser.add_argument("--session-spans", type=int, default=9_000, help="spans of each (default 9000)")
