@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import secrets
 import threading
 import time
 from collections import Counter, OrderedDict
@@ -39,6 +40,7 @@ PAGE_BYTES = 4 << 20  # and at most this much of their JSON (spans with captured
 IDLE_TTL = 300.0  # seconds a trace nobody asked for is kept
 REREAD_EVERY = 30.0  # seconds between two re-reads of one trace from its start, to give back spans it dropped
 _tokens = itertools.count(1)
+_PROCESS = secrets.token_hex(4)  # a token names one generation in this process only: a client may outlive it
 _STATUS = {STATUS_ERROR: "error", STATUS_OK: "ok"}
 
 
@@ -149,7 +151,7 @@ class SessionTrace:
 
     def _reset(self, *, new_token: bool = True) -> None:
         if new_token:  # the spans start over (a truncated or replaced file): clients start over too
-            self.token = f"t{next(_tokens)}"
+            self.token = f"{_PROCESS}-{next(_tokens)}"
         self._model = SessionModel(self.session_id, self._options, summaries=False, metrics=False)
         self._spans: list[bytes] = []
         self.held_bytes = 0  # of the finished spans' JSON held
@@ -188,10 +190,13 @@ class SessionTrace:
             self.held_bytes += sum(map(len, encoded))
             self.size = self._tail.offset
 
-    def reread(self) -> None:
-        """Read the log again from its start, to hold the spans dropped under the cap. The spans come out the
-        same (their ids are the events'), so the token stays, unless the file is no longer the one read."""
+    def reread(self, *, unless_within: float = 0.0) -> None:
+        """Read the log again from its start (unless it was within ``unless_within`` seconds), to hold the spans
+        dropped under the cap. The spans come out the same (their ids are the events'), so the token stays,
+        unless the file is no longer the one read."""
         with self._lock:
+            if time.monotonic() - self.reread_at < unless_within:
+                return  # another request did it meanwhile
             self._tail = FileTail(self.path, identity=self._tail.identity, max_line_bytes=self._max_line_bytes)
             self._reset(new_token=False)
             self.reread_at = time.monotonic()
@@ -291,7 +296,7 @@ class TraceCache:
         wanted = since if token == trace.token else 0
         if (wanted < trace.dropped and trace.held_bytes + trace.dropped_bytes <= self.max_bytes
                 and time.monotonic() - trace.reread_at >= self.reread_every):
-            trace.reread()
+            trace.reread(unless_within=self.reread_every)
         self._trim(keep=trace)
         return trace
 
