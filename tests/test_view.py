@@ -26,6 +26,7 @@ from tests.support.daemon import DaemonProcess, complete_lines_spans
 from tests.support.events import SessionLog
 from tests.support.files import new_session
 from tests.support.net import LOOPBACK, free_port, wait_until
+from tests.support import viewclient as view_api
 from tests.support.viewclient import EventStream
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "cli" / "1.0.102"
@@ -299,7 +300,7 @@ def test_a_page_refused_a_stream_retries_and_shows_its_rows_once_streams_free_up
     log.start(repository="octo/retry")
     log.user()
     new_session(daemon.home, log.session_id).write_bytes(log.jsonl())
-    wait_until(lambda: json.loads(get(view_url(daemon.port, "/api/sessions?repository=octo/retry"))[2])["matching"],
+    wait_until(lambda: view_api.get_json(daemon.port, "/api/sessions?repository=octo/retry")["matching"],
                what="the session on /api/sessions")
     held = []
     try:
@@ -336,9 +337,9 @@ def test_a_session_too_large_for_one_answer_shows_every_span(daemon, browser):
     expected = MemorySink()
     replay_files([path], expected, options=ModelOptions())
     assert len(expected.records) > 2 * PAGE_SPANS
-    wait_until(lambda: get(view_url(daemon.port, "/api/session/large-session"))[0] == 200, timeout=60,
+    wait_until(lambda: view_api.get(daemon.port, "/api/session/large-session")[0] == 200, timeout=60,
                what="the session")
-    first = json.loads(get(view_url(daemon.port, "/api/session/large-session"))[2])["trace"]
+    first = view_api.get_json(daemon.port, "/api/session/large-session")["trace"]
     assert len(first["spans"]) == PAGE_SPANS and first["more"] is True
     page = browser.page()
     page.goto(view_url(daemon.port, "/session/large-session"))
