@@ -26,7 +26,8 @@ from .config import (
     ConfigError,
 )
 from .flags import (COPILOT_HOME, LOG_LEVEL, MAX_LINE_BYTES, METRICS_ADDRESS, PATH, STATE_DIR, TRACE_URL_HELP,
-                    access_options, export_options, option, reading_options, repository_option, stuck_options)
+                    WEB_VIEW_COST, access_options, export_options, option, reading_options, repository_option,
+                    stuck_options)
 from .vocab import SESSION_STATES
 
 EXIT_OK = 0
@@ -266,7 +267,7 @@ def sessions(state, repository, since, json, from_files, log_level, **options) -
         click.echo("no sessions" + (" match" if states or repository or since else f" under {root}"), err=True)
 
 
-@main.command()
+@main.command(epilog=WEB_VIEW_COST)
 @reading_options
 @export_options
 @METRICS_ADDRESS
@@ -308,7 +309,7 @@ def run(log_level, poll, rescan_interval, from_end, idle_quiet, max_buffered_spa
     sys.exit(run_daemon(config))
 
 
-@main.command()
+@main.command(epilog=WEB_VIEW_COST)
 @click.argument("paths", nargs=-1, type=PATH)
 @option("copilot-home", type=PATH, default=None, also_env=ENV_COPILOT_HOME,
         help="Copilot's home folder, shown when no PATH is given (default ~/.copilot).")

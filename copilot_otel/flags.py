@@ -25,6 +25,13 @@ from .config import (
 PATH = click.Path(path_type=Path, readable=False)
 
 
+# What one client of the web view can cost (web.py, webio.py, waterfall.py, server.py hold these figures).
+WEB_VIEW_COST = ("What one client of the web view (/, /api/...) can cost: an answer holds at most 2,000 spans "
+                 "and 4 MiB of JSON (about 1.3 MB without captured content), made as the client reads it; it asks "
+                 "on for the rest. A client that does not read holds under 256 KiB of the daemon's memory and a "
+                 "128 KiB kernel send buffer, and is cut after 30 s (an answer) or 10 s (a live view's write). At "
+                 "most 64 live views at once (more get 503; the pages retry). The viewed sessions share 32 MiB of "
+                 "spans held (about 50,000); /metrics is rendered in threads of its own.")
 TRACE_URL_HELP = ("Link each trace of the web view here: an http(s) URL with {trace_id} in it, "
                   "e.g. http://127.0.0.1:16686/trace/{trace_id} (Jaeger).")
 

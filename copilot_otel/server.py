@@ -2,8 +2,9 @@
 
 One asyncio loop (aiohttp) in one daemon thread serves every connection, so idle or hostile
 clients cost a file descriptor and a few kilobytes each, never a thread; the limits that keep
-them bounded are in ``http_guard``. The registry is rendered in a worker thread, so a slow
-scrape never holds up /healthz.
+them bounded are in ``http_guard``. The registry is rendered in worker threads of its own, so a
+slow scrape never holds up /healthz, and the added routes' work (the web view) runs in others, so
+it never queues ahead of a scrape.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ MAX_HEAD_BYTES = 32 * 1024
 BACKLOG = 64  # accepted per loop iteration at most; fewer under a low open-files limit
 LISTEN_QUEUE = 1024  # connections the kernel holds for us (they cost no descriptor until accepted)
 RENDER_THREADS = 2
+ROUTE_THREADS = 2  # for the added routes' blocking work (run_blocking), apart from the renders
 MAX_PENDING_RENDERS = 8  # distinct formats rendering or queued; more is a flood: 503
 STOP_GRACE = 0.5  # s for requests in progress to finish at stop() (aiohttp waits twice this at most)
 
@@ -49,7 +51,7 @@ class MetricsServer:
     ``routes`` adds aiohttp route definitions next to /metrics and /healthz, for instance
     ``[web.get("/", index)]`` or a ``web.RouteTableDef``. Their handlers run on the server's
     loop and must not block it: ``await request.app[SERVER].run_blocking(fn, *args)`` runs slow
-    work in the server's worker threads. A handler that prepares its response itself (a stream
+    work in worker threads of their own (not those that render /metrics). A handler that prepares its response itself (a stream
     such as Server-Sent Events) is not held to the write deadline; at ``stop()`` it is cancelled
     within ``2 * STOP_GRACE``. Every response carries ``X-Content-Type-Options: nosniff`` and a
     ``Content-Security-Policy`` that lets a page load only this server's scripts and styles.
@@ -94,6 +96,7 @@ class MetricsServer:
         self._stopping: asyncio.Event | None = None
         self._workers: Workers | None = None
         self._login_workers: Workers | None = None
+        self._route_workers: Workers | None = None
         self._renders: dict[tuple[str, bool], asyncio.Future] = {}
         self._failure: BaseException | None = None
 
@@ -108,6 +111,8 @@ class MetricsServer:
         self._workers = Workers(self._loop, RENDER_THREADS, "copilot-otel-render")
         if self._web_config.users:  # bcrypt on a thread of its own: a flood of bad logins never delays a render
             self._login_workers = Workers(self._loop, 1, "copilot-otel-login")
+        if self._routes:
+            self._route_workers = Workers(self._loop, ROUTE_THREADS, "copilot-otel-web")
         ready = threading.Event()
         self._thread = threading.Thread(target=self._run, args=(limit, backlog, ready), name="copilot-otel-http",
                                         daemon=True)
@@ -133,6 +138,8 @@ class MetricsServer:
         if thread.is_alive():
             log.warning("metrics server: its loop did not end within 10 s")
         self._workers.close(timeout=5)
+        if self._route_workers is not None:
+            self._route_workers.close(timeout=5)
         if self._login_workers is not None:
             self._login_workers.close(timeout=5)
         self._close_sockets()
@@ -144,8 +151,8 @@ class MetricsServer:
             self._unix.close()
 
     async def run_blocking(self, fn: Callable, *args):
-        """Run ``fn(*args)`` in the server's worker threads and return its result."""
-        return await self._workers.submit(fn, *args)
+        """Run ``fn(*args)`` in the added routes' worker threads and return its result."""
+        return await (self._route_workers or self._workers).submit(fn, *args)
 
     async def _check_login(self, fn: Callable, *args):
         return await self._login_workers.submit(fn, *args)
@@ -241,6 +248,10 @@ class MetricsServer:
 
     def _count(self, reason: str) -> None:
         self._errors.labels(reason).inc()
+
+    def count(self, reason: str) -> None:
+        """Count a connection an added route closed (one of http_guard.REASONS, e.g. write_timeout)."""
+        self._count(reason)
 
 
 SERVER = web.AppKey("copilot_otel_server", MetricsServer)

@@ -5,6 +5,11 @@ pages are static files (``webstatic/``, no build step) whose scripts read the JS
 follow Server-Sent Events. The data comes from a ``Source`` (``overview``) and, for the
 waterfall, from a :class:`~copilot_otel.waterfall.TraceCache`. Values from session logs reach
 the page only as JSON, which the scripts put into the page as text, never as markup.
+
+What one client costs is bounded: an answer holds at most ``PAGE_SPANS`` spans and is made piece
+by piece as the client reads it (``webio``); a live view of a session is sent only what changed in
+that session, when it changed; the sessions page's data is made once per change for every view
+that shows the same page.
 """
 
 from __future__ import annotations
@@ -17,9 +22,10 @@ from pathlib import Path
 import orjson
 from aiohttp import web
 
-from .overview import STATE_ORDER, Source, page, row_json
+from .overview import STATE_ORDER, Board, Source, page, row_json
 from .server import SERVER
-from .waterfall import TraceCache
+from .waterfall import PAGE_SPANS, Page, TraceCache
+from .webio import CHUNK, Changes, EventStream, Pieces, Releaser, serve_stream
 
 log = logging.getLogger(__name__)
 
@@ -29,11 +35,8 @@ ASSETS = {"view.css": "text/css; charset=utf-8", "common.js": "text/javascript; 
           "favicon.svg": "image/svg+xml"}
 PAGES = ("sessions.html", "session.html")
 SESSION_ID = r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}"
-POLL = 0.1  # seconds between a stream's checks for a change
-MIN_PUSH = 0.25  # seconds between two pushes on one stream
-HEARTBEAT = 15.0  # seconds of silence after which a stream sends a comment (proxies, dead clients)
-WRITE_TIMEOUT = 10.0  # seconds a stream waits for a client that does not read
 MAX_STREAMS = 64  # open streams at once; more are refused (503), the page then retries
+PAGE_CACHE = 16  # sessions pages (state, repository, offset, limit) kept rendered for the board now
 JSON = "application/json"
 NO_STORE = {"Cache-Control": "no-store"}
 
@@ -53,6 +56,9 @@ class WebView:
         self._scanning = False
         self._scanned = False  # the first scan is waited for; later ones run beside the requests
         self._background: asyncio.Task | None = None  # held: the loop keeps only a weak reference to a task
+        self._changes: Changes | None = None
+        self._releaser: Releaser | None = None
+        self._rendered: tuple[Board | None, dict[tuple, bytes]] = (None, {})  # sessions pages of a board
 
     def routes(self) -> list[web.RouteDef]:
         """The aiohttp routes to pass to ``MetricsServer(routes=...)``."""
@@ -86,12 +92,28 @@ class WebView:
 
     async def _sessions_json(self, request: web.Request) -> web.Response:
         query = _sessions_query(request)
-        await self._rescan(request)
-        body = await request.app[SERVER].run_blocking(self._render_sessions, query)
-        return web.Response(body=body, headers={"Content-Type": JSON, **NO_STORE})
+        await self._rescan(request.app[SERVER])
+        board = await request.app[SERVER].run_blocking(self.source.board)
+        body = await self._sessions_body(request, board, query)
+        return web.Response(body=_with_now(body), headers={"Content-Type": JSON, **NO_STORE})
 
-    def _render_sessions(self, query: dict) -> bytes:
-        body = page(self.source.board(), **query)
+    async def _sessions_body(self, request: web.Request, board: Board, query: dict) -> bytes:
+        """The page of ``board`` that ``query`` asks for, without its time (made once per board)."""
+        key = tuple(sorted(query.items()))
+        held, bodies = self._rendered
+        if held is not board:
+            bodies = {}
+            self._rendered = (board, bodies)
+        body = bodies.get(key)
+        if body is None:
+            body = await request.app[SERVER].run_blocking(self._render_sessions, board, query)
+            if self._rendered[0] is board and len(bodies) < PAGE_CACHE:
+                bodies[key] = body
+        return body
+
+    def _render_sessions(self, board: Board, query: dict) -> bytes:
+        body = page(board, **query)
+        del body["now_ms"]  # added as it is sent
         home = getattr(self.source, "copilot_home", None)
         if home is not None:  # `copilot-otel sessions` asks a daemon only about the COPILOT_HOME it reads
             body["copilot_home"] = str(home)
@@ -99,97 +121,114 @@ class WebView:
 
     async def _sessions_stream(self, request: web.Request) -> web.StreamResponse:
         query = _sessions_query(request)
-        return await self._stream(request, lambda _last_id: self._render_sessions(query))
+
+        last: list[bytes | None] = [None]
+
+        async def push(stream: EventStream, board: Board) -> bool:
+            body = await self._sessions_body(request, board, query)
+            if body != last[0]:  # the page shows nothing new: nothing is sent
+                last[0] = body
+                await stream.send([_with_now(body)])
+            return False
+
+        return await self._stream(request, push)
 
     # ------------------------------------------------------------ one session
 
     async def _row(self, request: web.Request):
-        await self._rescan(request)
+        await self._rescan(request.app[SERVER])
         board = await request.app[SERVER].run_blocking(self.source.board)
         row = board.by_id.get(request.match_info["session_id"])
         if row is None:
             raise web.HTTPNotFound(text="no such session\n")
         return row
 
-    async def _session_json(self, request: web.Request) -> web.Response:
+    async def _session_json(self, request: web.Request) -> web.StreamResponse:
+        """At most ``limit`` (and PAGE_SPANS) finished spans from ``since``; the answer's ``trace.next`` and
+        ``token`` say where to go on from, ``trace.more`` whether there is more."""
         row = await self._row(request)
         since = _int(request.query.get("since", "0"), "since")
-        body, _position = await request.app[SERVER].run_blocking(self._render_session, row.path,
-                                                                 row.summary.session_id, since,
-                                                                 request.query.get("token"))
-        return web.Response(body=body, headers={"Content-Type": JSON, **NO_STORE})
+        limit = min(_int(request.query.get("limit", str(PAGE_SPANS)), "limit"), PAGE_SPANS) or PAGE_SPANS
+        trace, size = await request.app[SERVER].run_blocking(self._sized_page, row.path, row.summary.session_id,
+                                                             since, request.query.get("token"), limit)
+        head = self._session_head(row)
+        size += len(head) + 1
+        body = Pieces(_chain(head, trace.pieces(CHUNK), b"}"), size, JSON, self._busy(request))
+        return web.Response(body=body, headers=NO_STORE)
 
-    def _render_session(self, path: Path, session_id: str, since: int, token: str | None) -> tuple[bytes, tuple]:
-        """The session's row and its spans from ``since``; and (token, next index) to continue from."""
-        row = self.source.board().by_id.get(session_id)
-        trace = self.cache.trace(path, session_id)
-        spans, position = trace.snapshot(since, token)
+    def _busy(self, request: web.Request) -> Releaser:
+        """What is told when answers begin and end (so that memory goes back once they all ended)."""
+        if self._releaser is None:
+            self._releaser = Releaser(request.app[SERVER].run_blocking)
+        return self._releaser
+
+    def _sized_page(self, path: Path, session_id: str, since: int, token: str | None, limit: int) -> tuple[Page, int]:
+        page = self.cache.trace(path, session_id, since=since, token=token).page(since, token, limit)
+        return page, page.size()
+
+    def _pages(self, path: Path, session_id: str, since: int, token: str | None) -> list[Page]:
+        """Every finished span from ``since`` (shared with the trace), in pages of PAGE_SPANS (or PAGE_BYTES)."""
+        return self.cache.trace(path, session_id, since=since, token=token).page(since, token, None, None).split()
+
+    def _session_head(self, row) -> bytes:
+        """The answer's JSON up to its trace: the session's row, and what the page needs to know."""
         head = {"session": row_json(row) if row is not None else None, "trace_url": self.trace_url,
                 "capture": self.source.options.capture_content, "now_ms": int(time.time() * 1000)}
-        return orjson.dumps(head)[:-1] + b',"trace":' + spans + b"}", position
+        return orjson.dumps(head)[:-1] + b',"trace":'
 
     async def _session_stream(self, request: web.Request) -> web.StreamResponse:
+        """The session's spans, then, each time its row moves, what is new since: the spans that ended, the
+        open ones, the row. A reconnecting client says where it stopped (Last-Event-ID, or since and token)."""
         row = await self._row(request)
-        position = {"since": _int(request.query.get("since", "0"), "since"), "token": request.query.get("token")}
+        path, session_id = row.path, row.summary.session_id
+        position = (request.query.get("token"), _int(request.query.get("since", "0"), "since"))
         last_id = request.headers.get("Last-Event-ID", "")
         if ":" in last_id:  # a reconnecting EventSource says where it stopped
             token, _sep, since = last_id.partition(":")
-            position = {"since": _int(since, "Last-Event-ID"), "token": token}
+            position = (token, _int(since, "Last-Event-ID"))
+        server = request.app[SERVER]
+        shown = object()  # the row last sent (a board reuses a row that did not change)
+        pending: list[Page] = []  # what is read but not sent yet, a page at a time
 
-        def render(_last) -> tuple[bytes, str]:
-            body, (token, since) = self._render_session(row.path, row.summary.session_id, position["since"],
-                                                        position["token"])
-            position["since"], position["token"] = since, token
-            return body, f"{token}:{since}"
+        async def push(stream: EventStream, board: Board) -> bool:
+            nonlocal position, shown
+            now = board.by_id.get(session_id)
+            if not pending:
+                if now is shown:
+                    return False  # nothing moved in this session
+                token, since = position
+                pending.extend(await server.run_blocking(self._pages, path, session_id, since, token))
+            shown = now
+            sent = pending.pop(0)
+            position = sent.position
+            await stream.send(_chain(self._session_head(now), sent.pieces(CHUNK), b"}"), "%s:%d" % position)
+            return bool(pending)
 
-        return await self._stream(request, render)
+        self.cache.follow(path)
+        try:
+            return await self._stream(request, push)
+        finally:
+            self.cache.unfollow(path)
 
     # ------------------------------------------------------------ streams
 
-    async def _stream(self, request: web.Request, render) -> web.StreamResponse:
-        """Push ``render()`` whenever the source changed (at most every MIN_PUSH s) until the client goes."""
+    async def _stream(self, request: web.Request, push) -> web.StreamResponse:
+        """A live view (``webio.serve_stream``), unless MAX_STREAMS are open."""
         if self._streams >= MAX_STREAMS:
             raise web.HTTPServiceUnavailable(text="too many live views open\n", headers={"Retry-After": "5"})
         server = request.app[SERVER]
-        response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "X-Accel-Buffering": "no",
-                                               **NO_STORE})
+        if self._changes is None:
+            self._changes = Changes(self.source, lambda: self._rescan(server), server.run_blocking)
         self._streams += 1
+        busy = self._busy(request)
+        busy.begin()
         try:
-            await response.prepare(request)
-            await self._write(request, response, b"retry: 1000\n\n")
-            last_key, last_body, last_push, last_write = None, None, 0.0, time.monotonic()
-            while True:
-                await self._rescan(request)
-                key = self.source.change_key()
-                now = time.monotonic()
-                if key != last_key and now - last_push >= MIN_PUSH:
-                    last_key, last_push = key, now
-                    rendered = await server.run_blocking(render, last_body)
-                    body, event_id = rendered if isinstance(rendered, tuple) else (rendered, None)
-                    if body != last_body:
-                        last_body, last_write = body, now
-                        head = f"id: {event_id}\n".encode() if event_id else b""
-                        await self._write(request, response, head + b"data: " + body + b"\n\n")
-                elif now - last_write >= HEARTBEAT:
-                    last_write = now
-                    await self._write(request, response, b": keepalive\n\n")
-                await asyncio.sleep(POLL)
-        except (ConnectionError, _Gone):
-            pass
+            return await serve_stream(request, self._changes, push)
         finally:
             self._streams -= 1
-        return response
+            busy.end()
 
-    async def _write(self, request: web.Request, response: web.StreamResponse, data: bytes) -> None:
-        try:
-            async with asyncio.timeout(WRITE_TIMEOUT):
-                await response.write(data)
-        except TimeoutError:
-            if request.transport is not None:
-                request.transport.abort()  # a client that does not read holds nothing of ours
-            raise _Gone from None
-
-    async def _rescan(self, request: web.Request) -> None:
+    async def _rescan(self, server) -> None:
         """Let a source that scans files (``view PATH``, or the logs a daemon resumed mid-file) look again
         when it is due, one scan at a time. The first scan is waited for: nothing was summed up before it.
         Later ones run in the background (a scan of 10,000 logs takes a few hundred milliseconds), and the
@@ -198,14 +237,14 @@ class WebView:
             return
         self._scanning = True
         if self._scanned:
-            self._background = asyncio.get_running_loop().create_task(self._scan(request.app[SERVER]))
+            self._background = asyncio.get_running_loop().create_task(self._scan(server))
         else:
-            await self._scan(request.app[SERVER])
+            await self._scan(server)
 
     async def _scan(self, server) -> None:
         try:
             await server.run_blocking(self.source.scan)
-            self.cache.sweep()
+            await server.run_blocking(self.cache.sweep)
             self._scanned = True
         except Exception:  # a bug in a background scan must not go unsaid, nor stop the next one
             if not self._scanned:
@@ -215,8 +254,15 @@ class WebView:
             self._scanning = False
 
 
-class _Gone(Exception):
-    """The client stopped reading."""
+def _chain(head: bytes, middle, tail: bytes):
+    yield head
+    yield from middle
+    yield tail
+
+
+def _with_now(body: bytes) -> bytes:
+    """A JSON object with the server's time in milliseconds added first (the page's clock skew)."""
+    return b'{"now_ms":%d,' % int(time.time() * 1000) + body[1:]
 
 
 def _sessions_query(request: web.Request) -> dict:

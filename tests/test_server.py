@@ -53,12 +53,19 @@ async def _blocking(request: web.Request) -> web.Response:
     return web.json_response({"thread": answer})
 
 
+async def _busy(request: web.Request) -> web.Response:
+    """Holds a route worker for the seconds asked (sleeping, so the test measures queuing, not the GIL)."""
+    await request.app[SERVER].run_blocking(time.sleep, float(request.query["s"]))
+    return web.Response(text="done\n")
+
+
 @contextlib.contextmanager
 def serving(registry: CollectorRegistry | None = None, **options):
     """A started MetricsServer on a free loopback port (with /slow, /big and /blocking routes);
     ``server.registry`` is the registry it serves, for the tests' own reading."""
     registry = registry or _registry()
-    routes = [web.get("/slow", _slow), web.get("/big", _big), web.get("/blocking", _blocking)]
+    routes = [web.get("/slow", _slow), web.get("/big", _big), web.get("/blocking", _blocking),
+              web.get("/busy", _busy)]
     server = MetricsServer(("127.0.0.1", 0), registry, routes=routes, **options)
     server.start()
     server.registry = registry
@@ -210,10 +217,27 @@ def test_address_in_use_is_a_config_error():
 
 
 def test_added_routes_and_worker_threads():
-    """Routes passed in are served; ``run_blocking`` runs work off the loop, in the server's workers."""
+    """Routes passed in are served; ``run_blocking`` runs work off the loop, in the routes' own workers."""
     with serving() as server:
         status, _, body = request(server, "/blocking")
-        assert status == 200 and b"copilot-otel-render" in body
+        assert status == 200 and b"copilot-otel-web" in body
+
+
+def test_scrapes_do_not_queue_behind_the_routes_work():
+    """With every route worker busy and more route work queued, a scrape renders at once in its own threads."""
+    with serving() as server:
+        busy = [threading.Thread(target=request, args=(server, "/busy?s=3"), kwargs={"timeout": 30})
+                for _ in range(6)]
+        for thread in busy:
+            thread.start()
+        time.sleep(0.3)
+        started = time.monotonic()
+        status, _, body = request(server, "/metrics")
+        took = time.monotonic() - started
+        for thread in busy:
+            thread.join(30)
+        assert status == 200 and b"copilot_turns_total" in body
+        assert took < 1.0, f"a scrape waited {took:.2f} s behind the routes' work"
 
 
 # ---------------------------------------------------------------- rendering off the loop
@@ -560,7 +584,7 @@ def test_the_unix_socket_has_the_same_guard_and_needs_no_token(tmp_path):
                 answer = b""
                 while chunk := sock.recv(65536):
                     answer += chunk
-            assert answer.startswith(b"HTTP/1.1 200") and b"copilot-otel-render" in answer
+            assert answer.startswith(b"HTTP/1.1 200") and b"copilot-otel-web" in answer
             with socket.socket(socket.AF_UNIX) as sock:
                 sock.connect(address)
                 sock.sendall(b"GET /metrics HTTP/1.1\r\n")

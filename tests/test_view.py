@@ -16,13 +16,18 @@ import pytest
 from copilot_otel.config import ModelOptions
 from copilot_otel.replay import replay_files
 from copilot_otel.sinks import MemorySink
+from copilot_otel.waterfall import PAGE_SPANS
+from copilot_otel.web import MAX_STREAMS
 from tests.copilot_cli import prompt_for
+from tests.support.biglog import grow
 from tests.support.browser import screenshot, view_url
 from tests.support.commands import COMMAND, REPO, clean_env
 from tests.support.daemon import DaemonProcess, complete_lines_spans, view_token
 from tests.support.events import SessionLog
 from tests.support.files import new_session
 from tests.support.net import LOOPBACK, free_port, wait_until
+from tests.support import viewclient as view_api
+from tests.support.viewclient import EventStream
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "cli" / "1.0.102"
 FAST = ("--idle-quiet", "0.3", "--rescan-interval", "0.5")
@@ -326,3 +331,62 @@ def test_a_page_opens_only_with_its_token_and_the_cookie_carries_it_across_reloa
     page.reload()
     page.wait_for_selector(".span")
     assert "token" not in page.url and page.errors == []
+
+
+def test_a_page_refused_a_stream_retries_and_shows_its_rows_once_streams_free_up(daemon, browser):
+    """With every live view the daemon serves taken (it answers 503), the sessions page says it is retrying
+    and shows no row; once they are let go, its rows arrive on a later try, without a reload."""
+    log = SessionLog("retry-session")
+    log.start(repository="octo/retry")
+    log.user()
+    new_session(daemon.home, log.session_id).write_bytes(log.jsonl())
+    wait_until(lambda: view_api.get_json(daemon.port, "/api/sessions?repository=octo/retry")["matching"],
+               what="the session on /api/sessions")
+    held = []
+    try:
+        while True:  # every stream the daemon will serve, whatever other tests' pages still hold
+            stream = EventStream(daemon.port, "/api/sessions/stream")
+            held.append(stream)
+            if stream.status == 503:
+                break
+            assert len(held) <= MAX_STREAMS + 1
+        page = browser.page()
+        page.goto(daemon.page_url("/?repository=octo/retry"))
+        page.evaluate("window.__sameDocument = true")
+        wait_until(lambda: "retrying" in page.locator("#status").inner_text(), timeout=30, what="the page to retry")
+        assert row(page, log.session_id).count() == 0
+        screenshot(page, "sessions-retrying")
+    finally:
+        for stream in held:
+            stream.close()
+    row(page, log.session_id).wait_for(timeout=60_000)  # the next try, at most 30 s (with jitter) later
+    assert page.evaluate("window.__sameDocument") is True
+    wait_until(lambda: page.locator("#status").inner_text() == "live", what="the page live again")
+    assert page.errors == []
+
+
+def test_a_session_too_large_for_one_answer_shows_every_span(daemon, browser):
+    """A session of more than twice PAGE_SPANS spans: the page gets them page after page over its stream and
+    shows every span replay makes."""
+    source = next((FIXTURES / "multi_turn").rglob("events.jsonl"))
+    per_copy = MemorySink()
+    replay_files([source], per_copy, options=ModelOptions())
+    real = source.read_bytes()
+    path = new_session(daemon.home, "large-session")
+    path.write_bytes(grow(real, len(real) * (2 * PAGE_SPANS // len(per_copy.records) + 50)))
+    expected = MemorySink()
+    replay_files([path], expected, options=ModelOptions())
+    assert len(expected.records) > 2 * PAGE_SPANS
+    wait_until(lambda: view_api.get(daemon.port, "/api/session/large-session")[0] == 200, timeout=60,
+               what="the session")
+    first = view_api.get_json(daemon.port, "/api/session/large-session")["trace"]
+    assert len(first["spans"]) == PAGE_SPANS and first["more"] is True
+    page = browser.page()
+    page.goto(daemon.page_url("/session/large-session"))
+    wait_until(lambda: page.locator(".span").count() >= len(expected.records), timeout=120,
+               what="every span on the page")
+    shown = page.locator(".span").evaluate_all("rows => rows.map(r => r.dataset.spanId)")
+    assert sorted(shown) == sorted(f"{s.span_id:016x}" for s in expected.records)
+    assert "Loading spans" not in page.locator("#note").inner_text()
+    assert page.errors == []
+    page.close()

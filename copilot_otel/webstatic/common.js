@@ -69,19 +69,55 @@ function tickRelativeTimes(root) {
   }
 }
 
-// An EventSource on `url` that calls onData(parsed JSON) for each message and keeps #status true.
+// Follows a stream of Server-Sent Events, calling onData(parsed JSON) for each message, and keeps #status
+// true. A stream that fails or is refused (the server caps the live views it serves at once) is opened again
+// after 1 s, then 2, 4, ... up to 30 s, each wait cut by a random part of up to half (so that pages refused
+// together do not come back together); a message resets it. `url` is a string, or a function called for each
+// attempt (the session page asks from where it stopped). Returns {close()}.
+const RETRY_FIRST_MS = 1000;
+const RETRY_MAX_MS = 30000;
+
 function follow(url, onData) {
   const status = document.getElementById("status");
-  const source = new EventSource(url);
-  source.onopen = () => { status.textContent = "live"; status.className = "status live"; };
-  source.onerror = () => {
-    status.textContent = source.readyState === EventSource.CLOSED ? "disconnected" : "reconnecting\u2026";
-    status.className = "status down";
+  let source = null;
+  let delay = 0;
+  let timer = null;
+  let ticker = null;
+  const show = (text, className) => { status.textContent = text; status.className = `status ${className}`; };
+
+  function open() {
+    timer = null;
+    clearInterval(ticker);
+    source = new EventSource(typeof url === "function" ? url() : url);
+    source.onopen = () => show("live", "live");
+    source.onmessage = (event) => {
+      delay = 0;
+      show("live", "live");
+      const data = JSON.parse(event.data);
+      noteServerTime(data.now_ms);
+      onData(data);
+    };
+    source.onerror = () => { source.close(); retry(); };
+  }
+
+  function retry() {
+    delay = delay ? Math.min(delay * 2, RETRY_MAX_MS) : RETRY_FIRST_MS;
+    const wait = delay * (1 - Math.random() / 2);
+    const at = Date.now() + wait;
+    const say = () => show(`disconnected; retrying in ${Math.max(1, Math.ceil((at - Date.now()) / 1000))} s\u2026`,
+      "down retrying");
+    say();
+    ticker = setInterval(say, 1000);
+    timer = setTimeout(open, wait);
+  }
+
+  show("connecting\u2026", "down");
+  open();
+  return {
+    close() {
+      if (source) source.close();
+      clearTimeout(timer);
+      clearInterval(ticker);
+    },
   };
-  source.onmessage = (event) => {
-    const data = JSON.parse(event.data);
-    noteServerTime(data.now_ms);
-    onData(data);
-  };
-  return source;
 }

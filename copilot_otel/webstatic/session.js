@@ -8,6 +8,7 @@ let session = null;
 let traceUrl = null;
 let lastEventMs = 0;
 let dropped = 0;
+let position = null;  // {token, next}: where a new stream goes on from
 const expanded = new Map();  // trace id -> true/false once the user toggled it
 const rendered = new Map();  // trace id -> {sig, node}
 let selected = null;
@@ -33,11 +34,13 @@ function merge(data) {
   openIds = nowOpen;
   lastEventMs = trace.last_event_ms;
   dropped = trace.dropped;
+  position = {token: trace.token, next: trace.next};
   const note = document.getElementById("note");
   const notes = [];
   if (!data.capture) notes.push("Prompt and tool text are not shown: content capture is off, as for the traces " +
     "(OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true turns it on for both).");
   if (dropped) notes.push(`The ${dropped} oldest spans of this session are not shown (memory cap).`);
+  if (trace.more) notes.push(`Loading spans: ${trace.next - trace.dropped} of ${trace.total - trace.dropped}\u2026`);
   note.textContent = notes.join(" ");
   note.hidden = notes.length === 0;
 }
@@ -238,4 +241,8 @@ setInterval(() => {
 }, 250);
 
 document.getElementById("sid").textContent = sessionId;
-follow(`/api/session/${encodeURIComponent(sessionId)}/stream`, onData);
+follow(() => {
+  const base = `/api/session/${encodeURIComponent(sessionId)}/stream`;
+  if (!position) return base;
+  return `${base}?${new URLSearchParams({since: String(position.next), token: position.token})}`;
+}, onData);

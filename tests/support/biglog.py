@@ -49,3 +49,18 @@ def grow(events: bytes, target_bytes: int) -> bytes:
         out.append(chunk)
         size += len(chunk)
     return b"".join(out)
+
+
+def another_copy(events: bytes, tag: str, end: datetime) -> bytes:
+    """One more copy of ``events``' lines after its first, as a live session appends it: its ids end
+    with ``-tag``, its last timestamp is ``end`` and the others keep their distance from it."""
+    body = b"".join(events.splitlines(keepends=True)[1:])
+    stamps = [_parse(m.group(1)) for m in _TIME.finditer(body)]
+    shift = end - max(stamps) if stamps else timedelta(0)
+    suffix = f"-{tag}".encode()
+
+    def token(match: re.Match) -> bytes:
+        text = match.group()
+        return text[:-1] + suffix + b'"' if text.startswith(b'"') else text + suffix
+
+    return _TIME.sub(lambda m: _moved(m, shift), _TOKEN.sub(token, body))

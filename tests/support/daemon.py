@@ -16,6 +16,7 @@ from pathlib import Path
 from tests.support.commands import COMMAND, REPO, clean_env
 from tests.support.net import LOOPBACK, free_port, wait_until
 from tests.support.scrape import Samples, fetch, parse, value
+from tests.support.viewclient import serving
 
 
 class DaemonProcess:
@@ -54,7 +55,7 @@ class DaemonProcess:
 
     def page_url(self, path: str = "/") -> str:
         """A page of the web view opened the way a user opens it: once with its token (it then sets a cookie)."""
-        return f"http://{LOOPBACK}:{self.port}{path}?token={self.token}"
+        return f"http://{LOOPBACK}:{self.port}{path}{'&' if '?' in path else '?'}token={self.token}"
 
     def api_get(self, path: str, timeout: float = 30.0, headers: dict | None = None) -> bytes:
         """GET ``path`` of the web view with the token (Authorization: Bearer), as a script would."""
@@ -87,6 +88,7 @@ class DaemonProcess:
         finally:
             log.close()
         wait_until(self._ready, timeout=timeout, what=f"daemon /healthz (log: {self.log_text()[-2000:]})")
+        serving(self.port, self.state_dir)
         return self
 
     def _exited(self) -> None:
