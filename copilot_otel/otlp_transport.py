@@ -68,16 +68,31 @@ class HttpTransport:
             self._headers["Content-Encoding"] = "gzip"
         self._ssl = _ssl_context(settings) if urlparse(endpoint).scheme == "https" else None
         self._inflight = _InFlight()
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name=f"copilot-otel-otlp-{signal.name}",
-                                        daemon=True)
-        self._thread.start()
-        self._session = asyncio.run_coroutine_threadsafe(self._open(), self._loop).result()
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None  # started by the first request, so that a replay
+        self._thread: threading.Thread | None = None  # forks its workers before any thread runs
+        self._session: Any = None
+        self._closed = False
+
+    def _started(self) -> asyncio.AbstractEventLoop:
+        """The loop the requests run on, its thread and session started on first use."""
+        with self._lock:
+            if self._closed:
+                raise ExportError(f"OTLP export to {self.description} failed: the exporter was shut down")
+            if self._loop is None:
+                loop = asyncio.new_event_loop()
+                self._thread = threading.Thread(target=loop.run_forever, name=f"copilot-otel-otlp-{self.signal.name}",
+                                                daemon=True)
+                self._thread.start()
+                self._session = asyncio.run_coroutine_threadsafe(self._open(), loop).result()
+                self._loop = loop
+            return self._loop
 
     async def _open(self) -> Any:
         import aiohttp
 
-        return aiohttp.ClientSession(trust_env=True, connector=aiohttp.TCPConnector(ssl=self._ssl if self._ssl is not None else True))
+        return aiohttp.ClientSession(trust_env=True,
+                                     connector=aiohttp.TCPConnector(ssl=self._ssl if self._ssl is not None else True))
 
     def send(self, payload: bytes, timeout: float | None = None) -> Receipt:
         """Send one request (within ``timeout`` seconds, at most the OTLP timeout); what the answer means."""
@@ -85,7 +100,8 @@ class HttpTransport:
 
         seconds = self.timeout if timeout is None else max(0.001, min(timeout, self.timeout))
         body = gzip.compress(payload, compresslevel=6) if self._gzip else payload
-        future = asyncio.run_coroutine_threadsafe(self._post(body, seconds), self._loop)
+        loop = self._started()
+        future = asyncio.run_coroutine_threadsafe(self._post(body, seconds), loop)
         self._inflight.add(future)
         try:
             answer = future.result()
@@ -122,15 +138,20 @@ class HttpTransport:
     def close(self) -> None:
         """Abort what is in flight, close the session and stop the loop's thread."""
         self.abort()
-        if not self._loop.is_closed() and self._thread.is_alive():
+        with self._lock:
+            self._closed = True
+            loop, thread = self._loop, self._thread
+        if loop is None or thread is None:
+            return
+        if not loop.is_closed() and thread.is_alive():
             try:
-                asyncio.run_coroutine_threadsafe(self._session.close(), self._loop).result(CLOSE_WAIT)
+                asyncio.run_coroutine_threadsafe(self._session.close(), loop).result(CLOSE_WAIT)
             except (concurrent.futures.TimeoutError, RuntimeError):
                 pass  # the thread is a daemon: a session that will not close does not hold the exit
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(CLOSE_WAIT)
-        if not self._thread.is_alive() and not self._loop.is_closed():
-            self._loop.close()
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join(CLOSE_WAIT)
+        if not thread.is_alive() and not loop.is_closed():
+            loop.close()
 
 
 def _ssl_context(settings: OtlpSettings) -> ssl.SSLContext:
