@@ -66,7 +66,8 @@ class Daemon:
         self.queue = ExportQueue(
             self.sink, self.checkpoint, max_spans=config.max_buffered_spans, dead_letter=self.dead_letter,
             on_exported=self.metrics.spans_exported.inc, on_failed=self.metrics.spans_failed.inc,
-            on_commit=self.metrics.checkpoint_commits.inc, on_dead_lettered=self.metrics.spans_dead_lettered.inc)
+            on_commit=self.metrics.checkpoint_commits.inc, on_dead_lettered=self.metrics.spans_dead_lettered.inc,
+            on_backend_dropped=self.metrics.spans_dropped_by_backend.inc)
         # Read when scraped, so they stay true while the reader waits on a full queue.
         self.metrics.files_watched.set_function(lambda: len(self.sessions))
         self.metrics.export_queue.set_function(lambda: self.queue.depth)

@@ -4,9 +4,11 @@
 exporters do). :class:`Delivery` is `copilot-otel replay`'s: at most ``rate`` spans a second,
 waiting out a backend that refuses or throttles (gRPC RESOURCE_EXHAUSTED or UNAVAILABLE, HTTP
 429 or 503, or down) with backoff, and recording each delivery in the ledger so that a re-run
-continues after it. A batch that could not be delivered for ``give_up_after`` seconds in a row
-ends the replay (:class:`GaveUp`); what was delivered before stays recorded. Both set aside
-spans the backend refuses for good (the dead-letter file) instead of retrying them.
+continues after it. A batch that could not be delivered for ``give_up_after`` seconds in a row,
+counted from the start of its first failed attempt, ends the replay (:class:`GaveUp`): as each
+attempt ends within the OTLP timeout, that is at most one timeout late. What was delivered before
+stays recorded. Both set aside spans the backend refuses for good (the dead-letter file) instead
+of retrying them, and count spans it accepted and dropped all the same (OTLP partial success).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from .config import DEFAULT_GIVE_UP_AFTER
 from .export import deliver
 from .ledger import Ledger
 from .records import SpanRecord
-from .sinks import ExportError, SpanSink
+from .sinks import ExportError, Receipt, SpanSink
 
 if TYPE_CHECKING:
     from .replay import ReplayStats
@@ -70,23 +72,25 @@ class Exporter:
 
     def export(self, sink: SpanSink, records: list[SpanRecord], stats: ReplayStats) -> None:
         failing_since: float | None = None
+        attempt_started = time.monotonic()
         backoff = 0.25
 
         def progress(_part: list[SpanRecord], error: Exception | None) -> bool:
-            nonlocal failing_since, backoff
-            if error is None:
-                failing_since = None
-                return True
+            nonlocal failing_since, backoff, attempt_started
             now = time.monotonic()
-            failing_since = now if failing_since is None else failing_since
+            if error is None:
+                failing_since, attempt_started = None, now
+                return True
+            failing_since = attempt_started if failing_since is None else failing_since
             if not isinstance(error, ExportError) or now - failing_since + backoff > self.retry_for:
                 raise error
             log.warning("%s; retrying in %.2f s", error, backoff)
             time.sleep(backoff)
+            attempt_started = time.monotonic()
             backoff = min(backoff * 2, 4.0)
             return True
 
-        deliver(sink, records, reject=refuser(self.refused, stats), progress=progress)
+        deliver(sink, records, reject=refuser(self.refused, stats), progress=progress, dropped=counter(stats))
 
 
 def refuser(refused: Callable[[list[SpanRecord], str], None] | None,
@@ -101,6 +105,17 @@ def refuser(refused: Callable[[list[SpanRecord], str], None] | None,
         return True
 
     return reject
+
+
+def counter(stats: ReplayStats) -> Callable[[list[SpanRecord], Receipt], None]:
+    """``export.deliver``'s ``dropped``: count spans the backend accepted and dropped, and keep its message."""
+
+    def dropped(_part: list[SpanRecord], receipt: Receipt) -> None:
+        if receipt.rejected:
+            stats.dropped += receipt.rejected
+            stats.drop_message = receipt.message or stats.drop_message
+
+    return dropped
 
 
 class GaveUp(RuntimeError):
@@ -163,7 +178,8 @@ class Delivery:
             while not _attempt(lambda: sink.write_encoded(batch.encoded), waits):
                 pass
         elif batch.records:
-            deliver(sink, batch.records, reject=refuser(self.refused, stats), progress=waits.progress)
+            deliver(sink, batch.records, reject=refuser(self.refused, stats), progress=waits.progress,
+                    dropped=counter(stats))
         self.spans += batch.spans
         rows = []
         for path, count, last in batch.parts:
@@ -186,24 +202,26 @@ def _attempt(action: Callable[[], None], waits: "_Waits") -> bool:
 
 
 class _Waits:
-    """One batch's failures: backoff from INITIAL_BACKOFF to MAX_BACKOFF, GaveUp past ``give_up_after``."""
+    """One batch's failures: backoff from INITIAL_BACKOFF to MAX_BACKOFF, GaveUp past ``give_up_after`` (counted
+    from the start of the first failed attempt, so that the time that attempt took counts)."""
 
     def __init__(self, delivery: Delivery) -> None:
         self.delivery = delivery
         self.backoff = INITIAL_BACKOFF
         self.failing_since: float | None = None
+        self.attempt_started = delivery._clock()
 
     def progress(self, _part: list[SpanRecord], error: Exception | None) -> bool:
         """``export.deliver``'s ``progress``: True to try again after waiting, or raise GaveUp."""
         delivery = self.delivery
+        now = delivery._clock()
         if error is None:
-            self.failing_since, self.backoff = None, INITIAL_BACKOFF
+            self.failing_since, self.backoff, self.attempt_started = None, INITIAL_BACKOFF, now
             return True
         if not isinstance(error, ExportError):
             raise error  # a sink bug, not the backend
-        now = delivery._clock()
         if self.failing_since is None:
-            self.failing_since = now
+            self.failing_since = self.attempt_started
             delivery.refusals += 1
             if delivery.refusals <= WARNINGS:
                 log.warning("%s; waiting and retrying (giving up after %.0f s of refusals)%s", error,
@@ -216,5 +234,6 @@ class _Waits:
         delivery.retries += 1
         delivery.on_waiting(str(error), wait)
         delivery._sleep(wait)
+        self.attempt_started = delivery._clock()
         self.backoff = min(self.backoff * 2, MAX_BACKOFF)
         return True

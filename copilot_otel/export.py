@@ -8,7 +8,11 @@ Markers are coalesced, one per file between two puts of spans, so they stay boun
 A batch holds at most ``batch`` spans, however many one put brought. A request the sink finds
 too large, or that the destination refuses for good, is halved until it passes or the refused
 spans are found; those go to the dead-letter file and the queue moves on. What was written is made durable (``sink.sync``)
-before the checkpoint commit that covers it.
+before the checkpoint commit that covers it. Spans a backend accepted and dropped all the same (OTLP partial
+success) are counted and said: it does not say which, so there is nothing to set aside or send again.
+
+At stop, the queue flushes for a while, then abandons the request in flight (``sink.abort``, when the
+sink has one): the checkpoint stays behind what the backend confirmed.
 """
 
 from __future__ import annotations
@@ -23,11 +27,12 @@ from typing import Callable
 from .checkpoint import Checkpoint, FilePosition
 from .deadletter import DeadLetter
 from .records import SpanRecord
-from .sinks import ExportError, RejectedError, SpanSink
+from .sinks import ExportError, Receipt, RejectedError, SpanSink
 
 log = logging.getLogger(__name__)
 
 COMMIT_RETRY = 1.0  # seconds between attempts to commit positions a failed commit left behind
+JOIN_AFTER_ABORT = 5.0  # seconds for the exporter thread to end once its request in flight was abandoned
 
 
 @dataclass(slots=True)
@@ -47,7 +52,8 @@ class ExportQueue:
                  on_exported: Callable[[int], None] = lambda n: None,
                  on_failed: Callable[[int], None] = lambda n: None,
                  on_commit: Callable[[], None] = lambda: None,
-                 on_dead_lettered: Callable[[int], None] = lambda n: None) -> None:
+                 on_dead_lettered: Callable[[int], None] = lambda n: None,
+                 on_backend_dropped: Callable[[int], None] = lambda n: None) -> None:
         self.sink = sink
         self.checkpoint = checkpoint
         self.max_spans = max_spans
@@ -56,7 +62,7 @@ class ExportQueue:
         self.max_backoff = max_backoff
         self.dead_letter = dead_letter
         self._on_exported, self._on_failed, self._on_commit = on_exported, on_failed, on_commit
-        self._on_dead_lettered = on_dead_lettered
+        self._on_dead_lettered, self._on_backend_dropped = on_dead_lettered, on_backend_dropped
         self._segments: deque[_Segment] = deque()
         self._queued_spans = 0
         self._uncommitted: dict[str, FilePosition] = {}  # positions a failed commit left behind
@@ -69,6 +75,9 @@ class ExportQueue:
         self.blocked = False  # a producer waits for room (back-pressure): it is paused, not hung
         self.commit_error: str | None = None  # why the checkpoint cannot be committed now
         self.dropped = 0  # refused spans that could not be kept (no dead-letter file)
+        self.last_error: str | None = None  # why the last attempt failed, while failing
+        self.backend_dropped = 0  # spans the backend accepted and dropped (OTLP partial success)
+        self.backend_message: str | None = None  # what it said of the last ones
 
     @property
     def depth(self) -> int:
@@ -87,10 +96,13 @@ class ExportQueue:
         if self.blocked or not self.healthy:
             paused = "; reading paused" if self.blocked else ""
             notes.append(f"trace export failing, {self.depth} spans and {self.markers} checkpoint position(s) "
-                         f"queued{paused}")
+                         f"queued{paused}" + (f"; last: {self.last_error}" if self.last_error else ""))
         if self.dead_letter is not None and self.dead_letter.spans:
             notes.append(f"{self.dead_letter.spans} span(s) refused by the trace backend, kept in "
                          f"{self.dead_letter.path}; last: {self.dead_letter.last_reason}")
+        if self.backend_dropped:
+            notes.append(f"{self.backend_dropped} span(s) accepted and dropped by the trace backend (OTLP partial "
+                         f"success; it does not say which); last: {self.backend_message or 'no reason given'}")
         if self.commit_error:
             notes.append(f"checkpoint not committed: {self.commit_error}")
         return notes
@@ -150,13 +162,18 @@ class ExportQueue:
         return True
 
     def stop(self, timeout: float = 5.0) -> bool:
-        """Flush for up to ``timeout`` seconds, then stop; True if nothing was left behind."""
+        """Flush for up to ``timeout`` seconds, then stop, abandoning a request still in flight (its spans stay
+        behind the checkpoint); True if nothing was left behind."""
         flushed = self.flush(timeout)
         with self._cond:
             self._stopping = True
             self._cond.notify_all()
-        if self._thread.is_alive():
-            self._thread.join(timeout=self.max_backoff + 1)
+        abort = getattr(self.sink, "abort", None)
+        deadline = time.monotonic() + JOIN_AFTER_ABORT
+        while self._thread.is_alive() and time.monotonic() < deadline:
+            if abort is not None:  # again each turn: a request may have started after the last one
+                abort()
+            self._thread.join(timeout=0.05)
         return flushed
 
     def _take(self) -> tuple[list[SpanRecord], dict[str, FilePosition]] | None:
@@ -208,12 +225,15 @@ class ExportQueue:
             if exc is None:  # a part was delivered
                 if not self.healthy:
                     log.info("trace export to %s recovered", self.sink.description)
-                self.healthy = True
+                self.healthy, self.last_error = True, None
                 self._on_exported(len(part))
                 backoff = self.initial_backoff
                 return True
+            if self._stopping:
+                return False  # abandoned at stop (or failed meanwhile): the checkpoint stays behind it
             if not isinstance(exc, RejectedError):
                 self.healthy = False
+                self.last_error = str(exc) or type(exc).__name__
                 self._on_failed(len(part))
                 if isinstance(exc, ExportError):
                     log.warning("%s; retrying in %.1f s", exc, backoff)
@@ -225,7 +245,14 @@ class ExportQueue:
             backoff = min(backoff * 2, self.max_backoff)
             return True
 
-        return deliver(self.sink, spans, reject=self._reject, progress=failed)
+        return deliver(self.sink, spans, reject=self._reject, progress=failed, dropped=self._dropped)
+
+    def _dropped(self, _part: list[SpanRecord], receipt: Receipt) -> None:
+        """Count spans the backend accepted and dropped (the sink logged them)."""
+        if receipt.rejected:
+            self.backend_dropped += receipt.rejected
+            self.backend_message = receipt.message or None
+            self._on_backend_dropped(receipt.rejected)
 
     def _reject(self, spans: list[SpanRecord], reason: str) -> bool:
         """Set refused spans aside; False if they could not be kept (retried later: nothing is lost)."""
@@ -275,20 +302,21 @@ class ExportQueue:
 
 
 def deliver(sink: SpanSink, spans: list[SpanRecord], *, reject: Callable[[list[SpanRecord], str], bool],
-            progress: Callable[[list[SpanRecord], Exception | None], bool]) -> bool:
+            progress: Callable[[list[SpanRecord], Exception | None], bool],
+            dropped: Callable[[list[SpanRecord], Receipt], None] | None = None) -> bool:
     """Send ``spans`` through ``sink`` in order, as many requests as it takes.
 
     A request the sink finds too large, or refuses for good, is halved until it fits or until the
     refused spans are found one by one: those go to ``reject``, which returns False if it could
     not keep them (they are tried again), and the other spans of the request are delivered. After each part, ``progress(part, None)``; after a failure,
     ``progress(part, error)``, which returns False to give up (then so does this) or True to try
-    that part again.
+    that part again. A part delivered with a Receipt that says something goes to ``dropped`` first.
     """
     parts = deque([spans])
     while parts:
         part = parts[0]
         try:
-            sink.export(part)
+            receipt = sink.export(part)
         except RejectedError as exc:
             if len(part) > 1:
                 log.debug("%s; sending its %d spans in two halves", exc, len(part))
@@ -306,6 +334,8 @@ def deliver(sink: SpanSink, spans: list[SpanRecord], *, reject: Callable[[list[S
                 return False
             continue
         parts.popleft()
+        if dropped is not None and receipt is not None and (receipt.rejected or receipt.message):
+            dropped(part, receipt)
         if not progress(part, None):
             return False
     return True

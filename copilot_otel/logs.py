@@ -11,11 +11,11 @@ log = logging.getLogger("copilot_otel")
 
 
 class RateLimitedLog:
-    """At most ``burst`` warnings per ``window`` seconds; the rest are summarised."""
+    """At most ``burst`` warnings per ``window`` seconds; the rest are summarised (as ``what``)."""
 
     def __init__(self, logger: logging.Logger, *, burst: int = 20, window: float = 60.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        self._log, self._burst, self._window, self._clock = logger, burst, window, clock
+                 clock: Callable[[], float] = time.monotonic, what: str = "skipped line(s)") -> None:
+        self._log, self._burst, self._window, self._clock, self._what = logger, burst, window, clock, what
         self._start = clock()
         self._count = 0
         self._suppressed = 0
@@ -25,7 +25,7 @@ class RateLimitedLog:
         now = self._clock()
         if now - self._start >= self._window:
             if self._suppressed:
-                self._log.warning("%d more skipped line(s) not logged in the last %.0f s", self._suppressed,
+                self._log.warning("%d more %s not logged in the last %.0f s", self._suppressed, self._what,
                                   self._window)
             self._start, self._count, self._suppressed = now, 0, 0
         if self._count < self._burst:

@@ -217,6 +217,9 @@ class Metrics:
         self.spans_dead_lettered = Counter("copilot_otel_spans_dead_lettered",
                                            "Spans the trace backend refused for good, kept in the dead-letter file.",
                                            registry=r)
+        self.spans_dropped_by_backend = Counter(
+            "copilot_otel_spans_dropped_by_backend",
+            "Spans the trace backend accepted and dropped all the same (OTLP partial success).", registry=r)
         self.label_overflow = Counter("copilot_otel_label_overflow",
                                       "Label values counted as 'other': past the cap on distinct values, by label.",
                                       ["label"], registry=r)

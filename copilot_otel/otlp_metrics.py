@@ -6,6 +6,10 @@ Counters become cumulative monotonic sums, gauges gauges, histograms explicit-bu
 the same bounds. Names stay the Prometheus ones (a counter without its ``_total``, which a Prometheus
 or Mimir OTLP endpoint adds back), so the dashboards and alert rules in deploy/ work on pushed
 metrics too. ``target_info`` is not sent: the resource itself carries that identity.
+
+The data is encoded by the SDK's encoder and sent by otlp_transport.py, as the traces are: the SDK's
+exporters count any 2xx (and 3xx) as a delivery and their HTTP timeout bounds each socket operation,
+not the push, so a backend that trickles its answer held a push (and the daemon's stop) for good.
 """
 
 from __future__ import annotations
@@ -26,12 +30,15 @@ from prometheus_client import CollectorRegistry
 
 from . import __version__
 from .config import ENV_OTLP_METRICS_ENDPOINT, OtlpSettings
+from .otlp_answers import Signal
 from .otlp_json import SCOPE_NAME
+from .sinks import ExportError
 
 log = logging.getLogger(__name__)
 
 ENV_EXPORT_INTERVAL = "OTEL_METRIC_EXPORT_INTERVAL"  # milliseconds, as the SDK reads it
 DEFAULT_INTERVAL = 60.0
+ABANDON_WAIT = 1.0  # seconds for the pushing thread to end once its push in flight was abandoned
 _SCOPE = InstrumentationScope(SCOPE_NAME, __version__)
 _CUMULATIVE = AggregationTemporality.CUMULATIVE
 
@@ -44,19 +51,60 @@ def _interval_from_env() -> float:
     return seconds if math.isfinite(seconds) and seconds > 0 else DEFAULT_INTERVAL
 
 
+def metrics_signal() -> Signal:
+    """OTLP metrics: /v1/metrics, MetricsService/Export, ExportMetricsServiceResponse."""
+    from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceResponse
+
+    return Signal("metrics", "v1/metrics", "/opentelemetry.proto.collector.metrics.v1.MetricsService/Export",
+                  ExportMetricsServiceResponse, "rejected_data_points", "data points", ENV_OTLP_METRICS_ENDPOINT)
+
+
+class OtlpMetricExporter(MetricExporter):
+    """The SDK's MetricExporter over otlp_transport.py: one request per push, within the OTLP timeout, a
+    delivery only when the backend's answer is one. ``last_error`` says why the last push failed."""
+
+    def __init__(self, settings: OtlpSettings) -> None:
+        super().__init__()
+        from opentelemetry.exporter.otlp.proto.common.metrics_encoder import encode_metrics
+
+        from .otlp_transport import make_transport
+
+        self._encode = encode_metrics
+        self._transport = make_transport(settings, metrics_signal())
+        self.description = self._transport.description
+        self.last_error: str | None = None
+
+    def export(self, metrics_data: MetricsData, timeout_millis: float | None = None,
+               **kwargs: Any) -> MetricExportResult:
+        """Push once, within ``timeout_millis`` (at most the OTLP timeout); SUCCESS only for a delivery."""
+        try:
+            receipt = self._transport.send(self._encode(metrics_data).SerializeToString(),
+                                           None if timeout_millis is None else timeout_millis / 1000)
+        except ExportError as exc:
+            self.last_error = str(exc)
+            return MetricExportResult.FAILURE
+        self.last_error = None
+        if receipt.rejected or receipt.message:
+            log.warning("%s accepted the metrics but dropped %d data point(s): %s", self.description,
+                        receipt.rejected, receipt.message or "no reason given")
+        return MetricExportResult.SUCCESS
+
+    def force_flush(self, timeout_millis: float = 10_000) -> bool:
+        """Nothing is buffered here."""
+        return True
+
+    def abort(self) -> None:
+        """End a push in flight now (it fails)."""
+        self._transport.abort()
+
+    def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
+        """Close the channel or session."""
+        self._transport.close()
+
+
 def make_exporter(settings: OtlpSettings) -> MetricExporter:
-    """The SDK's OTLP metric exporter the settings name; it reads its headers and timeout from the
-    standard variables itself."""
-    endpoint = settings.endpoint
-    if settings.protocol == "grpc":
-        from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
-
-        return OTLPMetricExporter(endpoint=endpoint)
-    from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter as HttpExporter
-
-    if endpoint and not os.environ.get(ENV_OTLP_METRICS_ENDPOINT):  # a base URL, as for traces
-        endpoint = endpoint.rstrip("/") + "/v1/metrics"
-    return HttpExporter(endpoint=endpoint)
+    """The exporter that pushes to where the settings say (OTEL_EXPORTER_OTLP_(METRICS_)*)."""
+    return OtlpMetricExporter(settings)
 
 
 def metrics_data(registry: CollectorRegistry, resource: Resource, start_ns: int, now_ns: int) -> MetricsData:
@@ -123,10 +171,14 @@ class MetricsPusher:
         self._thread: threading.Thread | None = None
         self.pushes = self.failures = 0
 
-    def push(self) -> bool:
-        """Send what the registry holds now; True if the backend accepted it."""
+    def push(self, timeout: float | None = None) -> bool:
+        """Send what the registry holds now (within ``timeout`` seconds, if given); True if the backend accepted it."""
+        data = metrics_data(self.registry, self.resource, self._start_ns, self._clock())
         try:
-            result = self.exporter.export(metrics_data(self.registry, self.resource, self._start_ns, self._clock()))
+            if timeout is None:
+                result = self.exporter.export(data)
+            else:
+                result = self.exporter.export(data, timeout_millis=timeout * 1000)
         except Exception:  # an exporter should not raise; a daemon must not die of one that does
             log.exception("OTLP metrics export raised")
             result = MetricExportResult.FAILURE
@@ -134,7 +186,8 @@ class MetricsPusher:
         self.pushes += 1
         if not ok:
             self.failures += 1
-            log.warning("OTLP metrics export failed; the next one sends the totals again")
+            why = getattr(self.exporter, "last_error", None)
+            log.warning("%s; the next push sends the totals again", why or "OTLP metrics export failed")
         return ok
 
     def start(self) -> "MetricsPusher":
@@ -148,12 +201,17 @@ class MetricsPusher:
             self.push()
 
     def stop(self, timeout: float = 10.0) -> bool:
-        """Stop the thread, push the final totals, close the exporter; True if that last push went through."""
+        """Stop the thread (abandoning a push in flight), push the final totals within ``timeout`` seconds, close
+        the exporter; True if that last push went through."""
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
+        abort = getattr(self.exporter, "abort", None)
+        deadline = time.monotonic() + ABANDON_WAIT
+        while self._thread is not None and self._thread.is_alive() and time.monotonic() < deadline:
+            if abort is not None:
+                abort()
+            self._thread.join(0.05)
         try:
-            return self.push()
+            return self.push(timeout)
         finally:
             self.exporter.shutdown(timeout_millis=timeout * 1000)
 

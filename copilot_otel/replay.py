@@ -53,6 +53,8 @@ class ReplayStats:
     events: int = 0
     spans: int = 0
     refused: int = 0  # spans the backend refused for good (kept in the dead-letter file, if any)
+    dropped: int = 0  # spans the backend accepted and dropped all the same (OTLP partial success)
+    drop_message: str = ""  # what it said of them, last
     rejected: Counter = field(default_factory=Counter)
     out_of_order: Counter = field(default_factory=Counter)
     metrics: list[MetricUpdate] | None = field(default_factory=list)  # None: the model makes none
@@ -63,6 +65,8 @@ class ReplayStats:
         self.events += other.events
         self.spans += other.spans
         self.refused += other.refused
+        self.dropped += other.dropped
+        self.drop_message = other.drop_message or self.drop_message
         self.rejected.update(other.rejected)
         self.out_of_order.update(other.out_of_order)
         if self.metrics is not None and other.metrics:

@@ -156,9 +156,18 @@ def replay_logs(files: list[Path], sink: SpanSink, config: Config, *, workers: i
         outcome.code = EXIT_FAILED
         outcome.reason = (f"export failed: the trace backend refused {outcome.stats.refused} span(s) for good; they "
                           f"are kept in {dead_letter.path} (last reason: {dead_letter.last_reason})")
+    if outcome.stats.dropped and outcome.code == EXIT_OK:
+        outcome.code, outcome.reason = EXIT_FAILED, dropped_reason(outcome.stats)
     if ledger is not None:
         ledger.close(remove=not outcome.undelivered)
     return outcome
+
+
+def dropped_reason(stats: ReplayStats) -> str:
+    """Why a replay whose every request was answered did not deliver everything: the backend dropped spans."""
+    return (f"export incomplete: the trace backend accepted the requests but dropped {stats.dropped} span(s) (OTLP "
+            f"partial success: {stats.drop_message or 'no reason given'}); it does not say which, so they cannot be "
+            "kept or sent again")
 
 
 def _open_ledger(path: Path, restart: bool) -> Ledger | None:
@@ -180,11 +189,12 @@ def report(outcome: Outcome, destination: str) -> None:
     rejected = sum(stats.rejected.values())
     rate = outcome.delivered / outcome.seconds if outcome.seconds > 0 else 0.0
     extras = [f"{rejected} malformed line(s) skipped" if rejected else "",
+              f"{stats.dropped} span(s) dropped by the backend" if stats.dropped else "",
               f"{outcome.before} session(s) delivered by an earlier run" if outcome.before else "",
               f"{outcome.retries} retries" if outcome.retries else ""]
     events = "" if outcome.undelivered else f", {stats.events} events"  # counted as whole shards finish
-    click.echo(f"copilot-otel: exported {outcome.delivered - stats.refused} spans from {outcome.completed} "
-               f"session(s){events}"
+    click.echo(f"copilot-otel: exported {outcome.delivered - stats.refused - stats.dropped} spans from "
+               f"{outcome.completed} session(s){events}"
                + "".join(f", {x}" for x in extras if x)
                + f" -> {destination} in {outcome.seconds:.1f} s ({rate:.0f} spans/s)", err=True)
     for path, reason in outcome.unreadable:
@@ -218,11 +228,14 @@ def replay_stdin(sink: SpanSink, config: Config, metrics_file: Path | None) -> i
         dead_letter.close()
     if not write_metrics(stats, config, metrics_file):
         return _failed(METRICS_REFUSED)
-    click.echo(f"copilot-otel: exported {stats.spans - stats.refused} spans from the stream, {stats.events} events "
-               f"-> {sink.description}", err=True)
+    dropped = f", {stats.dropped} span(s) dropped by the backend" if stats.dropped else ""
+    click.echo(f"copilot-otel: exported {stats.spans - stats.refused - stats.dropped} spans from the stream, "
+               f"{stats.events} events{dropped} -> {sink.description}", err=True)
     if stats.refused:
         return _failed(f"export failed: the trace backend refused {stats.refused} span(s) for good; they are kept "
                        f"in {dead_letter.path} (last reason: {dead_letter.last_reason})")
+    if stats.dropped:
+        return _failed(dropped_reason(stats))
     return EXIT_OK
 
 
@@ -255,4 +268,5 @@ def write_metrics(stats: ReplayStats, config: Config, metrics_file: Path | None)
     from .otlp_metrics import MetricsPusher, make_exporter  # the OTel SDK: only to push
     from .sinks import build_resource
 
-    return MetricsPusher(metrics.registry, make_exporter(config.metrics_otlp), build_resource()).stop()
+    pusher = MetricsPusher(metrics.registry, make_exporter(config.metrics_otlp), build_resource())
+    return pusher.stop(timeout=config.metrics_otlp.timeout)

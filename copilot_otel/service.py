@@ -13,6 +13,10 @@ from .daemon import Daemon
 
 log = logging.getLogger("copilot_otel.daemon")  # its lines read as the daemon's, as before
 
+# At SIGTERM the final metrics push gets this long at most (after at most 5 s flushing the trace queue),
+# so that a backend that never answers cannot hold the stop up to systemd's TimeoutStopSec (30 s).
+FINAL_PUSH_TIMEOUT = 5.0
+
 
 def run_daemon(config: Config) -> int:
     """`copilot-otel run`: start, serve until SIGTERM/SIGINT, flush, exit 0."""
@@ -50,6 +54,6 @@ def run_daemon(config: Config) -> int:
     finally:
         endpoint.stop()
         if pusher is not None:
-            pusher.stop()
+            pusher.stop(timeout=FINAL_PUSH_TIMEOUT)
     log.info("stopped")
     return 0

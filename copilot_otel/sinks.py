@@ -2,13 +2,15 @@
 
 A sink raises :class:`ExportError` when delivery failed and may succeed later (the export
 queue retries), and :class:`RejectedError` when the destination refused the spans for good:
-too large a request (split it) or spans it cannot accept (dead-lettered).
+too large a request (split it) or spans it cannot accept (dead-lettered). A delivery may come with
+a :class:`Receipt`: spans the destination accepted and dropped all the same (OTLP partial success).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Protocol, Sequence
 
@@ -40,6 +42,15 @@ class RejectedError(ExportError):
         self.too_large = too_large
 
 
+@dataclass(frozen=True, slots=True)
+class Receipt:
+    """What the destination said of a request it accepted: how many of its items it dropped all the same
+    (OTLP partial success; it does not say which) and its message (sent alone, it is a warning)."""
+
+    rejected: int = 0
+    message: str = ""
+
+
 def build_resource() -> "Resource":
     """Our resource as the SDK's Resource (OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES honoured)."""
     from opentelemetry.sdk.resources import Resource
@@ -50,11 +61,14 @@ def build_resource() -> "Resource":
 # ---------------------------------------------------------------- sinks
 
 class SpanSink(Protocol):
-    """Where finished spans go. ``export`` raises ExportError when delivery failed."""
+    """Where finished spans go. ``export`` raises ExportError when delivery failed, and may return a Receipt.
+
+    A sink that waits on a network may also have ``abort()``: end the request in flight now (the
+    daemon stops), which then fails with an ExportError."""
 
     description: str
 
-    def export(self, records: Sequence[SpanRecord]) -> None: ...
+    def export(self, records: Sequence[SpanRecord]) -> Receipt | None: ...
 
     def sync(self) -> None: ...
 

@@ -346,7 +346,7 @@ def test_a_full_disk_under_the_checkpoint_is_reported_and_commits_resume(tmp_pat
         wait_for_keys(traces, expected_keys([first]))
         commits = daemon.wait_for_metric("copilot_otel_checkpoint_commits_total", 1, timeout=10)
         filler = small_disk / "filler"
-        with open(filler, "wb") as handle:
+        with open(filler, "wb", buffering=0) as handle:
             try:
                 while True:
                     handle.write(b"\0" * 65536)

@@ -1,7 +1,8 @@
 """Trace backends that answer as told, on loopback: to see what the daemon does with each answer.
 
 ``AnsweringHttp`` answers every OTLP/HTTP request with one status; ``AnsweringGrpc`` every
-TraceService/Export call with one gRPC code (RetryInfo attached if asked). ``StrictBackend`` sits in
+TraceService/Export call with one gRPC code (RetryInfo attached if asked; over TLS if given a certificate);
+``HangingGrpc`` takes every call and never answers. ``StrictBackend`` sits in
 front of a real receiver (tests/otlp_receiver.py) and refuses, with HTTP 400, any request holding a
 span whose name contains a word, as a backend that validates spans would; other requests it
 forwards and relays the receiver's answer. Each stops by itself at the end of its ``with`` block.
@@ -85,9 +86,10 @@ class StrictBackend(_Http):
 
 class AnsweringGrpc:
     """TraceService/Export on loopback that fails every call with ``code`` and ``details`` (RetryInfo
-    attached if asked)."""
+    attached if asked; ``tls``: (certificate, key) PEM files to serve TLS with)."""
 
-    def __init__(self, code: grpc.StatusCode, *, retry_info: bool = False, details: str = "") -> None:
+    def __init__(self, code: grpc.StatusCode, *, retry_info: bool = False, details: str = "",
+                 tls: tuple | None = None) -> None:
         def export(_request: bytes, context: grpc.ServicerContext) -> bytes:
             if retry_info:
                 info = RetryInfo()
@@ -100,6 +102,40 @@ class AnsweringGrpc:
             {"Export": grpc.unary_unary_rpc_method_handler(export)})
         self._executor = futures.ThreadPoolExecutor(max_workers=2)
         self._server = grpc.server(self._executor, handlers=[handler])
+        if tls is None:
+            self.port = self._server.add_insecure_port(f"{LOOPBACK}:0")
+        else:
+            cert, key = (open(path, "rb").read() for path in tls)
+            self.port = self._server.add_secure_port(f"{LOOPBACK}:0", grpc.ssl_server_credentials([(key, cert)]))
+        self.endpoint = f"http://{LOOPBACK}:{self.port}"
+
+    def __enter__(self):
+        self._server.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._server.stop(grace=None).wait()
+        self._executor.shutdown(wait=True)
+
+
+class HangingGrpc:
+    """TraceService/Export on loopback that takes every call and holds it unanswered until it stops."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self._release = threading.Event()
+
+        def export(_request: bytes, context: grpc.ServicerContext) -> bytes:
+            self.calls += 1
+            while context.is_active() and not self._release.wait(0.05):
+                pass
+            context.abort(grpc.StatusCode.UNAVAILABLE, "stopping")
+
+        handler = grpc.method_handlers_generic_handler(
+            "opentelemetry.proto.collector.trace.v1.TraceService",
+            {"Export": grpc.unary_unary_rpc_method_handler(export)})
+        self._executor = futures.ThreadPoolExecutor(max_workers=4)
+        self._server = grpc.server(self._executor, handlers=[handler])
         self.endpoint = f"http://{LOOPBACK}:{self._server.add_insecure_port(f'{LOOPBACK}:0')}"
 
     def __enter__(self):
@@ -107,5 +143,6 @@ class AnsweringGrpc:
         return self
 
     def __exit__(self, *exc) -> None:
+        self._release.set()
         self._server.stop(grace=None).wait()
         self._executor.shutdown(wait=True)

@@ -33,3 +33,12 @@ def make_cert(folder: Path, name: str, ca: tuple[Path, Path], sans: str, usage: 
     _openssl("x509", "-req", "-in", f"{name}.csr", "-CA", str(ca[0]), "-CAkey", str(ca[1]), "-CAcreateserial",
              "-days", "2", "-extfile", f"{name}.ext", "-out", f"{name}.crt", cwd=folder)
     return folder / f"{name}.crt", folder / f"{name}.key"
+
+
+def self_signed(folder: Path) -> tuple[Path, Path]:
+    """(certificate, key) PEM files of a self-signed certificate for 127.0.0.1 in ``folder``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    _openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-days", "1",
+             "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", "key.pem",
+             "-out", "cert.pem", cwd=folder)
+    return folder / "cert.pem", folder / "key.pem"

@@ -103,6 +103,30 @@ def test_a_backend_refusing_past_the_deadline_ends_the_replay(tmp_path):
     assert sum(progress.sent for progress in ledger.load().values()) == len(sink.records) == 8
 
 
+class TimingOut(MemorySink):
+    """A backend whose every request ends in the OTLP timeout: each attempt takes ``timeout`` seconds of the clock."""
+
+    def __init__(self, time: FakeTime, timeout: float) -> None:
+        super().__init__()
+        self.time, self.timeout = time, timeout
+
+    def export(self, records) -> None:
+        self.time.now += self.timeout
+        raise ExportError(f"no answer within the OTLP timeout of {self.timeout:g} s")
+
+
+def test_give_up_after_counts_the_time_attempts_take(tmp_path):
+    """Attempts that each take a 10 s timeout: --give-up-after 20 ends the replay within one timeout of 20 s
+    (counted from the start of the first attempt), not after a third attempt beyond 30 s as before."""
+    time = FakeTime()
+    started = time.now
+    delivery = Delivery(give_up_after=20, clock=time.clock, sleep=time.sleep)
+    with pytest.raises(GaveUp, match="no answer within the OTLP timeout of 10 s"):
+        replay_files(logs(tmp_path, sessions=1), TimingOut(time, 10), deliver=delivery)
+    assert 20 <= time.now - started <= 20 + 10
+    assert time.slept == [0.5]
+
+
 def test_a_replay_that_stopped_continues_without_sending_a_span_twice(tmp_path):
     """Stopped mid-way (a log half delivered), then run again from the ledger: together the two runs deliver
     every span exactly once; a log that changed since is sent from its start."""
