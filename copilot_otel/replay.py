@@ -10,7 +10,6 @@ shard is streamed by the parent instead, in its turn.
 from __future__ import annotations
 
 import logging
-import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,7 +27,7 @@ from .records import MetricUpdate, SpanRecord
 from .sessions import READ_TYPES, SessionModel
 from .sinks import FileSink, SpanSink
 from .sources import EVENTS_FILE, SESSION_STATE, SourceError, find_event_files, resolve, session_id_of
-from .tail import FUTURE_TOLERANCE_S, FileTail
+from .tail import FileTail
 from .workers import MAX_WORKERS, WorkerPool, available_cpus
 
 log = logging.getLogger(__name__)
@@ -346,12 +345,10 @@ def replay_stream(data: bytes, sink: SpanSink, *, options: ModelOptions = ModelO
     session_id = stream_session_id(lines)
     items: list[Event | DecodeError] = []
     offset = 0
-    not_after = int((time.time() + FUTURE_TOLERANCE_S) * 1e9)
     for number, raw in enumerate(lines, start=1):
         # The last line, {"type":"result",...}, sums up the run: it is not an event.
         if raw.strip() and not raw.startswith(RESULT_LINE):
-            items.append(decode_line(raw.rstrip(b"\r"), offset=offset, line=number, max_bytes=max_line_bytes,
-                                     not_after_ns=not_after))
+            items.append(decode_line(raw.rstrip(b"\r"), offset=offset, line=number, max_bytes=max_line_bytes))
         offset += len(raw) + 1
     stats = ReplayStats()
     spans = replay_session(session_id, items, stats, source="<stdin>", options=options, live_idle=True)

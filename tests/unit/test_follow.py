@@ -111,7 +111,7 @@ def test_a_compacted_session_that_grows_is_rebuilt_and_delivers_only_what_is_new
     log.shutdown()
     append(path, log.jsonl(old_entries))
     assert follower.wake() is True
-    assert follower.floor == old_size and follower.model is not None
+    assert follower.floor_line == old_entries and follower.model is not None
     after = read(follower)
     new_types = [e["type"] for e in log.entries[old_entries:]]
     assert sum(after.events.values()) == len(new_types)
@@ -157,7 +157,7 @@ def test_a_restart_resumes_from_the_checkpoint_without_delivering_anything_twice
     log.shutdown()
     append(path, log.jsonl(old))
     restarted = start(path, restored=marker)
-    assert (restarted.floor, restarted.tail.offset) == (marker.offset, marker.resume_offset)
+    assert (restarted.floor_line, restarted.tail.offset) == (marker.line, marker.resume_offset)
     out = read(restarted)
     assert sum(out.events.values()) == len(log.entries) - old
     assert sorted(label(s) for s in out.spans) == sorted(["execute_tool bash", "turn 0", "turn 1", f"chat {MODEL}",
@@ -173,7 +173,7 @@ def test_the_marker_waits_for_the_floor(tmp_path):
     path = log_path(tmp_path)
     path.write_bytes(log.jsonl())
     follower = start(path)
-    follower.floor = path.stat().st_size + 1
+    follower.floor_line = len(log.entries) + 1
     read(follower)
     assert follower.marker() is None
 
@@ -187,7 +187,8 @@ def test_skip_history_delivers_only_what_comes_later(tmp_path):
     path = log_path(tmp_path)
     path.write_bytes(log.jsonl() + b'{"type":"session.info"')  # a partial last line is not history yet
     follower = start(path, skip_history=True)
-    assert follower.tail.offset == follower.floor == len(log.jsonl())
+    lines = len(log.entries)
+    assert (follower.tail.offset, follower.tail.line, follower.floor_line) == (len(log.jsonl()), lines, lines)
     with open(path, "r+b") as handle:
         handle.truncate(len(log.jsonl()))
     old = len(log.entries)
@@ -203,16 +204,26 @@ def test_skip_history_delivers_only_what_comes_later(tmp_path):
     assert (root.attributes[A.COPILOT_CWD], root.attributes[A.ERROR_TYPE]) == ("/work/c", INCOMPLETE)
 
 
+def another_session() -> SessionLog:
+    """A finished session other than SID's (its events have other ids), written into SID's folder."""
+    log = SessionLog("other-session")
+    log.start(cwd="/work/a")
+    log.user()
+    log.answer()
+    log.shutdown()
+    return log
+
+
 def test_a_replaced_file_finishes_the_old_generation(tmp_path):
-    """A log replaced by another file ends what the old one left open, then reads the new one from 0."""
+    """A log replaced by another session's log ends what the old one left open, then reads the new one from 0."""
     path, follower = following(tmp_path, turn_running())
     fresh = path.with_name("new")
-    fresh.write_bytes(finished_session().jsonl())
+    fresh.write_bytes(another_session().jsonl())
     fresh.replace(path)
     out = read(follower)
     incomplete = [label(s) for s in out.spans if s.attributes.get(A.ERROR_TYPE) == INCOMPLETE]
     assert sorted(incomplete) == sorted([ROOT, "turn 0"])
-    assert out.events["session.start"] == 1 and follower.floor == 0
+    assert out.events["session.start"] == 1 and follower.floor_line == 0
 
 
 def test_finish_and_view(tmp_path):
@@ -282,13 +293,13 @@ def test_a_restart_keeps_the_generation(tmp_path):
     """The generation is part of the checkpoint position: after a restart the same ids come out."""
     path, follower = following(tmp_path, turn_running())
     fresh = path.with_name("new")
-    fresh.write_bytes(finished_session().jsonl())
+    fresh.write_bytes(another_session().jsonl())
     fresh.replace(path)
     first = read(follower)
     restarted = start(path, restored=follower.marker())
     assert restarted.generation == follower.generation == 1
-    log = finished_session()
+    log = another_session()
     log.user("again")
     log.answer()
-    append(path, log.jsonl(len(finished_session().entries)))
+    append(path, log.jsonl(len(another_session().entries)))
     assert {s.span_id for s in read(restarted).spans}.isdisjoint({s.span_id for s in first.spans})

@@ -102,8 +102,8 @@ class Probe:
 
 
 def decide(*, mid_turn: bool = False, awaiting: bool = False, since_event: float, quiet: float, probe: Probe):
-    return verdict(mid_turn=mid_turn, awaiting_confirmation=awaiting, last_event_ns=int((NOW - since_event) * 1e9),
-                   quiet=quiet, now=NOW, alive=probe)
+    return verdict(mid_turn=mid_turn, awaiting_confirmation=awaiting, since_event=since_event, quiet=quiet,
+                   alive=probe)
 
 
 def test_a_process_that_died_mid_turn_abandons_the_session():

@@ -1,0 +1,61 @@
+"""Where a log seen at a new path was followed before: a renamed session folder is the same session.
+
+A log is known by the id of its first event (identity.py). When a path the daemon has not
+followed yet holds a log whose first event it knows from a path that no longer exists (the
+folder was renamed, or the log moved, while the daemon ran or while it was stopped), the log
+is followed on at its new path as the same session: same position, generation and span ids.
+A copy next to an original that still exists is another session, as copies of one log in
+several folders always were.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Mapping, TypeVar
+
+from .checkpoint import FilePosition
+
+T = TypeVar("T")
+
+
+class Moves:
+    """First event ids of the logs followed now and of the positions restored from the checkpoint."""
+
+    def __init__(self, restored: dict[str, FilePosition]) -> None:
+        self._restored = restored  # the daemon's: positions not taken up yet, by path (taken ones are popped)
+        self._restored_by_id = {p.identity.first_id: p.path for p in restored.values() if p.identity.first_id}
+        self._live: dict[str, Path] = {}  # first event id -> the path of the first follower that read it
+        self.moved_away: set[str] = set()  # paths a log moved away from: their rows go when the new one commits
+
+    def note(self, first_id: str, path: Path) -> None:
+        """A follower at ``path`` read a log that begins with the event ``first_id``."""
+        if first_id and first_id not in self._live:
+            self._live[first_id] = path
+
+    def forget(self, path: Path) -> None:
+        """The log at ``path`` is no longer followed (deleted)."""
+        for first_id in [k for k, v in self._live.items() if v == path]:
+            del self._live[first_id]
+
+    def moved(self, first_id: str, old: Path, new: Path) -> None:
+        """The log that begins with ``first_id`` is followed at ``new`` now, no longer at ``old``."""
+        self.moved_away.add(str(old))
+        self._live[first_id] = new
+
+    def live_origin(self, first_id: str, followers: Mapping[Path, T]) -> T | None:
+        """The follower of a log beginning with ``first_id`` whose path is gone (the log moved), if any."""
+        path = self._live.get(first_id) if first_id else None
+        follower = followers.get(path) if path is not None else None
+        return follower if follower is not None and not os.path.lexists(path) else None
+
+    def restored_origin(self, first_id: str) -> FilePosition | None:
+        """A checkpoint position of a log beginning with ``first_id`` at a path that is gone (moved while the
+        daemon was stopped); taken out of the restored positions."""
+        old = self._restored_by_id.get(first_id) if first_id else None
+        position = self._restored.get(old) if old is not None else None
+        if position is None or os.path.lexists(old):
+            return None
+        del self._restored[old]
+        self.moved_away.add(old)
+        return position
