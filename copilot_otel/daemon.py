@@ -20,10 +20,9 @@ from .checkpoint import Checkpoint, StateLock
 from .config import Config
 from .deadletter import FILE_NAME as DEAD_LETTER_FILE
 from .deadletter import DeadLetter
-from .discover import Discoverer
+from .discover import Discoverer, Tree
 from .export import ExportQueue
 from .follow import Follower
-from .tail import FileTail
 from .liveness import ABANDON, ABANDONED_RETENTION, DORMANT, SessionView, live_state, lock_pids, pid_alive, verdict
 from .logs import RateLimitedLog, ReportedOnce
 from .metrics import Metrics
@@ -93,17 +92,12 @@ class Daemon:
         self._restored = self.checkpoint.load()
         self.moves = Moves(self._restored)
         self._started = clock()  # a log last written before this is history: its events were not seen arriving
-        self._skip_history: set[Path] = set()
+        self.tree = Tree(self.root)
         # Taken here, before /healthz answers: a session created once the daemon is up is not history.
-        if not self.config.from_start:
-            # --from-end: history present at the first start is skipped (a checkpoint still wins).
-            try:
-                self._skip_history = set(self.root.glob("*/events.jsonl"))
-            except OSError as exc:  # an unreadable COPILOT_HOME is waited for, not a reason to stop
-                log.warning("cannot list %s to skip its history (%s)", self.root, exc.strerror or exc)
+        # --from-end: history present at the first start is skipped (a checkpoint still wins).
+        self._skip_history: set[Path] = set() if self.config.from_start else self.tree.logs()
         self._unreadable = ReportedOnce(log)  # retried at every rescan
-        self._outside: set[Path] = set()  # symlinks out of the tree, reported once
-        self._root_real = self.root.resolve()
+        self._root_real = self.tree.real
         # Files read up to their byte budget with more waiting: read again next round, after the others.
         self._backlog: set[Path] = set()
         # The generation a deleted log would start again at, were it written anew.
@@ -194,23 +188,14 @@ class Daemon:
 
     def _follower_for(self, path: Path) -> Follower | None:
         follower = self.sessions.get(path)
-        if follower is not None or not path.is_file() or not self._inside_tree(path):
+        if follower is not None or not path.is_file() or not self.tree.inside(path):
             return follower
         restored = self._restored.pop(str(path), None)
-        if str(path) in self.moves.moved_away:  # a log moved away from here; another one came
-            self.moves.moved_away.discard(str(path))
-            for other in self.sessions.values():
-                other.moved_from = tuple(old for old in other.moved_from if old != str(path))
         if restored is None:  # a log seen here first: did it move here?
-            first_id = FileTail(path, within=self._root_real).first_id()
-            moved = self.moves.live_origin(first_id, self.sessions)
+            first_id, moved, restored = self.moves.origin(path, self.sessions, within=self._root_real)
             if moved is not None:
                 self._move(moved, path, first_id)
                 return moved
-            restored = self.moves.restored_origin(first_id)
-            if restored is not None:
-                log.info("%s holds the log followed at %s before the restart (moved while stopped); following it on "
-                         "as session %s", path, restored.path, restored.session_id or Path(restored.path).parent.name)
         follower = Follower.start(path, self.config.model, max_line_bytes=self.config.max_line_bytes,
                                   restored=restored, skip_history=path in self._skip_history, within=self._root_real,
                                   generation=self._generations.pop(path, 0),
@@ -227,29 +212,14 @@ class Daemon:
         for keyed in (self.sessions, self._open, self._abandoned, self._views, self.summaries):
             if old in keyed:
                 keyed[path] = keyed.pop(old)
-        for keyed in (self.partial, self._backlog):
-            if old in keyed:
-                keyed.discard(old)
-                keyed.add(path)
+        for marked in (self.partial, self._backlog):
+            if old in marked:
+                marked.symmetric_difference_update((old, path))
         self.notices.moved(old, path)
         self._changed = True
         marker = follower.marker()
         if marker is not None:  # the row moves to the new path once what is queued before it is exported
             self.queue.put_marker(marker)
-
-    def _inside_tree(self, path: Path) -> bool:
-        """False (said once) for a log that resolves outside COPILOT_HOME/session-state."""
-        try:
-            if path.parent.parent == self.root and not (os.path.islink(path.parent) or os.path.islink(path)):
-                inside = True  # a plain file in a plain folder of the root (the usual case: 2 lstat, not 8)
-            else:
-                inside = path.resolve().is_relative_to(self._root_real)
-        except OSError:
-            inside = False
-        if not inside and path not in self._outside:
-            self._outside.add(path)
-            log.warning("%s leads outside %s; not following it", path, self.root)
-        return inside
 
     def _read(self, path: Path) -> None:
         """One read of at most follow.READ_BYTES from one file; a file with more waiting joins the backlog."""

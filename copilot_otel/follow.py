@@ -24,7 +24,8 @@ from pathlib import Path
 from .checkpoint import FilePosition
 from .config import ModelOptions
 from .decode import decode_line
-from .events import DecodeError
+from .display import duration
+from .events import DecodeError, Event
 from .liveness import SessionView, locks_expected
 from .normalize import parse_version
 from .pipeline import Outputs, Warn, drive, finish
@@ -37,6 +38,9 @@ from .vocab import END_INCOMPLETE, IDLE
 log = logging.getLogger(__name__)
 
 READ_BYTES = 4 << 20  # what one read takes from a file before the daemon turns to the other files
+# An event stamped further ahead of the machine's clock than this says that one of the clocks is wrong: it is
+# kept and exported as stamped, counted (copilot_otel_events_ahead_of_clock_total) and said once per log.
+AHEAD_S = 3600.0
 
 
 @dataclass
@@ -65,6 +69,7 @@ class Follower:
     # open there (work a crash cut off, ended when the process was found dead) is ended quietly.
     settle_at_floor: bool = False
     generation: int = 0  # how many times the file was truncated or replaced under us (salts its span ids)
+    told_ahead: bool = False  # its events stamped ahead of our clock were reported
     session_id: str = ""  # its spans' session id: the folder's name, or the first folder's of a moved log
     moved_from: tuple[str, ...] = ()  # the paths it was followed at before a move (their checkpoint rows go)
 
@@ -145,6 +150,7 @@ class Follower:
                         self.model.finish()  # delivered when it happened: nothing to export again
             drive(self.model, items, out, source=str(self.path), warn=warn, floor=_floor(items, cut))
             self._salt(out, start)
+            self._ahead(items[cut:], out)
             self.abandoned_at = None
             self.last_read = self.seen_at = time.monotonic()
             if self.history:
@@ -152,6 +158,18 @@ class Follower:
                 self.seen_at -= max(0.0, age)
                 self.history = result.more  # a backlog read on: still history
         return result
+
+    def _ahead(self, items: list, out: Outputs) -> None:
+        """Count the events stamped more than AHEAD_S ahead of our clock; say it once per log."""
+        limit = int((time.time() + AHEAD_S) * 1e9)
+        ahead = [item for item in items if type(item) is Event and item.timestamp_ns > limit]
+        if ahead:
+            out.ahead += len(ahead)
+            if not self.told_ahead:
+                self.told_ahead = True
+                log.warning("%s:%d: events stamped %s ahead of this machine's clock (this clock or the writer's is "
+                            "wrong); kept and exported as stamped", self.path, ahead[0].line,
+                            duration(ahead[0].timestamp_ns / 1e9 - time.time()))
 
     def _salt(self, out: Outputs, start: int) -> None:
         """Give the spans added to ``out`` since ``start`` the ids of this file generation."""

@@ -10,11 +10,15 @@ several folders always were.
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 from typing import Mapping, TypeVar
 
 from .checkpoint import FilePosition
+from .tail import FileTail
+
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
@@ -42,6 +46,28 @@ class Moves:
         """The log that begins with ``first_id`` is followed at ``new`` now, no longer at ``old``."""
         self.moved_away.add(str(old))
         self._live[first_id] = new
+
+    def origin(self, path: Path, followers: Mapping[Path, T], *,
+               within: Path | None) -> tuple[str, T | None, FilePosition | None]:
+        """A log about to be followed at ``path`` for the first time: (its first event's id, the follower that
+        followed it at a path now gone, or the checkpoint position it had at a path now gone)."""
+        self._arrived(path, followers)
+        first_id = FileTail(path, within=within).first_id()
+        moved = self.live_origin(first_id, followers)
+        if moved is not None:
+            return first_id, moved, None
+        position = self.restored_origin(first_id)
+        if position is not None:
+            log.info("%s holds the log followed at %s before the restart (moved while stopped); following it on as "
+                     "session %s", path, position.path, position.session_id or Path(position.path).parent.name)
+        return first_id, None, position
+
+    def _arrived(self, path: Path, followers: Mapping[Path, T]) -> None:
+        """Another log is followed where one moved away from: its rows are its own, no follower deletes them."""
+        if str(path) in self.moved_away:
+            self.moved_away.discard(str(path))
+            for other in followers.values():
+                other.moved_from = tuple(old for old in other.moved_from if old != str(path))
 
     def live_origin(self, first_id: str, followers: Mapping[Path, T]) -> T | None:
         """The follower of a log beginning with ``first_id`` whose path is gone (the log moved), if any."""
