@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from copilot_otel import attrs as A
 from copilot_otel.config import DEFAULT_MAX_LINE_BYTES, ModelOptions
 from copilot_otel.follow import Follower
@@ -303,3 +305,23 @@ def test_a_restart_keeps_the_generation(tmp_path):
     log.answer()
     append(path, log.jsonl(len(another_session().entries)))
     assert {s.span_id for s in read(restarted).spans}.isdisjoint({s.span_id for s in first.spans})
+
+
+def test_silence_is_counted_from_arrival_except_for_a_log_written_before_the_daemon(tmp_path):
+    """seen_at: the monotonic time a read found new events; for history (a log written before the daemon
+    started) that time less the last event's age, never more than now (a log stamped ahead is measured from
+    its arrival)."""
+    from datetime import datetime, timedelta, timezone
+    import time
+
+    for age, history, expected in ((1000.0, False, 0.0), (1000.0, True, 1000.0), (-7200.0, True, 0.0)):
+        log = SessionLog(SID, start=datetime.now(timezone.utc) - timedelta(seconds=age))
+        log.start()
+        log.user()
+        log.turn_start()
+        path = log_path(tmp_path / f"{age}-{history}")
+        path.write_bytes(log.jsonl())
+        follower = start(path, history=history)
+        read(follower)
+        assert time.monotonic() - follower.seen_at == pytest.approx(expected, abs=5)
+        assert follower.view().seen_at == follower.seen_at
