@@ -43,6 +43,7 @@ class Batch:
     records: list[SpanRecord]
     encoded: bytes
     parts: tuple[tuple[str, int, bool], ...]
+    content: tuple[tuple[str, str], ...] = ()  # (log, the content its spans so far were made from): ledger.py
 
     @property
     def spans(self) -> int:
@@ -166,11 +167,12 @@ class Delivery:
             deliver(sink, batch.records, reject=refuser(self.refused, stats), progress=waits.progress)
         self.spans += batch.spans
         rows = []
+        content = dict(batch.content)
         for path, count, last in batch.parts:
             self.sent[path] = self.sent.get(path, 0) + count
             if last:
                 self.done.add(path)
-            rows.append((path, self.identities.get(path, ""), self.sent[path], last))
+            rows.append((path, content.get(path) or self.identities.get(path, ""), self.sent[path], last))
         if self.ledger is not None:
             self.ledger.record(rows)
         self.on_delivered(batch)

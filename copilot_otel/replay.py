@@ -20,6 +20,7 @@ import orjson
 from .config import DEFAULT_MAX_LINE_BYTES, DEFAULT_MAX_REQUEST_BYTES, ModelOptions
 from .decode import decode_line
 from .events import DecodeError, Event
+from .ledger import content_identity
 from .delivery import Batch, Deliver, Exporter
 from .otlp_json import OtlpJsonEncoder
 from .pipeline import Outputs, drive, finish
@@ -133,7 +134,7 @@ class ShardJob:
         for batch in self.batches(shard.files, stats, unreadable=result.unreadable):
             if self.encoder is not None and batch.records:
                 encoded = b"".join(self.encoder.encode_within(batch.records, self.max_request_bytes))
-                batch = Batch([], encoded, batch.parts)
+                batch = Batch([], encoded, batch.parts, batch.content)
             result.batches.append(batch)
         return result
 
@@ -146,10 +147,10 @@ class ShardJob:
         owners: list[list] = []  # [log, its spans in pending, all its spans made]: the logs of ``pending``
         for item in files:
             path, skip = _path_skip(item)
-            owner = [str(path), 0, False]
+            owner = [str(path), 0, False, ""]  # log, its spans pending, all made, its content identity
             owners.append(owner)
             failed: list[tuple[str, str]] = []
-            for spans in self._file_spans(path, skip, stats, failed):
+            for spans in self._file_spans(path, skip, stats, failed, owner):
                 pending.extend(spans)
                 owner[1] += len(spans)
                 while len(pending) >= self.batch:
@@ -173,7 +174,7 @@ class ShardJob:
         """The first ``size`` pending spans as a batch, taken out of ``pending`` and ``owners``."""
         records = pending[:size]
         del pending[:size]
-        parts = []
+        parts, content = [], []
         room = size
         while owners:
             owner = owners[0]
@@ -185,16 +186,19 @@ class ShardJob:
             ended = owner[2] and owner[1] == 0
             if taken or ended:
                 parts.append((owner[0], taken, ended))
+                if owner[3]:
+                    content.append((owner[0], owner[3]))
             if not ended:
                 break  # more of its spans wait, or are still to be made
             owners.pop(0)
         stats.spans += len(records)
-        return Batch(records, b"", tuple(parts))
+        return Batch(records, b"", tuple(parts), tuple(content))
 
-    def _file_spans(self, path: Path, skip: int, stats: ReplayStats,
-                    failed: list[tuple[str, str]]) -> Iterator[list[SpanRecord]]:
+    def _file_spans(self, path: Path, skip: int, stats: ReplayStats, failed: list[tuple[str, str]],
+                    owner: list) -> Iterator[list[SpanRecord]]:
         """One log's spans, a read at a time, its first ``skip`` left out; what is open at its end closed as
-        incomplete. A log that cannot be read (at any read) stops there, named in ``failed``."""
+        incomplete. A log that cannot be read (at any read) stops there, named in ``failed``; one read to its
+        last byte gets its content identity in ``owner`` (for the ledger)."""
         model = SessionModel(session_id_of(path), self.options, metrics=stats.metrics is not None)
         tail = FileTail(path, max_line_bytes=self.max_line_bytes, keep=READ_TYPES)
         while True:
@@ -205,9 +209,13 @@ class ShardJob:
             out = drive(model, result.items, Outputs(), source=str(path))
             stats.fold(out)
             spans, skip = out.spans[skip:], max(0, skip - len(out.spans))
+            # What these spans were made from (their ledger row names it): the bytes read so far.
+            owner[3] = content_identity(tail.offset, tail.crc, whole=False) if tail.crc is not None else ""
             yield spans
             if not result.more:
                 break
+        whole = tail.crc is not None and tail.offset == tail.size
+        owner[3] = content_identity(tail.offset, tail.crc, whole=True) if whole else ""
         out = finish(model, Outputs())
         stats.fold(out)
         yield out.spans[skip:]

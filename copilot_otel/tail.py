@@ -74,6 +74,7 @@ class FileTail:
         # CRC-32 of the bytes up to there.
         self.scanned: int | None = None
         self._scanned_crc: int | None = None
+        self.size = 0  # the file's size at the last read
 
     def resume(self, offset: int, line: int, identity: FileIdentity, *, end: int, crc: int | None) -> None:
         """Read on from ``offset``/``line`` of the log ``identity`` names, whose bytes [0, ``end``) had CRC-32
@@ -176,6 +177,7 @@ class FileTail:
 
     def _read_open(self, handle, max_bytes: int) -> ReadResult:
         st = os.fstat(handle.fileno())
+        self.size = st.st_size
         verdict = self._same_file(handle, st)
         copied = verdict == COPIED
         restarted = None if copied else verdict

@@ -266,3 +266,40 @@ def test_stuck_is_measured_from_when_the_event_arrived(tmp_path, shift):
         assert found - written >= threshold
         assert threshold <= stalled(daemon, "stepped") <= time.monotonic() - written + 1
     assert found - read_at < 20
+
+
+# ------------------------------------------------------------------------ replay's ledger: the same rule
+
+def test_a_replay_continued_after_its_logs_were_copied_over_themselves_sends_nothing_twice(tmp_path):
+    """A replay gives up with some sessions delivered; every log is then copied over itself (rsync, a
+    restore: new inodes and times, the same bytes). The same command delivers the rest, and over both runs
+    every span arrives exactly once: a log delivered whole is known by its content, not its inode."""
+    from collections import Counter
+
+    from tests.otlp_receiver import OtlpReceiver
+    from tests.throttling_receiver import ThrottlingGate
+
+    home = tmp_path / "home"
+    for n in range(3):
+        for folder in FIXTURE.parent.parent.parent.parent.glob("*/session-state/*"):
+            shutil.copytree(folder, home / "session-state" / f"{folder.name}-{n}")
+    reference = tmp_path / "reference.jsonl"
+    assert run_replay(str(home), "--traces-file", str(reference)).returncode == 0
+    expected = Counter((s.trace_id, s.span_id) for s in read_spans(reference))
+    with OtlpReceiver() as receiver, ThrottlingGate(receiver) as gate:
+        env = {"OTEL_EXPORTER_OTLP_ENDPOINT": gate.grpc_endpoint, "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
+               "OTEL_EXPORTER_OTLP_TIMEOUT": "1"}
+        gate.accept_then_refuse(3)
+        args = (str(home), "--state-dir", str(tmp_path / "state"), "--give-up-after", "2", "--rate", "60")
+        first = run_replay(*args, env=env)
+        assert first.returncode == 1 and "gave up" in first.stderr.decode(), first.stderr.decode()
+        for path in home.glob("session-state/*/events.jsonl"):
+            cp_mv(path)
+        gate.open()
+        second = run_replay(*args, env=env)
+        assert second.returncode == 0, second.stderr.decode()
+        assert re.search(r"\d+ session\(s\) delivered by an earlier run", second.stderr.decode())
+        receiver.wait_for_spans(sum(expected.values()), timeout=30)
+        wait_until(lambda: len(receiver.spans()) >= sum(expected.values()), what="every span")
+        got = Counter((s.trace_id, s.span_id) for s in receiver.spans())
+    assert got == expected
