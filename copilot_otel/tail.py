@@ -134,8 +134,8 @@ class FileTail:
             handle.seek(0)
             if not same_origin(head, ident):
                 return REPLACED
-            if crc is None and expect is None:
-                return EDITED  # a copy whose bytes cannot be compared: nothing delivered is counted again
+            if crc is None:
+                return EDITED  # another file whose bytes cannot be compared: nothing delivered is counted again
         found = prefix_crc(handle, end, self.offset) if end <= st.st_size else None
         if found is None or (crc is not None and found[0] != crc):
             return EDITED
