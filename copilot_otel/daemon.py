@@ -244,7 +244,7 @@ class Daemon:
             self._abandoned.pop(path, None)
             if follower.model.ended is None:  # learn the pid of a process that writes it (a finished one has none)
                 self._alive(follower)
-        if result.items or result.restarted:
+        if result.items or result.restarted or result.copied:  # copied: the position's new identity
             self._deliver(follower, out)
         if result.more:
             self._backlog.add(path)

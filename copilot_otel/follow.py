@@ -26,12 +26,12 @@ from .config import ModelOptions
 from .decode import decode_line
 from .display import duration
 from .events import DecodeError, Event
+from .identity import EDITED
 from .liveness import SessionView, locks_expected
 from .normalize import parse_version
 from .pipeline import Outputs, Warn, drive, finish
 from .records import salted
 from .sessions import READ_TYPES, SessionModel
-from .identity import EDITED
 from .tail import CHUNK, FileTail, ReadResult
 from .vocab import END_INCOMPLETE, IDLE
 

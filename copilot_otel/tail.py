@@ -4,7 +4,9 @@ A :class:`FileTail` opens the file only while it reads, so thousands of idle ses
 hold no file descriptors. Each ``read`` returns the complete lines appended since the
 last one, decoded, up to about a byte budget; a partial last line waits for its newline.
 Every open refuses what is not a regular file (a FIFO would block the reader), and, for
-the daemon, a symlink or a path that leads out of the watched tree.
+the daemon, a symlink or a path that leads out of the watched tree. Each open also checks
+that the file still holds what was read (identity.py): a copy of the same bytes reads on, an
+edit of lines already read or another log is read again from the start.
 """
 
 from __future__ import annotations
@@ -103,7 +105,10 @@ class FileTail:
         """The id of the file's first event as it is now ('' when there is none, or it cannot be read)."""
         try:
             with self._open() as handle:
-                return first_event_id(handle.read(HEAD_BYTES))
+                head = handle.read(4096)  # a real first line (session.start) is about 500 bytes
+                if b"\n" not in head:
+                    head += handle.read(HEAD_BYTES - len(head))
+                return first_event_id(head)
         except OSError:
             return ""
 
