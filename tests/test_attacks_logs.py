@@ -244,10 +244,11 @@ def stalled(daemon: DaemonProcess, name: str) -> float:
                and ("state", "stuck") in labels)
 
 
-@pytest.mark.parametrize("shift", [timedelta(minutes=-50), timedelta(hours=2)], ids=["50min-behind", "2h-ahead"])
+@pytest.mark.parametrize("shift", [timedelta(minutes=-50), timedelta(minutes=50), timedelta(hours=2)],
+                         ids=["50min-behind", "50min-ahead", "2h-ahead"])
 def test_stuck_is_measured_from_when_the_event_arrived(tmp_path, shift):
-    """A working session whose events are stamped 50 min behind or 2 h ahead of this clock (a clock stepped
-    back or forward, to the daemon): at a 3 s threshold it is working when read, stuck once 3 s have passed
+    """A working session whose events are stamped 50 min behind, 50 min ahead or 2 h ahead of this clock (to the
+    daemon, a clock stepped forward or back): at a 3 s threshold it is working when read, stuck once 3 s have passed
     since its last event arrived (not at once, not never), and its stalled seconds count from that arrival."""
     home = tmp_path / "home"
     (home / "session-state").mkdir(parents=True)
