@@ -121,15 +121,17 @@ class Follower:
         if result.copied:
             log.info("%s is another file now, holding the bytes already read (a copy moved over it); read on, "
                      "nothing counted again", self.path)
-        if result.restarted == EDITED:
+        if result.restarted == EDITED and result.lines >= delivered:
             log.warning("%s: lines already read changed (the log was edited); what was delivered up to line %d is "
                         "not counted or exported again, reading on after it", self.path, delivered)
             self.model = self.new_model()
             self.floor_line = delivered
             self.whole = True
         elif result.restarted:
-            log.info("%s was %s; reading it again from the start as a new generation", self.path,
-                     result.restarted)
+            # An edit that left fewer lines than were read (an older copy put back, lines deleted) is a truncation:
+            # which of its lines were delivered cannot be told.
+            how = "replaced by a shorter copy of itself" if result.restarted == EDITED else result.restarted
+            log.info("%s was %s; reading it again from the start as a new generation", self.path, how)
             self.finish(out)
             self.generation += 1
             self.model = self.new_model()

@@ -82,3 +82,13 @@ def prefix_crc(handle, end: int, at: int | None = None) -> tuple[int, int, int] 
         position += len(chunk)
     handle.seek(0)
     return crc, (crc if at >= end else crc_at), lines
+
+
+def count_lines(handle) -> int:
+    """The complete lines (newlines) of an open file, read from its start."""
+    handle.seek(0)
+    lines = 0
+    while chunk := handle.read(SCAN_CHUNK):
+        lines += chunk.count(b"\n")
+    handle.seek(0)
+    return lines

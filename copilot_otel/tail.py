@@ -23,7 +23,7 @@ from typing import Collection
 from .decode import TOO_LONG, decode_line
 from .events import DecodeError, Event
 from .identity import (COPIED, EDITED, FINGERPRINT_BYTES, HEAD_BYTES, REPLACED, TRUNCATED, FileIdentity,
-                       fingerprint, first_event_id, prefix_crc, same_origin)
+                       count_lines, fingerprint, first_event_id, prefix_crc, same_origin)
 from .sources import UnreadableLog
 
 __all__ = ["CHUNK", "FileIdentity", "FileTail", "ReadResult", "Refused", "read_all"]
@@ -41,6 +41,7 @@ class ReadResult:
     # event) with lines already read changed, read again from 0.
     restarted: str | None = None
     copied: bool = False  # another file, with the bytes already read: read on from the same position
+    lines: int = 0  # 'edited': the complete lines the file holds now
     gone: bool = False
     error: str | None = None  # the file exists but cannot be read (permissions, I/O, not a regular file)
     more: bool = False  # the read stopped at its byte budget: there may be more to read now
@@ -186,6 +187,7 @@ class FileTail:
         verdict = self._same_file(handle, st)
         copied = verdict == COPIED
         restarted = None if copied else verdict
+        lines = count_lines(handle) if restarted == EDITED else 0
         if restarted:
             self.rewind()
         if self.scanned is not None and st.st_size < self.scanned:
@@ -199,14 +201,14 @@ class FileTail:
         elif copied:
             self.identity = replace(ident, device=st.st_dev, inode=st.st_ino)
         if st.st_size <= max(self.offset, self.scanned or 0):
-            return ReadResult([], restarted, copied)
+            return ReadResult([], restarted, copied, lines)
         first = self.line == 0
         items, more = self._read_lines(handle, max_bytes)
         if first and self.line:  # the first line is complete: the log's first event names it
             event = items[0] if items else None
             named = type(event) is Event and event.line == 1 and not event.id.startswith("@")
             self.identity = replace(self.identity, first_id=event.id if named else "")
-        return ReadResult(items, restarted, copied, more=more)
+        return ReadResult(items, restarted, copied, lines, more=more)
 
     def _read_lines(self, handle, max_bytes: int) -> tuple[list[Event | DecodeError], bool]:
         items: list[Event | DecodeError] = []

@@ -262,3 +262,20 @@ def test_a_checkpoint_of_an_older_version_gains_the_new_columns(tmp_path):
     (row,) = checkpoint.load().values()
     assert (row.crc, row.identity.first_id, row.session_id) == (7, "e1", "s")
     checkpoint.close()
+
+
+def test_an_older_shorter_copy_put_back_is_a_new_generation(tmp_path):
+    """The same log with fewer lines than were read, in another file (an older copy restored): which of its
+    lines were delivered cannot be told, so it is read as a truncation is, a new generation."""
+    folder = tmp_path / "s-1"
+    folder.mkdir()
+    path = folder / "events.jsonl"
+    log = session()
+    path.write_bytes(log.jsonl())
+    follower = follower_of(path)
+    follower.read(Outputs(), warn=lambda *a: None)
+    moved_over(path, log.jsonl(0, 3))
+    out = Outputs()
+    result = follower.read(out, warn=lambda *a: None)
+    assert (result.restarted, result.lines, follower.generation) == (EDITED, 3, 1)
+    assert out.events["session.start"] == 1
