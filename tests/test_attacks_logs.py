@@ -304,3 +304,34 @@ def test_a_replay_continued_after_its_logs_were_copied_over_themselves_sends_not
         wait_until(lambda: len(receiver.spans()) >= sum(expected.values()), what="every span")
         got = Counter((s.trace_id, s.span_id) for s in receiver.spans())
     assert got == expected
+
+
+def test_a_session_stamped_ahead_whose_process_dies_mid_turn_is_abandoned(tmp_path):
+    """A working session stamped 50 min ahead of this clock (the clock stepped back) is held by a process that
+    then dies: it is abandoned within seconds (the grace measured from when its last event arrived, not
+    from its timestamp), its stalled seconds counting from that arrival."""
+    import signal
+    import sys
+
+    home = tmp_path / "home"
+    (home / "session-state").mkdir(parents=True)
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    try:
+        with DaemonProcess(home, tmp_path / "state", args=FAST) as daemon:
+            written = time.monotonic()
+            path = working_session(home, "held", datetime.now(timezone.utc) + timedelta(minutes=50))
+            for lock in path.parent.glob("inuse.*.lock"):
+                lock.unlink()
+            (path.parent / f"inuse.{holder.pid}.lock").write_text(str(holder.pid))
+            wait_until(lambda: value(daemon.scrape(), "copilot_sessions", state="working") == 1, what="working")
+            holder.send_signal(signal.SIGKILL)
+            holder.wait()
+            wait_until(lambda: value(daemon.scrape(), "copilot_sessions", state="abandoned") == 1, timeout=30,
+                       what="the session abandoned")
+            stalled = [v for (n, labels), v in daemon.scrape().items()
+                       if n == "copilot_session_stalled_seconds" and ("state", "abandoned") in labels]
+            assert stalled and 0 < stalled[0] <= time.monotonic() - written + 1
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait()
