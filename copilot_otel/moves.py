@@ -30,22 +30,28 @@ class Moves:
         self._restored = restored  # the daemon's: positions not taken up yet, by path (taken ones are popped)
         self._restored_by_id = {p.identity.first_id: p.path for p in restored.values() if p.identity.first_id}
         self._live: dict[str, Path] = {}  # first event id -> the path of the first follower that read it
+        self._ids: dict[Path, str] = {}  # and back
         self.moved_away: set[str] = set()  # paths a log moved away from: their rows go when the new one commits
 
     def note(self, first_id: str, path: Path) -> None:
         """A follower at ``path`` read a log that begins with the event ``first_id``."""
         if first_id and first_id not in self._live:
             self._live[first_id] = path
+            self._ids[path] = first_id
 
     def forget(self, path: Path) -> None:
         """The log at ``path`` is no longer followed (deleted)."""
-        for first_id in [k for k, v in self._live.items() if v == path]:
-            del self._live[first_id]
+        first_id = self._ids.pop(path, None)
+        if first_id is not None:
+            self._live.pop(first_id, None)
 
     def moved(self, first_id: str, old: Path, new: Path) -> None:
         """The log that begins with ``first_id`` is followed at ``new`` now, no longer at ``old``."""
         self.moved_away.add(str(old))
-        self._live[first_id] = new
+        self._ids.pop(old, None)
+        if first_id:
+            self._live[first_id] = new
+            self._ids[new] = first_id
 
     def origin(self, path: Path, followers: Mapping[Path, T], *,
                within: Path | None) -> tuple[str, T | None, FilePosition | None]:
