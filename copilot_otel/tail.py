@@ -121,9 +121,9 @@ class FileTail:
     def _same_file(self, handle, st: os.stat_result) -> str | None:
         """None if this is the file and the bytes we were reading; else what it is (identity's verdicts)."""
         ident = self.identity
+        expect, self.expect = self.expect, None
         if ident is None:
             return None
-        expect, self.expect = self.expect, None
         end, crc = expect if expect is not None else (self.offset, self.crc)
         if (st.st_dev, st.st_ino) == (ident.device, ident.inode):
             if st.st_size < end:
