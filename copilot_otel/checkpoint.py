@@ -5,6 +5,11 @@ spans are all exported: metrics and spans from events before it are never emitte
 again. ``resume_offset``/``resume_line`` is where reading restarts after a restart:
 the first event of the interaction still running then, so its open spans are rebuilt
 from their real start events. Rows are committed only after the export succeeded.
+
+With each position goes what makes the log the same log (identity.py): the id of its first
+event and a CRC-32 of its bytes up to ``offset``, so that a log copied over itself, moved to
+another folder or edited while the daemon was stopped is recognised at the next start; and
+the session id its spans were made under, which a log moved to another folder keeps.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from pathlib import Path
 
 from .config import ConfigError
 from .private import private_dir, touch_private
-from .tail import FileIdentity
+from .identity import FileIdentity
 
 log = logging.getLogger(__name__)
 
@@ -37,9 +42,21 @@ CREATE TABLE IF NOT EXISTS files (
     resume_offset INTEGER NOT NULL,
     resume_line INTEGER NOT NULL,
     updated REAL NOT NULL,
-    generation INTEGER NOT NULL DEFAULT 0
+    generation INTEGER NOT NULL DEFAULT 0,
+    crc INTEGER,
+    first_id TEXT NOT NULL DEFAULT '',
+    session_id TEXT NOT NULL DEFAULT ''
 )
 """
+# Columns added since the first schema, and how to add each to an older checkpoint.
+_ADDED = {
+    "generation": "generation INTEGER NOT NULL DEFAULT 0",
+    "crc": "crc INTEGER",
+    "first_id": "first_id TEXT NOT NULL DEFAULT ''",
+    "session_id": "session_id TEXT NOT NULL DEFAULT ''",
+}
+_COLUMNS = ("path, device, inode, fingerprint, fingerprint_len, offset, line, resume_offset, resume_line, updated, "
+            "generation, crc, first_id, session_id")
 # What SQLite reports for a file that is damaged or no database at all: only these are set aside.
 _CORRUPT = ("SQLITE_CORRUPT", "SQLITE_NOTADB")
 
@@ -71,6 +88,9 @@ class FilePosition:
     resume_offset: int
     resume_line: int
     generation: int = 0  # how many times the file was truncated or replaced under the daemon
+    crc: int | None = None  # CRC-32 of the log's bytes before ``offset`` (None: not known)
+    session_id: str = ""  # the session id its spans are made under, when not its folder's name (a moved log)
+    moved_from: tuple[str, ...] = ()  # paths the log was followed at before: their rows go in the same commit
 
 
 class Checkpoint:
@@ -113,8 +133,9 @@ class Checkpoint:
             db.execute("PRAGMA synchronous=NORMAL")
             db.execute(SCHEMA)
             columns = {row[1] for row in db.execute("PRAGMA table_info(files)")}
-            if "generation" not in columns:  # a checkpoint written before generations were kept
-                db.execute("ALTER TABLE files ADD COLUMN generation INTEGER NOT NULL DEFAULT 0")
+            for name, definition in _ADDED.items():  # a checkpoint written by an older version
+                if name not in columns:
+                    db.execute(f"ALTER TABLE files ADD COLUMN {definition}")
         except BaseException:
             db.close()
             raise
@@ -125,10 +146,10 @@ class Checkpoint:
         with self._lock:
             rows = self._db.execute(
                 "SELECT path, device, inode, fingerprint, fingerprint_len, offset, line, resume_offset, resume_line, "
-                "generation FROM files").fetchall()
+                "generation, crc, first_id, session_id FROM files").fetchall()
         return {
-            row[0]: FilePosition(row[0], FileIdentity(row[1], row[2], row[3], row[4]), row[5], row[6], row[7], row[8],
-                                 row[9])
+            row[0]: FilePosition(row[0], FileIdentity(row[1], row[2], row[3], row[4], row[11]), row[5], row[6], row[7],
+                                 row[8], row[9], row[10], row[12])
             for row in rows
         }
 
@@ -138,16 +159,21 @@ class Checkpoint:
             return
         now = time.time()
         rows = [(p.path, p.identity.device, p.identity.inode, p.identity.fingerprint, p.identity.fingerprint_len,
-                 p.offset, p.line, p.resume_offset, p.resume_line, now, p.generation) for p in positions]
+                 p.offset, p.line, p.resume_offset, p.resume_line, now, p.generation, p.crc, p.identity.first_id,
+                 p.session_id) for p in positions]
+        moved = [(old,) for p in positions for old in p.moved_from if old != p.path]
         with self._lock:
             try:
                 self._db.execute("BEGIN")
                 self._db.executemany(
-                    "INSERT INTO files VALUES (?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT(path) DO UPDATE SET "
-                    "device=excluded.device, inode=excluded.inode, fingerprint=excluded.fingerprint, "
+                    f"INSERT INTO files ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT(path) DO UPDATE "
+                    "SET device=excluded.device, inode=excluded.inode, fingerprint=excluded.fingerprint, "
                     "fingerprint_len=excluded.fingerprint_len, offset=excluded.offset, line=excluded.line, "
                     "resume_offset=excluded.resume_offset, resume_line=excluded.resume_line, updated=excluded.updated, "
-                    "generation=excluded.generation", rows)
+                    "generation=excluded.generation, crc=excluded.crc, first_id=excluded.first_id, "
+                    "session_id=excluded.session_id", rows)
+                if moved:
+                    self._db.executemany("DELETE FROM files WHERE path = ?", moved)
                 self._db.execute("COMMIT")
             except sqlite3.Error as exc:
                 self._rollback()

@@ -20,12 +20,13 @@ from .checkpoint import Checkpoint, StateLock
 from .config import Config
 from .deadletter import FILE_NAME as DEAD_LETTER_FILE
 from .deadletter import DeadLetter
-from .discover import Discoverer
+from .discover import Discoverer, Tree
 from .export import ExportQueue
 from .follow import Follower
 from .liveness import ABANDON, ABANDONED_RETENTION, DORMANT, SessionView, live_state, lock_pids, pid_alive, verdict
 from .logs import RateLimitedLog, ReportedOnce
 from .metrics import Metrics
+from .moves import Moves
 from .notices import SessionNotices
 from .otlp_json import OtlpJsonEncoder
 from .pipeline import Outputs
@@ -90,17 +91,14 @@ class Daemon:
         self._changed = False
         self.notices = SessionNotices(self.policy)
         self._restored = self.checkpoint.load()
-        self._skip_history: set[Path] = set()
+        self.moves = Moves(self._restored)
+        self._started = clock()  # a log last written before this is history: its events were not seen arriving
+        self.tree = Tree(self.root)
         # Taken here, before /healthz answers: a session created once the daemon is up is not history.
-        if not self.config.from_start:
-            # --from-end: history present at the first start is skipped (a checkpoint still wins).
-            try:
-                self._skip_history = set(self.root.glob("*/events.jsonl"))
-            except OSError as exc:  # an unreadable COPILOT_HOME is waited for, not a reason to stop
-                log.warning("cannot list %s to skip its history (%s)", self.root, exc.strerror or exc)
+        # --from-end: history present at the first start is skipped (a checkpoint still wins).
+        self._skip_history: set[Path] = set() if self.config.from_start else self.tree.logs()
         self._unreadable = ReportedOnce(log)  # retried at every rescan
-        self._outside: set[Path] = set()  # symlinks out of the tree, reported once
-        self._root_real = self.root.resolve()
+        self._root_real = self.tree.real
         # Files read up to their byte budget with more waiting: read again next round, after the others.
         self._backlog: set[Path] = set()
         # The generation a deleted log would start again at, were it written anew.
@@ -161,7 +159,9 @@ class Daemon:
         # session that writes fast (or a flood) delays the others by one read, not by its backlog.
         files |= self._backlog
         self._backlog = set()
-        for path in sorted(files):
+        # Paths not followed yet first: a log moved from a followed path is taken up there before the old
+        # path is found gone (and its session ended).
+        for path in sorted(files, key=lambda p: (p in self.sessions, p)):
             if self._stop.is_set():
                 break
             try:
@@ -189,28 +189,38 @@ class Daemon:
 
     def _follower_for(self, path: Path) -> Follower | None:
         follower = self.sessions.get(path)
-        if follower is not None or not path.is_file() or not self._inside_tree(path):
+        if follower is not None or not path.is_file() or not self.tree.inside(path):
             return follower
+        restored = self._restored.pop(str(path), None)
+        if restored is None:  # a log seen here first: did it move here?
+            first_id, moved, restored = self.moves.origin(path, self.sessions, within=self._root_real)
+            if moved is not None:
+                self._move(moved, path, first_id)
+                return moved
         follower = Follower.start(path, self.config.model, max_line_bytes=self.config.max_line_bytes,
-                                  restored=self._restored.pop(str(path), None),
-                                  skip_history=path in self._skip_history, within=self._root_real,
-                                  generation=self._generations.pop(path, 0))
+                                  restored=restored, skip_history=path in self._skip_history, within=self._root_real,
+                                  generation=self._generations.pop(path, 0),
+                                  history=os.stat(path).st_mtime < self._started)
         self.sessions[path] = follower
         return follower
 
-    def _inside_tree(self, path: Path) -> bool:
-        """False (said once) for a log that resolves outside COPILOT_HOME/session-state."""
-        try:
-            if path.parent.parent == self.root and not (os.path.islink(path.parent) or os.path.islink(path)):
-                inside = True  # a plain file in a plain folder of the root (the usual case: 2 lstat, not 8)
-            else:
-                inside = path.resolve().is_relative_to(self._root_real)
-        except OSError:
-            inside = False
-        if not inside and path not in self._outside:
-            self._outside.add(path)
-            log.warning("%s leads outside %s; not following it", path, self.root)
-        return inside
+    def _move(self, follower: Follower, path: Path, first_id: str) -> None:
+        """Follow a log at the path it moved to (its folder was renamed): the same session, position and ids."""
+        old = follower.path
+        log.info("%s moved to %s; following it there as the same session %s", old, path, follower.session_id)
+        follower.move(path)
+        self.moves.moved(first_id, old, path)
+        for keyed in (self.sessions, self._open, self._abandoned, self._views, self.summaries):
+            if old in keyed:
+                keyed[path] = keyed.pop(old)
+        for marked in (self.partial, self._backlog):
+            if old in marked:
+                marked.symmetric_difference_update((old, path))
+        self.notices.moved(old, path)
+        self._changed = True
+        marker = follower.marker()
+        if marker is not None:  # the row moves to the new path once what is queued before it is exported
+            self.queue.put_marker(marker)
 
     def _read(self, path: Path) -> None:
         """One read of at most follow.READ_BYTES from one file; a file with more waiting joins the backlog."""
@@ -229,11 +239,13 @@ class Daemon:
             self._unreadable.report(path, f"cannot read {path}: {result.error}; will retry")
             return
         self._unreadable.recovered(path)
+        if follower.tail.identity is not None:
+            self.moves.note(follower.tail.identity.first_id, path)
         if result.items:
             self._abandoned.pop(path, None)
             if follower.model.ended is None:  # learn the pid of a process that writes it (a finished one has none)
                 self._alive(follower)
-        if result.items or result.restarted:
+        if result.items or result.restarted or result.copied:  # copied: the position's new identity
             self._deliver(follower, out)
         if result.more:
             self._backlog.add(path)
@@ -295,6 +307,7 @@ class Daemon:
         self._backlog.discard(path)
         if follower is not None and follower.tail.identity is not None:
             self._generations[path] = follower.generation + 1  # if it is written anew: a new generation
+            self.moves.forget(path)
         if follower is not None:
             self.notices.forget(follower, "its log was deleted")
         if follower is not None and follower.model is not None:
@@ -303,7 +316,8 @@ class Daemon:
             follower.finish(out)
             self._count_and_queue(follower, out)
         self._restored.pop(str(path), None)
-        self.checkpoint.forget(str(path))
+        if str(path) not in self.moves.moved_away:  # a moved log's row goes when its new path's row is committed
+            self.checkpoint.forget(str(path))
 
     # ------------------------------------------------------------ housekeeping
 
@@ -314,7 +328,7 @@ class Daemon:
         if check_liveness:
             self._next_liveness = monotonic + LIVENESS_EVERY
             for path, follower in list(self._abandoned.items()):
-                if follower.abandoned_at is None or now - follower.model.last_event_ns / 1e9 >= ABANDONED_RETENTION:
+                if follower.abandoned_at is None or monotonic - follower.seen_at >= ABANDONED_RETENTION:
                     del self._abandoned[path]
                     follower.abandoned_at = None
                     self._views.pop(path, None)
@@ -330,17 +344,17 @@ class Daemon:
             if not check_liveness or follower.path in self._backlog:
                 continue  # a log with more waiting to be read: its last event read is not its last one
             decision = verdict(mid_turn=model.mid_turn, awaiting_confirmation=model.awaiting_confirmation,
-                               last_event_ns=model.last_event_ns, quiet=quiet, now=now,
+                               since_event=monotonic - follower.seen_at, quiet=quiet,
                                alive=lambda f=follower: self._alive(f), locks_expected=follower.locks_expected)
             if decision == ABANDON:
-                self._abandon(follower, now)
+                self._abandon(follower, monotonic)
             elif decision == DORMANT:  # its process is gone and nothing is open: set aside until it grows
                 self.notices.ended(follower, "its CLI process exited")
                 self._open.pop(follower.path, None)
                 self._views.pop(follower.path, None)
                 self._compact(follower)
             elif model.mid_turn or self.notices.is_stuck(follower):
-                live = live_state(follower.view(), now=now, policy=self.policy, alive=pid_alive)
+                live = live_state(follower.view(), now=now, policy=self.policy, alive=pid_alive, monotonic=monotonic)
                 self.queue.put_spans(self.notices.check_stuck(follower, live, now), should_stop=self._stop.is_set)
         if check_liveness:
             self.notices.sweep(self._open)
@@ -356,11 +370,11 @@ class Daemon:
                 self._views[follower.path] = follower.view()
         return any(pid_alive(pid) for pid in pids)
 
-    def _abandon(self, follower: Follower, now: float) -> None:
+    def _abandon(self, follower: Follower, monotonic: float) -> None:
         """The process that held a session died mid-turn: end its open spans as incomplete."""
         self.notices.forget(follower, "abandoned")
-        if now - follower.model.last_event_ns / 1e9 < ABANDONED_RETENTION:
-            follower.abandoned_at = now
+        if monotonic - follower.seen_at < ABANDONED_RETENTION:
+            follower.abandoned_at = monotonic
             self._abandoned[follower.path] = follower
             log.warning("session %s was abandoned mid-turn (its CLI process is gone)", follower.session_id)
         before = follower.model.summary()

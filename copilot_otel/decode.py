@@ -22,11 +22,11 @@ BAD_TIMESTAMP = "bad_timestamp"
 BAD_DATA = "bad_data"
 TOO_LONG = "too_long"
 NUL_BYTE = "nul_byte"
-FUTURE_TIMESTAMP = "future_timestamp"
 DUPLICATE_ID = "duplicate_id"
 INTERNAL_ERROR = "internal_error"  # an event the session model could not apply (a bug of ours)
-REASONS = (NOT_JSON, INVALID_UTF8, NOT_OBJECT, BAD_TYPE, BAD_TIMESTAMP, BAD_DATA, TOO_LONG, NUL_BYTE, FUTURE_TIMESTAMP,
-           DUPLICATE_ID, INTERNAL_ERROR)
+# An event stamped ahead of the machine's clock is no reason: it is kept (a clock is wrong, not the event).
+REASONS = (NOT_JSON, INVALID_UTF8, NOT_OBJECT, BAD_TYPE, BAD_TIMESTAMP, BAD_DATA, TOO_LONG, NUL_BYTE, DUPLICATE_ID,
+           INTERNAL_ERROR)
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
@@ -56,8 +56,8 @@ def parse_timestamp(value: object) -> int | None:
     return (delta.days * 86_400 + delta.seconds) * 1_000_000_000 + delta.microseconds * 1_000
 
 
-def decode_object(obj: object, *, offset: int = -1, line: int = 0, not_after_ns: int = 0) -> Event | DecodeError:
-    """Validate an already-parsed JSON value as an event (``not_after_ns``: latest believable time)."""
+def decode_object(obj: object, *, offset: int = -1, line: int = 0) -> Event | DecodeError:
+    """Validate an already-parsed JSON value as an event."""
     if not isinstance(obj, dict):
         return DecodeError(NOT_OBJECT, f"a JSON {type(obj).__name__}, not an object", offset, line)
     event_type = obj.get("type")
@@ -66,9 +66,6 @@ def decode_object(obj: object, *, offset: int = -1, line: int = 0, not_after_ns:
     timestamp = parse_timestamp(obj.get("timestamp"))
     if timestamp is None:
         return DecodeError(BAD_TIMESTAMP, f"{event_type}: missing or unusable 'timestamp' (ISO-8601 with zone)", offset, line)
-    if not_after_ns and timestamp > not_after_ns:
-        return DecodeError(FUTURE_TIMESTAMP, f"{event_type}: timestamp {obj.get('timestamp')} is in the future",
-                           offset, line)
     data = obj.get("data")
     if not isinstance(data, dict):
         what = "missing" if data is None else "not an object"
@@ -99,8 +96,7 @@ def type_set(types: Iterable[str]) -> frozenset[bytes]:
     return frozenset(kind.encode() for kind in types)
 
 
-def skim(raw: bytes, keep: frozenset[bytes], *, offset: int = -1, line: int = 0,
-         not_after_ns: int = 0) -> Event | None:
+def skim(raw: bytes, keep: frozenset[bytes], *, offset: int = -1, line: int = 0) -> Event | None:
     """A line of a type not in ``keep``, in the CLI's own shape: its event without parsing the payload.
 
     Most of a log's bytes are in lines nothing reads (the system prompt). Such a line is checked at
@@ -125,7 +121,7 @@ def skim(raw: bytes, keep: frozenset[bytes], *, offset: int = -1, line: int = 0,
     except UnicodeDecodeError:
         return None
     timestamp = parse_timestamp(tail.group(3).decode())
-    if timestamp is None or (not_after_ns and timestamp > not_after_ns):
+    if timestamp is None:
         return None
     agent = tail.group(1) or tail.group(4)
     return Event(kind, timestamp, tail.group(2).decode(), NO_DATA, None, agent.decode() if agent else None, False,
@@ -133,7 +129,7 @@ def skim(raw: bytes, keep: frozenset[bytes], *, offset: int = -1, line: int = 0,
 
 
 def decode_line(raw: bytes, *, offset: int = -1, line: int = 0, max_bytes: int = 0,
-                not_after_ns: int = 0, keep: frozenset[bytes] | None = None) -> Event | DecodeError:
+                keep: frozenset[bytes] | None = None) -> Event | DecodeError:
     """Decode one line (without its newline) into an event, or say why it is unusable.
 
     ``keep``: the event types whose payload is read (:func:`type_set`); a line of any other type in the
@@ -142,7 +138,7 @@ def decode_line(raw: bytes, *, offset: int = -1, line: int = 0, max_bytes: int =
     if max_bytes and len(raw) > max_bytes:
         return DecodeError(TOO_LONG, f"line of {len(raw)} bytes exceeds the {max_bytes}-byte limit", offset, line)
     if keep is not None:
-        skimmed = skim(raw, keep, offset=offset, line=line, not_after_ns=not_after_ns)
+        skimmed = skim(raw, keep, offset=offset, line=line)
         if skimmed is not None:
             return skimmed
     if b"\x00" in raw:
@@ -155,4 +151,4 @@ def decode_line(raw: bytes, *, offset: int = -1, line: int = 0, max_bytes: int =
         except UnicodeDecodeError:
             return DecodeError(INVALID_UTF8, "line is not valid UTF-8", offset, line)
         return DecodeError(NOT_JSON, f"not JSON: {exc}", offset, line)
-    return decode_object(obj, offset=offset, line=line, not_after_ns=not_after_ns)
+    return decode_object(obj, offset=offset, line=line)

@@ -45,6 +45,7 @@ class Batch:
     records: list[SpanRecord]
     encoded: bytes
     parts: tuple[tuple[str, int, bool], ...]
+    content: tuple[tuple[str, str], ...] = ()  # (log, the content its spans so far were made from): ledger.py
 
     @property
     def spans(self) -> int:
@@ -182,11 +183,12 @@ class Delivery:
                     dropped=counter(stats))
         self.spans += batch.spans
         rows = []
+        content = dict(batch.content)
         for path, count, last in batch.parts:
             self.sent[path] = self.sent.get(path, 0) + count
             if last:
                 self.done.add(path)
-            rows.append((path, self.identities.get(path, ""), self.sent[path], last))
+            rows.append((path, content.get(path) or self.identities.get(path, ""), self.sent[path], last))
         if self.ledger is not None:
             self.ledger.record(rows)
         self.on_delivered(batch)

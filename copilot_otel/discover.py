@@ -45,6 +45,37 @@ WATCHED_EVENTS = [FileCreatedEvent, FileModifiedEvent, FileDeletedEvent, FileMov
                   DirCreatedEvent, DirDeletedEvent, DirMovedEvent]
 
 
+class Tree:
+    """COPILOT_HOME/session-state as the daemon reads it: the logs in it now, and whether a path lies inside it."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+        self.real = self.root.resolve()
+        self._outside: set[Path] = set()  # symlinks out of the tree, reported once
+
+    def logs(self) -> set[Path]:
+        """The session logs there now (none, said once, when the folder cannot be listed)."""
+        try:
+            return set(self.root.glob(f"*/{EVENTS_FILE}"))
+        except OSError as exc:  # an unreadable COPILOT_HOME is waited for, not a reason to stop
+            log.warning("cannot list %s (%s)", self.root, exc.strerror or exc)
+            return set()
+
+    def inside(self, path: Path) -> bool:
+        """False (said once) for a log that resolves outside the tree."""
+        try:
+            if path.parent.parent == self.root and not (os.path.islink(path.parent) or os.path.islink(path)):
+                inside = True  # a plain file in a plain folder of the root (the usual case: 2 lstat, not 8)
+            else:
+                inside = path.resolve().is_relative_to(self.real)
+        except OSError:
+            inside = False
+        if not inside and path not in self._outside:
+            self._outside.add(path)
+            log.warning("%s leads outside %s; not following it", path, self.root)
+        return inside
+
+
 class _Handler(FileSystemEventHandler):
     def __init__(self, discoverer: "Discoverer") -> None:
         self._discoverer = discoverer

@@ -6,9 +6,11 @@ to its file position (thousands of old sessions cost almost nothing); when its f
 again the model is rebuilt from the file and only what lies past the old position is
 delivered. A restart resumes the same way from the checkpoint.
 
-A file truncated or replaced under us starts a new *generation*: what the old one left open
-ends as incomplete, and the spans of the new one get ids of their own (records.salted), so no
-span id is ever exported twice with different content.
+A file truncated or replaced by another log starts a new *generation*: what the old one left
+open ends as incomplete, and the spans of the new one get ids of their own (records.salted), so
+no span id is ever exported twice with different content. A copy of the log moved over it
+reads on; an edit of lines already read (the same first event, other bytes) is said once and
+read again from the start with the delivered lines below the floor: nothing is counted twice.
 """
 
 from __future__ import annotations
@@ -22,7 +24,9 @@ from pathlib import Path
 from .checkpoint import FilePosition
 from .config import ModelOptions
 from .decode import decode_line
-from .events import DecodeError
+from .display import duration
+from .events import DecodeError, Event
+from .identity import EDITED
 from .liveness import SessionView, locks_expected
 from .normalize import parse_version
 from .pipeline import Outputs, Warn, drive, finish
@@ -34,6 +38,9 @@ from .vocab import END_INCOMPLETE, IDLE
 log = logging.getLogger(__name__)
 
 READ_BYTES = 4 << 20  # what one read takes from a file before the daemon turns to the other files
+# An event stamped further ahead of the machine's clock than this says that one of the clocks is wrong: it is
+# kept and exported as stamped, counted (copilot_otel_events_ahead_of_clock_total) and said once per log.
+AHEAD_S = 3600.0
 
 
 @dataclass
@@ -46,10 +53,15 @@ class Follower:
     # None while the session is compacted: it had ended (or its process was gone) with nothing open,
     # so only its position is kept; new lines rebuild the model from the start of the file.
     model: SessionModel | None = None
-    floor: int = 0  # outputs of events before this offset were already delivered (restart, compaction)
+    floor_line: int = 0  # outputs of the events on lines up to this one were already delivered (restart, compaction)
     pids: list[int] = field(default_factory=list)
     last_read: float = 0.0  # monotonic time new events were last read
-    abandoned_at: float | None = None  # wall time the session was found dead mid-turn
+    # Monotonic time the reader last saw an event of the session arrive: stuck and abandoned are measured from
+    # it, so that a clock step (or a writer's wrong clock) neither hides nor invents one. Events of a log written
+    # before the daemon started (``history``) did not arrive under its eyes: their own age stands in.
+    seen_at: float = 0.0
+    history: bool = False
+    abandoned_at: float | None = None  # monotonic time the session was found dead mid-turn
     locks_seen: bool = False  # a lock file was seen in the folder at some point
     cut_off_tool: str | None = None  # the tool it waited on when it was found abandoned
     whole: bool = True  # the model read the file from its first line (so its summary counts everything)
@@ -57,31 +69,37 @@ class Follower:
     # open there (work a crash cut off, ended when the process was found dead) is ended quietly.
     settle_at_floor: bool = False
     generation: int = 0  # how many times the file was truncated or replaced under us (salts its span ids)
-    session_id: str = field(init=False)  # the folder's name
+    told_ahead: bool = False  # its events stamped ahead of our clock were reported
+    session_id: str = ""  # its spans' session id: the folder's name, or the first folder's of a moved log
+    moved_from: tuple[str, ...] = ()  # the paths it was followed at before a move (their checkpoint rows go)
 
     def __post_init__(self) -> None:
-        self.session_id = self.path.parent.name
+        self.session_id = self.session_id or self.path.parent.name
         if self.model is None:
             self.model = self.new_model()
 
     @classmethod
     def start(cls, path: Path, options: ModelOptions, *, max_line_bytes: int, restored: FilePosition | None = None,
               skip_history: bool = False, pids: list[int] | None = None, within: Path | None = None,
-              generation: int = 0) -> "Follower":
-        """Follow ``path`` from its checkpoint, from its end (``skip_history``), or from the start.
+              generation: int = 0, history: bool = False) -> "Follower":
+        """Follow ``path`` from its checkpoint (``restored``, perhaps committed at another path: a moved log),
+        from its end (``skip_history``), or from the start.
 
         ``within``: the tree the file must stay inside, checked on every open."""
         tail = FileTail(path, max_line_bytes=max_line_bytes, keep=READ_TYPES, within=within)
-        floor = 0
+        floor_line, session_id, moved_from = 0, "", ()
         if restored is not None:
-            tail.identity = restored.identity
-            tail.offset, tail.line = restored.resume_offset, restored.resume_line
-            floor = restored.offset
+            tail.resume(restored.resume_offset, restored.resume_line, restored.identity, end=restored.offset,
+                        crc=restored.crc)
+            floor_line = restored.line
             generation = restored.generation
+            session_id = restored.session_id or Path(restored.path).parent.name
+            moved_from = (restored.path,) if restored.path != str(path) else ()
         elif skip_history:
-            floor = tail.offset = _last_newline_end(path)
-        follower = cls(path, tail, options, floor=floor, pids=pids or [], generation=generation,
-                       whole=tail.offset == 0)
+            tail.skip_history()
+            floor_line = tail.line
+        follower = cls(path, tail, options, floor_line=floor_line, pids=pids or [], generation=generation,
+                       whole=tail.offset == 0, session_id=session_id, moved_from=moved_from, history=history)
         if tail.offset > 0:
             _prime(follower.model, path, tail.offset, max_line_bytes)
         return follower
@@ -96,33 +114,64 @@ class Follower:
 
         The result says whether the file is gone, unreadable, restarted or had nothing new.
         """
+        delivered = max(self.floor_line, self.tail.line)
         result = self.tail.read(max_bytes=READ_BYTES)
         if result.gone or result.error:
             return result
-        if result.restarted:
-            log.info("%s was %s; reading it again from the start as a new generation", self.path,
-                     result.restarted)
+        if result.copied:
+            log.info("%s is another file now, holding the bytes already read (a copy moved over it); read on, "
+                     "nothing counted again", self.path)
+        if result.restarted == EDITED and result.lines >= delivered:
+            log.warning("%s: lines already read changed (the log was edited); what was delivered up to line %d is "
+                        "not counted or exported again, reading on after it", self.path, delivered)
+            self.model = self.new_model()
+            self.floor_line = delivered
+            self.whole = True
+        elif result.restarted:
+            # An edit that left fewer lines than were read (an older copy put back, lines deleted) is a truncation:
+            # which of its lines were delivered cannot be told.
+            how = "replaced by a shorter copy of itself" if result.restarted == EDITED else result.restarted
+            log.info("%s was %s; reading it again from the start as a new generation", self.path, how)
             self.finish(out)
             self.generation += 1
             self.model = self.new_model()
-            self.floor = 0
+            self.floor_line = 0
+            self.settle_at_floor = False
             self.whole = True
         if result.items:
             start = len(out.spans)
             items = result.items
+            cut = _below(items, self.floor_line)
             if self.settle_at_floor:
-                before = [item for item in items if item.offset < self.floor]
-                items = items[len(before):]
-                drive(self.model, before, out, source=str(self.path), warn=warn, floor=self.floor)
+                before, items = items[:cut], items[cut:]
+                drive(self.model, before, out, source=str(self.path), warn=warn, floor=_floor(before, len(before)))
+                cut = 0
                 if items:
                     self.settle_at_floor = False
                     if not self.model.quiescent:
                         self.model.finish()  # delivered when it happened: nothing to export again
-            drive(self.model, items, out, source=str(self.path), warn=warn, floor=self.floor)
+            drive(self.model, items, out, source=str(self.path), warn=warn, floor=_floor(items, cut))
             self._salt(out, start)
+            self._ahead(items[cut:], out)
             self.abandoned_at = None
-            self.last_read = time.monotonic()
+            self.last_read = self.seen_at = time.monotonic()
+            if self.history:
+                age = time.time() - self.model.last_event_ns / 1e9
+                self.seen_at -= max(0.0, age)
+                self.history = result.more  # a backlog read on: still history
         return result
+
+    def _ahead(self, items: list, out: Outputs) -> None:
+        """Count the events stamped more than AHEAD_S ahead of our clock; say it once per log."""
+        limit = int((time.time() + AHEAD_S) * 1e9)
+        ahead = [item for item in items if type(item) is Event and item.timestamp_ns > limit]
+        if ahead:
+            out.ahead += len(ahead)
+            if not self.told_ahead:
+                self.told_ahead = True
+                log.warning("%s:%d: events stamped %s ahead of this machine's clock (this clock or the writer's is "
+                            "wrong); kept and exported as stamped", self.path, ahead[0].line,
+                            duration(ahead[0].timestamp_ns / 1e9 - time.time()))
 
     def _salt(self, out: Outputs, start: int) -> None:
         """Give the spans added to ``out`` since ``start`` the ids of this file generation."""
@@ -148,16 +197,18 @@ class Follower:
             return False
         self.model = self.new_model()
         self.whole = True  # read again from the first line, one way or the other
-        if st is not None and st.st_size < tail.offset:
+        if st is not None and st.st_size < tail.offset and st.st_ino == getattr(tail.identity, "inode", None):
             return True  # truncated: the read sees it and starts a new generation from 0
-        self.floor = max(self.floor, tail.offset)
-        tail.offset, tail.line = 0, 0
+        self.floor_line = max(self.floor_line, tail.line)
+        end, crc = tail.offset, tail.crc
+        tail.rewind()
+        tail.expect = (end, crc)  # the next read checks that what was read is still there (else: edited)
         self.settle_at_floor = True
         return True
 
     def compact(self) -> bool:
         """Drop the model of a session with nothing open; keep its position. True if it was dropped."""
-        if self.model is not None and self.model.quiescent and self.tail.offset >= self.floor:
+        if self.model is not None and self.model.quiescent and self.tail.line >= self.floor_line:
             self.model = None
             return True
         return False
@@ -175,12 +226,18 @@ class Follower:
     def marker(self) -> FilePosition | None:
         """Where the checkpoint may move once everything queued before it is exported (None: not yet)."""
         tail = self.tail
-        if tail.identity is None or tail.offset < self.floor or self.model is None:
+        if tail.identity is None or tail.line < self.floor_line or tail.expect is not None:
             return None
-        resume = self.model.open_interaction_start
+        resume = self.model.open_interaction_start if self.model is not None else None
         resume_offset, resume_line = resume if resume is not None else (tail.offset, tail.line)
+        session_id = self.session_id if self.session_id != self.path.parent.name else ""
         return FilePosition(str(self.path), tail.identity, tail.offset, tail.line, resume_offset, resume_line,
-                            self.generation)
+                            self.generation, tail.crc, session_id, self.moved_from)
+
+    def move(self, path: Path) -> None:
+        """Follow the same log at another path (its folder was renamed): the same session, position and ids."""
+        self.moved_from = (*self.moved_from, str(self.path))
+        self.path = self.tail.path = Path(path)
 
     @property
     def locks_expected(self) -> bool:
@@ -195,11 +252,12 @@ class Follower:
         """A frozen snapshot for the scrape thread (which never touches the model)."""
         model = self.model
         if model is None:
-            return SessionView(self.session_id, IDLE, 0, tuple(self.pids), self.abandoned_at, self.locks_expected)
+            return SessionView(self.session_id, IDLE, 0, tuple(self.pids), self.abandoned_at, self.locks_expected,
+                               seen_at=self.seen_at)
         summary = model.summary()
         tool = summary.waiting_on or (self.cut_off_tool if self.abandoned_at is not None else None)
         return SessionView(self.session_id, summary.state, summary.last_event_ns, tuple(self.pids), self.abandoned_at,
-                           self.locks_expected, tool, summary.repository)
+                           self.locks_expected, tool, summary.repository, self.seen_at)
 
 
 _SESSION_FACTS = (b'"session.start"', b'"session.resume"', b'"session.model_change"')
@@ -236,16 +294,17 @@ def _prime(model: SessionModel, path: Path, end: int, max_line_bytes: int) -> No
                 rest, skipping = b"", True
 
 
-def _last_newline_end(path: Path) -> int:
-    """Offset just past the last newline of a file (where complete lines end)."""
-    try:
-        with open(path, "rb") as handle:
-            handle.seek(0, 2)
-            size = handle.tell()
-            start = max(0, size - (1 << 20))
-            handle.seek(start)
-            tail = handle.read()
-    except OSError:
+def _below(items: list, floor_line: int) -> int:
+    """How many of ``items`` (in line order) lie on lines up to ``floor_line``."""
+    if not items or items[0].line > floor_line:
         return 0
-    index = tail.rfind(b"\n")
-    return start + index + 1 if index >= 0 else 0
+    if items[-1].line <= floor_line:
+        return len(items)
+    return next(i for i, item in enumerate(items) if item.line > floor_line)
+
+
+def _floor(items: list, cut: int) -> int:
+    """``drive``'s byte floor that leaves out the first ``cut`` items (offsets follow the lines of one read)."""
+    if cut <= 0:
+        return 0
+    return items[cut].offset if cut < len(items) else items[-1].offset + 1

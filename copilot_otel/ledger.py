@@ -1,11 +1,18 @@
 """What a replay has delivered so far, so that a re-run after an interruption sends nothing twice.
 
 One SQLite file per replay (same paths, same destination, same content settings: same file),
-in the state folder under ``replay/``. Each session log has a row: its identity (inode, size,
-modification time) and how many of its spans were delivered, in the order the replay makes
-them (always the same for the same log). A row is written in the same step as the delivery
-it records is confirmed; a log that changed since is replayed from its first span. The file
-is removed once everything was delivered: the next replay of the same logs sends them again.
+in the state folder under ``replay/``. Each session log has a row: its identity and how many of
+its spans were delivered, in the order the replay makes them (always the same for the same log).
+A row is written in the same step as the delivery it records is confirmed; a log that changed
+since is replayed from its first span. The file is removed once everything was delivered: the
+next replay of the same logs sends them again.
+
+A log is known by its content, as the daemon knows it (identity.py): the CRC-32 of the bytes the
+replay had read when it made the spans a row counts (computed while reading them), so that the
+same bytes copied over it (rsync, a restore) are not sent again. A row of a log read to its end
+also holds its size: a log that grew since is replayed from its first span, as the spans its end
+closed as incomplete may now end otherwise. A log that could not be hashed (a sparse hole was
+skipped) is known by its inode, size and modification time.
 """
 
 from __future__ import annotations
@@ -13,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import os
 import sqlite3
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
@@ -29,13 +37,41 @@ CREATE TABLE IF NOT EXISTS logs (
 """
 
 
+CONTENT = "crc32:"  # the prefix of a content identity
+
+
 def identity_of(path: Path) -> str:
-    """What makes a log the same log for a replay: inode, size and modification time ('' if unreadable)."""
+    """What makes a log the same log when its content was not hashed: inode, size and modification time
+    ('' if unreadable)."""
     try:
         st = os.stat(path)
     except OSError:
         return ""
     return f"{st.st_ino}:{st.st_size}:{st.st_mtime_ns}"
+
+
+def content_identity(length: int, crc: int, *, whole: bool) -> str:
+    """The log whose first ``length`` bytes have CRC-32 ``crc`` (``whole``: and no more bytes)."""
+    return f"{CONTENT}{length}:{crc:08x}" + (":whole" if whole else "")
+
+
+def same_log(recorded: str, path: Path) -> bool:
+    """Is the log at ``path`` the one a row's ``recorded`` identity names? (A content identity reads the file.)"""
+    if not recorded.startswith(CONTENT):
+        return recorded == identity_of(path)
+    length = int(recorded[len(CONTENT):].split(":")[0])
+    crc = 0
+    try:
+        with open(path, "rb") as handle:
+            if recorded.endswith(":whole") and os.fstat(handle.fileno()).st_size != length:
+                return False
+            left = length
+            while left > 0 and (chunk := handle.read(min(left, 1 << 20))):
+                crc = zlib.crc32(chunk, crc)
+                left -= len(chunk)
+    except OSError:
+        return False
+    return left == 0 and recorded == content_identity(length, crc, whole=recorded.endswith(":whole"))
 
 
 @dataclass(frozen=True, slots=True)

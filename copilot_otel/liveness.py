@@ -1,13 +1,20 @@
 """Is a session's CLI process alive, and what does that make the session?
 
 The probes (``pid_alive``, ``lock_pids``) read the process table and the session folder's
-``inuse.<pid>.lock`` files. The policy (``live_state``, ``verdict``) is pure: the clock and
+``inuse.<pid>.lock`` files. The policy (``live_state``, ``verdict``) is pure: the clocks and
 the probe are passed in, so it is tested without processes.
+
+The daemon measures a session's silence on the monotonic clock, from when its reader last saw
+an event arrive (``SessionView.seen_at``): a clock stepped back or forward, or a log written
+with a wrong clock, neither hides nor invents a stuck or abandoned session. Without a daemon
+(`inspect`, `sessions --from-files`) there is no such memory: the last event's own timestamp
+is compared with the wall clock.
 """
 
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping
@@ -100,22 +107,25 @@ class SessionView:
     state: str  # the model's state: working, waiting_tool, waiting_user or idle
     last_event_ns: int
     pids: tuple[int, ...]
-    abandoned_at: float | None = None  # wall time the session was found dead mid-turn
+    abandoned_at: float | None = None  # when the session was found dead mid-turn (set: it is abandoned)
     # False for a CLI that writes no lock file (up to 1.0.2) and whose folder never had one:
     # no process can be found for it, which is then no evidence that it died.
     locks_expected: bool = True
     waiting_on: str | None = None  # the tool it waits on (the oldest running), or waited on when it died
     repository: str | None = None
+    seen_at: float | None = None  # monotonic time the daemon last saw one of its events (None: no daemon)
 
 
-def live_state(view: SessionView, *, now: float, policy: StuckPolicy,
-               alive: Callable[[int], bool]) -> tuple[str, float] | None:
+def live_state(view: SessionView, *, now: float, policy: StuckPolicy, alive: Callable[[int], bool],
+               monotonic: float | None = None) -> tuple[str, float] | None:
     """(state, seconds stalled) of a session now; None when it is not live.
 
     Abandoned sessions stay visible until ABANDONED_RETENTION after their last event; a live
-    one at work with no event for longer than ``policy`` allows is stuck.
+    one at work with no event for longer than ``policy`` allows is stuck. Silence is
+    ``monotonic - view.seen_at`` for a daemon's view (``monotonic``: time.monotonic() now), else
+    ``now`` (wall time) minus the last event's timestamp.
     """
-    stalled = max(0.0, now - view.last_event_ns / 1e9)
+    stalled = max(0.0, silence(view, now=now, monotonic=monotonic))
     if view.abandoned_at is not None:
         return (ABANDONED, stalled) if stalled < ABANDONED_RETENTION else None
     if not view.pids and not view.locks_expected:
@@ -129,14 +139,21 @@ def live_state(view: SessionView, *, now: float, policy: StuckPolicy,
     return view.state, 0.0
 
 
-def verdict(*, mid_turn: bool, awaiting_confirmation: bool, last_event_ns: int, quiet: float, now: float,
+def silence(view: SessionView, *, now: float, monotonic: float | None = None) -> float:
+    """Seconds since the session's last event: as the daemon saw it arrive, else by its own timestamp."""
+    if view.seen_at is not None:
+        return (time.monotonic() if monotonic is None else monotonic) - view.seen_at
+    return now - view.last_event_ns / 1e9
+
+
+def verdict(*, mid_turn: bool, awaiting_confirmation: bool, since_event: float, quiet: float,
             alive: Callable[[], bool], locks_expected: bool = True) -> str | None:
     """What a session's missing process means: ABANDON (it died mid-turn), DORMANT (gone, nothing
-    open: set the session aside), or None (alive, or too soon to tell). ``quiet``: seconds since
-    the reader last read new events; ``alive`` is called only when the answer depends on it.
-    Without lock files (``locks_expected`` False) a missing process proves nothing: only a silence
-    of ABANDONED_RETENTION counts as its end."""
-    since_event = now - last_event_ns / 1e9
+    open: set the session aside), or None (alive, or too soon to tell). ``since_event``: seconds
+    since its last event (liveness.silence); ``quiet``: seconds since the reader last read new
+    events; ``alive`` is called only when the answer depends on it. Without lock files
+    (``locks_expected`` False) a missing process proves nothing: only a silence of
+    ABANDONED_RETENTION counts as its end."""
     if since_event <= GRACE_SECONDS:
         return None
     if not locks_expected and since_event < ABANDONED_RETENTION:

@@ -205,6 +205,9 @@ class Metrics:
                                       registry=r)
         self.events_out_of_order = Counter("copilot_otel_events_out_of_order",
                                            "Events that end something never started, by type.", ["type"], registry=r)
+        self.events_ahead = Counter("copilot_otel_events_ahead_of_clock",
+                                    "Events stamped more than an hour ahead of this machine's clock (kept as stamped).",
+                                    registry=r)
         self.spans_exported = Counter("copilot_otel_spans_exported", "Spans delivered to the trace backend.",
                                       registry=r)
         self.spans_failed = Counter("copilot_otel_spans_failed", "Span export attempts that failed (spans).",
@@ -334,6 +337,8 @@ class Metrics:
             self.lines_rejected.labels(reason).inc(count)
         for event_type, count in out.out_of_order.items():
             self.events_out_of_order.labels(event_type).inc(count)
+        if out.ahead:
+            self.events_ahead.inc(out.ahead)
         if out.newest_ns > self.newest_event_ns:
             self.newest_event_ns = out.newest_ns
 

@@ -66,6 +66,14 @@ class SessionNotices:
         self._recovered(follower, how)
         self._live.discard(follower.path)
 
+    def moved(self, old: Path, new: Path) -> None:
+        """A followed log moved: what was said about it holds at its new path."""
+        if old in self._live:
+            self._live.discard(old)
+            self._live.add(new)
+        if old in self._stuck:
+            self._stuck[new] = self._stuck.pop(old)
+
     def is_stuck(self, follower: Follower) -> bool:
         return follower.path in self._stuck
 

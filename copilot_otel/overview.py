@@ -196,7 +196,7 @@ class _LiveStates:
                 now, probe = self.clock(), _Probe()
                 states = {}
                 for view in views:
-                    live = live_state(view, now=now, policy=self.policy, alive=probe)
+                    live = live_state(view, now=now, policy=self.policy, alive=probe, monotonic=monotonic)
                     if live is not None:
                         states[view.session_id] = live
                 self.states, self._token, self._at = states, token, monotonic

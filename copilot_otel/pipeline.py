@@ -33,6 +33,7 @@ class Outputs:
     out_of_order: dict[str, int] = field(default_factory=dict)  # event type -> ends of something not open
     events: dict[str, int] = field(default_factory=dict)  # event type -> events applied
     newest_ns: int = 0  # timestamp of the newest event applied
+    ahead: int = 0  # events stamped more than an hour ahead of the reader's clock (kept: a clock is wrong)
 
     def add(self, step: Step) -> None:
         """Fold in one step's spans and metric updates (its anomalies are counted by ``drive``)."""

@@ -22,7 +22,7 @@ class Readout:
 
     def live_sessions(self) -> list[LiveSession]:
         """Scrape-time states of the sessions that are live now (or recently abandoned)."""
-        now = self.clock()
+        now, monotonic = self.clock(), time.monotonic()
         alive: dict[int, bool] = {}  # one kill(0) per pid per scrape
 
         def probe(pid: int) -> bool:
@@ -33,7 +33,7 @@ class Readout:
 
         out = []
         for view in self.views():
-            live = live_state(view, now=now, policy=self.policy, alive=probe)
+            live = live_state(view, now=now, policy=self.policy, alive=probe, monotonic=monotonic)
             if live is not None:
                 out.append(LiveSession(view.session_id, *live, view.waiting_on or "", view.repository or ""))
         return out

@@ -10,7 +10,6 @@ shard is streamed by the parent instead, in its turn.
 from __future__ import annotations
 
 import logging
-import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +20,7 @@ import orjson
 from .config import DEFAULT_MAX_LINE_BYTES, DEFAULT_MAX_REQUEST_BYTES, ModelOptions
 from .decode import decode_line
 from .events import DecodeError, Event
+from .ledger import content_identity
 from .delivery import Batch, Deliver, Exporter
 from .otlp_json import OtlpJsonEncoder
 from .pipeline import Outputs, drive, finish
@@ -28,7 +28,7 @@ from .records import MetricUpdate, SpanRecord
 from .sessions import READ_TYPES, SessionModel
 from .sinks import FileSink, SpanSink
 from .sources import EVENTS_FILE, SESSION_STATE, SourceError, find_event_files, resolve, session_id_of
-from .tail import FUTURE_TOLERANCE_S, FileTail
+from .tail import FileTail
 from .workers import MAX_WORKERS, WorkerPool, available_cpus
 
 log = logging.getLogger(__name__)
@@ -138,7 +138,7 @@ class ShardJob:
         for batch in self.batches(shard.files, stats, unreadable=result.unreadable):
             if self.encoder is not None and batch.records:
                 encoded = b"".join(self.encoder.encode_within(batch.records, self.max_request_bytes))
-                batch = Batch([], encoded, batch.parts)
+                batch = Batch([], encoded, batch.parts, batch.content)
             result.batches.append(batch)
         return result
 
@@ -151,10 +151,10 @@ class ShardJob:
         owners: list[list] = []  # [log, its spans in pending, all its spans made]: the logs of ``pending``
         for item in files:
             path, skip = _path_skip(item)
-            owner = [str(path), 0, False]
+            owner = [str(path), 0, False, ""]  # log, its spans pending, all made, its content identity
             owners.append(owner)
             failed: list[tuple[str, str]] = []
-            for spans in self._file_spans(path, skip, stats, failed):
+            for spans in self._file_spans(path, skip, stats, failed, owner):
                 pending.extend(spans)
                 owner[1] += len(spans)
                 while len(pending) >= self.batch:
@@ -178,7 +178,7 @@ class ShardJob:
         """The first ``size`` pending spans as a batch, taken out of ``pending`` and ``owners``."""
         records = pending[:size]
         del pending[:size]
-        parts = []
+        parts, content = [], []
         room = size
         while owners:
             owner = owners[0]
@@ -190,16 +190,19 @@ class ShardJob:
             ended = owner[2] and owner[1] == 0
             if taken or ended:
                 parts.append((owner[0], taken, ended))
+                if owner[3]:
+                    content.append((owner[0], owner[3]))
             if not ended:
                 break  # more of its spans wait, or are still to be made
             owners.pop(0)
         stats.spans += len(records)
-        return Batch(records, b"", tuple(parts))
+        return Batch(records, b"", tuple(parts), tuple(content))
 
-    def _file_spans(self, path: Path, skip: int, stats: ReplayStats,
-                    failed: list[tuple[str, str]]) -> Iterator[list[SpanRecord]]:
+    def _file_spans(self, path: Path, skip: int, stats: ReplayStats, failed: list[tuple[str, str]],
+                    owner: list) -> Iterator[list[SpanRecord]]:
         """One log's spans, a read at a time, its first ``skip`` left out; what is open at its end closed as
-        incomplete. A log that cannot be read (at any read) stops there, named in ``failed``."""
+        incomplete. A log that cannot be read (at any read) stops there, named in ``failed``; one read to its
+        last byte gets its content identity in ``owner`` (for the ledger)."""
         model = SessionModel(session_id_of(path), self.options, metrics=stats.metrics is not None)
         tail = FileTail(path, max_line_bytes=self.max_line_bytes, keep=READ_TYPES)
         while True:
@@ -210,9 +213,13 @@ class ShardJob:
             out = drive(model, result.items, Outputs(), source=str(path))
             stats.fold(out)
             spans, skip = out.spans[skip:], max(0, skip - len(out.spans))
+            # What these spans were made from (their ledger row names it): the bytes read so far.
+            owner[3] = content_identity(tail.offset, tail.crc, whole=False) if tail.crc is not None else ""
             yield spans
             if not result.more:
                 break
+        whole = tail.crc is not None and tail.offset == tail.size
+        owner[3] = content_identity(tail.offset, tail.crc, whole=True) if whole else ""
         out = finish(model, Outputs())
         stats.fold(out)
         yield out.spans[skip:]
@@ -350,12 +357,10 @@ def replay_stream(data: bytes, sink: SpanSink, *, options: ModelOptions = ModelO
     session_id = stream_session_id(lines)
     items: list[Event | DecodeError] = []
     offset = 0
-    not_after = int((time.time() + FUTURE_TOLERANCE_S) * 1e9)
     for number, raw in enumerate(lines, start=1):
         # The last line, {"type":"result",...}, sums up the run: it is not an event.
         if raw.strip() and not raw.startswith(RESULT_LINE):
-            items.append(decode_line(raw.rstrip(b"\r"), offset=offset, line=number, max_bytes=max_line_bytes,
-                                     not_after_ns=not_after))
+            items.append(decode_line(raw.rstrip(b"\r"), offset=offset, line=number, max_bytes=max_line_bytes))
         offset += len(raw) + 1
     stats = ReplayStats()
     spans = replay_session(session_id, items, stats, source="<stdin>", options=options, live_idle=True)

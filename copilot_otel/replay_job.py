@@ -20,7 +20,7 @@ from .config import Config
 from .deadletter import FILE_NAME as DEAD_LETTER_FILE
 from .deadletter import DeadLetter
 from .delivery import Delivery, GaveUp
-from .ledger import Ledger, identity_of
+from .ledger import Ledger, identity_of, same_log
 from .otlp_json import OtlpJsonEncoder
 from .replay import BATCH, Batch, ReplayStats, replay_files, replay_stream
 from .resource import resource_attributes
@@ -106,7 +106,7 @@ def replay_logs(files: list[Path], sink: SpanSink, config: Config, *, workers: i
     todo: list[tuple[Path, int]] = []
     for path in files:
         known = progress.get(str(path))
-        if known is None or known.identity != identities[str(path)]:
+        if known is None or not same_log(known.identity, path):
             todo.append((path, 0))
         elif not known.done:
             todo.append((path, known.sent))

@@ -59,11 +59,14 @@ class SessionStatus:
 
 
 def status_of(summary: SessionSummary, path: Path, *, policy: StuckPolicy, now: float | None = None,
-              alive: Callable[[int], bool] = pid_alive, view: SessionView | None = None) -> SessionStatus:
-    """A session's status now. ``view``: the daemon's own, when it follows the session; without one, the
-    view the daemon would hold of the log read to its end (its lock files, whether it died mid-turn)."""
+              alive: Callable[[int], bool] = pid_alive, view: SessionView | None = None,
+              monotonic: float | None = None) -> SessionStatus:
+    """A session's status now. ``view``: the daemon's own, when it follows the session (its silence measured
+    on the monotonic clock); without one, the view the daemon would hold of the log read to its end (its lock
+    files, whether it died mid-turn), its silence measured from the last event's timestamp."""
     now = time.time() if now is None else now
-    live = live_state(view or history_view(Path(path), summary), now=now, policy=policy, alive=alive)
+    live = live_state(view or history_view(Path(path), summary), now=now, policy=policy, alive=alive,
+                      monotonic=monotonic)
     if live is None:
         return SessionStatus(summary, ENDED, 0.0, str(path))
     return SessionStatus(summary, live[0], live[1], str(path))

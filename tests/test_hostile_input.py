@@ -19,7 +19,6 @@ import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -133,11 +132,8 @@ def _misplaced(log: Log) -> dict[str, Planted]:
     last_message = next(i for i in range(last_turn + 1, len(log.events) + 1)
                         if log.events[i - 1]["type"] == "assistant.message" and not log.events[i - 1].get("agentId"))
     child_complete = log.index(lambda e: e["type"] == "tool.execution_complete" and e.get("agentId"))
-    future = (datetime.now(timezone.utc) + timedelta(days=1)).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    # An event stamped ahead of the clock is no bad line: it is kept (tests/test_attacks_logs.py).
     return {
-        "future_timestamp": Planted(usage, (event("assistant.turn_end", future, "fut-1",
-                                                  {"turnId": "0", "interactionId": main_interaction}),),
-                                    ("future_timestamp",)),
         # Copies of real lines (same event id): believed, they would reopen a turn or end a tool twice.
         "duplicate_id": Planted(last_message, (log.lines[last_turn - 1], log.lines[child_complete - 1]),
                                 ("duplicate_id",) * 2),
@@ -162,7 +158,7 @@ def _misplaced(log: Log) -> dict[str, Planted]:
 
 GROUP_A = ("not_json", "not_an_object", "bad_type", "bad_timestamp", "timestamp_without_zone", "bad_data", "nul_bytes",
            "invalid_utf8", "line_of_megabytes")
-GROUP_B = ("future_timestamp", "duplicate_id", "end_before_start", "tool_never_started", "turn_end_of_another_agent",
+GROUP_B = ("duplicate_id", "end_before_start", "tool_never_started", "turn_end_of_another_agent",
            "unknown_type", "missing_data")
 
 

@@ -80,10 +80,9 @@ def _hostile_session(home: Path, real: Path, secret: str) -> Path:
                                           "turnId": "0", **interaction}),
         ev("session.error", 6, {"errorType": "model_call", "statusCode": 500, "message": f"upstream said {secret}"}),
         ev("assistant.turn_end", 7, {"turnId": "0", **interaction}),
-        # Lines the decoder rejects, each carrying the secret.
+        # Lines the decoder rejects, each carrying the secret (a line stamped ahead is kept now: no such line).
         f'{{"type":"user.message","data":{{"content":"{secret} and then the line was cut'.encode(),
         ev("user.message", 8, {"content": secret}).replace(ts.encode(), b"2026-01-01T00:00:00"),  # no time zone
-        ev("user.message", 9, {"content": secret}).replace(ts.encode(), b"2999-01-01T00:00:00.000Z"),  # future
         ev("user.message", 10, {"content": secret}).replace(secret.encode(), secret.encode() + b"\xff\xfe"),
         ev("user.message", 11, {"content": secret}).replace(secret.encode(), secret.encode() + b"\x00"),
         ev("user.message", 12, secret),  # data is not an object

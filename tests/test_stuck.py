@@ -42,8 +42,8 @@ def test_a_tool_past_its_own_threshold(cli, provider, tmp_path):
         wait_until(lambda: value(daemon.scrape(), "copilot_session_stalled_seconds", session_id=sleeper.session_id,
                                  state="stuck", tool="bash"), timeout=90, what="stuck on bash")
         assert inspect_json(sleeper.session_id, home, *THRESHOLDS)["session"]["state"] == "stuck"
-        listed = run_copilot_otel("sessions", "--copilot-home", str(home), "--metrics-address",
-                                  f"127.0.0.1:{daemon.port}", "--json")
+        listed = run_copilot_otel("sessions", "--copilot-home", str(home), "--state-dir", str(tmp_path / "state"),
+                                  "--json")  # the daemon's socket in its state dir
         assert [(s["id"], s["state"], s["waiting_on"]) for s in json.loads(listed.stdout)] == [
             (sleeper.session_id, "stuck", "bash")]
         from_files = run_copilot_otel("sessions", "--copilot-home", str(home), "--from-files", "--json",

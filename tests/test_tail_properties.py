@@ -69,7 +69,7 @@ class TailMachine(RuleBasedStateMachine):
         self.tail = FileTail(self.path, max_line_bytes=LIMIT)
         self.tail_gen: int | None = None  # the generation the tail last read
         self.delivered: list[tuple[str, int, int]] = []  # tokens handed out from generation tail_gen
-        self.committed: tuple | None = None  # (offset, line, identity, gen, delivered) as checkpointed
+        self.committed: tuple | None = None  # (offset, line, identity, crc, gen, delivered) as checkpointed
 
     def teardown(self) -> None:
         shutil.rmtree(self.dir, ignore_errors=True)
@@ -205,7 +205,8 @@ class TailMachine(RuleBasedStateMachine):
     def commit(self):
         if self.tail.identity is None:
             return  # the daemon has nothing to commit before the first read (daemon._mark)
-        self.committed = (self.tail.offset, self.tail.line, self.tail.identity, self.tail_gen, list(self.delivered))
+        self.committed = (self.tail.offset, self.tail.line, self.tail.identity, self.tail.crc, self.tail_gen,
+                          list(self.delivered))
 
     @rule()
     def restart(self):
@@ -214,8 +215,8 @@ class TailMachine(RuleBasedStateMachine):
         if self.committed is None:
             self.tail_gen, self.delivered = None, []
             return
-        offset, line, identity, gen, delivered = self.committed
-        self.tail.identity, self.tail.offset, self.tail.line = identity, offset, line
+        offset, line, identity, crc, gen, delivered = self.committed
+        self.tail.resume(offset, line, identity, end=offset, crc=crc)
         self.tail_gen, self.delivered = gen, list(delivered)
 
 

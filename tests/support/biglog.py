@@ -5,7 +5,7 @@ reaches the size asked for. In each copy every uuid (event, parent, interaction,
 every tool call id gets a suffix of its own, and every timestamp moves on by the copy's length,
 so the result reads as one long session that a real CLI could have written: same event shapes,
 same line sizes, ids that never repeat, time that never goes back. The copies are laid out in the
-past, ending where the real log ends (timestamps in the future would be refused).
+past, ending where the real log ends.
 """
 
 from __future__ import annotations

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from copilot_otel.limits import clean
 from copilot_otel.records import salted
 from copilot_otel.replay import replay_files
 from copilot_otel.sinks import MemorySink
@@ -29,11 +30,13 @@ def record_key(record) -> tuple:
 
 
 def expected_keys(paths, *, generation: int = 0) -> list:
-    """The keys of every span an in-process replay of these logs exports, sorted; with ``generation``,
-    as the daemon exports them once the files were truncated or replaced that many times."""
+    """The keys of every span an in-process replay of these logs exports, sorted, as an encoding sink writes
+    them; with ``generation``, as the daemon exports them once the files were truncated or replaced that many
+    times."""
     sink = MemorySink()
     replay_files([Path(p) for p in paths], sink)
-    return sorted(record_key(salted(r, generation)) for r in sink.records)
+    # As they leave through a sink that encodes them (limits.clean: times and integers OTLP can carry).
+    return sorted(record_key(clean(salted(r, generation))) for r in sink.records)
 
 
 def spans_now(traces: Path) -> list:

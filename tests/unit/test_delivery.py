@@ -160,3 +160,31 @@ def test_the_ledger_is_named_by_what_is_replayed_where():
     assert one != Ledger.path_for(Path("/s"), "http://b:4317 (grpc)", [Path("/x/1"), Path("/x/2")], "False:4096")
     assert one != Ledger.path_for(Path("/s"), "http://a:4317 (grpc)", [Path("/x/1"), Path("/x/2")], "True:4096")
     assert one.parent == Path("/s/replay")
+
+
+def test_a_ledger_row_names_a_log_by_its_content(tmp_path):
+    """same_log: a row made from the first bytes of a log still names it once those bytes are copied over it or
+    more are appended; a row of a log read whole names it only at that size; other bytes name another log."""
+    import os
+    import zlib
+
+    from copilot_otel.ledger import content_identity, same_log
+
+    path = tmp_path / "events.jsonl"
+    data = b'{"a":1}\n{"b":2}\n'
+    path.write_bytes(data)
+    prefix = content_identity(8, zlib.crc32(data[:8]), whole=False)
+    whole = content_identity(len(data), zlib.crc32(data), whole=True)
+    assert same_log(prefix, path) and same_log(whole, path)
+    by_inode = identity_of(path)
+    copy = tmp_path / "copy"
+    copy.write_bytes(data)
+    os.replace(copy, path)  # a new inode and modification time, the same bytes
+    assert same_log(prefix, path) and same_log(whole, path)
+    assert not same_log(by_inode, path)  # the rule for a log that could not be hashed: its inode
+    with open(path, "ab") as handle:
+        handle.write(b'{"c":3}\n')
+    assert same_log(prefix, path) and not same_log(whole, path)
+    path.write_bytes(b'{"a":9}\n{"b":2}\n')
+    assert not same_log(prefix, path) and not same_log(whole, path)
+    assert not same_log(prefix, tmp_path / "missing")

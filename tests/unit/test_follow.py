@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from copilot_otel import attrs as A
 from copilot_otel.config import DEFAULT_MAX_LINE_BYTES, ModelOptions
 from copilot_otel.follow import Follower
@@ -111,7 +113,7 @@ def test_a_compacted_session_that_grows_is_rebuilt_and_delivers_only_what_is_new
     log.shutdown()
     append(path, log.jsonl(old_entries))
     assert follower.wake() is True
-    assert follower.floor == old_size and follower.model is not None
+    assert follower.floor_line == old_entries and follower.model is not None
     after = read(follower)
     new_types = [e["type"] for e in log.entries[old_entries:]]
     assert sum(after.events.values()) == len(new_types)
@@ -157,7 +159,7 @@ def test_a_restart_resumes_from_the_checkpoint_without_delivering_anything_twice
     log.shutdown()
     append(path, log.jsonl(old))
     restarted = start(path, restored=marker)
-    assert (restarted.floor, restarted.tail.offset) == (marker.offset, marker.resume_offset)
+    assert (restarted.floor_line, restarted.tail.offset) == (marker.line, marker.resume_offset)
     out = read(restarted)
     assert sum(out.events.values()) == len(log.entries) - old
     assert sorted(label(s) for s in out.spans) == sorted(["execute_tool bash", "turn 0", "turn 1", f"chat {MODEL}",
@@ -173,7 +175,7 @@ def test_the_marker_waits_for_the_floor(tmp_path):
     path = log_path(tmp_path)
     path.write_bytes(log.jsonl())
     follower = start(path)
-    follower.floor = path.stat().st_size + 1
+    follower.floor_line = len(log.entries) + 1
     read(follower)
     assert follower.marker() is None
 
@@ -187,7 +189,8 @@ def test_skip_history_delivers_only_what_comes_later(tmp_path):
     path = log_path(tmp_path)
     path.write_bytes(log.jsonl() + b'{"type":"session.info"')  # a partial last line is not history yet
     follower = start(path, skip_history=True)
-    assert follower.tail.offset == follower.floor == len(log.jsonl())
+    lines = len(log.entries)
+    assert (follower.tail.offset, follower.tail.line, follower.floor_line) == (len(log.jsonl()), lines, lines)
     with open(path, "r+b") as handle:
         handle.truncate(len(log.jsonl()))
     old = len(log.entries)
@@ -203,16 +206,26 @@ def test_skip_history_delivers_only_what_comes_later(tmp_path):
     assert (root.attributes[A.COPILOT_CWD], root.attributes[A.ERROR_TYPE]) == ("/work/c", INCOMPLETE)
 
 
+def another_session() -> SessionLog:
+    """A finished session other than SID's (its events have other ids), written into SID's folder."""
+    log = SessionLog("other-session")
+    log.start(cwd="/work/a")
+    log.user()
+    log.answer()
+    log.shutdown()
+    return log
+
+
 def test_a_replaced_file_finishes_the_old_generation(tmp_path):
-    """A log replaced by another file ends what the old one left open, then reads the new one from 0."""
+    """A log replaced by another session's log ends what the old one left open, then reads the new one from 0."""
     path, follower = following(tmp_path, turn_running())
     fresh = path.with_name("new")
-    fresh.write_bytes(finished_session().jsonl())
+    fresh.write_bytes(another_session().jsonl())
     fresh.replace(path)
     out = read(follower)
     incomplete = [label(s) for s in out.spans if s.attributes.get(A.ERROR_TYPE) == INCOMPLETE]
     assert sorted(incomplete) == sorted([ROOT, "turn 0"])
-    assert out.events["session.start"] == 1 and follower.floor == 0
+    assert out.events["session.start"] == 1 and follower.floor_line == 0
 
 
 def test_finish_and_view(tmp_path):
@@ -282,13 +295,33 @@ def test_a_restart_keeps_the_generation(tmp_path):
     """The generation is part of the checkpoint position: after a restart the same ids come out."""
     path, follower = following(tmp_path, turn_running())
     fresh = path.with_name("new")
-    fresh.write_bytes(finished_session().jsonl())
+    fresh.write_bytes(another_session().jsonl())
     fresh.replace(path)
     first = read(follower)
     restarted = start(path, restored=follower.marker())
     assert restarted.generation == follower.generation == 1
-    log = finished_session()
+    log = another_session()
     log.user("again")
     log.answer()
-    append(path, log.jsonl(len(finished_session().entries)))
+    append(path, log.jsonl(len(another_session().entries)))
     assert {s.span_id for s in read(restarted).spans}.isdisjoint({s.span_id for s in first.spans})
+
+
+def test_silence_is_counted_from_arrival_except_for_a_log_written_before_the_daemon(tmp_path):
+    """seen_at: the monotonic time a read found new events; for history (a log written before the daemon
+    started) that time less the last event's age, never more than now (a log stamped ahead is measured from
+    its arrival)."""
+    from datetime import datetime, timedelta, timezone
+    import time
+
+    for age, history, expected in ((1000.0, False, 0.0), (1000.0, True, 1000.0), (-7200.0, True, 0.0)):
+        log = SessionLog(SID, start=datetime.now(timezone.utc) - timedelta(seconds=age))
+        log.start()
+        log.user()
+        log.turn_start()
+        path = log_path(tmp_path / f"{age}-{history}")
+        path.write_bytes(log.jsonl())
+        follower = start(path, history=history)
+        read(follower)
+        assert time.monotonic() - follower.seen_at == pytest.approx(expected, abs=5)
+        assert follower.view().seen_at == follower.seen_at

@@ -102,8 +102,8 @@ class Probe:
 
 
 def decide(*, mid_turn: bool = False, awaiting: bool = False, since_event: float, quiet: float, probe: Probe):
-    return verdict(mid_turn=mid_turn, awaiting_confirmation=awaiting, last_event_ns=int((NOW - since_event) * 1e9),
-                   quiet=quiet, now=NOW, alive=probe)
+    return verdict(mid_turn=mid_turn, awaiting_confirmation=awaiting, since_event=since_event, quiet=quiet,
+                   alive=probe)
 
 
 def test_a_process_that_died_mid_turn_abandons_the_session():
@@ -157,3 +157,18 @@ def test_locks_expected_by_version():
     """A lock seen, or a CLI from 1.0.24 on (or of unknown version), writes lock files; 1.0.2 does not."""
     assert locks_expected([], (1, 0, 102)) and locks_expected([], None) and locks_expected([7], (1, 0, 2))
     assert not locks_expected([], (1, 0, 2)) and locks_expected([], (1, 0, 2), seen=True)
+
+
+@pytest.mark.parametrize("stamped", [-3000.0, 0.0, 7200.0], ids=["50min-behind", "on-time", "2h-ahead"])
+def test_a_daemons_view_is_stalled_from_when_its_last_event_arrived(stamped):
+    """With the daemon's monotonic arrival time (seen_at), silence ignores the event's own timestamp: 50 min
+    behind or 2 h ahead of the wall clock, the session is working 10 s after arrival and stuck 601 s after."""
+    def daemon_view(seen_at: float) -> SessionView:
+        return SessionView("s-1", WORKING, int((NOW + stamped) * 1e9), (101,), seen_at=seen_at)
+
+    assert live_state(daemon_view(5000.0), now=NOW, policy=POLICY, alive=alive(101), monotonic=5010.0) == (WORKING, 0.0)
+    assert live_state(daemon_view(5000.0), now=NOW, policy=POLICY, alive=alive(101), monotonic=5601.0) == (STUCK, 601.0)
+    abandoned = SessionView("s-1", WORKING, int((NOW + stamped) * 1e9), (), abandoned_at=5000.0, seen_at=5000.0)
+    assert live_state(abandoned, now=NOW, policy=POLICY, alive=alive(), monotonic=5010.0) == (ABANDONED, 10.0)
+    assert live_state(abandoned, now=NOW, policy=POLICY, alive=alive(),
+                      monotonic=5000.0 + ABANDONED_RETENTION) is None
