@@ -26,6 +26,7 @@ from .config import (
 )
 from .flags import (COPILOT_HOME, LOG_LEVEL, MAX_LINE_BYTES, METRICS_ADDRESS, PATH, STATE_DIR, TRACE_URL_HELP,
                     export_options, option, reading_options, repository_option, stuck_options)
+from .safe_text import safe, safe_json
 from .vocab import SESSION_STATES
 
 EXIT_OK = 0
@@ -42,8 +43,11 @@ def build_config(*, exports: bool = True, **flags) -> Config:
 
 def _setup_logging(level: str) -> None:
     """The command owns the process: configure logging, and the process-wide library settings."""
-    logging.basicConfig(level=level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from .safe_text import SafeFormatter
+
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(SafeFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))  # log text escaped
+    logging.basicConfig(level=level.upper(), handlers=[handler])
     # The OTel SDK logs a malformed header with its value, which may be a token: never let it through.
     logging.getLogger("opentelemetry.util.re").setLevel(logging.ERROR)
 
@@ -59,8 +63,13 @@ def _check_writable_file(flag: str, path: Path) -> None:
         raise ConfigError(f"{flag} {path}: cannot write in {folder}")
 
 
+def _say(message: str) -> None:
+    """One line on stderr, whatever it quotes escaped for the terminal."""
+    click.echo(f"copilot-otel: {safe(message)}", err=True)
+
+
 def _fail(message: str, code: int = EXIT_USAGE) -> None:
-    click.echo(f"copilot-otel: {message}", err=True)
+    _say(message)
     sys.exit(code)
 
 
@@ -181,7 +190,8 @@ def inspect(session, log_level, json, follow, **options) -> None:
         elif as_json:
             from .tree import to_json
 
-            click.echo(orjson.dumps(to_json(reader.snapshot(policy=policy)), option=orjson.OPT_INDENT_2).decode())
+            document = orjson.dumps(to_json(reader.snapshot(policy=policy)), option=orjson.OPT_INDENT_2)
+            click.echo(safe_json(document).decode())
         else:
             from .tree import build_tree
 
@@ -247,16 +257,17 @@ def sessions(state, repository, since, json, from_files, log_level, **options) -
             return
         statuses, unreadable = listing.statuses, listing.unreadable
     for path, reason in unreadable:
-        click.echo(f"copilot-otel: {path}: cannot read it ({reason})", err=True)
+        _say(f"{path}: cannot read it ({reason})")
     chosen = select(statuses, states=states, repository=repository, since=since_time)
     if as_json:
-        click.echo(orjson.dumps([status.to_json() for status in chosen], option=orjson.OPT_INDENT_2).decode())
+        document = orjson.dumps([status.to_json() for status in chosen], option=orjson.OPT_INDENT_2)
+        click.echo(safe_json(document).decode())
     elif chosen:
         from rich.console import Console
 
         render(chosen, Console())
     else:
-        click.echo("no sessions" + (" match" if states or repository or since else f" under {root}"), err=True)
+        click.echo(safe("no sessions" + (" match" if states or repository or since else f" under {root}")), err=True)
 
 
 @main.command()

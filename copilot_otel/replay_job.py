@@ -24,6 +24,7 @@ from .ledger import Ledger, identity_of
 from .otlp_json import OtlpJsonEncoder
 from .replay import BATCH, Batch, ReplayStats, replay_files, replay_stream
 from .resource import resource_attributes
+from .safe_text import safe
 from .sinks import ExportError, SpanSink
 from .sources import session_id_of
 from .workers import WorkerError
@@ -183,23 +184,21 @@ def report(outcome: Outcome, destination: str) -> None:
               f"{outcome.before} session(s) delivered by an earlier run" if outcome.before else "",
               f"{outcome.retries} retries" if outcome.retries else ""]
     events = "" if outcome.undelivered else f", {stats.events} events"  # counted as whole shards finish
-    click.echo(f"copilot-otel: exported {outcome.delivered - stats.refused} spans from {outcome.completed} "
-               f"session(s){events}"
-               + "".join(f", {x}" for x in extras if x)
-               + f" -> {destination} in {outcome.seconds:.1f} s ({rate:.0f} spans/s)", err=True)
+    _say(f"exported {outcome.delivered - stats.refused} spans from {outcome.completed} session(s){events}"
+         + "".join(f", {x}" for x in extras if x)
+         + f" -> {destination} in {outcome.seconds:.1f} s ({rate:.0f} spans/s)")
     for path, reason in outcome.unreadable:
-        click.echo(f"copilot-otel: {path}: cannot read it ({reason})", err=True)
+        _say(f"{path}: cannot read it ({reason})")
     if outcome.code == EXIT_OK:
         return
     missing = outcome.undelivered
     if not missing:
-        click.echo(f"copilot-otel: {outcome.reason}", err=True)
+        _say(outcome.reason)
         return
     named = ", ".join(session_id_of(p) for p in missing[:NAMED]) + (
         f" and {len(missing) - NAMED} more" if len(missing) > NAMED else "")
-    click.echo(f"copilot-otel: {outcome.reason}; {len(missing)} of {outcome.total} session(s) not delivered: "
-               f"{named}", err=True)
-    click.echo("copilot-otel: run the same command again to continue where it stopped", err=True)
+    _say(f"{outcome.reason}; {len(missing)} of {outcome.total} session(s) not delivered: {named}")
+    _say("run the same command again to continue where it stopped")
 
 
 def replay_stdin(sink: SpanSink, config: Config, metrics_file: Path | None) -> int:
@@ -218,16 +217,20 @@ def replay_stdin(sink: SpanSink, config: Config, metrics_file: Path | None) -> i
         dead_letter.close()
     if not write_metrics(stats, config, metrics_file):
         return _failed(METRICS_REFUSED)
-    click.echo(f"copilot-otel: exported {stats.spans - stats.refused} spans from the stream, {stats.events} events "
-               f"-> {sink.description}", err=True)
+    _say(f"exported {stats.spans - stats.refused} spans from the stream, {stats.events} events -> {sink.description}")
     if stats.refused:
         return _failed(f"export failed: the trace backend refused {stats.refused} span(s) for good; they are kept "
                        f"in {dead_letter.path} (last reason: {dead_letter.last_reason})")
     return EXIT_OK
 
 
+def _say(message: str) -> None:
+    """One line on stderr; paths, session ids and reasons in it escaped for the terminal."""
+    click.echo(f"copilot-otel: {safe(message)}", err=True)
+
+
 def _failed(message: str) -> int:
-    click.echo(f"copilot-otel: {message}", err=True)
+    _say(message)
     return EXIT_FAILED
 
 
