@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .config import ConfigError
-from .private import private_dir, touch_private
+from .private import open_private, private_dir, state_folder, touch_private
+from .strictmodes import UnsafePath, state_refusal
 from .tail import FileIdentity
 
 log = logging.getLogger(__name__)
@@ -84,7 +85,10 @@ class Checkpoint:
 
     def _open(self) -> sqlite3.Connection:
         private_dir(self.path.parent)
-        touch_private(self.path)  # SQLite gives its -wal and -shm files the database's mode
+        try:
+            touch_private(self.path)  # SQLite gives its -wal and -shm files the database's mode
+        except OSError as exc:  # a folder in the way, a link, someone else's file
+            raise CheckpointError(f"cannot open the checkpoint {self.path}: {exc.strerror or exc}") from None
         try:
             db = self._connect()
             db.execute("SELECT count(*) FROM files").fetchone()
@@ -189,12 +193,15 @@ class StateLock:
         self._fd: int | None = None
 
     def acquire(self) -> None:
-        """Check the state directory is writable (creating it), then take the lock; raise ConfigError
-        for a directory that cannot be written, CheckpointError naming the daemon that holds it."""
+        """Check the state directory is writable and safe (creating it), then take the lock; raise ConfigError
+        for a directory that cannot be written or another user could change, CheckpointError naming the
+        daemon that holds it."""
         state_dir = self.path.parent
         try:
-            private_dir(state_dir)
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            state_folder(state_dir)
+            fd = open_private(self.path, os.O_RDWR)
+        except UnsafePath as exc:
+            raise ConfigError(state_refusal(state_dir, exc)) from None
         except OSError as exc:
             raise ConfigError(f"state directory {state_dir} is not writable ({exc.strerror or exc}); "
                               "choose another with --state-dir or COPILOT_OTEL_STATE_DIR") from None

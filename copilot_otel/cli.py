@@ -68,6 +68,19 @@ def _say(message: str) -> None:
     click.echo(f"copilot-otel: {safe(message)}", err=True)
 
 
+def _check_state_dir(state_dir: Path) -> None:
+    """A state folder another user could change is refused (ConfigError); one that cannot be made is the
+    concern of what writes there (a replay goes on without its ledger)."""
+    from .strictmodes import UnsafePath, check_folder, state_refusal
+
+    try:
+        check_folder(state_dir, own=True)
+    except UnsafePath as exc:
+        raise ConfigError(state_refusal(state_dir, exc)) from None
+    except OSError:
+        pass
+
+
 def _fail(message: str, code: int = EXIT_USAGE) -> None:
     _say(message)
     sys.exit(code)
@@ -127,6 +140,7 @@ def replay(paths, log_level, metrics_file, workers, rate, give_up_after, restart
     from_stdin = [str(p) for p in paths] == ["-"]
     try:
         config = build_config(**options)
+        _check_state_dir(config.state_dir)
         if metrics_file is not None:
             _check_writable_file("--metrics-file", metrics_file)
         files = [] if from_stdin else resolve(paths)
@@ -250,8 +264,14 @@ def sessions(state, repository, since, json, from_files, log_level, **options) -
     statuses = None if from_files else from_daemon(config.metrics_address, config.copilot_home)
     unreadable = []
     if statuses is None:
+        cache_file = config.summary_cache
         try:
-            listing = read_files(root, policy=config.stuck_policy, cache_file=config.summary_cache, since=since_time)
+            _check_state_dir(config.state_dir)
+        except ConfigError as exc:  # a listing needs no cache: list without it, neither read nor written
+            _say(f"not using the summary cache: {exc}")
+            cache_file = None
+        try:
+            listing = read_files(root, policy=config.stuck_policy, cache_file=cache_file, since=since_time)
         except SourceError as exc:
             _fail(str(exc))
             return

@@ -18,6 +18,7 @@ from .private import private_dir
 from .records import SpanRecord
 from .resource import resource_attributes
 from .rotation import RotatingFile, Rotation
+from .strictmodes import UnsafePath, check_folder
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.resources import Resource
@@ -85,7 +86,8 @@ class MemorySink:
 class FileSink:
     """Appends OTLP JSON lines to a file, one ExportTraceServiceRequest of at most ``max_request_bytes``
     per line (a single larger span gets a line of its own); a line is never left torn. The file is
-    created 0600 and rotates as ``rotation`` says."""
+    created 0600 and rotates as ``rotation`` says; a file that is not ours, or a link, or a folder another
+    user may change (strictmodes.py) is refused with a ConfigError."""
 
     def __init__(self, path: Path, *, resource: Mapping[str, Any] | None = None,
                  max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES, rotation: Rotation = Rotation()) -> None:
@@ -94,8 +96,12 @@ class FileSink:
         self.encoder = OtlpJsonEncoder(resource if resource is not None else resource_attributes())
         self.max_request_bytes = max_request_bytes
         try:
+            check_folder(self.path.parent)  # a folder others may change (a sticky one is fine: the file is ours)
             private_dir(self.path.parent)
             self._file = RotatingFile(self.path, rotation)
+        except UnsafePath as exc:
+            raise ConfigError(f"refusing to write traces to {self.path}: {exc}; choose another file with "
+                              "--traces-file") from None
         except OSError as exc:
             raise ConfigError(f"cannot write traces to {self.path} ({exc.strerror or exc}); "
                               "choose another file with --traces-file, or another --state-dir") from None
