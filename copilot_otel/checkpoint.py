@@ -77,9 +77,11 @@ class FilePosition:
 class Checkpoint:
     """A small store of file positions, safe against a kill -9 at any moment."""
 
-    def __init__(self, path: Path, *, busy_timeout: float = 5.0) -> None:
+    def __init__(self, path: Path, *, busy_timeout: float = 5.0, start_afresh: bool = True) -> None:
         self.path = Path(path)
         self.busy_timeout = busy_timeout  # how long a statement waits for a lock another process holds
+        # A damaged checkpoint: set aside and start empty, or (False) refuse, saying what to do.
+        self.start_afresh = start_afresh
         self._lock = threading.Lock()
         self._db = self._open()
 
@@ -91,12 +93,20 @@ class Checkpoint:
             raise CheckpointError(f"cannot open the checkpoint {self.path}: {exc.strerror or exc}") from None
         try:
             db = self._connect()
-            db.execute("SELECT count(*) FROM files").fetchone()
+            try:
+                db.execute("SELECT * FROM files").fetchall()  # every row read: a damaged page shows now, not later
+            except BaseException:
+                db.close()
+                raise
             return db
         except sqlite3.Error as exc:
             if not _corrupt(exc):
                 raise CheckpointError(f"cannot open the checkpoint {self.path}: {_describe(exc)}") from None
-            # A corrupt checkpoint costs a re-read from the start, never the daemon.
+            if not self.start_afresh:
+                raise CheckpointError(
+                    f"the checkpoint {self.path} is damaged ({exc}): what was exported is unknown. To export every "
+                    "session again from its start (the same span ids; its metrics counted again), move it aside with "
+                    "its -wal and -shm files; to skip the history in the files, start with --from-end") from None
             broken = self.path.with_name(f"{self.path.name}.corrupt-{int(time.time())}")
             log.warning("checkpoint %s is unreadable (%s); moved it to %s and starting afresh",
                         self.path, exc, broken)

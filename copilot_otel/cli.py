@@ -132,6 +132,7 @@ def replay(paths, log_level, metrics_file, workers, rate, give_up_after, restart
     A replay that stops (Ctrl-C, a crash, a backend that refused for too long) is continued by
     running the same command again: what was delivered is not sent twice.
     """
+    from .ledger import LedgerBusy
     from .replay import SourceError, resolve
     from .replay_job import METRICS_REFUSED, replay_logs, replay_stdin, report, write_metrics
     from .sinks import make_sink
@@ -152,8 +153,13 @@ def replay(paths, log_level, metrics_file, workers, rate, give_up_after, restart
     if from_stdin:
         sys.exit(replay_stdin(sink, config, metrics_file))
     keep_metrics = metrics_file is not None or config.metrics_otlp is not None
-    outcome = replay_logs(files, sink, config, workers=workers or None, rate=rate, give_up_after=give_up_after,
-                          restart=restart, keep_metrics=keep_metrics, interactive=sys.stderr.isatty())
+    try:
+        outcome = replay_logs(files, sink, config, workers=workers or None, rate=rate, give_up_after=give_up_after,
+                              restart=restart, keep_metrics=keep_metrics, interactive=sys.stderr.isatty())
+    except LedgerBusy as exc:
+        sink.shutdown()
+        _fail(str(exc))
+        return
     sink.shutdown()
     if not write_metrics(outcome.stats, config, metrics_file):
         _fail(METRICS_REFUSED, EXIT_EXPORT_FAILED)

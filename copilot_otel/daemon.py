@@ -58,7 +58,8 @@ class Daemon:
         self.metrics.measure_lag_while(self.readout.sessions_at_work)
         self.lock = StateLock(config.state_dir)  # one daemon per checkpoint (raises CheckpointError)
         self.lock.acquire()
-        self.checkpoint = Checkpoint(config.state_dir / "checkpoint.sqlite")
+        # A damaged checkpoint is set aside only when starting afresh re-counts nothing (--from-end skips the history).
+        self.checkpoint = Checkpoint(config.state_dir / "checkpoint.sqlite", start_afresh=not config.from_start)
         self.sink = sink or make_sink(traces_file=config.traces_file, otlp=config.otlp,
                                       default_file=config.default_traces_file,
                                       max_request_bytes=config.max_request_bytes, rotation=config.traces_rotation)

@@ -6,18 +6,29 @@ modification time) and how many of its spans were delivered, in the order the re
 them (always the same for the same log). A row is written in the same step as the delivery
 it records is confirmed; a log that changed since is replayed from its first span. The file
 is removed once everything was delivered: the next replay of the same logs sends them again.
+
+A replay holds its ledger's lock file (``<name>.lock``, its pid inside) while it runs: a second
+replay of the same logs to the same destination is refused at once, naming the first. A damaged
+ledger (not a database, truncated, another schema) is rebuilt empty, with a warning: the logs it
+recorded are sent again, with the same trace and span ids (design.md section 2), which a backend
+that keys spans by id keeps once; a trace file gets their lines twice.
 """
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import hashlib
+import logging
 import os
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
-from .private import private_dir, touch_private
+from .private import open_private, private_dir, touch_private
+
+log = logging.getLogger(__name__)
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS logs (
@@ -27,6 +38,12 @@ CREATE TABLE IF NOT EXISTS logs (
     done INTEGER NOT NULL
 )
 """
+BUSY_TIMEOUT = 1.0  # seconds to wait for a database lock held by a program other than a replay
+_DAMAGED = ("SQLITE_CORRUPT", "SQLITE_NOTADB")
+
+
+class LedgerBusy(RuntimeError):
+    """Another replay of the same logs to the same destination is running (or another program holds the ledger)."""
 
 
 def identity_of(path: Path) -> str:
@@ -36,6 +53,18 @@ def identity_of(path: Path) -> str:
     except OSError:
         return ""
     return f"{st.st_ino}:{st.st_size}:{st.st_mtime_ns}"
+
+
+def _damaged(exc: sqlite3.Error) -> bool:
+    """Damage, or a file of another schema; not a lock, a full disk or an I/O error."""
+    name = getattr(exc, "sqlite_errorname", "") or ""
+    return name.startswith(_DAMAGED) or (name == "SQLITE_ERROR" and "no such" in str(exc)) or (
+        not name and ("malformed" in str(exc) or "not a database" in str(exc)))
+
+
+def _busy(exc: sqlite3.Error) -> bool:
+    name = getattr(exc, "sqlite_errorname", "") or ""
+    return name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")) or "locked" in str(exc)
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,16 +77,75 @@ class Progress:
 
 
 class Ledger:
-    """The delivery record of one replay (one destination, one set of logs)."""
+    """The delivery record of one replay (one destination, one set of logs); ``restart``: an empty one. Raises
+    LedgerBusy when another replay holds it, sqlite3.Error or OSError when it cannot be kept."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, restart: bool = False) -> None:
         self.path = Path(path)
         private_dir(self.path.parent)
-        touch_private(self.path)
-        self._db = sqlite3.connect(self.path, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.execute(SCHEMA)
+        self.lock_path = self.path.with_suffix(".lock")
+        self._lock_fd = self._lock()
+        try:
+            if restart:  # --restart: forget what an interrupted replay delivered
+                self._remove_files()
+            self._db = self._open()
+        except BaseException:
+            os.close(self._lock_fd)
+            raise
+
+    def _lock(self) -> int:
+        """Take the lock file (the same inode as its path: a finished replay removes it), write our pid in it."""
+        while True:
+            fd = open_private(self.lock_path, os.O_RDWR)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as exc:
+                holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+                os.close(fd)
+                if exc.errno in (errno.EWOULDBLOCK, errno.EACCES):
+                    raise LedgerBusy(f"another replay of the same sessions to the same destination is running "
+                                     f"(pid {holder}, {self.lock_path}); wait for it to finish, or stop it") from None
+                raise
+            try:
+                same = os.fstat(fd).st_ino == os.stat(self.lock_path).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+                return fd
+            os.close(fd)  # removed by the replay that held it, between our open and our lock: again
+
+    def _open(self) -> sqlite3.Connection:
+        try:
+            return self._connect()
+        except sqlite3.Error as exc:
+            if _busy(exc):
+                raise LedgerBusy(f"the replay's record {self.path} is locked by another program ({exc}); "
+                                 "close it and run again") from None
+            if not _damaged(exc):
+                raise
+            log.warning("the replay's record %s is damaged (%s): rebuilt empty; the sessions it had delivered are "
+                        "sent again, with the same span ids", self.path, exc)
+            self._remove_files()
+            return self._connect()
+
+    def _connect(self) -> sqlite3.Connection:
+        touch_private(self.path)  # SQLite gives its -wal and -shm files the database's mode
+        db = sqlite3.connect(self.path, isolation_level=None, timeout=BUSY_TIMEOUT)
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")
+            db.execute(SCHEMA)
+            db.execute("SELECT path, identity, sent, done FROM logs").fetchall()  # reads every page: damage shows
+        except BaseException:
+            db.close()
+            raise
+        return db
+
+    def _remove_files(self) -> None:
+        for suffix in ("", "-wal", "-shm"):
+            Path(str(self.path) + suffix).unlink(missing_ok=True)
 
     @staticmethod
     def path_for(state_dir: Path, destination: str, files: Iterable[Path], settings: str = "") -> Path:
@@ -85,8 +173,10 @@ class Ledger:
             raise
 
     def close(self, *, remove: bool = False) -> None:
-        """Close it; ``remove``: everything was delivered, so the record is no longer needed."""
+        """Close it and let another replay take it; ``remove``: everything was delivered, so the record (and its
+        lock file) is no longer needed."""
         self._db.close()
         if remove:
-            for suffix in ("", "-wal", "-shm"):
-                Path(str(self.path) + suffix).unlink(missing_ok=True)
+            self._remove_files()
+            self.lock_path.unlink(missing_ok=True)  # while still locked: a replay waiting retries on a new file
+        os.close(self._lock_fd)

@@ -7,6 +7,7 @@ stdin; then the run's metrics (a textfile, an OTLP push) when asked for.
 from __future__ import annotations
 
 import logging
+import sqlite3
 import sys
 import time
 from contextlib import contextmanager
@@ -163,15 +164,13 @@ def replay_logs(files: list[Path], sink: SpanSink, config: Config, *, workers: i
 
 
 def _open_ledger(path: Path, restart: bool) -> Ledger | None:
-    """The ledger of this replay (a fresh one with ``restart``); None, said once, if the state folder is not writable."""
+    """The ledger of this replay (a fresh one with ``restart``); None, said once, if the state folder cannot keep
+    it. Raises LedgerBusy when another replay of the same logs to the same destination runs."""
     try:
-        if restart:
-            for suffix in ("", "-wal", "-shm"):
-                Path(str(path) + suffix).unlink(missing_ok=True)
-        return Ledger(path)
-    except OSError as exc:
+        return Ledger(path, restart=restart)
+    except (OSError, sqlite3.Error) as exc:
         log.warning("cannot keep the replay's progress in %s (%s): an interrupted replay will start over",
-                    path, exc.strerror or exc)
+                    path, getattr(exc, "strerror", None) or exc)
         return None
 
 

@@ -84,6 +84,16 @@ def test_a_corrupt_checkpoint_is_set_aside(tmp_path, caplog):
     assert "is unreadable" in caplog.text and str(moved) in caplog.text
 
 
+def test_a_corrupt_checkpoint_is_refused_when_starting_afresh_would_count_twice(tmp_path):
+    """start_afresh=False (the daemon reading from the start): one error saying what to do, the file kept."""
+    db = tmp_path / "checkpoint.sqlite"
+    garbage = b"this is not a database" * 100
+    db.write_bytes(garbage)
+    with pytest.raises(CheckpointError, match="is damaged .* move it aside .* --from-end"):
+        Checkpoint(db, start_afresh=False)
+    assert db.read_bytes() == garbage and list(tmp_path.glob("*.corrupt-*")) == []
+
+
 def test_a_locked_checkpoint_is_an_error_not_corruption(tmp_path):
     """A database another process holds locked is reported as such, and nothing is moved aside."""
     db = tmp_path / "checkpoint.sqlite"

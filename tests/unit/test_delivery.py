@@ -112,17 +112,20 @@ def test_a_replay_that_stopped_continues_without_sending_a_span_twice(tmp_path):
     time = FakeTime()
     ledger_path = tmp_path / "l.sqlite"
     sink = Refusing(lambda attempt: attempt > 3)
+    first = Ledger(ledger_path)
     with pytest.raises(GaveUp):
-        replay_files(paths, sink, deliver=Delivery(ledger=Ledger(ledger_path), give_up_after=1,
+        replay_files(paths, sink, deliver=Delivery(ledger=first, give_up_after=1,
                                                    identities={str(p): identity_of(p) for p in paths},
                                                    clock=time.clock, sleep=time.sleep), batch=5)
-    progress = Ledger(ledger_path).load()
+    first.close()  # the first run ends
+    second = Ledger(ledger_path)
+    progress = second.load()
     assert any(not p.done and p.sent for p in progress.values()), "a log was cut in the middle"
     todo = [(p, progress[str(p)].sent if str(p) in progress else 0) for p in paths
             if not (str(p) in progress and progress[str(p)].done)]
     sink.refuse = lambda attempt: False
-    replay_files(todo, sink, deliver=Delivery(ledger=Ledger(ledger_path), sent=dict((str(p), n) for p, n in todo)),
-                 batch=5)
+    replay_files(todo, sink, deliver=Delivery(ledger=second, sent=dict((str(p), n) for p, n in todo)), batch=5)
+    second.close(remove=True)
     assert keys(sink.records) == keys(reference.records) and max(keys(sink.records).values()) == 1
     assert identity_of(paths[0]) != "" and identity_of(tmp_path / "missing") == ""
 
