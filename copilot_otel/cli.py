@@ -61,6 +61,16 @@ def _check_writable_file(flag: str, path: Path) -> None:
         raise ConfigError(f"{flag} {path}: the folder {folder} does not exist")
     if not os.access(folder, os.W_OK | os.X_OK):
         raise ConfigError(f"{flag} {path}: cannot write in {folder}")
+    from .strictmodes import UnsafePath, check_folder, owner_name
+
+    try:
+        check_folder(folder)  # a sticky folder is fine: the file is replaced by one of ours
+    except UnsafePath as exc:
+        raise ConfigError(f"{flag} {path}: refused: {exc}") from None
+    if path.is_symlink():
+        raise ConfigError(f"{flag} {path}: refused: it is a symbolic link; give the real path")
+    if path.exists() and path.stat().st_uid != os.geteuid():
+        raise ConfigError(f"{flag} {path}: refused: it belongs to {owner_name(path.stat().st_uid)}, not to you")
 
 
 def _say(message: str) -> None:

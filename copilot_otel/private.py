@@ -119,12 +119,13 @@ def touch_private(path: Path) -> Path:
     return path
 
 
-def write_private(path: Path, data: bytes) -> None:
-    """Replace ``path`` with ``data`` at once (a new temp file, then a rename): a reader never sees half of it."""
+def write_private(path: Path, data: bytes, *, mode: int = PRIVATE_FILE) -> None:
+    """Replace ``path`` with ``data`` at once (a new temp file of a name no one can guess, then a rename): a
+    reader never sees half of it. ``mode``: 0600, or more for a file another user must read."""
     fd, temp = tempfile.mkstemp(dir=Path(path).parent, prefix=f".{Path(path).name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as handle:
-            os.fchmod(fd, PRIVATE_FILE)
+            os.fchmod(fd, mode)
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())

@@ -23,6 +23,7 @@ from .deadletter import DeadLetter
 from .delivery import Delivery, GaveUp
 from .ledger import Ledger, identity_of
 from .otlp_json import OtlpJsonEncoder
+from .private import write_private
 from .replay import BATCH, Batch, ReplayStats, replay_files, replay_stream
 from .resource import resource_attributes
 from .safe_text import safe
@@ -34,6 +35,7 @@ log = logging.getLogger(__name__)
 
 EXIT_OK, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 130
 NAMED = 10  # sessions named in a failure message; the rest are counted
+TEXTFILE_MODE = 0o644  # a node_exporter textfile: read by the exporter's own user
 METRICS_REFUSED = "export failed: the OTLP metrics endpoint did not accept the metrics"
 
 
@@ -238,7 +240,8 @@ def write_metrics(stats: ReplayStats, config: Config, metrics_file: Path | None)
     (OTEL_METRICS_EXPORTER=otlp), when asked for; False if the push failed."""
     if metrics_file is None and config.metrics_otlp is None:
         return True
-    from prometheus_client import write_to_textfile
+    from prometheus_client import generate_latest
+    from prometheus_client.openmetrics.exposition import ALLOWUTF8
 
     from .metrics import Metrics, disable_created_series
 
@@ -251,7 +254,9 @@ def write_metrics(stats: ReplayStats, config: Config, metrics_file: Path | None)
     for event_type, count in stats.out_of_order.items():
         metrics.events_out_of_order.labels(event_type).inc(count)
     if metrics_file is not None:
-        write_to_textfile(str(metrics_file), metrics.registry)
+        # As write_to_textfile writes it, less its temporary file of a guessable name (a link planted there in a
+        # shared folder would be written through): node_exporter, another user, reads it.
+        write_private(metrics_file, generate_latest(metrics.registry, ALLOWUTF8), mode=TEXTFILE_MODE)
     if config.metrics_otlp is None:
         return True
     from .otlp_metrics import MetricsPusher, make_exporter  # the OTel SDK: only to push

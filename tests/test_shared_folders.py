@@ -199,3 +199,26 @@ def test_planted_backups_are_never_counted_nor_deleted(home, shared, tmp_path):
     assert all(len(read_spans(path)) > 0 for path in real)
     manifest = json.loads((shared / ".traces.jsonl.backups").read_bytes())
     assert [name for name, _inode in manifest] == [path.name for path in real]
+
+
+def test_the_metrics_textfile_is_written_through_no_planted_name(home, shared, tmp_path):
+    """replay --metrics-file in a sticky shared folder: written whole, ours, readable by node_exporter (0644),
+    through a temporary file of a name no one can guess (prometheus_client's write_to_textfile used
+    <path>.<pid>.<thread>); one of nobody's, or a link, at its path is refused before the replay, untouched."""
+    metrics = shared / "copilot.prom"
+    result = run_replay(str(home), "--traces-file", str(tmp_path / "t.jsonl"), "--state-dir", str(tmp_path / "state"),
+                        "--metrics-file", str(metrics))
+    assert result.returncode == 0, result.stderr.decode()
+    st = metrics.stat()
+    assert (st.st_uid, stat.S_IMODE(st.st_mode)) == (0, 0o644) and "copilot_turns_total" in metrics.read_text()
+    assert sorted(os.listdir(shared)) == ["copilot.prom"]
+    theirs, link = shared / "theirs.prom", shared / "link.prom"
+    theirs.write_bytes(b"# theirs\n")
+    as_nobody(theirs)
+    link.symlink_to(tmp_path / "victim.prom")
+    for path, said in ((theirs, "belongs to user nobody"), (link, "symbolic link")):
+        refused = run_replay(str(home), "--traces-file", str(tmp_path / "t2.jsonl"), "--state-dir",
+                             str(tmp_path / "state"), "--metrics-file", str(path))
+        one_line(refused, "--metrics-file", str(path), said)
+    assert theirs.read_bytes() == b"# theirs\n" and not (tmp_path / "victim.prom").exists()
+    assert not (tmp_path / "t2.jsonl").exists()
