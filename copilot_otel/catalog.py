@@ -23,7 +23,7 @@ import orjson
 from .config import DEFAULT_MAX_LINE_BYTES, ModelOptions
 from .overview import summarise
 from .private import private_dir, read_private, write_private
-from .sources import UnreadableLog, list_sessions
+from .sources import UnreadableLog, list_sessions, path_from_text, path_text
 from .summary import SessionSummary
 
 log = logging.getLogger(__name__)
@@ -185,7 +185,8 @@ class Catalog:
             return
         logs = document.get("logs")
         entries = logs.items() if isinstance(logs, dict) else ()
-        self._cache = {name: entry for name, entry in ((n, _entry(e)) for n, e in entries) if entry is not None}
+        self._cache = {path_from_text(name): entry for name, entry in ((n, _entry(e)) for n, e in entries)
+                       if entry is not None}
         bad = (len(logs) if isinstance(logs, dict) else 1) - len(self._cache)
         if bad:
             log.warning("the summary cache %s held %d damaged entr%s: left out, their sessions read again",
@@ -195,7 +196,8 @@ class Catalog:
     def _save(self) -> None:
         if self.cache_file is None:
             return
-        document = {"version": CACHE_VERSION, "logs": {name: list(entry) for name, entry in self._cache.items()}}
+        document = {"version": CACHE_VERSION, "logs": {path_text(name): list(entry)
+                                                       for name, entry in self._cache.items()}}
         try:
             private_dir(self.cache_file.parent)
             write_private(self.cache_file, orjson.dumps(document))

@@ -22,6 +22,7 @@ from pathlib import Path
 from .config import ConfigError
 from .private import open_private, private_dir, state_folder, touch_private
 from .strictmodes import UnsafePath, state_refusal
+from .sources import path_from_text, path_text
 from .tail import FileIdentity
 
 log = logging.getLogger(__name__)
@@ -141,7 +142,8 @@ class Checkpoint:
                 "SELECT path, device, inode, fingerprint, fingerprint_len, offset, line, resume_offset, resume_line, "
                 "generation FROM files").fetchall()
         return {
-            row[0]: FilePosition(row[0], FileIdentity(row[1], row[2], row[3], row[4]), row[5], row[6], row[7], row[8],
+            path_from_text(row[0]): FilePosition(path_from_text(row[0]), FileIdentity(row[1], row[2], row[3], row[4]),
+                                                 row[5], row[6], row[7], row[8],
                                  row[9])
             for row in rows
         }
@@ -151,7 +153,7 @@ class Checkpoint:
         if not positions:
             return
         now = time.time()
-        rows = [(p.path, p.identity.device, p.identity.inode, p.identity.fingerprint, p.identity.fingerprint_len,
+        rows = [(path_text(p.path), p.identity.device, p.identity.inode, p.identity.fingerprint, p.identity.fingerprint_len,
                  p.offset, p.line, p.resume_offset, p.resume_line, now, p.generation) for p in positions]
         with self._lock:
             try:
@@ -182,7 +184,7 @@ class Checkpoint:
         """Drop a file that no longer exists (a failure is logged: the row is dropped at a later forget)."""
         with self._lock:
             try:
-                self._db.execute("DELETE FROM files WHERE path = ?", (path,))
+                self._db.execute("DELETE FROM files WHERE path = ?", (path_text(path),))
             except sqlite3.Error as exc:
                 log.warning("cannot drop %s from the checkpoint %s: %s", path, self.path, _describe(exc))
 

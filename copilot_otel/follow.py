@@ -28,6 +28,7 @@ from .normalize import parse_version
 from .pipeline import Outputs, Warn, drive, finish
 from .records import salted
 from .sessions import READ_TYPES, SessionModel
+from .sources import session_id_of
 from .tail import CHUNK, FileTail, ReadResult
 from .vocab import END_INCOMPLETE, IDLE
 
@@ -57,10 +58,10 @@ class Follower:
     # open there (work a crash cut off, ended when the process was found dead) is ended quietly.
     settle_at_floor: bool = False
     generation: int = 0  # how many times the file was truncated or replaced under us (salts its span ids)
-    session_id: str = field(init=False)  # the folder's name
+    session_id: str = field(init=False)  # the folder's name (sources.session_id_of)
 
     def __post_init__(self) -> None:
-        self.session_id = self.path.parent.name
+        self.session_id = session_id_of(self.path)
         if self.model is None:
             self.model = self.new_model()
 

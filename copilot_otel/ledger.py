@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Iterable
 
 from .private import open_private, private_dir, touch_private
+from .sources import path_from_text, path_text
 
 log = logging.getLogger(__name__)
 
@@ -158,7 +159,7 @@ class Ledger:
     def load(self) -> dict[str, Progress]:
         """Every log's progress, by path."""
         rows = self._db.execute("SELECT path, identity, sent, done FROM logs").fetchall()
-        return {path: Progress(identity, sent, bool(done)) for path, identity, sent, done in rows}
+        return {path_from_text(path): Progress(identity, sent, bool(done)) for path, identity, sent, done in rows}
 
     def record(self, rows: Iterable[tuple[str, str, int, bool]]) -> None:
         """(path, identity, spans sent so far, done) of the logs a delivered batch held, in one transaction."""
@@ -166,7 +167,7 @@ class Ledger:
         try:
             self._db.executemany("INSERT INTO logs VALUES (?,?,?,?) ON CONFLICT(path) DO UPDATE SET "
                                  "identity=excluded.identity, sent=excluded.sent, done=excluded.done",
-                                 [(p, i, s, int(d)) for p, i, s, d in rows])
+                                 [(path_text(p), i, s, int(d)) for p, i, s, d in rows])
             self._db.execute("COMMIT")
         except BaseException:
             self._db.execute("ROLLBACK")

@@ -304,3 +304,37 @@ def test_with_from_end_a_damaged_checkpoint_is_set_aside_and_the_history_skipped
     assert sorted(key(s) for s in read_spans(extra)) == expected_keys([later])
     assert [line for line in daemon.log_text().splitlines() if "is unreadable" in line and "moved it to" in line]
     assert list(state.glob("checkpoint.sqlite.corrupt-*"))
+
+
+# ------------------------------------------------------------------------ a folder name no encoder takes
+
+
+def test_a_session_folder_named_with_bytes_that_are_no_utf8(tmp_path):
+    """Another program names a session folder with stray bytes and an escape sequence. Once: the daemon's
+    export retried that batch for good (orjson refuses lone surrogates), every checkpoint commit failed (the
+    other sessions' too), /api/sessions answered 500, sessions and replay crashed. Now its id is text (the
+    stray byte written \\xff), its path is kept in the checkpoint, ledger and cache, and everything works."""
+    home, state, traces = tmp_path / "home", tmp_path / "state", tmp_path / "traces.jsonl"
+    make_home(home)
+    odd = home / SESSION_STATE / os.fsdecode(b"odd-\xff\x1b[2J") / EVENTS_FILE
+    odd.parent.mkdir()
+    odd.write_bytes(real_log("plain"))
+    logs = sorted(home.glob(f"{SESSION_STATE}/*/{EVENTS_FILE}"))
+    replayed = run_replay(str(home), "--state-dir", str(state), "--traces-file", str(tmp_path / "replayed.jsonl"))
+    assert replayed.returncode == 0, replayed.stderr.decode()
+    ids = {s.attributes.get("gen_ai.conversation.id") for s in read_spans(tmp_path / "replayed.jsonl")}
+    assert "odd-\\xff\x1b[2J" in ids and len(ids) == len(logs)
+    args = ("sessions", "--copilot-home", str(home), "--state-dir", str(state), "--from-files")
+    listed, as_json = run_copilot_otel(*args), run_copilot_otel(*args, "--json")
+    assert listed.returncode == 0 and stderr_lines(listed) == [] and r"odd-\xff" in listed.stdout.decode()
+    assert "odd-\\xff\x1b[2J" in {row["id"] for row in json.loads(as_json.stdout)}
+    with DaemonProcess(home, state, traces_file=traces, args=FAST) as daemon:
+        wait_for_keys(traces, expected_keys(logs))
+        daemon.wait_for_metric("copilot_otel_checkpoint_commits_total", 1, timeout=30)
+        code, document = api_sessions(daemon)
+        health = urllib.request.urlopen(daemon.health_url, timeout=10).read().decode()
+    assert code == 200 and len(document["sessions"]) == len(logs) and health == "ok\n"
+    exported = traces.read_bytes()
+    with DaemonProcess(home, state, traces_file=traces, args=FAST):  # the checkpoint kept every path
+        time.sleep(2.0)  # two rescans: anything re-read would be written by now
+    assert traces.read_bytes() == exported

@@ -3,12 +3,13 @@ a replay that stopped continues from its ledger without sending a span twice."""
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 
 import pytest
 
 from copilot_otel.delivery import Delivery, GaveUp, RateLimit
-from copilot_otel.ledger import Ledger, identity_of
+from copilot_otel.ledger import Ledger, Progress, identity_of
 from copilot_otel.replay import replay_files
 from copilot_otel.sinks import ExportError, MemorySink
 from tests.support.events import SessionLog
@@ -139,3 +140,15 @@ def test_the_ledger_is_named_by_what_is_replayed_where():
     assert one != Ledger.path_for(Path("/s"), "http://b:4317 (grpc)", [Path("/x/1"), Path("/x/2")], "False:4096")
     assert one != Ledger.path_for(Path("/s"), "http://a:4317 (grpc)", [Path("/x/1"), Path("/x/2")], "True:4096")
     assert one.parent == Path("/s/replay")
+
+
+def test_a_ledger_keeps_a_path_that_is_not_utf8(tmp_path):
+    """A log in a folder whose name is no UTF-8: its progress is recorded and read back under the same path."""
+    odd = os.fsdecode(b"/home/session-state/\xff\x1b[2J/events.jsonl")
+    ledger = Ledger(tmp_path / "l.sqlite")
+    try:
+        ledger.record([(odd, "1:2:3", 4, False), ("/a/events.jsonl", "5:6:7", 8, True)])
+        assert ledger.load() == {odd: Progress("1:2:3", 4, False), "/a/events.jsonl": Progress("5:6:7", 8, True)}
+    finally:
+        ledger.close(remove=True)
+    assert list(tmp_path.iterdir()) == []
