@@ -1,6 +1,7 @@
 """What escaping text from the logs costs (safe_text.py): per string, per log line, and for a `sessions`
-listing of many sessions, escaped as it is now and (for comparison) raw; and the folder check run and
-replay make at start (strictmodes.py). Prints figures; asserts nothing.
+listing of many sessions, escaped as it is now and (for comparison) raw; the folder check run and
+replay make at start (strictmodes.py); and how long a replay takes to refuse a ledger another replay,
+or another program, holds (ledger.py). Prints figures; asserts nothing.
 
     .venv/bin/python bench/terminal_bench.py [--sessions 10000]
 """
@@ -10,6 +11,11 @@ from __future__ import annotations
 import argparse
 import io
 import logging
+import os
+import shutil
+import signal
+import sqlite3
+import subprocess
 import sys
 import tempfile
 import time
@@ -56,6 +62,45 @@ def render_ms(rows: list[SessionStatus], *, terminal: bool) -> float:
     return (time.perf_counter() - started) * 1000
 
 
+def refusal_seconds(cmd: list[str], runs: int) -> list[float]:
+    times = []
+    for _ in range(runs):
+        started = time.monotonic()
+        result = subprocess.run(cmd, capture_output=True)
+        times.append(time.monotonic() - started)
+        assert result.returncode == 2, result.stderr.decode()
+    return times
+
+
+def ledger_locks(folder: Path) -> None:
+    """A replay of 60 stored real sessions held at --rate 50; a second replay of the same tried meanwhile;
+    then the ledger held by an sqlite3 connection."""
+    fixtures = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "cli" / "1.0.102"
+    home, state, traces = folder / "home", folder / "state", folder / "traces.jsonl"
+    for n in range(20):
+        for scenario in ("plain", "multi_turn", "subagent"):
+            source = next((fixtures / scenario / "session-state").glob("*/events.jsonl"))
+            (home / "session-state" / f"{scenario}-{n}").mkdir(parents=True)
+            shutil.copy(source, home / "session-state" / f"{scenario}-{n}" / "events.jsonl")
+    cmd = [sys.executable, "-m", "copilot_otel.cli", "replay", str(home), "--state-dir", str(state),
+           "--traces-file", str(traces)]
+    first = subprocess.Popen([*cmd, "--rate", "50"], stderr=subprocess.DEVNULL)
+    while not (traces.exists() and traces.stat().st_size):
+        time.sleep(0.05)
+    busy = refusal_seconds(cmd, 5)
+    os.kill(first.pid, signal.SIGINT)
+    first.wait()
+    holder = sqlite3.connect(next((state / "replay").glob("*.sqlite")), isolation_level=None)
+    holder.execute("PRAGMA locking_mode=EXCLUSIVE")
+    holder.execute("BEGIN EXCLUSIVE")
+    locked = refusal_seconds(cmd, 3)
+    holder.close()
+    started = time.monotonic()
+    subprocess.run([sys.executable, "-m", "copilot_otel.cli", "--version"], capture_output=True)
+    print(f"a replay refused while another runs: {min(busy):.2f}-{max(busy):.2f} s; while a program locks the "
+          f"ledger: {min(locked):.2f}-{max(locked):.2f} s (copilot-otel --version: {time.monotonic() - started:.2f} s)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sessions", type=int, default=10_000)
@@ -79,6 +124,7 @@ def main() -> None:
         state = Path(folder) / "a" / "b" / "state"
         state.mkdir(parents=True)
         print(f"check_folder on {state}: {per_call(check_folder, state, repeat=20_000):.1f} us")
+        ledger_locks(Path(folder))
 
 
 if __name__ == "__main__":
