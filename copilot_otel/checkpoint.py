@@ -200,8 +200,9 @@ class StateLock:
 
     NAME = "daemon.lock"
 
-    def __init__(self, state_dir: Path) -> None:
+    def __init__(self, state_dir: Path, *, strict: bool = True) -> None:
         self.path = Path(state_dir) / self.NAME
+        self.strict = strict  # refuse a state folder another user could change (strictmodes.py)
         self._fd: int | None = None
 
     def acquire(self) -> None:
@@ -210,7 +211,7 @@ class StateLock:
         daemon that holds it."""
         state_dir = self.path.parent
         try:
-            state_folder(state_dir)
+            state_folder(state_dir, strict=self.strict)
             fd = open_private(self.path, os.O_RDWR)
         except UnsafePath as exc:
             raise ConfigError(state_refusal(state_dir, exc)) from None

@@ -24,9 +24,10 @@ from .config import (
     Config,
     ConfigError,
 )
-from .flags import (COPILOT_HOME, LOG_LEVEL, MAX_LINE_BYTES, METRICS_ADDRESS, PATH, STATE_DIR, TRACE_URL_HELP,
-                    export_options, option, reading_options, repository_option, stuck_options)
+from .flags import (COPILOT_HOME, LOG_LEVEL, MAX_LINE_BYTES, METRICS_ADDRESS, PATH, STATE_DIR, STRICT_MODES,
+                    TRACE_URL_HELP, export_options, option, reading_options, repository_option, stuck_options)
 from .safe_text import safe, safe_json
+from .strictmodes import check_output_file, check_state_dir
 from .vocab import SESSION_STATES
 
 EXIT_OK = 0
@@ -52,43 +53,9 @@ def _setup_logging(level: str) -> None:
     logging.getLogger("opentelemetry.util.re").setLevel(logging.ERROR)
 
 
-def _check_writable_file(flag: str, path: Path) -> None:
-    """A file we will write at the end must be writable now: fail before the work, not after it."""
-    if path.is_dir():
-        raise ConfigError(f"{flag} {path}: is a folder; give the path of a file")
-    folder = path.parent
-    if not folder.is_dir():
-        raise ConfigError(f"{flag} {path}: the folder {folder} does not exist")
-    if not os.access(folder, os.W_OK | os.X_OK):
-        raise ConfigError(f"{flag} {path}: cannot write in {folder}")
-    from .strictmodes import UnsafePath, check_folder, owner_name
-
-    try:
-        check_folder(folder)  # a sticky folder is fine: the file is replaced by one of ours
-    except UnsafePath as exc:
-        raise ConfigError(f"{flag} {path}: refused: {exc}") from None
-    if path.is_symlink():
-        raise ConfigError(f"{flag} {path}: refused: it is a symbolic link; give the real path")
-    if path.exists() and path.stat().st_uid != os.geteuid():
-        raise ConfigError(f"{flag} {path}: refused: it belongs to {owner_name(path.stat().st_uid)}, not to you")
-
-
 def _say(message: str) -> None:
     """One line on stderr, whatever it quotes escaped for the terminal."""
     click.echo(f"copilot-otel: {safe(message)}", err=True)
-
-
-def _check_state_dir(state_dir: Path) -> None:
-    """A state folder another user could change is refused (ConfigError); one that cannot be made is the
-    concern of what writes there (a replay goes on without its ledger)."""
-    from .strictmodes import UnsafePath, check_folder, state_refusal
-
-    try:
-        check_folder(state_dir, own=True)
-    except UnsafePath as exc:
-        raise ConfigError(state_refusal(state_dir, exc)) from None
-    except OSError:
-        pass
 
 
 def _fail(message: str, code: int = EXIT_USAGE) -> None:
@@ -136,6 +103,7 @@ def main() -> None:
              "sessions not delivered (a re-run continues with them).")
 @option("restart", is_flag=True, help="Forget an interrupted replay of the same sessions and send everything.")
 @repository_option
+@STRICT_MODES
 def replay(paths, log_level, metrics_file, workers, rate, give_up_after, restart, **options) -> None:
     """Export the traces of session folders, events.jsonl files, a COPILOT_HOME, or - (stdin).
 
@@ -151,12 +119,14 @@ def replay(paths, log_level, metrics_file, workers, rate, give_up_after, restart
     from_stdin = [str(p) for p in paths] == ["-"]
     try:
         config = build_config(**options)
-        _check_state_dir(config.state_dir)
+        strict = not config.no_strict_modes
+        check_state_dir(config.state_dir, strict=strict)
         if metrics_file is not None:
-            _check_writable_file("--metrics-file", metrics_file)
+            check_output_file("--metrics-file", metrics_file, strict=strict)
         files = [] if from_stdin else resolve(paths)
         sink = make_sink(traces_file=config.traces_file, otlp=config.otlp, default_file=config.default_traces_file,
-                         max_request_bytes=config.max_request_bytes, rotation=config.traces_rotation)
+                         max_request_bytes=config.max_request_bytes, rotation=config.traces_rotation,
+                         strict=strict)
     except (ConfigError, SourceError) as exc:
         _fail(str(exc))
         return
@@ -249,6 +219,7 @@ def _session_log(text: str, config: Config) -> Path:
 @main.command()
 @COPILOT_HOME
 @STATE_DIR
+@STRICT_MODES
 @METRICS_ADDRESS
 @stuck_options
 @option("state", multiple=True, type=click.Choice([*SESSION_STATES, "live"]),
@@ -282,7 +253,7 @@ def sessions(state, repository, since, json, from_files, log_level, **options) -
     if statuses is None:
         cache_file = config.summary_cache
         try:
-            _check_state_dir(config.state_dir)
+            check_state_dir(config.state_dir, strict=not config.no_strict_modes)
         except ConfigError as exc:  # a listing needs no cache: list without it, neither read nor written
             _say(f"not using the summary cache: {exc}")
             cache_file = None
@@ -324,6 +295,7 @@ def sessions(state, repository, since, json, from_files, log_level, **options) -
 @option("max-label-values", type=click.IntRange(min=1), default=DEFAULT_MAX_LABEL_VALUES, show_default=True,
         help="Distinct values a metric label (tool, model, agent, repository) may take; the rest count as 'other'.")
 @repository_option
+@STRICT_MODES
 def run(log_level, poll, rescan_interval, from_end, idle_quiet, max_buffered_spans, trace_url, max_label_values,
         **options) -> None:
     """The daemon: follow every session under COPILOT_HOME, export spans, serve /metrics and the web view."""

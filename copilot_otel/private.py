@@ -44,10 +44,11 @@ def private_dir(path: Path) -> Path:
     return path
 
 
-def state_folder(path: Path) -> Path:
-    """The state folder, made 0700 if missing, once checked: ours, and no other user may change it or a
-    folder above it (strictmodes.py). Raises UnsafePath, or OSError if it cannot be made."""
-    check_folder(path, own=True)
+def state_folder(path: Path, *, strict: bool = True) -> Path:
+    """The state folder, made 0700 if missing, once checked (``strict``): ours, and no other user may change it
+    or a folder above it (strictmodes.py). Raises UnsafePath, or OSError if it cannot be made."""
+    if strict:
+        check_folder(path, own=True)
     return private_dir(path)
 
 

@@ -20,6 +20,8 @@ import stat
 from functools import lru_cache
 from pathlib import Path
 
+from .parsing import ConfigError
+
 MAX_LINKS = 40  # as the kernel's limit on links followed in one path
 
 
@@ -100,3 +102,38 @@ def state_refusal(state_dir: Path, exc: UnsafePath) -> str:
     """The one line that refuses a state folder."""
     return (f"refusing the state directory {state_dir}: {exc}; fix that, or choose another with --state-dir or "
             "COPILOT_OTEL_STATE_DIR")
+
+
+def check_state_dir(state_dir: Path, *, strict: bool = True) -> None:
+    """Before a command writes in it: a state folder another user could change is a ConfigError (unless not
+    ``strict``); one that cannot be made is the concern of what writes there (a replay goes on without its
+    ledger)."""
+    if not strict:
+        return
+    try:
+        check_folder(state_dir, own=True)
+    except UnsafePath as exc:
+        raise ConfigError(state_refusal(state_dir, exc)) from None
+    except OSError:
+        pass
+
+
+def check_output_file(flag: str, path: Path, *, strict: bool = True) -> None:
+    """A file a command writes at its end (``--metrics-file``) must be writable now, in a folder no other user
+    could change, and not be a link or another user's file: else a ConfigError, before the work."""
+    if path.is_dir():
+        raise ConfigError(f"{flag} {path}: is a folder; give the path of a file")
+    folder = path.parent
+    if not folder.is_dir():
+        raise ConfigError(f"{flag} {path}: the folder {folder} does not exist")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise ConfigError(f"{flag} {path}: cannot write in {folder}")
+    try:
+        if strict:
+            check_folder(folder)  # a sticky folder is fine: the file is replaced by one of ours
+    except UnsafePath as exc:
+        raise ConfigError(f"{flag} {path}: refused: {exc}") from None
+    if path.is_symlink():
+        raise ConfigError(f"{flag} {path}: refused: it is a symbolic link; give the real path")
+    if path.exists() and path.stat().st_uid != os.geteuid():
+        raise ConfigError(f"{flag} {path}: refused: it belongs to {owner_name(path.stat().st_uid)}, not to you")

@@ -222,3 +222,22 @@ def test_the_metrics_textfile_is_written_through_no_planted_name(home, shared, t
         one_line(refused, "--metrics-file", str(path), said)
     assert theirs.read_bytes() == b"# theirs\n" and not (tmp_path / "victim.prom").exists()
     assert not (tmp_path / "t2.jsonl").exists()
+
+
+def test_no_strict_modes_accepts_a_shared_volume_and_still_checks_the_files(home, tmp_path):
+    """--no-strict-modes (COPILOT_OTEL_NO_STRICT_MODES=true), as ssh's StrictModes no, for a volume only its pod
+    reaches: a Kubernetes emptyDir is made root's and 0777 (2777 with fsGroup). The daemon and replay use it;
+    a link planted at the trace file's path there is still refused."""
+    volume = tmp_path / "empty-dir"
+    volume.mkdir()
+    volume.chmod(0o2777)
+    with DaemonProcess(home, volume, env={"COPILOT_OTEL_NO_STRICT_MODES": "true"}, args=("--rescan-interval", "1")):
+        wait_until(lambda: (volume / "traces.jsonl").exists() and len(read_spans(volume / "traces.jsonl")) > 0,
+                   what="spans in the volume")
+    result = run_replay(str(home), "--state-dir", str(volume), "--no-strict-modes")
+    assert result.returncode == 0, result.stderr.decode()
+    (volume / "link.jsonl").symlink_to(tmp_path / "victim")
+    refused = run_replay(str(home), "--state-dir", str(volume), "--no-strict-modes", "--traces-file",
+                         str(volume / "link.jsonl"))
+    one_line(refused, "symbolic link")
+    assert not (tmp_path / "victim").exists()
