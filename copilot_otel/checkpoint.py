@@ -141,20 +141,18 @@ class Checkpoint:
             rows = self._db.execute(
                 "SELECT path, device, inode, fingerprint, fingerprint_len, offset, line, resume_offset, resume_line, "
                 "generation FROM files").fetchall()
-        return {
-            path_from_text(row[0]): FilePosition(path_from_text(row[0]), FileIdentity(row[1], row[2], row[3], row[4]),
-                                                 row[5], row[6], row[7], row[8],
-                                 row[9])
-            for row in rows
-        }
+        positions = (FilePosition(path_from_text(row[0]), FileIdentity(row[1], row[2], row[3], row[4]), row[5],
+                                  row[6], row[7], row[8], row[9]) for row in rows)
+        return {position.path: position for position in positions}
 
     def commit(self, positions: list[FilePosition]) -> None:
         """Store these positions in one transaction; raise CheckpointError (nothing stored) if it failed."""
         if not positions:
             return
         now = time.time()
-        rows = [(path_text(p.path), p.identity.device, p.identity.inode, p.identity.fingerprint, p.identity.fingerprint_len,
-                 p.offset, p.line, p.resume_offset, p.resume_line, now, p.generation) for p in positions]
+        rows = [(path_text(p.path), p.identity.device, p.identity.inode, p.identity.fingerprint,
+                 p.identity.fingerprint_len, p.offset, p.line, p.resume_offset, p.resume_line, now, p.generation)
+                for p in positions]
         with self._lock:
             try:
                 self._db.execute("BEGIN")
