@@ -11,6 +11,7 @@ named. A log last written before ``since`` is skipped without being read.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import threading
 from dataclasses import asdict, dataclass, fields
@@ -21,8 +22,8 @@ import orjson
 
 from .config import DEFAULT_MAX_LINE_BYTES, ModelOptions
 from .overview import summarise
-from .private import private_dir, write_private
-from .sources import UnreadableLog, list_sessions
+from .private import private_dir, read_private, write_private
+from .sources import UnreadableLog, list_sessions, path_from_text, path_text
 from .summary import SessionSummary
 
 log = logging.getLogger(__name__)
@@ -64,6 +65,32 @@ def _key(st: os.stat_result) -> list[int]:
     return [st.st_ino, st.st_size, st.st_mtime_ns]
 
 
+_KINDS = {f.name: f.type for f in fields(SessionSummary)}  # 'str', 'str | None', 'int' or 'float'
+_INT64 = 2**63 - 1
+
+
+def _fits(kind: str, value: object) -> bool:
+    if value is None:
+        return kind.endswith("| None")
+    if kind.startswith("str"):
+        return isinstance(value, str)
+    if type(value) is int:
+        return kind in ("int", "float") and 0 <= value <= _INT64
+    return kind == "float" and type(value) is float and 0 <= value < math.inf
+
+
+def _entry(entry: object) -> tuple[list[int], dict] | None:
+    """A cache entry ([identity key, summary as a dict]) as written, or None for anything else."""
+    if not (isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], list) and isinstance(entry[1], dict)):
+        return None
+    key, summary = entry
+    if len(key) != 3 or not all(type(x) is int and 0 <= x <= _INT64 for x in key):
+        return None
+    if summary.keys() != _KINDS.keys() or not all(_fits(_KINDS[name], summary[name]) for name in _KINDS):
+        return None
+    return key, summary
+
+
 class Catalog:
     """The summaries of the sessions in one session-state folder, each read again only when its log changed."""
 
@@ -75,6 +102,7 @@ class Catalog:
         self._cache: dict[str, tuple[list[int], dict]] = {}  # str(path) -> (identity key, summary as a dict)
         self._lock = threading.Lock()
         self._loaded = False
+        self._dirty = False  # the cache file needs writing again even if no summary changed
 
     def scan(self, *, since_ns: int = 0, workers: int | None = None,
              known: Mapping[Path, SessionSummary] | None = None) -> list[LogSummary]:
@@ -112,8 +140,9 @@ class Catalog:
                     self._cache[str(path)] = (key, asdict(item.summary))
                     changed = True
             changed |= self._drop_missing()
-            if changed:
+            if changed or self._dirty:
                 self._save()
+                self._dirty = False
             return found
 
     def _read(self, paths: list[Path], workers: int | None) -> list[LogSummary]:
@@ -136,23 +165,39 @@ class Catalog:
         return bool(gone)
 
     def _load(self) -> None:
+        """The cache file's summaries: a bad entry is left out (said once, and the file rewritten without it);
+        a file that is no JSON, or not this version's, is rebuilt."""
         if self._loaded or self.cache_file is None:
             self._loaded = True
             return
         self._loaded = True
         try:
-            document = orjson.loads(self.cache_file.read_bytes())
-            if document.get("version") == CACHE_VERSION:
-                self._cache = {name: (entry[0], entry[1]) for name, entry in document["logs"].items()}
-        except FileNotFoundError:
-            pass
-        except (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:
-            log.debug("ignoring the summary cache %s: %s", self.cache_file, exc)
+            data = read_private(self.cache_file)
+            document = orjson.loads(data) if data is not None else {"version": CACHE_VERSION, "logs": {}}
+        except (OSError, ValueError) as exc:
+            log.warning("the summary cache %s is unusable (%s): rebuilding it from the session logs", self.cache_file,
+                        exc)
+            self._dirty = True
+            return
+        if not isinstance(document, dict) or document.get("version") != CACHE_VERSION:
+            log.debug("the summary cache %s is of another version: rebuilding it", self.cache_file)
+            self._dirty = True
+            return
+        logs = document.get("logs")
+        entries = logs.items() if isinstance(logs, dict) else ()
+        self._cache = {path_from_text(name): entry for name, entry in ((n, _entry(e)) for n, e in entries)
+                       if entry is not None}
+        bad = (len(logs) if isinstance(logs, dict) else 1) - len(self._cache)
+        if bad:
+            log.warning("the summary cache %s held %d damaged entr%s: left out, their sessions read again",
+                        self.cache_file, bad, "y" if bad == 1 else "ies")
+            self._dirty = True
 
     def _save(self) -> None:
         if self.cache_file is None:
             return
-        document = {"version": CACHE_VERSION, "logs": {name: list(entry) for name, entry in self._cache.items()}}
+        document = {"version": CACHE_VERSION, "logs": {path_text(name): list(entry)
+                                                       for name, entry in self._cache.items()}}
         try:
             private_dir(self.cache_file.parent)
             write_private(self.cache_file, orjson.dumps(document))

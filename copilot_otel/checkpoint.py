@@ -25,8 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .config import ConfigError
-from .private import private_dir, touch_private
 from .identity import FileIdentity
+from .private import open_private, private_dir, state_folder, touch_private
+from .sources import path_from_text, path_text
+from .strictmodes import UnsafePath, state_refusal
 
 log = logging.getLogger(__name__)
 
@@ -96,23 +98,36 @@ class FilePosition:
 class Checkpoint:
     """A small store of file positions, safe against a kill -9 at any moment."""
 
-    def __init__(self, path: Path, *, busy_timeout: float = 5.0) -> None:
+    def __init__(self, path: Path, *, busy_timeout: float = 5.0, start_afresh: bool = True) -> None:
         self.path = Path(path)
         self.busy_timeout = busy_timeout  # how long a statement waits for a lock another process holds
+        # A damaged checkpoint: set aside and start empty, or (False) refuse, saying what to do.
+        self.start_afresh = start_afresh
         self._lock = threading.Lock()
         self._db = self._open()
 
     def _open(self) -> sqlite3.Connection:
         private_dir(self.path.parent)
-        touch_private(self.path)  # SQLite gives its -wal and -shm files the database's mode
+        try:
+            touch_private(self.path)  # SQLite gives its -wal and -shm files the database's mode
+        except OSError as exc:  # a folder in the way, a link, someone else's file
+            raise CheckpointError(f"cannot open the checkpoint {self.path}: {exc.strerror or exc}") from None
         try:
             db = self._connect()
-            db.execute("SELECT count(*) FROM files").fetchone()
+            try:
+                db.execute("SELECT * FROM files").fetchall()  # every row read: a damaged page shows now, not later
+            except BaseException:
+                db.close()
+                raise
             return db
         except sqlite3.Error as exc:
             if not _corrupt(exc):
                 raise CheckpointError(f"cannot open the checkpoint {self.path}: {_describe(exc)}") from None
-            # A corrupt checkpoint costs a re-read from the start, never the daemon.
+            if not self.start_afresh:
+                raise CheckpointError(
+                    f"the checkpoint {self.path} is damaged ({exc}): what was exported is unknown. To export every "
+                    "session again from its start (the same span ids; its metrics counted again), move it aside with "
+                    "its -wal and -shm files; to skip the history in the files, start with --from-end") from None
             broken = self.path.with_name(f"{self.path.name}.corrupt-{int(time.time())}")
             log.warning("checkpoint %s is unreadable (%s); moved it to %s and starting afresh",
                         self.path, exc, broken)
@@ -147,21 +162,19 @@ class Checkpoint:
             rows = self._db.execute(
                 "SELECT path, device, inode, fingerprint, fingerprint_len, offset, line, resume_offset, resume_line, "
                 "generation, crc, first_id, session_id FROM files").fetchall()
-        return {
-            row[0]: FilePosition(row[0], FileIdentity(row[1], row[2], row[3], row[4], row[11]), row[5], row[6], row[7],
-                                 row[8], row[9], row[10], row[12])
-            for row in rows
-        }
+        positions = (FilePosition(path_from_text(row[0]), FileIdentity(row[1], row[2], row[3], row[4], row[11]),
+                                  row[5], row[6], row[7], row[8], row[9], row[10], row[12]) for row in rows)
+        return {position.path: position for position in positions}
 
     def commit(self, positions: list[FilePosition]) -> None:
         """Store these positions in one transaction; raise CheckpointError (nothing stored) if it failed."""
         if not positions:
             return
         now = time.time()
-        rows = [(p.path, p.identity.device, p.identity.inode, p.identity.fingerprint, p.identity.fingerprint_len,
-                 p.offset, p.line, p.resume_offset, p.resume_line, now, p.generation, p.crc, p.identity.first_id,
-                 p.session_id) for p in positions]
-        moved = [(old,) for p in positions for old in p.moved_from if old != p.path]
+        rows = [(path_text(p.path), p.identity.device, p.identity.inode, p.identity.fingerprint,
+                 p.identity.fingerprint_len, p.offset, p.line, p.resume_offset, p.resume_line, now, p.generation, p.crc,
+                 p.identity.first_id, p.session_id) for p in positions]
+        moved = [(path_text(old),) for p in positions for old in p.moved_from if old != p.path]
         with self._lock:
             try:
                 self._db.execute("BEGIN")
@@ -194,7 +207,7 @@ class Checkpoint:
         """Drop a file that no longer exists (a failure is logged: the row is dropped at a later forget)."""
         with self._lock:
             try:
-                self._db.execute("DELETE FROM files WHERE path = ?", (path,))
+                self._db.execute("DELETE FROM files WHERE path = ?", (path_text(path),))
             except sqlite3.Error as exc:
                 log.warning("cannot drop %s from the checkpoint %s: %s", path, self.path, _describe(exc))
 
@@ -210,17 +223,21 @@ class StateLock:
 
     NAME = "daemon.lock"
 
-    def __init__(self, state_dir: Path) -> None:
+    def __init__(self, state_dir: Path, *, strict: bool = True) -> None:
         self.path = Path(state_dir) / self.NAME
+        self.strict = strict  # refuse a state folder another user could change (strictmodes.py)
         self._fd: int | None = None
 
     def acquire(self) -> None:
-        """Check the state directory is writable (creating it), then take the lock; raise ConfigError
-        for a directory that cannot be written, CheckpointError naming the daemon that holds it."""
+        """Check the state directory is writable and safe (creating it), then take the lock; raise ConfigError
+        for a directory that cannot be written or another user could change, CheckpointError naming the
+        daemon that holds it."""
         state_dir = self.path.parent
         try:
-            private_dir(state_dir)
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            state_folder(state_dir, strict=self.strict)
+            fd = open_private(self.path, os.O_RDWR)
+        except UnsafePath as exc:
+            raise ConfigError(state_refusal(state_dir, exc)) from None
         except OSError as exc:
             raise ConfigError(f"state directory {state_dir} is not writable ({exc.strerror or exc}); "
                               "choose another with --state-dir or COPILOT_OTEL_STATE_DIR") from None

@@ -25,9 +25,11 @@ from .config import (
     Config,
     ConfigError,
 )
-from .flags import (COPILOT_HOME, LOG_LEVEL, MAX_LINE_BYTES, METRICS_ADDRESS, PATH, STATE_DIR, TRACE_URL_HELP,
-                    WEB_VIEW_COST, access_options, export_options, option, reading_options, repository_option,
-                    stuck_options)
+from .flags import (COPILOT_HOME, LOG_LEVEL, MAX_LINE_BYTES, METRICS_ADDRESS, PATH, STATE_DIR, STRICT_MODES,
+                    TRACE_URL_HELP, WEB_VIEW_COST, access_options, export_options, option, reading_options,
+                    repository_option, stuck_options)
+from .safe_text import safe, safe_json
+from .strictmodes import check_output_file, check_state_dir
 from .vocab import SESSION_STATES
 
 EXIT_OK = 0
@@ -46,25 +48,22 @@ def build_config(*, exports: bool = True, **flags) -> Config:
 
 def _setup_logging(level: str) -> None:
     """The command owns the process: configure logging, and the process-wide library settings."""
-    logging.basicConfig(level=level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from .safe_text import SafeFormatter
+
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(SafeFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))  # log text escaped
+    logging.basicConfig(level=level.upper(), handlers=[handler])
     # The OTel SDK logs a malformed header with its value, which may be a token: never let it through.
     logging.getLogger("opentelemetry.util.re").setLevel(logging.ERROR)
 
 
-def _check_writable_file(flag: str, path: Path) -> None:
-    """A file we will write at the end must be writable now: fail before the work, not after it."""
-    if path.is_dir():
-        raise ConfigError(f"{flag} {path}: is a folder; give the path of a file")
-    folder = path.parent
-    if not folder.is_dir():
-        raise ConfigError(f"{flag} {path}: the folder {folder} does not exist")
-    if not os.access(folder, os.W_OK | os.X_OK):
-        raise ConfigError(f"{flag} {path}: cannot write in {folder}")
+def _say(message: str) -> None:
+    """One line on stderr, whatever it quotes escaped for the terminal."""
+    click.echo(f"copilot-otel: {safe(message)}", err=True)
 
 
 def _fail(message: str, code: int = EXIT_USAGE) -> None:
-    click.echo(f"copilot-otel: {message}", err=True)
+    _say(message)
     sys.exit(code)
 
 
@@ -108,12 +107,14 @@ def main() -> None:
              "sessions not delivered (a re-run continues with them).")
 @option("restart", is_flag=True, help="Forget an interrupted replay of the same sessions and send everything.")
 @repository_option
+@STRICT_MODES
 def replay(paths, log_level, metrics_file, workers, rate, give_up_after, restart, **options) -> None:
     """Export the traces of session folders, events.jsonl files, a COPILOT_HOME, or - (stdin).
 
     A replay that stops (Ctrl-C, a crash, a backend that refused for too long) is continued by
     running the same command again: what was delivered is not sent twice.
     """
+    from .ledger import LedgerBusy
     from .replay import SourceError, resolve
     from .replay_job import METRICS_REFUSED, replay_logs, replay_stdin, report, write_metrics
     from .sinks import make_sink
@@ -122,19 +123,27 @@ def replay(paths, log_level, metrics_file, workers, rate, give_up_after, restart
     from_stdin = [str(p) for p in paths] == ["-"]
     try:
         config = build_config(**options)
+        strict = not config.no_strict_modes
+        check_state_dir(config.state_dir, strict=strict)
         if metrics_file is not None:
-            _check_writable_file("--metrics-file", metrics_file)
+            check_output_file("--metrics-file", metrics_file, strict=strict)
         files = [] if from_stdin else resolve(paths)
         sink = make_sink(traces_file=config.traces_file, otlp=config.otlp, default_file=config.default_traces_file,
-                         max_request_bytes=config.max_request_bytes, rotation=config.traces_rotation)
+                         max_request_bytes=config.max_request_bytes, rotation=config.traces_rotation,
+                         strict=strict)
     except (ConfigError, SourceError) as exc:
         _fail(str(exc))
         return
     if from_stdin:
         sys.exit(replay_stdin(sink, config, metrics_file))
     keep_metrics = metrics_file is not None or config.metrics_otlp is not None
-    outcome = replay_logs(files, sink, config, workers=workers or None, rate=rate, give_up_after=give_up_after,
-                          restart=restart, keep_metrics=keep_metrics, interactive=sys.stderr.isatty())
+    try:
+        outcome = replay_logs(files, sink, config, workers=workers or None, rate=rate, give_up_after=give_up_after,
+                              restart=restart, keep_metrics=keep_metrics, interactive=sys.stderr.isatty())
+    except LedgerBusy as exc:
+        sink.shutdown()
+        _fail(str(exc))
+        return
     sink.shutdown()
     if not write_metrics(outcome.stats, config, metrics_file):
         _fail(METRICS_REFUSED, EXIT_EXPORT_FAILED)
@@ -185,7 +194,8 @@ def inspect(session, log_level, json, follow, **options) -> None:
         elif as_json:
             from .tree import to_json
 
-            click.echo(orjson.dumps(to_json(reader.snapshot(policy=policy)), option=orjson.OPT_INDENT_2).decode())
+            document = orjson.dumps(to_json(reader.snapshot(policy=policy)), option=orjson.OPT_INDENT_2)
+            click.echo(safe_json(document).decode())
         else:
             from .tree import build_tree
 
@@ -213,6 +223,7 @@ def _session_log(text: str, config: Config) -> Path:
 @main.command()
 @COPILOT_HOME
 @STATE_DIR
+@STRICT_MODES
 @METRICS_ADDRESS
 @stuck_options
 @option("state", multiple=True, type=click.Choice([*SESSION_STATES, "live"]),
@@ -248,23 +259,30 @@ def sessions(state, repository, since, json, from_files, log_level, **options) -
         click.echo(f"copilot-otel: {why}; reading the session logs", err=True)
     unreadable = []
     if statuses is None:
+        cache_file = config.summary_cache
         try:
-            listing = read_files(root, policy=config.stuck_policy, cache_file=config.summary_cache, since=since_time)
+            check_state_dir(config.state_dir, strict=not config.no_strict_modes)
+        except ConfigError as exc:  # a listing needs no cache: list without it, neither read nor written
+            _say(f"not using the summary cache: {exc}")
+            cache_file = None
+        try:
+            listing = read_files(root, policy=config.stuck_policy, cache_file=cache_file, since=since_time)
         except SourceError as exc:
             _fail(str(exc))
             return
         statuses, unreadable = listing.statuses, listing.unreadable
     for path, reason in unreadable:
-        click.echo(f"copilot-otel: {path}: cannot read it ({reason})", err=True)
+        _say(f"{path}: cannot read it ({reason})")
     chosen = select(statuses, states=states, repository=repository, since=since_time)
     if as_json:
-        click.echo(orjson.dumps([status.to_json() for status in chosen], option=orjson.OPT_INDENT_2).decode())
+        document = orjson.dumps([status.to_json() for status in chosen], option=orjson.OPT_INDENT_2)
+        click.echo(safe_json(document).decode())
     elif chosen:
         from rich.console import Console
 
         render(chosen, Console())
     else:
-        click.echo("no sessions" + (" match" if states or repository or since else f" under {root}"), err=True)
+        click.echo(safe("no sessions" + (" match" if states or repository or since else f" under {root}")), err=True)
 
 
 @main.command(epilog=WEB_VIEW_COST)
@@ -286,6 +304,7 @@ def sessions(state, repository, since, json, from_files, log_level, **options) -
         help="Distinct values a metric label (tool, model, agent, repository) may take; the rest count as 'other'.")
 @repository_option
 @access_options
+@STRICT_MODES
 def run(log_level, poll, rescan_interval, from_end, idle_quiet, max_buffered_spans, trace_url, max_label_values,
         **options) -> None:
     """The daemon: follow every session under COPILOT_HOME, export spans, serve /metrics and the web view.

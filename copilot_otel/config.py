@@ -134,6 +134,9 @@ class Config:
     trace_url: str | None = None
     # Metrics: leave the repository label empty (Prometheus then shows none), e.g. where repository names are private.
     no_repository_label: bool = False
+    # Do not refuse a state or trace folder other users may write (ssh's "StrictModes no"): for a volume only
+    # the container's own pod reaches, e.g. a Kubernetes emptyDir (made 0777). Files are still checked.
+    no_strict_modes: bool = False
     metrics_otlp: OtlpSettings | None = None  # OTEL_METRICS_EXPORTER=otlp: also push the metrics there
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
     max_label_values: int = DEFAULT_MAX_LABEL_VALUES
@@ -307,4 +310,5 @@ _ENV_FIELDS: dict[str, Callable[[str, str], Any]] = {
     "trace_url": lambda _variable, text: text,
     "no_repository_label": _parse_bool,
     "web_config_file": _parse_path,
+    "no_strict_modes": _parse_bool,
 }

@@ -57,12 +57,15 @@ class Daemon:
                                           resource=resource_attributes(), max_label_values=config.max_label_values)
         self.metrics.add_live_sessions(self.readout.live_sessions)
         self.metrics.measure_lag_while(self.readout.sessions_at_work)
-        self.lock = StateLock(config.state_dir)  # one daemon per checkpoint (raises CheckpointError)
+        # One daemon per checkpoint (raises CheckpointError); a state folder others could change is refused.
+        self.lock = StateLock(config.state_dir, strict=not config.no_strict_modes)
         self.lock.acquire()
-        self.checkpoint = Checkpoint(config.state_dir / "checkpoint.sqlite")
+        # A damaged checkpoint is set aside only when starting afresh re-counts nothing (--from-end skips the history).
+        self.checkpoint = Checkpoint(config.state_dir / "checkpoint.sqlite", start_afresh=not config.from_start)
         self.sink = sink or make_sink(traces_file=config.traces_file, otlp=config.otlp,
                                       default_file=config.default_traces_file,
-                                      max_request_bytes=config.max_request_bytes, rotation=config.traces_rotation)
+                                      max_request_bytes=config.max_request_bytes, rotation=config.traces_rotation,
+                                      strict=not config.no_strict_modes)
         self.dead_letter = DeadLetter(config.state_dir / DEAD_LETTER_FILE, OtlpJsonEncoder(resource_attributes()))
         self.queue = ExportQueue(
             self.sink, self.checkpoint, max_spans=config.max_buffered_spans, dead_letter=self.dead_letter,

@@ -41,7 +41,7 @@ class DeadLetter:
         with self._lock:
             if self._file is None:
                 private_dir(self.path.parent)
-                self._file = LineFile(self.path, mode=0o600)
+                self._file = LineFile(self.path)
             self._file.write(line)
             self._file.sync()
             self.spans += len(records)

@@ -54,14 +54,18 @@ class Endpoint:
         return f"{self.url} (`copilot-otel open` opens it with its token)"
 
     def start(self) -> None:
-        """Serve, then write the token file."""
-        self.server.start()
+        """Write the token file, then serve (the port is bound already): whoever sees /healthz answer finds it."""
         try:
             private_dir(self._state_dir)
             write_token_file(self.token_path, self.url, self.token)
         except OSError as exc:
             log.warning("cannot keep the view's token in %s (%s): `copilot-otel open` will not find it",
                         self.token_path, exc.strerror or exc)
+        try:
+            self.server.start()
+        except BaseException:
+            self.token_path.unlink(missing_ok=True)
+            raise
 
     def stop(self) -> None:
         """Stop serving and remove the token file (its token dies with this server)."""

@@ -102,6 +102,11 @@ export_options = options(
 stuck_options = options(STUCK_AFTER, STUCK_AFTER_TOOL)
 
 
+STRICT_MODES = option("no-strict-modes", is_flag=True, default=False,
+                      help="Use a state or trace folder other users may write (ssh's StrictModes no): for a "
+                           "volume only this pod reaches, e.g. a Kubernetes emptyDir. Files are still checked.")
+
+
 def repository_option(func):
     return option("no-repository-label", is_flag=True, default=False,
                   help="Leave the repository label of the metrics empty (Prometheus then shows none).")(func)

@@ -32,6 +32,7 @@ from .normalize import parse_version
 from .pipeline import Outputs, Warn, drive, finish
 from .records import salted
 from .sessions import READ_TYPES, SessionModel
+from .sources import session_id_of
 from .tail import CHUNK, FileTail, ReadResult
 from .vocab import END_INCOMPLETE, IDLE
 
@@ -70,11 +71,11 @@ class Follower:
     settle_at_floor: bool = False
     generation: int = 0  # how many times the file was truncated or replaced under us (salts its span ids)
     told_ahead: bool = False  # its events stamped ahead of our clock were reported
-    session_id: str = ""  # its spans' session id: the folder's name, or the first folder's of a moved log
+    session_id: str = ""  # its spans' session id: its folder's (session_id_of), or the first folder's of a moved log
     moved_from: tuple[str, ...] = ()  # the paths it was followed at before a move (their checkpoint rows go)
 
     def __post_init__(self) -> None:
-        self.session_id = self.session_id or self.path.parent.name
+        self.session_id = self.session_id or session_id_of(self.path)
         if self.model is None:
             self.model = self.new_model()
 
@@ -93,7 +94,7 @@ class Follower:
                         crc=restored.crc)
             floor_line = restored.line
             generation = restored.generation
-            session_id = restored.session_id or Path(restored.path).parent.name
+            session_id = restored.session_id or session_id_of(Path(restored.path))
             moved_from = (restored.path,) if restored.path != str(path) else ()
         elif skip_history:
             tail.skip_history()
@@ -230,7 +231,7 @@ class Follower:
             return None
         resume = self.model.open_interaction_start if self.model is not None else None
         resume_offset, resume_line = resume if resume is not None else (tail.offset, tail.line)
-        session_id = self.session_id if self.session_id != self.path.parent.name else ""
+        session_id = self.session_id if self.session_id != session_id_of(self.path) else ""
         return FilePosition(str(self.path), tail.identity, tail.offset, tail.line, resume_offset, resume_line,
                             self.generation, tail.crc, session_id, self.moved_from)
 

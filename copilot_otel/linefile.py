@@ -12,21 +12,25 @@ import os
 import threading
 from pathlib import Path
 
+from .private import open_private
+
 log = logging.getLogger(__name__)
 
 _SCAN = 1 << 16
 
 
 class LineFile:
-    """Appends whole lines to ``path`` (created with ``mode``, less the umask)."""
+    """Appends whole lines to ``path``: created 0600, or an existing regular file of ours reached without a link
+    (private.open_private; else UnsafePath). ``size``: the file's when it was opened."""
 
-    def __init__(self, path: Path, *, mode: int = 0o666) -> None:
+    def __init__(self, path: Path) -> None:
         self.path = Path(path)
         self._lock = threading.Lock()
-        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, mode)
+        self._fd = open_private(self.path, os.O_RDWR | os.O_APPEND)
         self._dirty = False
         try:
             self._repair()
+            self.size = os.fstat(self._fd).st_size
         except OSError:
             os.close(self._fd)
             raise
@@ -66,6 +70,11 @@ class LineFile:
                     log.error("cannot cut a partial write off %s: %s", self.path, exc)
                 raise
             self._dirty = True
+
+    def stat(self) -> os.stat_result:
+        """The open file's status now."""
+        with self._lock:
+            return os.fstat(self._fd)
 
     def sync(self) -> None:
         """Make what was written durable (fsync), if anything was written since the last sync."""

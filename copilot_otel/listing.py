@@ -26,9 +26,10 @@ from rich.text import Text
 
 from .catalog import Catalog
 from .display import ago, clock_time, count, where
-from .overview import MAX_PAGE_SIZE
 from .owner import NotOurs, connect_own, describe_uid, listener_uid
 from .liveness import StuckPolicy
+from .overview import MAX_PAGE_SIZE
+from .safe_text import safe
 from .status import SessionStatus, status_of
 from .vocab import ABANDONED, ENDED, STUCK, WAITING_TOOL, WAITING_USER, WORKING
 
@@ -190,7 +191,7 @@ def render(statuses: list[SessionStatus], console: Console, *, now: float | None
         if status.waiting_on and status.state in (WAITING_TOOL, STUCK, ABANDONED):
             facts.insert(0, f"on {status.waiting_on}")
         lines.append(("          " + " · ".join(facts), "dim"))
-    lines = [(line.rstrip(), style) for line, style in lines]
+    lines = [(safe(line).rstrip(), style) for line, style in lines]  # text from the logs: escaped
     if console.is_terminal:
         text = Text("\n").join(Text(line, style=style) for line, style in lines)
         console.print(text, no_wrap=True, overflow="ellipsis", crop=True)

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Mapping, TypeVar
 
 from .checkpoint import FilePosition
+from .sources import session_id_of
 from .tail import FileTail
 
 log = logging.getLogger(__name__)
@@ -65,7 +66,7 @@ class Moves:
         position = self.restored_origin(first_id)
         if position is not None:
             log.info("%s holds the log followed at %s before the restart (moved while stopped); following it on as "
-                     "session %s", path, position.path, position.session_id or Path(position.path).parent.name)
+                     "session %s", path, position.path, position.session_id or session_id_of(Path(position.path)))
         return first_id, None, position
 
     def _arrived(self, path: Path, followers: Mapping[Path, T]) -> None:

@@ -7,6 +7,7 @@ stdin; then the run's metrics (a textfile, an OTLP push) when asked for.
 from __future__ import annotations
 
 import logging
+import sqlite3
 import sys
 import time
 from contextlib import contextmanager
@@ -22,8 +23,10 @@ from .deadletter import DeadLetter
 from .delivery import Delivery, GaveUp
 from .ledger import Ledger, identity_of, same_log
 from .otlp_json import OtlpJsonEncoder
+from .private import write_private
 from .replay import BATCH, Batch, ReplayStats, replay_files, replay_stream
 from .resource import resource_attributes
+from .safe_text import safe
 from .sinks import ExportError, SpanSink
 from .sources import session_id_of
 from .workers import WorkerError
@@ -32,6 +35,7 @@ log = logging.getLogger(__name__)
 
 EXIT_OK, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 130
 NAMED = 10  # sessions named in a failure message; the rest are counted
+TEXTFILE_MODE = 0o644  # a node_exporter textfile: read by the exporter's own user
 METRICS_REFUSED = "export failed: the OTLP metrics endpoint did not accept the metrics"
 
 
@@ -171,15 +175,13 @@ def dropped_reason(stats: ReplayStats) -> str:
 
 
 def _open_ledger(path: Path, restart: bool) -> Ledger | None:
-    """The ledger of this replay (a fresh one with ``restart``); None, said once, if the state folder is not writable."""
+    """The ledger of this replay (a fresh one with ``restart``); None, said once, if the state folder cannot keep
+    it. Raises LedgerBusy when another replay of the same logs to the same destination runs."""
     try:
-        if restart:
-            for suffix in ("", "-wal", "-shm"):
-                Path(str(path) + suffix).unlink(missing_ok=True)
-        return Ledger(path)
-    except OSError as exc:
+        return Ledger(path, restart=restart)
+    except (OSError, sqlite3.Error) as exc:
         log.warning("cannot keep the replay's progress in %s (%s): an interrupted replay will start over",
-                    path, exc.strerror or exc)
+                    path, getattr(exc, "strerror", None) or exc)
         return None
 
 
@@ -193,23 +195,21 @@ def report(outcome: Outcome, destination: str) -> None:
               f"{outcome.before} session(s) delivered by an earlier run" if outcome.before else "",
               f"{outcome.retries} retries" if outcome.retries else ""]
     events = "" if outcome.undelivered else f", {stats.events} events"  # counted as whole shards finish
-    click.echo(f"copilot-otel: exported {outcome.delivered - stats.refused - stats.dropped} spans from "
-               f"{outcome.completed} session(s){events}"
-               + "".join(f", {x}" for x in extras if x)
-               + f" -> {destination} in {outcome.seconds:.1f} s ({rate:.0f} spans/s)", err=True)
+    _say(f"exported {outcome.delivered - stats.refused - stats.dropped} spans from {outcome.completed} session(s)"
+         f"{events}" + "".join(f", {x}" for x in extras if x)
+         + f" -> {destination} in {outcome.seconds:.1f} s ({rate:.0f} spans/s)")
     for path, reason in outcome.unreadable:
-        click.echo(f"copilot-otel: {path}: cannot read it ({reason})", err=True)
+        _say(f"{path}: cannot read it ({reason})")
     if outcome.code == EXIT_OK:
         return
     missing = outcome.undelivered
     if not missing:
-        click.echo(f"copilot-otel: {outcome.reason}", err=True)
+        _say(outcome.reason)
         return
     named = ", ".join(session_id_of(p) for p in missing[:NAMED]) + (
         f" and {len(missing) - NAMED} more" if len(missing) > NAMED else "")
-    click.echo(f"copilot-otel: {outcome.reason}; {len(missing)} of {outcome.total} session(s) not delivered: "
-               f"{named}", err=True)
-    click.echo("copilot-otel: run the same command again to continue where it stopped", err=True)
+    _say(f"{outcome.reason}; {len(missing)} of {outcome.total} session(s) not delivered: {named}")
+    _say("run the same command again to continue where it stopped")
 
 
 def replay_stdin(sink: SpanSink, config: Config, metrics_file: Path | None) -> int:
@@ -229,8 +229,8 @@ def replay_stdin(sink: SpanSink, config: Config, metrics_file: Path | None) -> i
     if not write_metrics(stats, config, metrics_file):
         return _failed(METRICS_REFUSED)
     dropped = f", {stats.dropped} span(s) dropped by the backend" if stats.dropped else ""
-    click.echo(f"copilot-otel: exported {stats.spans - stats.refused - stats.dropped} spans from the stream, "
-               f"{stats.events} events{dropped} -> {sink.description}", err=True)
+    _say(f"exported {stats.spans - stats.refused - stats.dropped} spans from the stream, {stats.events} events{dropped}"
+         f" -> {sink.description}")
     if stats.refused:
         return _failed(f"export failed: the trace backend refused {stats.refused} span(s) for good; they are kept "
                        f"in {dead_letter.path} (last reason: {dead_letter.last_reason})")
@@ -239,8 +239,13 @@ def replay_stdin(sink: SpanSink, config: Config, metrics_file: Path | None) -> i
     return EXIT_OK
 
 
+def _say(message: str) -> None:
+    """One line on stderr; paths, session ids and reasons in it escaped for the terminal."""
+    click.echo(f"copilot-otel: {safe(message)}", err=True)
+
+
 def _failed(message: str) -> int:
-    click.echo(f"copilot-otel: {message}", err=True)
+    _say(message)
     return EXIT_FAILED
 
 
@@ -249,7 +254,8 @@ def write_metrics(stats: ReplayStats, config: Config, metrics_file: Path | None)
     (OTEL_METRICS_EXPORTER=otlp), when asked for; False if the push failed."""
     if metrics_file is None and config.metrics_otlp is None:
         return True
-    from prometheus_client import write_to_textfile
+    from prometheus_client import generate_latest
+    from prometheus_client.openmetrics.exposition import ALLOWUTF8
 
     from .metrics import Metrics, disable_created_series
 
@@ -262,7 +268,9 @@ def write_metrics(stats: ReplayStats, config: Config, metrics_file: Path | None)
     for event_type, count in stats.out_of_order.items():
         metrics.events_out_of_order.labels(event_type).inc(count)
     if metrics_file is not None:
-        write_to_textfile(str(metrics_file), metrics.registry)
+        # As write_to_textfile writes it, less its temporary file of a guessable name (a link planted there in a
+        # shared folder would be written through): node_exporter, another user, reads it.
+        write_private(metrics_file, generate_latest(metrics.registry, ALLOWUTF8), mode=TEXTFILE_MODE)
     if config.metrics_otlp is None:
         return True
     from .otlp_metrics import MetricsPusher, make_exporter  # the OTel SDK: only to push

@@ -6,19 +6,30 @@ timestamps), when the next write would take the file past ``max_bytes`` it is re
 started; only the newest ``backups`` renamed files are kept. Writes are whole records
 (``linefile.LineFile``: never torn), so a record never straddles two files. Every file is
 created 0600.
+
+Only backups this file's rotations wrote are counted and deleted: each is recorded (name, inode,
+size and modification time) in ``.<name>.backups`` beside the file, and deleted only while it is
+still that file of ours. A file that merely looks like a backup (``traces-2999-...jsonl``, planted in a shared
+folder, or left by an older copilot-otel) is never counted nor deleted.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import re
+import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+import orjson
+
 from .linefile import LineFile
-from .private import touch_private
+from .private import read_private, write_private
+
+log = logging.getLogger(__name__)
 
 TIME_FORMAT = "%Y-%m-%dT%H-%M-%S"  # then ".mmm": the Collector's (lumberjack's) 2006-01-02T15-04-05.000
 _STAMP = re.compile(r"\d{4}-\d\d-\d\dT\d\d-\d\d-\d\d\.\d{3}")
@@ -38,16 +49,46 @@ def backup_name(path: Path, when: float) -> Path:
     return path.with_name(f"{path.stem}-{stamp}{path.suffix}")
 
 
-def backups_of(path: Path) -> list[Path]:
-    """The rotated files of ``path``, oldest first."""
+def manifest_of(path: Path) -> Path:
+    """Where the backups of ``path`` are recorded: ``.traces.jsonl.backups`` beside it."""
+    return path.with_name(f".{path.name}.backups")
+
+
+def _is_backup_name(path: Path, name: str) -> bool:
     prefix, suffix = f"{path.stem}-", path.suffix
+    return (name.startswith(prefix) and name.endswith(suffix)
+            and bool(_STAMP.fullmatch(name[len(prefix):len(name) - len(suffix)])))
+
+
+def _identity(st: os.stat_result) -> list[int]:
+    return [st.st_ino, st.st_size, st.st_mtime_ns]
+
+
+def _recorded(path: Path) -> list[tuple[str, list[int]]]:
+    """The name and identity of each backup the rotations of ``path`` wrote, oldest first."""
     try:
-        names = os.listdir(path.parent)
-    except OSError:
+        data = read_private(manifest_of(path))
+        entries = orjson.loads(data) if data is not None else []
+        return [(name, identity) for name, identity in entries if isinstance(name, str) and _is_backup_name(path, name)
+                and isinstance(identity, list) and len(identity) == 3 and all(type(x) is int for x in identity)]
+    except (OSError, ValueError, TypeError) as exc:
+        log.warning("cannot read the backups recorded in %s (%s): none is deleted until it is written again",
+                    manifest_of(path), exc)
         return []
-    found = [name for name in names if name.startswith(prefix) and name.endswith(suffix)
-             and _STAMP.fullmatch(name[len(prefix):len(name) - len(suffix)])]
-    return [path.with_name(name) for name in sorted(found)]
+
+
+def _still_ours(path: Path, identity: list[int]) -> bool:
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid() and _identity(st) == identity
+
+
+def backups_of(path: Path) -> list[Path]:
+    """The backups the rotations of ``path`` wrote that are still there, oldest first."""
+    return [path.with_name(name) for name, identity in _recorded(path)
+            if _still_ours(path.with_name(name), identity)]
 
 
 class RotatingFile:
@@ -60,9 +101,8 @@ class RotatingFile:
         self._file = self._open()
 
     def _open(self) -> LineFile:
-        touch_private(self.path)  # created 0600 here: LineFile's own mode would go through the umask
-        line_file = LineFile(self.path)
-        self.size = os.stat(self.path).st_size  # after LineFile cut a torn last line off
+        line_file = LineFile(self.path)  # created 0600; refused if it is a link or not ours
+        self.size = line_file.size  # after LineFile cut a torn last line off
         return line_file
 
     def write(self, data: bytes) -> None:
@@ -78,17 +118,23 @@ class RotatingFile:
         self._file.sync()
 
     def rotate(self) -> Path:
-        """Rename the file to its timestamped backup, start a new one, drop the oldest backups."""
+        """Rename the file to its timestamped backup, start a new one, drop the oldest backups it wrote."""
+        self._file.sync()
+        identity = _identity(self._file.stat())  # its last write is done: as it will stay, renamed
         self._file.close()
         when = self._clock()
         target = backup_name(self.path, when)
-        while target.exists():  # two rotations within a millisecond
+        while os.path.lexists(target):  # two rotations within a millisecond (or a name taken)
             when += 0.001
             target = backup_name(self.path, when)
         os.replace(self.path, target)
         self._file = self._open()
-        for old in backups_of(self.path)[:-self.rotation.backups or None]:
-            old.unlink(missing_ok=True)
+        entries = [*_recorded(self.path), (target.name, identity)]
+        keep = len(entries) - self.rotation.backups
+        for name, old in entries[:max(keep, 0)]:
+            if _still_ours(self.path.with_name(name), old):
+                self.path.with_name(name).unlink(missing_ok=True)
+        write_private(manifest_of(self.path), orjson.dumps(entries[max(keep, 0):]))
         return target
 
     def close(self) -> None:

@@ -20,6 +20,7 @@ from .private import private_dir
 from .records import SpanRecord
 from .resource import resource_attributes
 from .rotation import RotatingFile, Rotation
+from .strictmodes import UnsafePath, check_folder
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.resources import Resource
@@ -99,17 +100,24 @@ class MemorySink:
 class FileSink:
     """Appends OTLP JSON lines to a file, one ExportTraceServiceRequest of at most ``max_request_bytes``
     per line (a single larger span gets a line of its own); a line is never left torn. The file is
-    created 0600 and rotates as ``rotation`` says."""
+    created 0600 and rotates as ``rotation`` says; a file that is not ours, or a link, or a folder another
+    user may change (strictmodes.py) is refused with a ConfigError."""
 
     def __init__(self, path: Path, *, resource: Mapping[str, Any] | None = None,
-                 max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES, rotation: Rotation = Rotation()) -> None:
+                 max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES, rotation: Rotation = Rotation(),
+                 strict: bool = True) -> None:
         self.path = Path(path)
         self.description = str(self.path)
         self.encoder = OtlpJsonEncoder(resource if resource is not None else resource_attributes())
         self.max_request_bytes = max_request_bytes
         try:
+            if strict:  # a folder others may change is refused (a sticky one is fine: the file is ours)
+                check_folder(self.path.parent)
             private_dir(self.path.parent)
             self._file = RotatingFile(self.path, rotation)
+        except UnsafePath as exc:
+            raise ConfigError(f"refusing to write traces to {self.path}: {exc}; choose another file with "
+                              "--traces-file") from None
         except OSError as exc:
             raise ConfigError(f"cannot write traces to {self.path} ({exc.strerror or exc}); "
                               "choose another file with --traces-file, or another --state-dir") from None
@@ -139,13 +147,15 @@ class FileSink:
 
 
 def make_sink(*, traces_file: Path | None, otlp: OtlpSettings, default_file: Path,
-              max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES, rotation: Rotation = Rotation()) -> SpanSink:
-    """The destination the configuration names; a JSON-lines file when nothing is configured."""
+              max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES, rotation: Rotation = Rotation(),
+              strict: bool = True) -> SpanSink:
+    """The destination the configuration names; a JSON-lines file when nothing is configured. ``strict``: a file
+    in a folder another user could change is refused."""
     if traces_file is not None:
-        return FileSink(traces_file, max_request_bytes=max_request_bytes, rotation=rotation)
+        return FileSink(traces_file, max_request_bytes=max_request_bytes, rotation=rotation, strict=strict)
     if otlp.endpoint:
         from .otlp_sink import OtlpSink  # gRPC and protobuf load only when OTLP is used
 
         return OtlpSink(otlp, max_request_bytes=max_request_bytes)
-    return FileSink(default_file, max_request_bytes=max_request_bytes, rotation=rotation)
+    return FileSink(default_file, max_request_bytes=max_request_bytes, rotation=rotation, strict=strict)
 

@@ -25,8 +25,37 @@ class UnreadableLog(SourceError):
 
 
 def session_id_of(path: Path) -> str:
-    """A session's id: the name of the folder that holds its events.jsonl."""
-    return path.parent.name if path.name == EVENTS_FILE else path.stem
+    """A session's id: the name of the folder that holds its events.jsonl. A name that is not UTF-8 (the CLI
+    names folders by UUID; another program may not) has its stray bytes written as ``\\xff``: an id is text
+    that every encoder (orjson, OTLP, the web view) takes."""
+    name = path.parent.name if path.name == EVENTS_FILE else path.stem
+    try:
+        name.encode()
+    except UnicodeEncodeError:  # os.fsdecode kept the stray bytes as lone surrogates
+        return os.fsencode(name).decode(errors="backslashreplace")
+    return name
+
+
+_BYTES = "bytes:"  # no absolute path starts so
+
+
+def path_text(path: str) -> str:
+    """A path as text SQLite and JSON take: itself, or, if it is not UTF-8, ``bytes:`` and its bytes in hex."""
+    try:
+        path.encode()
+    except UnicodeEncodeError:
+        return _BYTES + os.fsencode(path).hex()
+    return path
+
+
+def path_from_text(text: str) -> str:
+    """The path :func:`path_text` wrote (anything else: the text itself)."""
+    if text.startswith(_BYTES):
+        try:
+            return os.fsdecode(bytes.fromhex(text[len(_BYTES):]))
+        except ValueError:
+            pass
+    return text
 
 
 def find_event_files(path: Path) -> list[Path]:

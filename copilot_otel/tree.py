@@ -1,9 +1,9 @@
 """`inspect`: a session snapshot as an interaction / turn / tool tree for the terminal, or as JSON.
 
-Every line fits the terminal (long ones end in an ellipsis, never wrap). Interactions carry
-their start time, duration, how they ended and their totals; the header names the session's
-state as the daemon would, with the session's totals. Tool arguments appear only when
-content capture is on (the model holds none otherwise).
+Every line fits the terminal (long ones end in an ellipsis, never wrap), and text from the log is
+escaped (safe_text.py). Interactions carry their start time, duration, how they ended and their
+totals; the header names the session's state as the daemon would, with the session's totals.
+Tool arguments appear only when content capture is on (the model holds none otherwise).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from rich.tree import Tree
 from . import attrs as A
 from .display import clock_time, count, duration, iso_time, plural, where
 from .records import STATUS_ERROR, STATUS_OK, SpanRecord
+from .safe_text import safe
 from .snapshot import Snapshot
 from .vocab import ABANDONED, INCOMPLETE, STUCK, WAITING_TOOL, WAITING_USER, WORKING
 
@@ -103,8 +104,15 @@ class Layout:
         return totals
 
 
+class SafeLine(Text):
+    """One line of the tree: text appended to it is escaped for the terminal (and, as rich Text, never markup)."""
+
+    def append(self, text, style=None) -> "SafeLine":
+        return super().append(safe(text) if isinstance(text, str) else text, style)
+
+
 def _line(*parts: tuple[str, str] | str) -> Text:
-    text = Text(no_wrap=True, overflow="ellipsis")
+    text = SafeLine(no_wrap=True, overflow="ellipsis")
     for part in parts:
         text.append(*part) if isinstance(part, tuple) else text.append(part)
     return text

@@ -50,8 +50,9 @@ def test_an_unreadable_log(world, cli_corpus):
     """inspect: exit 2 with the file and the reason; replay: the other sessions are exported, the unreadable
     one named, exit 1; sessions: the others listed, the unreadable one named."""
     state = world / "state"
-    state.mkdir(mode=0o777)
-    state.chmod(0o777)
+    state.mkdir(mode=0o700)
+    if os.geteuid() == 0:
+        os.chown(state, 65534, 65534)  # the user's own state folder (nobody's: the commands run as nobody)
     unreadable = world / "home" / "session-state" / cli_corpus["plain"].session_id / "events.jsonl"
     unreadable.chmod(0o000)
     inspected = as_user("inspect", str(unreadable))

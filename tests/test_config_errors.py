@@ -169,7 +169,7 @@ def test_run_with_state_dir_not_writable(blocked, tmp_path):
 
 
 def test_run_with_state_dir_not_writable_for_this_user(tmp_path):
-    """A state directory owned by someone else (here: root, with the daemon run as nobody)."""
+    """A state directory owned by someone else (here: root, with the daemon run as nobody): not ours, refused."""
     if os.geteuid() != 0:
         pytest.skip("needs root to run the daemon as another user")
     reason = cannot_run_as_nobody()
@@ -184,7 +184,7 @@ def test_run_with_state_dir_not_writable_for_this_user(tmp_path):
                          prefix=AS_NOBODY)
     finally:
         shutil.rmtree(world)
-    assert_one_clear_line(result, (str(world / "state"), "not writable"), ("--state-dir",))
+    assert_one_clear_line(result, (str(world / "state"), "belongs to user root, not yours"), ("--state-dir",))
 
 
 def test_replay_with_state_dir_not_writable(blocked, session):

@@ -193,19 +193,6 @@ def test_deleted_empty_blank_and_crlf(cli_corpus, tmp_path):
         assert value(samples, "copilot_otel_files_watched") == 2
 
 
-def test_corrupt_checkpoint_is_recovered(cli_corpus, tmp_path):
-    """A checkpoint database full of garbage is set aside with a warning; export goes on."""
-    home, traces, state = tmp_path / "home", tmp_path / "traces.jsonl", tmp_path / "state"
-    path = new_session(home, "corrupt-checkpoint")
-    path.write_bytes(cli_corpus["plain"].events_path.read_bytes())
-    state.mkdir()
-    (state / "checkpoint.sqlite").write_bytes(b"this is not a database" * 100)
-    with DaemonProcess(home, state, traces_file=traces, args=FAST) as daemon:
-        wait_for_keys(traces, expected_keys([path]))
-    assert "is unreadable" in daemon.log_text()
-    assert list(state.glob("checkpoint.sqlite.corrupt-*"))
-
-
 def test_backend_down_then_back(cli_corpus, tmp_path):
     """With the OTLP backend down, metrics are still served and spans wait; once it is back,
     everything is delivered, exactly once."""

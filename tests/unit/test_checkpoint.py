@@ -32,6 +32,22 @@ def test_commit_then_load_in_a_new_process(tmp_path):
         reopened.close()
 
 
+def test_a_path_that_is_not_utf8_is_kept_and_loaded_back(tmp_path):
+    """A session folder another program named with bytes that are no UTF-8 (os.fsdecode keeps them as lone
+    surrogates, which SQLite refuses): its position is committed, loaded back as the same path, forgotten;
+    it once failed every commit, the other logs' too, for good."""
+    odd = os.fsdecode(b"/home/session-state/\xff\x1b[2J/events.jsonl")
+    checkpoint = Checkpoint(tmp_path / "checkpoint.sqlite")
+    try:
+        checkpoint.commit([position(odd, 500), position("/a", 100), position("/bytes:41", 7)])
+        assert checkpoint.load() == {odd: position(odd, 500), "/a": position("/a", 100),
+                                     "/bytes:41": position("/bytes:41", 7)}
+        checkpoint.forget(odd)
+        assert set(checkpoint.load()) == {"/a", "/bytes:41"}
+    finally:
+        checkpoint.close()
+
+
 def test_a_later_commit_replaces_the_position(tmp_path):
     """Committing a file again moves its position (and identity); other files stay."""
     checkpoint = Checkpoint(tmp_path / "checkpoint.sqlite")
@@ -82,6 +98,16 @@ def test_a_corrupt_checkpoint_is_set_aside(tmp_path, caplog):
     (moved,) = tmp_path.glob("checkpoint.sqlite.corrupt-*")
     assert moved.read_bytes() == garbage
     assert "is unreadable" in caplog.text and str(moved) in caplog.text
+
+
+def test_a_corrupt_checkpoint_is_refused_when_starting_afresh_would_count_twice(tmp_path):
+    """start_afresh=False (the daemon reading from the start): one error saying what to do, the file kept."""
+    db = tmp_path / "checkpoint.sqlite"
+    garbage = b"this is not a database" * 100
+    db.write_bytes(garbage)
+    with pytest.raises(CheckpointError, match="is damaged .* move it aside .* --from-end"):
+        Checkpoint(db, start_afresh=False)
+    assert db.read_bytes() == garbage and list(tmp_path.glob("*.corrupt-*")) == []
 
 
 def test_a_locked_checkpoint_is_an_error_not_corruption(tmp_path):

@@ -3,12 +3,13 @@ a replay that stopped continues from its ledger without sending a span twice."""
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 
 import pytest
 
 from copilot_otel.delivery import Delivery, GaveUp, RateLimit
-from copilot_otel.ledger import Ledger, identity_of
+from copilot_otel.ledger import Ledger, Progress, identity_of
 from copilot_otel.replay import replay_files
 from copilot_otel.sinks import ExportError, MemorySink
 from tests.support.events import SessionLog
@@ -136,17 +137,20 @@ def test_a_replay_that_stopped_continues_without_sending_a_span_twice(tmp_path):
     time = FakeTime()
     ledger_path = tmp_path / "l.sqlite"
     sink = Refusing(lambda attempt: attempt > 3)
+    first = Ledger(ledger_path)
     with pytest.raises(GaveUp):
-        replay_files(paths, sink, deliver=Delivery(ledger=Ledger(ledger_path), give_up_after=1,
+        replay_files(paths, sink, deliver=Delivery(ledger=first, give_up_after=1,
                                                    identities={str(p): identity_of(p) for p in paths},
                                                    clock=time.clock, sleep=time.sleep), batch=5)
-    progress = Ledger(ledger_path).load()
+    first.close()  # the first run ends
+    second = Ledger(ledger_path)
+    progress = second.load()
     assert any(not p.done and p.sent for p in progress.values()), "a log was cut in the middle"
     todo = [(p, progress[str(p)].sent if str(p) in progress else 0) for p in paths
             if not (str(p) in progress and progress[str(p)].done)]
     sink.refuse = lambda attempt: False
-    replay_files(todo, sink, deliver=Delivery(ledger=Ledger(ledger_path), sent=dict((str(p), n) for p, n in todo)),
-                 batch=5)
+    replay_files(todo, sink, deliver=Delivery(ledger=second, sent=dict((str(p), n) for p, n in todo)), batch=5)
+    second.close(remove=True)
     assert keys(sink.records) == keys(reference.records) and max(keys(sink.records).values()) == 1
     assert identity_of(paths[0]) != "" and identity_of(tmp_path / "missing") == ""
 
@@ -188,3 +192,15 @@ def test_a_ledger_row_names_a_log_by_its_content(tmp_path):
     path.write_bytes(b'{"a":9}\n{"b":2}\n')
     assert not same_log(prefix, path) and not same_log(whole, path)
     assert not same_log(prefix, tmp_path / "missing")
+
+
+def test_a_ledger_keeps_a_path_that_is_not_utf8(tmp_path):
+    """A log in a folder whose name is no UTF-8: its progress is recorded and read back under the same path."""
+    odd = os.fsdecode(b"/home/session-state/\xff\x1b[2J/events.jsonl")
+    ledger = Ledger(tmp_path / "l.sqlite")
+    try:
+        ledger.record([(odd, "1:2:3", 4, False), ("/a/events.jsonl", "5:6:7", 8, True)])
+        assert ledger.load() == {odd: Progress("1:2:3", 4, False), "/a/events.jsonl": Progress("5:6:7", 8, True)}
+    finally:
+        ledger.close(remove=True)
+    assert list(tmp_path.iterdir()) == []

@@ -47,8 +47,8 @@ def test_a_write_the_filesystem_refuses_half_way_leaves_no_fragment(tmp_path):
     assert path.read_bytes() == b"first\nthird\n"
 
 
-def test_a_new_file_gets_the_mode_asked_for(tmp_path):
-    """The dead-letter file is created private (0600)."""
+def test_a_new_file_is_created_private(tmp_path):
+    """The trace and dead-letter files are created private (0600)."""
     path = tmp_path / "dead.jsonl"
-    LineFile(path, mode=0o600).close()
+    LineFile(path).close()
     assert path.stat().st_mode & 0o777 == 0o600

@@ -1,0 +1,82 @@
+"""Text from a session log made safe for a terminal: every control and invisible format character shown
+escaped (``\\x1b``, ``\\u202e``), printable text unchanged.
+
+A tool name (an MCP server chooses it), a folder, a branch or a model name is written by someone
+else; printed raw it could set the clipboard (OSC 52), the window title, clear the screen, hide
+text or reverse it (bidi overrides). What is escaped: C0 and C1 controls and DEL, Unicode format
+characters (bidi controls, zero-width characters, tags), line and paragraph separators, and lone
+surrogates (undecodable bytes of a path). ``--json`` output keeps its values and escapes the same
+characters as ``\\uXXXX``; log lines are escaped by :class:`SafeFormatter`.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+
+# Categories Cc, Cf, Zl, Zp and Cs (Unicode 15.1; tests/unit/test_safe_text.py checks them against the
+# running Python's unicodedata), written out: computing them costs a third of a second at each start.
+_RANGES = ((0x00, 0x1F), (0x7F, 0x9F), (0xAD, 0xAD), (0x600, 0x605), (0x61C, 0x61C), (0x6DD, 0x6DD),
+           (0x70F, 0x70F), (0x890, 0x891), (0x8E2, 0x8E2), (0x180E, 0x180E), (0x200B, 0x200F),
+           (0x2028, 0x202E), (0x2060, 0x2064), (0x2066, 0x206F), (0xD800, 0xDFFF), (0xFEFF, 0xFEFF),
+           (0xFFF9, 0xFFFB), (0x110BD, 0x110BD), (0x110CD, 0x110CD), (0x13430, 0x1343F), (0x1BCA0, 0x1BCA3),
+           (0x1D173, 0x1D17A), (0xE0001, 0xE0001), (0xE0020, 0xE007F))
+
+
+def _char_class(ranges) -> str:
+    return "".join(f"\\U{a:08x}" if a == b else f"\\U{a:08x}-\\U{b:08x}" for a, b in ranges)
+
+
+UNSAFE = re.compile(f"[{_char_class(_RANGES)}]")
+# In JSON written by orjson, C0 characters are escaped already; the raw ones are its own newlines.
+_UNSAFE_IN_JSON = re.compile(f"[{_char_class(((0x7F, 0x9F), *_RANGES[2:]))}]")
+
+
+_SHORT = {"\t": "\\t", "\n": "\\n", "\r": "\\r"}
+
+
+def _escaped(match: re.Match) -> str:
+    char = match.group()
+    if char in _SHORT:
+        return _SHORT[char]
+    code = ord(char)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+
+
+def safe(text: str) -> str:
+    """``text`` with every control and invisible format character escaped; printable text unchanged."""
+    if text.isprintable():  # C speed; every character escaped here is one isprintable() refuses
+        return text
+    return UNSAFE.sub(_escaped, text)
+
+
+def safe_lines(text: str) -> str:
+    """Like :func:`safe`, keeping the newlines (a traceback)."""
+    return "\n".join(safe(line) for line in text.split("\n"))
+
+
+def _json_escaped(match: re.Match) -> str:
+    code = ord(match.group())
+    if code < 0x10000:
+        return f"\\u{code:04x}"
+    code -= 0x10000
+    return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
+
+
+def safe_json(document: bytes) -> bytes:
+    """JSON (orjson's) with the characters a terminal would act on written as ``\\uXXXX``: the same values."""
+    text = document.decode()
+    return _UNSAFE_IN_JSON.sub(_json_escaped, text).encode() if _UNSAFE_IN_JSON.search(text) else document
+
+
+class SafeFormatter(logging.Formatter):
+    """Log lines with whatever they quote escaped: a message is always one line, a traceback keeps its lines."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        return safe(super().formatMessage(record))
+
+    def formatException(self, ei) -> str:
+        return safe_lines(super().formatException(ei))
+
+    def formatStack(self, stack_info: str) -> str:
+        return safe_lines(super().formatStack(stack_info))
