@@ -5,7 +5,8 @@ The registry stays the one place the metrics live, so /metrics and the push alwa
 Counters become cumulative monotonic sums, gauges gauges, histograms explicit-bucket histograms with
 the same bounds. Names stay the Prometheus ones (a counter without its ``_total``, which a Prometheus
 or Mimir OTLP endpoint adds back), so the dashboards and alert rules in deploy/ work on pushed
-metrics too. ``target_info`` is not sent: the resource itself carries that identity.
+metrics too. ``target_info`` is not sent: the resource itself carries that identity. A series' exemplar (the
+span of its latest update, one per histogram bucket) goes with its data point.
 
 The data is encoded by the SDK's encoder and sent by otlp_transport.py, as the traces are: the SDK's
 exporters count any 2xx (and 3xx) as a delivery and their HTTP timeout bounds each socket operation,
@@ -21,6 +22,7 @@ import threading
 import time
 from typing import Any, Iterable
 
+from opentelemetry.sdk.metrics import Exemplar
 from opentelemetry.sdk.metrics.export import (AggregationTemporality, Gauge, Histogram, HistogramDataPoint,
                                               Metric, MetricExporter, MetricExportResult, MetricsData,
                                               NumberDataPoint, ResourceMetrics, ScopeMetrics, Sum)
@@ -30,6 +32,7 @@ from prometheus_client import CollectorRegistry
 
 from . import __version__
 from .config import ENV_OTLP_METRICS_ENDPOINT, OtlpSettings
+from .metrics import SPAN_ID, TRACE_ID
 from .otlp_answers import Signal
 from .otlp_json import SCOPE_NAME
 from .sinks import ExportError
@@ -128,7 +131,20 @@ def metrics_data(registry: CollectorRegistry, resource: Resource, start_ns: int,
 
 
 def _numbers(samples: Iterable[Any], name: str, start_ns: int, now_ns: int) -> list[NumberDataPoint]:
-    return [NumberDataPoint(dict(s.labels), start_ns, now_ns, s.value) for s in samples if s.name == name]
+    return [NumberDataPoint(dict(s.labels), start_ns, now_ns, s.value, _exemplars(s)) for s in samples
+            if s.name == name]
+
+
+def _exemplars(sample: Any) -> list[Exemplar]:
+    """A sample's exemplar (metrics.exemplar_labels: the span it was measured on) as an OTLP exemplar."""
+    found = sample.exemplar
+    if found is None:
+        return []
+    try:
+        trace_id, span_id = int(found.labels[TRACE_ID], 16), int(found.labels[SPAN_ID], 16)
+    except (KeyError, ValueError):
+        return []
+    return [Exemplar({}, found.value, int(found.timestamp * 1e9), span_id, trace_id)]
 
 
 def _histogram_points(name: str, samples: Iterable[Any], start_ns: int, now_ns: int) -> list[HistogramDataPoint]:
@@ -137,9 +153,10 @@ def _histogram_points(name: str, samples: Iterable[Any], start_ns: int, now_ns: 
     for sample in samples:
         labels = {k: v for k, v in sample.labels.items() if k != "le"}
         entry = series.setdefault(tuple(sorted(labels.items())), {"labels": labels, "buckets": [], "sum": 0.0,
-                                                                  "count": 0})
+                                                                  "count": 0, "exemplars": []})
         if sample.name == name + "_bucket":
             entry["buckets"].append((float(sample.labels["le"]), sample.value))
+            entry["exemplars"].extend(_exemplars(sample))
         elif sample.name == name + "_sum":
             entry["sum"] = sample.value
         elif sample.name == name + "_count":
@@ -151,7 +168,7 @@ def _histogram_points(name: str, samples: Iterable[Any], start_ns: int, now_ns: 
         counts = [int(c - p) for c, p in zip(cumulative, [0.0] + cumulative[:-1])]
         bounds = [le for le, _count in buckets if math.isfinite(le)]
         points.append(HistogramDataPoint(entry["labels"], start_ns, now_ns, entry["count"], entry["sum"], counts,
-                                         bounds, math.nan, math.nan))
+                                         bounds, math.nan, math.nan, entry["exemplars"]))
     return points
 
 

@@ -148,13 +148,14 @@ class Outbox:
             setdefault(key, value)
         self.spans.append(record)
 
-    def count(self, metric: Metric, *labels: str, value: float = 1.0) -> None:
-        """Add to a counter, or observe in a histogram (the metric's kind says which). A metric
-        attributed to a repository gets the session's as its last label."""
+    def count(self, metric: Metric, *labels: str, value: float = 1.0, span: OpenSpan | None = None) -> None:
+        """Add to a counter, or observe in a histogram (the metric's kind says which), with ``span`` as its
+        exemplar. A metric attributed to a repository gets the session's as its last label."""
         if self.keep_metrics:
             if metric in ATTRIBUTED:
                 labels = (*labels, self.repository)
-            self.metrics.append(MetricUpdate(metric, labels, value))
+            self.metrics.append(MetricUpdate(metric, labels, value,
+                                             None if span is None else (span.trace_id, span.span_id)))
 
     def anomaly(self, kind: str, event: Event) -> None:
         """The event could not be used; the caller logs it with its file and line."""
