@@ -12,10 +12,12 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.otlp_receiver import OtlpReceiver
 from tests.prometheus_harness import Prometheus
 from tests.support.daemon import DaemonProcess
+from tests.support.deploy import DEPLOY, dashboard_panels
 from tests.support.net import wait_until
 from tests.support.otlp_json import read_spans
 from tests.support.scrape import value
@@ -68,6 +70,7 @@ def scraped(tmp_path_factory):
             wait_until(lambda: all(prometheus.exemplars(name) for name in LINKED), timeout=30,
                        what="the exemplars of every linked series stored")
             stored = {name: prometheus.exemplars(name) for name in LINKED}
+            stored["*"] = prometheus.exemplars('{__name__=~"copilot_.+"}')
             plain, plain_type = get(daemon.metrics_url)
             open_metrics, open_type = get(daemon.metrics_url, OPENMETRICS)
         wait_until(lambda: len(read_spans(traces)) > 0, what="the spans written")
@@ -136,3 +139,27 @@ def test_the_otlp_push_carries_exemplars_of_the_exported_spans(tmp_path):
             span = spans[(trace_id, span_id)]
             assert span.attributes["gen_ai.tool.name"] == point.attributes["tool"]
             assert seconds == pytest.approx(span.duration_ns / 1e9)
+
+
+def test_the_dashboard_links_every_exemplar_series_to_the_trace_backend(scraped):
+    """Every time-series panel whose query reads a series that Prometheus stored exemplars for shows them, the
+    Prometheus datasource opens an exemplar's trace_id in the trace backend, and the compose stack's Prometheus
+    stores exemplars."""
+    stored, _spans, _plain, _open = scraped
+    names = {series["seriesLabels"]["__name__"] for series in stored["*"]}
+    assert set(LINKED) <= names
+    bases = {name.removesuffix("_bucket").removesuffix("_total") for name in names}
+    shown = 0
+    for panel in dashboard_panels():
+        for target in panel.get("targets", []):
+            if panel.get("type") == "timeseries" and any(base in target.get("expr", "") for base in bases):
+                assert target.get("exemplar") is True, (panel["title"], target["expr"])
+                shown += 1
+    assert shown >= len(LINKED)
+    labels = {key for series in stored["*"] for exemplar in series["exemplars"] for key in exemplar["labels"]}
+    datasources = {ds["uid"]: ds for ds in yaml.safe_load(
+        (DEPLOY / "grafana/provisioning/datasources/copilot-otel.yml").read_text())["datasources"]}
+    (destination,) = datasources["prometheus"]["jsonData"]["exemplarTraceIdDestinations"]
+    assert destination["name"] in labels and datasources[destination["datasourceUid"]]["type"] == "jaeger"
+    compose = yaml.safe_load((DEPLOY / "docker-compose.yml").read_text())
+    assert "--enable-feature=exemplar-storage" in compose["services"]["prometheus"]["command"]
