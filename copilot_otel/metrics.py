@@ -20,6 +20,7 @@ from prometheus_client.platform_collector import PlatformCollector
 from . import __version__
 from .config import DEFAULT_MAX_LABEL_VALUES
 from .decode import REASONS
+from .genai_metrics import GenAi, GenAiMetrics
 from .limits import MAX_NAME_CHARS, OTHER, cut_name
 from .records import MetricUpdate
 from .vocab import ATTRIBUTED, INTERACTION_ENDS, REPOSITORY_LABEL, SIGNALS, STALLED_STATES, STATES, Metric
@@ -238,6 +239,8 @@ class Metrics:
         for label in CAPPED_LABELS:
             self.label_overflow.labels(label)
         self.labels = LabelCap(max_label_values, lambda label: self.label_overflow.labels(label).inc())
+        # The GenAI instruments the CLI's own OTel exports: for the OTLP push only (not on /metrics).
+        self.genai = GenAiMetrics(self.labels.value)
         self.build_info = Gauge("copilot_otel_build_info", "copilot-otel build.", ["version"], registry=r)
         self.build_info.labels(__version__).set(1)
         for signal in SIGNALS:
@@ -320,6 +323,9 @@ class Metrics:
 
     def apply(self, update: MetricUpdate) -> None:
         """Apply one update from the session model (with its span as the exemplar, when it has one)."""
+        if isinstance(update.metric, GenAi):
+            self.genai.apply(update)
+            return
         labels = self._labels(update.metric, update.labels)
         exemplar = exemplar_labels(update.exemplar)
         if update.metric in HISTOGRAMS:
@@ -335,6 +341,9 @@ class Metrics:
         sums: dict[tuple[Metric, tuple[str, ...]], float] = {}
         spans: dict[tuple[Metric, tuple[str, ...]], tuple[int, int]] = {}
         for update in out.metrics:
+            if isinstance(update.metric, GenAi):
+                self.genai.apply(update)
+                continue
             labels = self._labels(update.metric, update.labels)
             if update.metric in HISTOGRAMS:
                 self._child(update.metric, labels).observe(update.value, exemplar_labels(update.exemplar))

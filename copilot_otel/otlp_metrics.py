@@ -6,7 +6,8 @@ Counters become cumulative monotonic sums, gauges gauges, histograms explicit-bu
 the same bounds. Names stay the Prometheus ones (a counter without its ``_total``, which a Prometheus
 or Mimir OTLP endpoint adds back), so the dashboards and alert rules in deploy/ work on pushed
 metrics too. ``target_info`` is not sent: the resource itself carries that identity. A series' exemplar (the
-span of its latest update, one per histogram bucket) goes with its data point.
+span of its latest update, one per histogram bucket) goes with its data point. The GenAI semantic-convention
+instruments the CLI's own OTel exports (genai_metrics.py) go with them, under the CLI's names.
 
 The data is encoded by the SDK's encoder and sent by otlp_transport.py, as the traces are: the SDK's
 exporters count any 2xx (and 3xx) as a delivery and their HTTP timeout bounds each socket operation,
@@ -32,6 +33,7 @@ from prometheus_client import CollectorRegistry
 
 from . import __version__
 from .config import ENV_OTLP_METRICS_ENDPOINT, OtlpSettings
+from .genai_metrics import GenAiMetrics
 from .metrics import SPAN_ID, TRACE_ID
 from .otlp_answers import Signal
 from .otlp_json import SCOPE_NAME
@@ -110,9 +112,11 @@ def make_exporter(settings: OtlpSettings) -> MetricExporter:
     return OtlpMetricExporter(settings)
 
 
-def metrics_data(registry: CollectorRegistry, resource: Resource, start_ns: int, now_ns: int) -> MetricsData:
-    """What the registry holds now, as OpenTelemetry metrics data (cumulative since ``start_ns``)."""
-    metrics = []
+def metrics_data(registry: CollectorRegistry, resource: Resource, start_ns: int, now_ns: int,
+                 genai: GenAiMetrics | None = None) -> MetricsData:
+    """What the registry (and the GenAI instruments) hold now, as OpenTelemetry metrics data (cumulative
+    since ``start_ns``)."""
+    metrics = [] if genai is None else genai.data(start_ns, now_ns)
     for family in registry.collect():
         data: Any = None
         if family.type == "counter":
@@ -177,8 +181,9 @@ class MetricsPusher:
     more at ``stop``; a failed push is logged, never raised (the daemon goes on)."""
 
     def __init__(self, registry: CollectorRegistry, exporter: MetricExporter, resource: Resource, *,
-                 interval: float | None = None, clock=time.time_ns) -> None:
+                 interval: float | None = None, clock=time.time_ns, genai: GenAiMetrics | None = None) -> None:
         self.registry = registry
+        self.genai = genai
         self.exporter = exporter
         self.resource = resource
         self.interval = interval if interval is not None else _interval_from_env()
@@ -190,7 +195,7 @@ class MetricsPusher:
 
     def push(self, timeout: float | None = None) -> bool:
         """Send what the registry holds now (within ``timeout`` seconds, if given); True if the backend accepted it."""
-        data = metrics_data(self.registry, self.resource, self._start_ns, self._clock())
+        data = metrics_data(self.registry, self.resource, self._start_ns, self._clock(), self.genai)
         try:
             if timeout is None:
                 result = self.exporter.export(data)
@@ -233,11 +238,13 @@ class MetricsPusher:
             self.exporter.shutdown(timeout_millis=timeout * 1000)
 
 
-def start_pushing(settings: OtlpSettings, registry: CollectorRegistry) -> MetricsPusher:
-    """A started pusher of ``registry`` to where the settings say (OTEL_METRICS_EXPORTER=otlp)."""
+def start_pushing(settings: OtlpSettings, registry: CollectorRegistry,
+                  genai: GenAiMetrics | None = None) -> MetricsPusher:
+    """A started pusher of ``registry`` (and the GenAI instruments) to where the settings say
+    (OTEL_METRICS_EXPORTER=otlp)."""
     from .sinks import build_resource
 
-    pusher = MetricsPusher(registry, make_exporter(settings), build_resource())
+    pusher = MetricsPusher(registry, make_exporter(settings), build_resource(), genai=genai)
     log.info("pushing metrics every %g s over OTLP (%s) to %s", pusher.interval, settings.protocol,
              settings.endpoint or "the exporter's default endpoint")
     return pusher.start()

@@ -52,7 +52,7 @@ class MetricUpdate:
     (trace id, span id) of the span it measures, which the exposition links the series to.
     """
 
-    metric: Metric
+    metric: Metric  # or a genai_metrics.GenAi: an instrument of the OTLP push alone
     labels: tuple[str, ...] = ()
     value: float = 1.0
     exemplar: tuple[int, int] | None = None

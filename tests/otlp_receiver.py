@@ -258,6 +258,7 @@ class ReceivedMetric:
     resource: dict[str, Any]
     monotonic: bool = False
     cumulative: bool = False
+    description: str = ""
 
 
 def metrics_from_request(request: metrics_service_pb2.ExportMetricsServiceRequest) -> list[ReceivedMetric]:
@@ -278,7 +279,7 @@ def metrics_from_request(request: metrics_service_pb2.ExportMetricsServiceReques
                                        exemplars=_exemplars(p))
                     for p in data.data_points)
                 out.append(ReceivedMetric(m.name, m.unit, kind, points, resource, getattr(data, "is_monotonic", False),
-                                          getattr(data, "aggregation_temporality", 0) == 2))
+                                          getattr(data, "aggregation_temporality", 0) == 2, m.description))
     return out
 
 

@@ -12,6 +12,7 @@ from prometheus_client.openmetrics.exposition import generate_latest as openmetr
 
 from copilot_otel import __version__
 from copilot_otel.decode import NOT_JSON, REASONS
+from copilot_otel.genai_metrics import GenAi
 from copilot_otel.metrics import MAX_EVENT_TYPES, LiveSession, Metrics
 from copilot_otel.pipeline import Outputs, drive, finish
 from copilot_otel.records import MetricUpdate
@@ -114,14 +115,17 @@ def test_exemplars_name_the_measured_spans_and_leave_the_text_format_alone():
     model = SessionModel("s-1")
     out = finish(model, drive(model, log.decoded(), Outputs(), source="x"))
     linked = {u.metric for u in out.metrics if u.exemplar is not None}
-    assert linked == {Metric.TURNS, Metric.TURN_DURATION, Metric.LLM_CALLS, Metric.LLM_CALL_DURATION, Metric.TOKENS,
-                      Metric.TOOL_CALLS, Metric.TOOL_DURATION, Metric.LLM_TIME_TO_FIRST_TOKEN}
+    assert linked & set(Metric) == {Metric.TURNS, Metric.TURN_DURATION, Metric.LLM_CALLS, Metric.LLM_CALL_DURATION,
+                                    Metric.TOKENS, Metric.TOOL_CALLS, Metric.TOOL_DURATION,
+                                    Metric.LLM_TIME_TO_FIRST_TOKEN}
+    assert linked - set(Metric) == set(GenAi)  # the GenAI instruments of the OTLP push, every one
     spans = {(s.trace_id, s.span_id): s.name for s in out.spans}
     for update in out.metrics:
         if update.exemplar is not None:
             assert spans[update.exemplar].split(" ")[0] == {
                 Metric.TURNS: "turn", Metric.TURN_DURATION: "turn", Metric.TOOL_CALLS: "execute_tool",
-                Metric.TOOL_DURATION: "execute_tool"}.get(update.metric, "chat")
+                Metric.TOOL_DURATION: "execute_tool", GenAi.EXECUTE_TOOL_DURATION: "execute_tool",
+                GenAi.INVOKE_AGENT_DURATION: "invoke_agent"}.get(update.metric, "chat")
     with_exemplars, without = fresh(), fresh()
     for metrics in (with_exemplars, without):
         metrics.measure_lag_while(lambda: False)  # the lag gauge reads the clock
