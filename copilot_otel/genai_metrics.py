@@ -37,6 +37,7 @@ _CALL_KEYS = (A.GEN_AI_OPERATION_NAME, A.GEN_AI_PROVIDER_NAME, A.GEN_AI_REQUEST_
               A.ERROR_TYPE)
 _AGENT_KEYS = (A.GEN_AI_AGENT_NAME, A.ERROR_TYPE)
 _TOOL_KEYS = (A.GEN_AI_TOOL_NAME, A.GEN_AI_TOOL_TYPE, A.GEN_AI_AGENT_NAME, A.ERROR_TYPE)
+MAX_KNOWN = 10_000  # label tuples remembered as they came (past that, each update is capped again)
 # Attributes whose values the model or the log chooses: capped as the Prometheus labels are (metrics.LabelCap).
 CAPPED = {A.GEN_AI_REQUEST_MODEL: "model", A.GEN_AI_RESPONSE_MODEL: "model", A.GEN_AI_TOOL_NAME: "tool",
           A.GEN_AI_AGENT_NAME: "agent"}
@@ -101,7 +102,7 @@ def updates(span: SpanRecord) -> list[MetricUpdate]:
         out = [_update(GenAi.INFERENCE_DURATION, {**a, A.ERROR_TYPE: error}, seconds, ids)]
         if any(key in a for key, _instrument in _TOKENS):  # a failed call used none the log knows of
             tokens = {**a, TOKEN_MODALITY: UNKNOWN_MODALITY, A.ERROR_TYPE: None}
-            out += [_update(instrument, tokens, int(a.get(key) or 0), ids) for key, instrument in _TOKENS]
+            out += [_update(instrument, tokens, _count(a.get(key)), ids) for key, instrument in _TOKENS]
         return out
     if operation == A.OP_EXECUTE_TOOL:
         return [_update(GenAi.EXECUTE_TOOL_DURATION, {**a, A.ERROR_TYPE: error}, seconds, ids)]
@@ -114,6 +115,11 @@ def updates(span: SpanRecord) -> list[MetricUpdate]:
                       else error}
         return [_update(GenAi.INVOKE_AGENT_DURATION, values, seconds, ids)]
     return []
+
+
+def _count(tokens: Any) -> int:
+    """A token count a counter may add: a number the log made negative adds nothing."""
+    return max(0, int(tokens)) if isinstance(tokens, (int, float)) and not isinstance(tokens, bool) else 0
 
 
 def _error(error_type: Any) -> str | None:
@@ -150,21 +156,25 @@ class GenAiMetrics:
         self._cap = cap
         self._clock = clock or time.time_ns
         self._points: dict[tuple[GenAi, tuple[str, ...]], _Point] = {}
+        self._known: dict[tuple[GenAi, tuple[str, ...]], _Point] = {}  # by the labels as updates say them
         self._lock = threading.Lock()
 
     def apply(self, update: MetricUpdate) -> None:
         """Add one update made by ``updates``."""
         instrument: GenAi = update.metric  # type: ignore[assignment]
         spec = INSTRUMENTS[instrument]
-        labels = tuple(self._cap(CAPPED[key], value) if value and key in CAPPED else value
-                       for key, value in zip(spec.keys, update.labels))
         now = self._clock()
         with self._lock:
-            point = self._points.get((instrument, labels))
+            point = self._known.get((instrument, update.labels))
             if point is None:
-                point = self._points[(instrument, labels)] = _Point(
-                    buckets=None if spec.bounds is None else [0] * (len(spec.bounds) + 1),
-                    exemplars={})
+                labels = tuple(self._cap(CAPPED[key], value) if value and key in CAPPED else value
+                               for key, value in zip(spec.keys, update.labels))
+                point = self._points.get((instrument, labels))
+                if point is None:
+                    point = self._points[(instrument, labels)] = _Point(
+                        buckets=None if spec.bounds is None else [0] * (len(spec.bounds) + 1), exemplars={})
+                if len(self._known) < MAX_KNOWN:
+                    self._known[(instrument, update.labels)] = point
             point.value += update.value
             point.count += 1
             index = 0

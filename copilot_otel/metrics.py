@@ -79,8 +79,9 @@ class LabelCap:
         self._seen: dict[str, set[str]] = {label: set() for label in CAPPED_LABELS}
         self._on_overflow = on_overflow
 
-    def value(self, label: str, value: str) -> str:
-        """The label value to use for ``value``."""
+    def value(self, label: str, value: str, *, count: bool = True) -> str:
+        """The label value to use for ``value`` (``count=False``: an overflow is not counted again, for the
+        GenAI twin of an update that counts it)."""
         seen = self._seen[label]
         if value in seen:
             return value
@@ -88,7 +89,8 @@ class LabelCap:
         if value in seen:
             return value
         if len(seen) >= self.limit:
-            self._on_overflow(label)
+            if count:
+                self._on_overflow(label)
             return OTHER
         seen.add(value)
         return value
@@ -240,7 +242,7 @@ class Metrics:
             self.label_overflow.labels(label)
         self.labels = LabelCap(max_label_values, lambda label: self.label_overflow.labels(label).inc())
         # The GenAI instruments the CLI's own OTel exports: for the OTLP push only (not on /metrics).
-        self.genai = GenAiMetrics(self.labels.value)
+        self.genai = GenAiMetrics(lambda label, value: self.labels.value(label, value, count=False))
         self.build_info = Gauge("copilot_otel_build_info", "copilot-otel build.", ["version"], registry=r)
         self.build_info.labels(__version__).set(1)
         for signal in SIGNALS:
