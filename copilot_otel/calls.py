@@ -98,11 +98,11 @@ class CallBook:
                 totals.premium_requests += cost
                 if nudge:
                     tally.nudge_premium_requests += cost
-                    self.out.count(Metric.AUTOPILOT_PREMIUM_REQUESTS, model, value=cost)
-                self._count_premium(model, cost)
+                    self.out.count(Metric.AUTOPILOT_PREMIUM_REQUESTS, model, value=cost, span=span)
+                self._count_premium(model, cost, span)
             ttft = usage.fields.get("timeToFirstTokenMs")
             if isinstance(ttft, (int, float)) and not isinstance(ttft, bool) and ttft >= 0:
-                self.out.count(Metric.LLM_TIME_TO_FIRST_TOKEN, model, value=ttft / 1000.0)
+                self.out.count(Metric.LLM_TIME_TO_FIRST_TOKEN, model, value=ttft / 1000.0, span=span)
         else:
             tally.llm_errors += 1
         for label, value in tokens.items():
@@ -116,23 +116,23 @@ class CallBook:
         if turn is not None and error is None:
             turn.llm_calls += 1
             turn.truncated = usage.fields.get("finishReason") == "length"
-        self.out.count(Metric.LLM_CALLS, model, ERROR if error else SUCCESS)
-        self.out.count(Metric.LLM_CALL_DURATION, model, value=max(duration_ms, 0.0) / 1000.0)
+        self.out.count(Metric.LLM_CALLS, model, ERROR if error else SUCCESS, span=span)
+        self.out.count(Metric.LLM_CALL_DURATION, model, value=max(duration_ms, 0.0) / 1000.0, span=span)
         for label, value in tokens.items():
             if value > 0:
-                self._count_tokens(model, label, value)
+                self._count_tokens(model, label, value, span)
 
-    def _count_premium(self, model: str, value: float) -> None:
+    def _count_premium(self, model: str, value: float, span: OpenSpan | None = None) -> None:
         self.tally.premium_requests += value
         self.premium[model] = self.premium.get(model, 0.0) + value
         self.process_premium[model] = self.process_premium.get(model, 0.0) + value
-        self.out.count(Metric.PREMIUM_REQUESTS, model, value=value)
+        self.out.count(Metric.PREMIUM_REQUESTS, model, value=value, span=span)
 
-    def _count_tokens(self, model: str, label: str, value: int) -> None:
+    def _count_tokens(self, model: str, label: str, value: int, span: OpenSpan | None = None) -> None:
         key = (model, label)
         self.tokens[key] = self.tokens.get(key, 0) + value
         self.process_tokens[key] = self.process_tokens.get(key, 0) + value
-        self.out.count(Metric.TOKENS, model, label, value=value)
+        self.out.count(Metric.TOKENS, model, label, value=value, span=span)
 
     def reconcile(self, model_metrics: object, *, cumulative: bool, tokens: bool) -> None:
         """Count what a session's totals (session.shutdown ``modelMetrics``) hold beyond what the calls

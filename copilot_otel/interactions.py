@@ -181,7 +181,7 @@ class AgentLoop:
         agent.turn = Turn(span, agent.name)
         agent.totals.turns += 1
         self.tally.turns += 1
-        self.out.count(Metric.TURNS, agent.name)
+        self.out.count(Metric.TURNS, agent.name, span=span)
 
     def end_turn(self, event: Event) -> None:
         """assistant.turn_end: a turn with no successful LLM call is held for a session.error to explain it;
@@ -197,7 +197,8 @@ class AgentLoop:
             self.out.span(turn.close())
         else:  # a turn that made no call, or gave the final answer, waits for a session.error explaining it
             self.held.append((agent, turn))
-        self.out.count(Metric.TURN_DURATION, agent.name, value=max(0, event.timestamp_ns - turn.span.start_ns) / 1e9)
+        self.out.count(Metric.TURN_DURATION, agent.name, value=max(0, event.timestamp_ns - turn.span.start_ns) / 1e9,
+                       span=turn.span)
         current = self.current
         if event.agent_id is None and current is not None:
             current.last_end_ns = max(current.last_end_ns, event.timestamp_ns)

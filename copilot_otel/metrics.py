@@ -20,6 +20,7 @@ from prometheus_client.platform_collector import PlatformCollector
 from . import __version__
 from .config import DEFAULT_MAX_LABEL_VALUES
 from .decode import REASONS
+from .genai_metrics import GenAi, GenAiMetrics
 from .limits import MAX_NAME_CHARS, OTHER, cut_name
 from .records import MetricUpdate
 from .vocab import ATTRIBUTED, INTERACTION_ENDS, REPOSITORY_LABEL, SIGNALS, STALLED_STATES, STATES, Metric
@@ -37,6 +38,8 @@ TTFT_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60)
 # The CLI has about 150 event types; a file full of invented ones must not mint series.
 MAX_EVENT_TYPES = 250
 STALLED_LABELS = ["session_id", "state", "tool", "repository"]
+# The exemplar label names Grafana's exemplarTraceIdDestinations and OTLP exemplars read.
+TRACE_ID, SPAN_ID = "trace_id", "span_id"
 _EVENT_TYPE = re.compile(r"[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*){1,3}")
 # Labels whose values the model or the log chooses: each is capped (LabelCap).
 AGENT, MODEL, TOOL, REPOSITORY = "agent", "model", "tool", REPOSITORY_LABEL
@@ -76,8 +79,9 @@ class LabelCap:
         self._seen: dict[str, set[str]] = {label: set() for label in CAPPED_LABELS}
         self._on_overflow = on_overflow
 
-    def value(self, label: str, value: str) -> str:
-        """The label value to use for ``value``."""
+    def value(self, label: str, value: str, *, count: bool = True) -> str:
+        """The label value to use for ``value`` (``count=False``: an overflow is not counted again, for the
+        GenAI twin of an update that counts it)."""
         seen = self._seen[label]
         if value in seen:
             return value
@@ -85,7 +89,8 @@ class LabelCap:
         if value in seen:
             return value
         if len(seen) >= self.limit:
-            self._on_overflow(label)
+            if count:
+                self._on_overflow(label)
             return OTHER
         seen.add(value)
         return value
@@ -145,6 +150,13 @@ class TargetInfoCollector:
         info = InfoMetricFamily("target", "Target metadata: the OpenTelemetry resource of this copilot-otel.")
         info.add_metric([], self._labels)
         yield info
+
+
+def exemplar_labels(span: tuple[int, int] | None) -> dict[str, str] | None:
+    """The exemplar of an update measured on ``span`` (trace id, span id), in the hex the traces use."""
+    if span is None:
+        return None
+    return {TRACE_ID: f"{span[0]:032x}", SPAN_ID: f"{span[1]:016x}"}
 
 
 def _label_name(key: str) -> str:
@@ -229,6 +241,8 @@ class Metrics:
         for label in CAPPED_LABELS:
             self.label_overflow.labels(label)
         self.labels = LabelCap(max_label_values, lambda label: self.label_overflow.labels(label).inc())
+        # The GenAI instruments the CLI's own OTel exports: for the OTLP push only (not on /metrics).
+        self.genai = GenAiMetrics(lambda label, value: self.labels.value(label, value, count=False))
         self.build_info = Gauge("copilot_otel_build_info", "copilot-otel build.", ["version"], registry=r)
         self.build_info.labels(__version__).set(1)
         for signal in SIGNALS:
@@ -310,27 +324,38 @@ class Metrics:
         return child
 
     def apply(self, update: MetricUpdate) -> None:
-        """Apply one update from the session model."""
+        """Apply one update from the session model (with its span as the exemplar, when it has one)."""
+        if isinstance(update.metric, GenAi):
+            self.genai.apply(update)
+            return
         labels = self._labels(update.metric, update.labels)
+        exemplar = exemplar_labels(update.exemplar)
         if update.metric in HISTOGRAMS:
-            self._child(update.metric, labels).observe(update.value)
+            self._child(update.metric, labels).observe(update.value, exemplar)
         else:
-            self._child(update.metric, labels).inc(update.value)
+            self._child(update.metric, labels).inc(update.value, exemplar)
 
     def apply_outputs(self, out: "Outputs") -> None:
         """Count what one drive of the pipeline produced: metric updates, events, rejected lines.
 
-        Counter increments of the same series are added up first (a backlog holds thousands)."""
+        Counter increments of the same series are added up first (a backlog holds thousands), with the
+        last one's span as the exemplar: a series keeps only its latest exemplar anyway."""
         sums: dict[tuple[Metric, tuple[str, ...]], float] = {}
+        spans: dict[tuple[Metric, tuple[str, ...]], tuple[int, int]] = {}
         for update in out.metrics:
+            if isinstance(update.metric, GenAi):
+                self.genai.apply(update)
+                continue
             labels = self._labels(update.metric, update.labels)
             if update.metric in HISTOGRAMS:
-                self._child(update.metric, labels).observe(update.value)
+                self._child(update.metric, labels).observe(update.value, exemplar_labels(update.exemplar))
             else:
                 key = (update.metric, labels)
                 sums[key] = sums.get(key, 0.0) + update.value
-        for (metric, labels), value in sums.items():
-            self._child(metric, labels).inc(value)
+                if update.exemplar is not None:
+                    spans[key] = update.exemplar
+        for key, value in sums.items():
+            self._child(*key).inc(value, exemplar_labels(spans.get(key)))
         for event_type, count in out.events.items():
             self.count_event(event_type, count)
         for reason, count in out.rejected.items():

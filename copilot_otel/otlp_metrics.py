@@ -5,7 +5,9 @@ The registry stays the one place the metrics live, so /metrics and the push alwa
 Counters become cumulative monotonic sums, gauges gauges, histograms explicit-bucket histograms with
 the same bounds. Names stay the Prometheus ones (a counter without its ``_total``, which a Prometheus
 or Mimir OTLP endpoint adds back), so the dashboards and alert rules in deploy/ work on pushed
-metrics too. ``target_info`` is not sent: the resource itself carries that identity.
+metrics too. ``target_info`` is not sent: the resource itself carries that identity. A series' exemplar (the
+span of its latest update, one per histogram bucket) goes with its data point. The GenAI semantic-convention
+instruments the CLI's own OTel exports (genai_metrics.py) go with them, under the CLI's names.
 
 The data is encoded by the SDK's encoder and sent by otlp_transport.py, as the traces are: the SDK's
 exporters count any 2xx (and 3xx) as a delivery and their HTTP timeout bounds each socket operation,
@@ -21,6 +23,7 @@ import threading
 import time
 from typing import Any, Iterable
 
+from opentelemetry.sdk.metrics import Exemplar
 from opentelemetry.sdk.metrics.export import (AggregationTemporality, Gauge, Histogram, HistogramDataPoint,
                                               Metric, MetricExporter, MetricExportResult, MetricsData,
                                               NumberDataPoint, ResourceMetrics, ScopeMetrics, Sum)
@@ -30,6 +33,8 @@ from prometheus_client import CollectorRegistry
 
 from . import __version__
 from .config import ENV_OTLP_METRICS_ENDPOINT, OtlpSettings
+from .genai_metrics import GenAiMetrics
+from .metrics import SPAN_ID, TRACE_ID
 from .otlp_answers import Signal
 from .otlp_json import SCOPE_NAME
 from .sinks import ExportError
@@ -107,9 +112,11 @@ def make_exporter(settings: OtlpSettings) -> MetricExporter:
     return OtlpMetricExporter(settings)
 
 
-def metrics_data(registry: CollectorRegistry, resource: Resource, start_ns: int, now_ns: int) -> MetricsData:
-    """What the registry holds now, as OpenTelemetry metrics data (cumulative since ``start_ns``)."""
-    metrics = []
+def metrics_data(registry: CollectorRegistry, resource: Resource, start_ns: int, now_ns: int,
+                 genai: GenAiMetrics | None = None) -> MetricsData:
+    """What the registry (and the GenAI instruments) hold now, as OpenTelemetry metrics data (cumulative
+    since ``start_ns``)."""
+    metrics = [] if genai is None else genai.data(start_ns, now_ns)
     for family in registry.collect():
         data: Any = None
         if family.type == "counter":
@@ -128,7 +135,20 @@ def metrics_data(registry: CollectorRegistry, resource: Resource, start_ns: int,
 
 
 def _numbers(samples: Iterable[Any], name: str, start_ns: int, now_ns: int) -> list[NumberDataPoint]:
-    return [NumberDataPoint(dict(s.labels), start_ns, now_ns, s.value) for s in samples if s.name == name]
+    return [NumberDataPoint(dict(s.labels), start_ns, now_ns, s.value, _exemplars(s)) for s in samples
+            if s.name == name]
+
+
+def _exemplars(sample: Any) -> list[Exemplar]:
+    """A sample's exemplar (metrics.exemplar_labels: the span it was measured on) as an OTLP exemplar."""
+    found = sample.exemplar
+    if found is None:
+        return []
+    try:
+        trace_id, span_id = int(found.labels[TRACE_ID], 16), int(found.labels[SPAN_ID], 16)
+    except (KeyError, ValueError):
+        return []
+    return [Exemplar({}, found.value, int(found.timestamp * 1e9), span_id, trace_id)]
 
 
 def _histogram_points(name: str, samples: Iterable[Any], start_ns: int, now_ns: int) -> list[HistogramDataPoint]:
@@ -137,9 +157,10 @@ def _histogram_points(name: str, samples: Iterable[Any], start_ns: int, now_ns: 
     for sample in samples:
         labels = {k: v for k, v in sample.labels.items() if k != "le"}
         entry = series.setdefault(tuple(sorted(labels.items())), {"labels": labels, "buckets": [], "sum": 0.0,
-                                                                  "count": 0})
+                                                                  "count": 0, "exemplars": []})
         if sample.name == name + "_bucket":
             entry["buckets"].append((float(sample.labels["le"]), sample.value))
+            entry["exemplars"].extend(_exemplars(sample))
         elif sample.name == name + "_sum":
             entry["sum"] = sample.value
         elif sample.name == name + "_count":
@@ -151,7 +172,7 @@ def _histogram_points(name: str, samples: Iterable[Any], start_ns: int, now_ns: 
         counts = [int(c - p) for c, p in zip(cumulative, [0.0] + cumulative[:-1])]
         bounds = [le for le, _count in buckets if math.isfinite(le)]
         points.append(HistogramDataPoint(entry["labels"], start_ns, now_ns, entry["count"], entry["sum"], counts,
-                                         bounds, math.nan, math.nan))
+                                         bounds, math.nan, math.nan, entry["exemplars"]))
     return points
 
 
@@ -160,8 +181,9 @@ class MetricsPusher:
     more at ``stop``; a failed push is logged, never raised (the daemon goes on)."""
 
     def __init__(self, registry: CollectorRegistry, exporter: MetricExporter, resource: Resource, *,
-                 interval: float | None = None, clock=time.time_ns) -> None:
+                 interval: float | None = None, clock=time.time_ns, genai: GenAiMetrics | None = None) -> None:
         self.registry = registry
+        self.genai = genai
         self.exporter = exporter
         self.resource = resource
         self.interval = interval if interval is not None else _interval_from_env()
@@ -173,7 +195,7 @@ class MetricsPusher:
 
     def push(self, timeout: float | None = None) -> bool:
         """Send what the registry holds now (within ``timeout`` seconds, if given); True if the backend accepted it."""
-        data = metrics_data(self.registry, self.resource, self._start_ns, self._clock())
+        data = metrics_data(self.registry, self.resource, self._start_ns, self._clock(), self.genai)
         try:
             if timeout is None:
                 result = self.exporter.export(data)
@@ -216,11 +238,13 @@ class MetricsPusher:
             self.exporter.shutdown(timeout_millis=timeout * 1000)
 
 
-def start_pushing(settings: OtlpSettings, registry: CollectorRegistry) -> MetricsPusher:
-    """A started pusher of ``registry`` to where the settings say (OTEL_METRICS_EXPORTER=otlp)."""
+def start_pushing(settings: OtlpSettings, registry: CollectorRegistry,
+                  genai: GenAiMetrics | None = None) -> MetricsPusher:
+    """A started pusher of ``registry`` (and the GenAI instruments) to where the settings say
+    (OTEL_METRICS_EXPORTER=otlp)."""
     from .sinks import build_resource
 
-    pusher = MetricsPusher(registry, make_exporter(settings), build_resource())
+    pusher = MetricsPusher(registry, make_exporter(settings), build_resource(), genai=genai)
     log.info("pushing metrics every %g s over OTLP (%s) to %s", pusher.interval, settings.protocol,
              settings.endpoint or "the exporter's default endpoint")
     return pusher.start()

@@ -48,12 +48,14 @@ class SpanRecord:
 class MetricUpdate:
     """Add ``value`` to a counter, or observe it in a histogram (``metric`` says which).
 
-    ``labels`` are the label values in the order metrics.py declares the metric's labels.
+    ``labels`` are the label values in the order metrics.py declares the metric's labels; ``exemplar`` is the
+    (trace id, span id) of the span it measures, which the exposition links the series to.
     """
 
-    metric: Metric
+    metric: Metric  # or a genai_metrics.GenAi: an instrument of the OTLP push alone
     labels: tuple[str, ...] = ()
     value: float = 1.0
+    exemplar: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True, slots=True)

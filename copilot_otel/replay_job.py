@@ -276,5 +276,6 @@ def write_metrics(stats: ReplayStats, config: Config, metrics_file: Path | None)
     from .otlp_metrics import MetricsPusher, make_exporter  # the OTel SDK: only to push
     from .sinks import build_resource
 
-    pusher = MetricsPusher(metrics.registry, make_exporter(config.metrics_otlp), build_resource())
+    pusher = MetricsPusher(metrics.registry, make_exporter(config.metrics_otlp), build_resource(),
+                           genai=metrics.genai)
     return pusher.stop(timeout=config.metrics_otlp.timeout)

@@ -48,7 +48,7 @@ def run_daemon(config: Config) -> int:
     if config.metrics_otlp is not None:  # OTEL_METRICS_EXPORTER=otlp (the OTel SDK is imported only then)
         from .otlp_metrics import start_pushing
 
-        pusher = start_pushing(config.metrics_otlp, daemon.metrics.registry)
+        pusher = start_pushing(config.metrics_otlp, daemon.metrics.registry, daemon.metrics.genai)
     try:
         daemon.run()
     finally:

@@ -7,6 +7,7 @@ from typing import Any
 
 from . import attrs as A
 from .events import Event
+from .genai_metrics import updates as genai_updates
 from .records import EMPTY_STEP, STATUS_ERROR, Anomaly, MetricUpdate, SpanEvent, SpanRecord, Step
 from .vocab import ATTRIBUTED, CANCELLED, END_ABORTED, INCOMPLETE, Metric
 
@@ -142,19 +143,23 @@ class Outbox:
 
     def span(self, record: SpanRecord) -> None:
         """A span closed: it gets the session's shared attributes it does not set itself (added to the
-        closed span's own attribute dict, which nothing else holds, rather than copied)."""
+        closed span's own attribute dict, which nothing else holds, rather than copied), and counts in the
+        GenAI instruments."""
         setdefault = record.attributes.setdefault
         for key, value in self.shared.items():
             setdefault(key, value)
         self.spans.append(record)
+        if self.keep_metrics:
+            self.metrics.extend(genai_updates(record))
 
-    def count(self, metric: Metric, *labels: str, value: float = 1.0) -> None:
-        """Add to a counter, or observe in a histogram (the metric's kind says which). A metric
-        attributed to a repository gets the session's as its last label."""
+    def count(self, metric: Metric, *labels: str, value: float = 1.0, span: OpenSpan | None = None) -> None:
+        """Add to a counter, or observe in a histogram (the metric's kind says which), with ``span`` as its
+        exemplar. A metric attributed to a repository gets the session's as its last label."""
         if self.keep_metrics:
             if metric in ATTRIBUTED:
                 labels = (*labels, self.repository)
-            self.metrics.append(MetricUpdate(metric, labels, value))
+            self.metrics.append(MetricUpdate(metric, labels, value,
+                                             None if span is None else (span.trace_id, span.span_id)))
 
     def anomaly(self, kind: str, event: Event) -> None:
         """The event could not be used; the caller logs it with its file and line."""

@@ -80,8 +80,8 @@ class ToolBook:
         self.tally.tool_calls += 1
         if outcome != SUCCESS:
             self.tally.tool_failures += 1
-        self.out.count(Metric.TOOL_CALLS, tool, outcome)
-        self.out.count(Metric.TOOL_DURATION, tool, value=max(0, span.end_ns - span.start_ns) / 1e9)
+        self.out.count(Metric.TOOL_CALLS, tool, outcome, span=span)
+        self.out.count(Metric.TOOL_DURATION, tool, value=max(0, span.end_ns - span.start_ns) / 1e9, span=span)
 
     def _cut(self, span: OpenSpan, agent: Agent, end_ns: int, error_type: str, message: str = "") -> None:
         """End a tool that never completed; it counts with ``error_type`` as its outcome."""

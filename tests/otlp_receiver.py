@@ -244,6 +244,7 @@ class ReceivedPoint:
     bucket_counts: tuple[int, ...] = ()
     start_time_unix_nano: int = 0
     time_unix_nano: int = 0
+    exemplars: tuple[tuple[str, str, float], ...] = ()  # (trace id hex, span id hex, value)
 
 
 @dataclass(frozen=True)
@@ -257,6 +258,7 @@ class ReceivedMetric:
     resource: dict[str, Any]
     monotonic: bool = False
     cumulative: bool = False
+    description: str = ""
 
 
 def metrics_from_request(request: metrics_service_pb2.ExportMetricsServiceRequest) -> list[ReceivedMetric]:
@@ -271,13 +273,19 @@ def metrics_from_request(request: metrics_service_pb2.ExportMetricsServiceReques
                 points = tuple(
                     ReceivedPoint(_decode_attributes(p.attributes), count=p.count, sum=p.sum, bounds=tuple(p.explicit_bounds),
                                   bucket_counts=tuple(p.bucket_counts), start_time_unix_nano=p.start_time_unix_nano,
-                                  time_unix_nano=p.time_unix_nano) if kind == "histogram"
+                                  time_unix_nano=p.time_unix_nano, exemplars=_exemplars(p)) if kind == "histogram"
                     else ReceivedPoint(_decode_attributes(p.attributes), getattr(p, p.WhichOneof("value")),
-                                       start_time_unix_nano=p.start_time_unix_nano, time_unix_nano=p.time_unix_nano)
+                                       start_time_unix_nano=p.start_time_unix_nano, time_unix_nano=p.time_unix_nano,
+                                       exemplars=_exemplars(p))
                     for p in data.data_points)
                 out.append(ReceivedMetric(m.name, m.unit, kind, points, resource, getattr(data, "is_monotonic", False),
-                                          getattr(data, "aggregation_temporality", 0) == 2))
+                                          getattr(data, "aggregation_temporality", 0) == 2, m.description))
     return out
+
+
+def _exemplars(point: Any) -> tuple[tuple[str, str, float], ...]:
+    return tuple((e.trace_id.hex(), e.span_id.hex(), getattr(e, e.WhichOneof("value")) if e.WhichOneof("value") else 0.0)
+                 for e in point.exemplars)
 
 
 # --------------------------------------------------------------------------- sink

@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import subprocess
+import time
 import urllib.parse
 import urllib.request
 from pathlib import Path
@@ -18,14 +19,16 @@ class Prometheus:
     """`prometheus` with its own port and fresh TSDB, stopped by its pid."""
 
     def __init__(self, workdir: Path, targets: list[str], *, rule_files: list[Path] = (), job: str = "copilot-otel",
-                 scrape: dict | None = None, extra_jobs: list[dict] = ()):
-        """``scrape``: more settings of the job (scheme, tls_config, basic_auth...); ``extra_jobs``: whole jobs."""
+                 scrape: dict | None = None, extra_jobs: list[dict] = (), flags: tuple[str, ...] = ()):
+        """``scrape``: more settings of the job (scheme, tls_config, basic_auth...); ``extra_jobs``: whole jobs;
+        ``flags``: more command-line flags (e.g. ``--enable-feature=exemplar-storage``)."""
         self.workdir = Path(workdir)
         self.targets = targets
         self.rule_files = [Path(p) for p in rule_files]
         self.job = job
         self.scrape = dict(scrape or {})
         self.extra_jobs = list(extra_jobs)
+        self.flags = tuple(flags)
         self.port = free_port()
         self.proc: subprocess.Popen | None = None
 
@@ -47,7 +50,7 @@ class Prometheus:
         try:
             self.proc = subprocess.Popen(
                 [binary, f"--config.file={config}", f"--storage.tsdb.path={self.workdir / 'data'}",
-                 f"--web.listen-address=127.0.0.1:{self.port}", "--storage.tsdb.retention.time=1h"],
+                 f"--web.listen-address=127.0.0.1:{self.port}", "--storage.tsdb.retention.time=1h", *self.flags],
                 stdout=log, stderr=log, stdin=subprocess.DEVNULL)
         finally:
             log.close()
@@ -70,6 +73,17 @@ class Prometheus:
             body = json.load(response)
         assert body["status"] == "success", body
         return body["data"]["result"]
+
+    def exemplars(self, expr: str, since: float = 3600.0) -> list[dict]:
+        """/api/v1/query_exemplars over the last ``since`` seconds: [{seriesLabels, exemplars: [{labels, value,
+        timestamp}]}] (needs ``--enable-feature=exemplar-storage``)."""
+        now = time.time()
+        url = f"{self.url}/api/v1/query_exemplars?" + urllib.parse.urlencode(
+            {"query": expr, "start": now - since, "end": now + 60})
+        with urllib.request.urlopen(url, timeout=10) as response:
+            body = json.load(response)
+        assert body["status"] == "success", body
+        return body["data"]
 
     def values(self, expr: str, label: str | None = None) -> dict:
         """{label value (or ''): float} of an instant query."""

@@ -4,12 +4,15 @@ registry.get_sample_value; bounded event-type labels; the live sessions collecto
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import pytest
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.openmetrics.exposition import generate_latest as openmetrics_latest
 
 from copilot_otel import __version__
 from copilot_otel.decode import NOT_JSON, REASONS
+from copilot_otel.genai_metrics import GenAi
 from copilot_otel.metrics import MAX_EVENT_TYPES, LiveSession, Metrics
 from copilot_otel.pipeline import Outputs, drive, finish
 from copilot_otel.records import MetricUpdate
@@ -93,6 +96,50 @@ def test_a_driven_session_counts_what_its_updates_say():
     assert get("copilot_tokens_total", {"model": MODEL, "type": "input", "repository": ""}) == inputs
     assert get("copilot_tool_calls_total", {"tool": "view", "outcome": "success"}) == 1
     assert get("copilot_completion_signals_total", {"signal": "shutdown"}) == 1
+
+
+def _without_created(text: bytes) -> bytes:
+    return b"".join(line for line in text.splitlines(keepends=True) if b"_created" not in line)
+
+
+def test_exemplars_name_the_measured_spans_and_leave_the_text_format_alone():
+    """The LLM call, tool, turn and token series get the (trace id, span id) of the span each update measured,
+    in the OpenMetrics exposition only: the Prometheus text format is byte for byte what the same updates
+    without exemplars give (less what reads the clock: *_created stamps, the lag)."""
+    log = SessionLog("s-1")
+    log.start()
+    log.user()
+    log.tool_turn(("bash", "c-1"))
+    log.answer(input_tokens=10, output_tokens=3)
+    log.shutdown()
+    model = SessionModel("s-1")
+    out = finish(model, drive(model, log.decoded(), Outputs(), source="x"))
+    linked = {u.metric for u in out.metrics if u.exemplar is not None}
+    assert linked & set(Metric) == {Metric.TURNS, Metric.TURN_DURATION, Metric.LLM_CALLS, Metric.LLM_CALL_DURATION,
+                                    Metric.TOKENS, Metric.TOOL_CALLS, Metric.TOOL_DURATION,
+                                    Metric.LLM_TIME_TO_FIRST_TOKEN}
+    assert linked - set(Metric) == set(GenAi)  # the GenAI instruments of the OTLP push, every one
+    spans = {(s.trace_id, s.span_id): s.name for s in out.spans}
+    for update in out.metrics:
+        if update.exemplar is not None:
+            assert spans[update.exemplar].split(" ")[0] == {
+                Metric.TURNS: "turn", Metric.TURN_DURATION: "turn", Metric.TOOL_CALLS: "execute_tool",
+                Metric.TOOL_DURATION: "execute_tool", GenAi.EXECUTE_TOOL_DURATION: "execute_tool",
+                GenAi.INVOKE_AGENT_DURATION: "invoke_agent"}.get(update.metric, "chat")
+    with_exemplars, without = fresh(), fresh()
+    for metrics in (with_exemplars, without):
+        metrics.measure_lag_while(lambda: False)  # the lag gauge reads the clock
+    with_exemplars.apply_outputs(out)
+    stripped = replace(out, metrics=[replace(u, exemplar=None) for u in out.metrics])
+    without.apply_outputs(stripped)
+    assert _without_created(generate_latest(with_exemplars.registry)) == _without_created(
+        generate_latest(without.registry))
+    assert b" # {" not in generate_latest(with_exemplars.registry)
+    openmetrics = openmetrics_latest(with_exemplars.registry).decode()
+    tool = next(line for line in openmetrics.splitlines() if line.startswith("copilot_tool_calls_total{"))
+    trace_id, span_id = next(u.exemplar for u in out.metrics if u.metric is Metric.TOOL_CALLS)
+    assert f'span_id="{span_id:016x}",trace_id="{trace_id:032x}"' in tool
+    assert " # {" not in openmetrics_latest(without.registry).decode()
 
 
 def test_apply_outputs_counts_events_rejections_and_out_of_order_ends():
