@@ -54,6 +54,9 @@ _CAPPED_POSITIONS: dict[Metric, tuple[str | None, ...]] = {
     Metric.LLM_TIME_TO_FIRST_TOKEN: (MODEL,),
     Metric.PREMIUM_REQUESTS: (MODEL, REPOSITORY),
     Metric.AUTOPILOT_PREMIUM_REQUESTS: (MODEL, REPOSITORY),
+    Metric.AI_CREDITS: (MODEL, REPOSITORY),
+    Metric.AUTOPILOT_AI_CREDITS: (MODEL, REPOSITORY),
+    Metric.LLM_CALLS_WITHOUT_CREDITS: (MODEL, None, REPOSITORY),
     Metric.CODE_LINES: (None, REPOSITORY),
     Metric.FILES_MODIFIED: (REPOSITORY,),
 }
@@ -196,6 +199,14 @@ class Metrics:
         self.autopilot_premium_requests = Counter(
             "copilot_autopilot_premium_requests", "The premium requests spent on autopilot continuations.",
             ["model", repo], registry=r)
+        self.ai_credits = Counter("copilot_ai_credits", "AI credits (1 credit = 1e9 nano AIU) by model and repository.",
+                                  ["model", repo], registry=r)
+        self.autopilot_ai_credits = Counter("copilot_autopilot_ai_credits",
+                                            "The AI credits spent in interactions autopilot started.", ["model", repo],
+                                            registry=r)
+        self.llm_calls_without_credits = Counter(
+            "copilot_llm_calls_without_credits", "LLM calls that reported no AI credits, by the CLI's status.",
+            ["model", "status", repo], registry=r)
         self.code_lines = Counter("copilot_code_lines", "Lines of code the agent added or removed.", ["change", repo],
                                   registry=r)
         self.files_modified = Counter("copilot_files_modified", "Files the agent modified.", [repo], registry=r)
@@ -263,6 +274,9 @@ class Metrics:
             Metric.INTERACTIONS: self.interactions,
             Metric.PREMIUM_REQUESTS: self.premium_requests,
             Metric.AUTOPILOT_PREMIUM_REQUESTS: self.autopilot_premium_requests,
+            Metric.AI_CREDITS: self.ai_credits,
+            Metric.AUTOPILOT_AI_CREDITS: self.autopilot_ai_credits,
+            Metric.LLM_CALLS_WITHOUT_CREDITS: self.llm_calls_without_credits,
             Metric.CODE_LINES: self.code_lines,
             Metric.FILES_MODIFIED: self.files_modified,
         }

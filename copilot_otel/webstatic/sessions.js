@@ -37,6 +37,18 @@ function fillSelect(select, entries, current, label) {
   select.replaceChildren(...options);
 }
 
+// AI credits (1 credit = 1e9 nano AIU); "+" when some calls reported no amount (the sum is not the whole cost).
+function fmtCredits(s) {
+  if (!s.nano_aiu && !s.credits_status) return "";
+  const partial = s.credits_status === "partial" || s.credits_status === "unavailable";
+  const text = s.nano_aiu && s.nano_aiu < 1e7 ? "<0.01" : (s.nano_aiu / 1e9).toFixed(2);
+  return text + (partial ? "+" : "");
+}
+
+function creditsTitle(s) {
+  return s.credits_status ? `${s.nano_aiu || 0} nano AIU (${s.credits_status})` : "";
+}
+
 function row(s) {
   const link = el("a", {href: `/session/${encodeURIComponent(s.id)}`, title: s.id}, s.id.slice(0, 8));
   const waiting = s.waiting_on
@@ -53,7 +65,8 @@ function row(s) {
     el("td", {class: "mono"}, waiting),
     el("td", {class: "num"}, fmtNumber(s.turns)),
     el("td", {class: "num", title: `${s.input_tokens} in, ${s.output_tokens} out`}, fmtNumber(s.tokens)),
-    el("td", {class: "num"}, s.premium_requests ? s.premium_requests : ""));
+    el("td", {class: "num"}, s.premium_requests ? s.premium_requests : ""),
+    el("td", {class: "num credits", title: creditsTitle(s)}, fmtCredits(s)));
   tr.addEventListener("click", (event) => {
     if (event.target.tagName !== "A") location.href = link.href;
   });

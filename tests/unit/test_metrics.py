@@ -37,6 +37,11 @@ COUNTERS = [
     (Metric.PREMIUM_REQUESTS, (MODEL, "o/r"), "copilot_premium_requests_total", {"model": MODEL, "repository": "o/r"}),
     (Metric.AUTOPILOT_PREMIUM_REQUESTS, (MODEL, "o/r"), "copilot_autopilot_premium_requests_total",
      {"model": MODEL, "repository": "o/r"}),
+    (Metric.AI_CREDITS, (MODEL, "o/r"), "copilot_ai_credits_total", {"model": MODEL, "repository": "o/r"}),
+    (Metric.AUTOPILOT_AI_CREDITS, (MODEL, "o/r"), "copilot_autopilot_ai_credits_total",
+     {"model": MODEL, "repository": "o/r"}),
+    (Metric.LLM_CALLS_WITHOUT_CREDITS, (MODEL, "unavailable", "o/r"), "copilot_llm_calls_without_credits_total",
+     {"model": MODEL, "status": "unavailable", "repository": "o/r"}),
     (Metric.CODE_LINES, ("removed", "o/r"), "copilot_code_lines_total", {"change": "removed", "repository": "o/r"}),
     (Metric.FILES_MODIFIED, ("o/r",), "copilot_files_modified_total", {"repository": "o/r"}),
 ]
