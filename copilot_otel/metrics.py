@@ -168,6 +168,7 @@ class Metrics:
                  max_label_values: int = DEFAULT_MAX_LABEL_VALUES) -> None:
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
         self.repository_label = repository_label
+        self.budget_meter = None  # add_budgets(): the --budgets-file's metrics
         r = self.registry
         repo = REPOSITORY_LABEL
         self.sessions_started = Counter("copilot_sessions_started", "Sessions started (session.start), by repository.",
@@ -323,8 +324,16 @@ class Metrics:
             child = self._children[key] = series.labels(*labels) if labels else series
         return child
 
+    def add_budgets(self, budgets: tuple, resource: Mapping[str, Any]) -> None:
+        """Expose ``budgets`` (budgets.py) and count the credits of each one's scope."""
+        from .budgets import BudgetMeter
+
+        self.budget_meter = BudgetMeter(budgets, resource, self.registry)
+
     def apply(self, update: MetricUpdate) -> None:
         """Apply one update from the session model."""
+        if update.metric is Metric.AI_CREDITS and self.budget_meter is not None:
+            self.budget_meter.spend(update.labels[-1], update.value)
         labels = self._labels(update.metric, update.labels)
         if update.metric in HISTOGRAMS:
             self._child(update.metric, labels).observe(update.value)
@@ -337,6 +346,8 @@ class Metrics:
         Counter increments of the same series are added up first (a backlog holds thousands)."""
         sums: dict[tuple[Metric, tuple[str, ...]], float] = {}
         for update in out.metrics:
+            if update.metric is Metric.AI_CREDITS and self.budget_meter is not None:
+                self.budget_meter.spend(update.labels[-1], update.value)
             labels = self._labels(update.metric, update.labels)
             if update.metric in HISTOGRAMS:
                 self._child(update.metric, labels).observe(update.value)

@@ -23,9 +23,12 @@ from tests.support.scrape import by_label, value
 from tests.support.model import label
 
 FAST = ("--idle-quiet", "0.3", "--rescan-interval", "1")
-# Counted only with a Copilot subscription (premium requests) or when an agent changes code.
+# Counted only with a Copilot subscription (premium requests, AI credits), when an agent changes code, or
+# with --budgets-file (the budgets and their month-to-date rule).
 COST_METRICS = ("copilot_premium_requests_total", "copilot_autopilot_premium_requests_total",
-                "copilot_code_lines_total", "copilot_files_modified_total")
+                "copilot_code_lines_total", "copilot_files_modified_total", "copilot_ai_credits_total",
+                "copilot_autopilot_ai_credits_total", "copilot_llm_calls_without_credits_total",
+                "copilot:ai_credits:month_to_date", "copilot_budget_", "copilot:budget_ai_credits")
 
 
 def derived_counts(runs) -> dict[str, Counter]:

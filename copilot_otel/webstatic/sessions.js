@@ -73,8 +73,29 @@ function row(s) {
   return tr;
 }
 
+// Each budget of --budgets-file: this machine's part of it this month (Prometheus holds the fleet's).
+function renderBudgets(budgets) {
+  const section = document.getElementById("budgets");
+  section.hidden = !budgets || budgets.length === 0;
+  if (section.hidden) return;
+  section.replaceChildren(el("h2", {}, "AI-credit budgets this month (this machine)"), ...budgets.map((b) => {
+    const spent = b.nano_aiu / 1e9;
+    const scope = [b.repository && `repositories ${b.repository}`, b.user && `user ${b.user}`, b.team && `team ${b.team}`]
+      .filter(Boolean).join(", ") || "everything";
+    const level = b.share >= 1 ? "over" : b.share >= b.warn_at ? "warn" : "ok";
+    return el("div", {class: `budget budget-${level}`, dataset: {budget: b.name}},
+      el("span", {class: "budget-name"}, b.name),
+      el("progress", {max: 1, value: Math.min(b.share, 1), title: `warns at ${Math.round(b.warn_at * 100)}%`}),
+      el("span", {class: "budget-figures"}, b.this_machine
+        ? `${spent.toFixed(2)} of ${b.ai_credits} AI credits (${Math.round(b.share * 100)}%)`
+        : `not this machine's (${scope})`),
+      el("span", {class: "dim"}, ` ${scope}`));
+  }));
+}
+
 function render(data) {
   lastPage = data;
+  renderBudgets(data.budgets);
   const states = Object.entries(data.states).filter(([, n]) => n > 0);
   document.getElementById("counts").replaceChildren(
     `${data.total} sessions: `, ...states.flatMap(([state, n]) => [badge(state), ` ${n} `]));
@@ -90,7 +111,7 @@ function render(data) {
   for (const s of data.sessions) {
     if (s.state !== group) {
       group = s.state;
-      rows.push(el("tr", {class: "group", dataset: {group}}, el("th", {colspan: 10}, badge(group),
+      rows.push(el("tr", {class: "group", dataset: {group}}, el("th", {colspan: 11}, badge(group),
         ` ${data.states[group] || 0}`)));
     }
     rows.push(row(s));
