@@ -248,3 +248,52 @@ def test_the_daemon_sessions_inspect_and_the_web_view_show_the_cli_s_totals(tmp_
 
 def sessions_named(sessions: dict[str, Fixture], name: str) -> Fixture:
     return next(fx for fx in sessions.values() if fx.name == name)
+
+
+def test_sdk_attach_counts_the_credits_the_stand_in_billed(cli, tmp_path):
+    """copilot_otel.attach() on a real github-copilot-sdk session with a Copilot subscription (the stand-in
+    billing every call): live, each call is reported twice (session.usage_record and assistant.usage) and
+    counted once; the registry's credits equal what the stand-in billed, and the chat spans carry it."""
+    pytest.importorskip("copilot", reason="github-copilot-sdk is installed by the test command")
+    import asyncio
+
+    from prometheus_client import CollectorRegistry
+
+    from copilot import CopilotClient
+    from copilot.session import PermissionHandler
+    from copilot_otel import attach_async
+    from tests.copilot_api import COPILOT_MODEL, CopilotApi
+    from tests.copilot_cli import prompt_for
+
+    home = tmp_path / "home"
+    home.mkdir()
+
+    async def drive(api: CopilotApi):
+        env = cli.sdk_env(home=home, port=api.port)
+        for key in ("COPILOT_OFFLINE", "COPILOT_PROVIDER_BASE_URL"):  # the Copilot API, not BYOK
+            env.pop(key, None)
+        env.update(api.env(), COPILOT_MODEL=COPILOT_MODEL, COPILOT_DEBUG_GITHUB_API_URL=api.url)
+        async with CopilotClient(env=env, working_directory=str(home)) as client:
+            session = await client.create_session(on_permission_request=PermissionHandler.approve_all,
+                                                  model=COPILOT_MODEL, streaming=True)
+            sink, registry = MemorySink(), CollectorRegistry()
+            handle = await attach_async(session, sink=sink, registry=registry)
+            idle = asyncio.Event()
+            session.on(lambda event: idle.set() if event.to_dict().get("type") == "session.idle"
+                       and not event.agent_id else None)
+            for scenario in ("subagent", "multi_turn"):
+                idle.clear()
+                await session.send(prompt_for(scenario))
+                await asyncio.wait_for(idle.wait(), 90)
+            await session.disconnect() if hasattr(session, "disconnect") else None
+        assert handle.detach(timeout=10)
+        return handle.registry, sink
+
+    with CopilotApi(credits="complete") as api:
+        registry, sink = asyncio.run(drive(api))
+        billed = [b["total_nano_aiu"] for b in api.billed]
+    assert len(billed) == 4 + 3  # subagent: 2 main and 2 sub-agent calls; multi_turn: 3
+    counted = registry.get_sample_value("copilot_ai_credits_total", {"model": COPILOT_MODEL, "repository": ""})
+    assert round(counted * 1e9) == sum(billed)
+    chats = [s.attributes.get(NANO) for s in sink.records if s.name.startswith("chat ")]
+    assert sorted(chats) == sorted(billed)
