@@ -210,9 +210,16 @@ def test_every_dashboard_query_runs_against_real_data(corpus_daemon):
 
 
 def test_alert_rules_load_and_stay_quiet(corpus_daemon):
-    """The shipped rules load into the real Prometheus and none fires on a healthy corpus."""
+    """The shipped rules load into the real Prometheus and none fires on a healthy corpus (the credits group
+    runs once a minute: its first evaluation is waited for)."""
     _, prometheus = corpus_daemon
-    rules = json.load(__import__("urllib.request").request.urlopen(f"{prometheus.url}/api/v1/rules"))
+
+    def rules_now():
+        return json.load(__import__("urllib.request").request.urlopen(f"{prometheus.url}/api/v1/rules"))
+
+    wait_until(lambda: all(r["health"] != "unknown" for g in rules_now()["data"]["groups"] for r in g["rules"]),
+               timeout=120, what="every rule group evaluated once")
+    rules = rules_now()
     names = {r["name"] for g in rules["data"]["groups"] for r in g["rules"]}
     assert {"CopilotSessionStuck", "CopilotSessionAbandoned", "CopilotOtelDown"} <= names
     assert all(r["health"] == "ok" for g in rules["data"]["groups"] for r in g["rules"])
