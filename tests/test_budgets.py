@@ -168,3 +168,32 @@ def test_month_to_date_starts_again_on_the_first_of_the_month(tmp_path):
     result = run([promtool(), "test", "rules", str(tmp_path / "test.yml")])
     assert result.returncode == 0, result.stdout + result.stderr
     assert "SUCCESS" in result.stdout, time.monotonic() - started
+
+
+def test_a_real_prometheus_records_the_month_and_warns_on_the_budget(tmp_path):
+    """The daemon with a budget of 10 credits and the shipped rules in a real Prometheus: the month-to-date rules
+    equal the credits of the sessions (the CLI's totals), and the budget's warning fires at 8 (its rules run
+    once a minute: this waits for their evaluations)."""
+    from tests.prometheus_harness import Prometheus
+
+    home = tmp_path / "home"
+    totals = []
+    for name in ("credits_complete", "credits_subagent"):
+        source = next((FIXTURES / name / "session-state").iterdir())
+        shutil.copytree(source, home / "session-state" / source.name)
+        events = [json.loads(line) for line in (source / "events.jsonl").read_text().splitlines() if line.strip()]
+        totals.append(round([e for e in events if e["type"] == "session.shutdown"][-1]["data"]["totalNanoAiu"]))
+    expected = sum(totals) / 1e9
+    (tmp_path / "budgets.yml").write_text("budgets:\n  - name: all\n    ai_credits: 10\n")
+    with DaemonProcess(home, tmp_path / "state", traces_file=tmp_path / "t.jsonl",
+                       args=("--budgets-file", str(tmp_path / "budgets.yml"))) as daemon, \
+            Prometheus(tmp_path / "prometheus", [f"127.0.0.1:{daemon.port}"], rule_files=[RULES]) as prometheus:
+        def recorded(expr: str) -> float:
+            return sum(prometheus.values(expr).values())
+
+        wait_until(lambda: abs(recorded("copilot:ai_credits:month_to_date") - expected) < 1e-6
+                   and abs(recorded("copilot:budget_ai_credits:month_to_date") - expected) < 1e-6,
+                   timeout=200, what="the month-to-date rules to hold the sessions' credits")
+        wait_until(lambda: prometheus.query('ALERTS{alertname="CopilotAICreditsBudgetNearlySpent",budget="all",'
+                                            'alertstate="firing"}'), timeout=200, what="the budget's warning")
+        assert not prometheus.query('ALERTS{alertname="CopilotAICreditsBudgetProjectedOverrun"}')
