@@ -62,7 +62,7 @@ COPILOT_ABORT_REASON = "github.copilot.abort_reason"
 COPILOT_CWD = "github.copilot.cwd"
 COPILOT_COST = "github.copilot.cost"  # a call's premium multiplier; on an invoke_agent span, the sum over its calls
 COPILOT_INITIATOR = "github.copilot.initiator"  # user, agent or sub-agent
-COPILOT_NANO_AIU = "github.copilot.nano_aiu"  # a call's AI credits in nano AIU (1e9 = 1 credit); on invoke_agent, the sum
+COPILOT_NANO_AIU = "github.copilot.nano_aiu"  # a call's AI credits, nano AIU (1e9 = 1 credit); invoke_agent: the sum
 COPILOT_TURN_COUNT = "github.copilot.turn_count"
 COPILOT_GIT_REPOSITORY = "github.copilot.git.repository"  # "owner/name"
 COPILOT_GIT_BRANCH = "github.copilot.git.branch"

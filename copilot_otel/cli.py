@@ -25,8 +25,8 @@ from .config import (
     Config,
     ConfigError,
 )
-from .flags import (BUDGETS_FILE, COPILOT_HOME, LOG_LEVEL, MAX_LINE_BYTES, METRICS_ADDRESS, PATH, STATE_DIR, STRICT_MODES,
-                    TRACE_URL_HELP, WEB_VIEW_COST, access_options, export_options, option, reading_options,
+from .flags import (BUDGETS_FILE, COPILOT_HOME, LOG_LEVEL, MAX_LINE_BYTES, METRICS_ADDRESS, PATH, STATE_DIR,
+                    STRICT_MODES, TRACE_URL_HELP, WEB_VIEW_COST, access_options, export_options, option, reading_options,
                     repository_option, stuck_options)
 from .safe_text import safe, safe_json
 from .strictmodes import check_output_file, check_state_dir

@@ -173,7 +173,8 @@ def render(statuses: list[SessionStatus], console: Console, *, now: float | None
     each cut to the terminal's width, never wrapped. Piped, the same lines without colour."""
     now = time.time() if now is None else now
     wide = console.width >= WIDE
-    head = f"{'SESSION':<8}  {'STATE':<12}  {'LAST':<8} {'TURNS':>5} {'TOKENS':>7} {'PREMIUM':>7} {'CREDITS':>8}  {'LAST END':<13}"
+    head = (f"{'SESSION':<8}  {'STATE':<12}  {'LAST':<8} {'TURNS':>5} {'TOKENS':>7} {'PREMIUM':>7} {'CREDITS':>8}  "
+            f"{'LAST END':<13}")
     if wide:
         head += f"  {'STARTED':<12}  {'MODEL':<18}  REPOSITORY / FOLDER"
     lines: list[tuple[str, str]] = [(head, "bold")]
