@@ -62,6 +62,7 @@ COPILOT_ABORT_REASON = "github.copilot.abort_reason"
 COPILOT_CWD = "github.copilot.cwd"
 COPILOT_COST = "github.copilot.cost"  # a call's premium multiplier; on an invoke_agent span, the sum over its calls
 COPILOT_INITIATOR = "github.copilot.initiator"  # user, agent or sub-agent
+COPILOT_NANO_AIU = "github.copilot.nano_aiu"  # a call's AI credits, nano AIU (1e9 = 1 credit); invoke_agent: the sum
 COPILOT_TURN_COUNT = "github.copilot.turn_count"
 COPILOT_GIT_REPOSITORY = "github.copilot.git.repository"  # "owner/name"
 COPILOT_GIT_BRANCH = "github.copilot.git.branch"
@@ -76,6 +77,7 @@ COPILOT_RUNNING = "copilot.running"  # a snapshot of a span still open (inspect;
 COPILOT_AUTOPILOT_CONTINUATION = "copilot.autopilot.continuation"
 COPILOT_CLI_VERSION = "copilot.cli.version"
 COPILOT_PREMIUM_REQUESTS = "copilot.premium_requests"  # sum of cost over user-initiated calls
+COPILOT_AI_CREDITS_STATUS = "copilot.ai_credits.status"  # partial or unavailable: the amount is not the whole cost
 COPILOT_LLM_CALLS = "copilot.llm_calls"
 COPILOT_TOOL_CALLS = "copilot.tool_calls"
 COPILOT_TASK_SUMMARY = "copilot.task.summary"

@@ -12,6 +12,7 @@ from . import attrs as A
 from . import spanattrs
 from .events import Event
 from .records import KIND_CLIENT, span_id_for
+from .credits import CreditBook
 from .spans import Agent, OpenSpan, Outbox
 from .summary import Tally
 from .views import Usage, as_num, as_str
@@ -33,6 +34,7 @@ class CallBook:
         self.process_tokens: dict[tuple[str, str], int] = {}  # the same, since the session's last start or resume
         self.premium: dict[str, float] = {}  # model -> premium requests counted so far
         self.process_premium: dict[str, float] = {}  # the same, since the session's last start or resume
+        self.credits = CreditBook(out, tally)
 
     def first_report(self, event: Event, usage: Usage) -> bool:
         """A usage report: True unless it is the other source's report of a call already told."""
@@ -100,6 +102,7 @@ class CallBook:
                     tally.nudge_premium_requests += cost
                     self.out.count(Metric.AUTOPILOT_PREMIUM_REQUESTS, model, value=cost, span=span)
                 self._count_premium(model, cost, span)
+            self.credits.call(usage, model, totals, nudge=nudge, span=span)
             ttft = usage.fields.get("timeToFirstTokenMs")
             if isinstance(ttft, (int, float)) and not isinstance(ttft, bool) and ttft >= 0:
                 self.out.count(Metric.LLM_TIME_TO_FIRST_TOKEN, model, value=ttft / 1000.0, span=span)
@@ -163,3 +166,4 @@ class CallBook:
         """A session.start or resume: the totals the next shutdown writes count from here (per-process CLIs)."""
         self.process_tokens.clear()
         self.process_premium.clear()
+        self.credits.new_process()

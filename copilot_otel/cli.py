@@ -25,8 +25,8 @@ from .config import (
     Config,
     ConfigError,
 )
-from .flags import (COPILOT_HOME, LOG_LEVEL, MAX_LINE_BYTES, METRICS_ADDRESS, PATH, STATE_DIR, STRICT_MODES,
-                    TRACE_URL_HELP, WEB_VIEW_COST, access_options, export_options, option, reading_options,
+from .flags import (BUDGETS_FILE, COPILOT_HOME, LOG_LEVEL, MAX_LINE_BYTES, METRICS_ADDRESS, PATH, STATE_DIR,
+                    STRICT_MODES, TRACE_URL_HELP, WEB_VIEW_COST, access_options, export_options, option, reading_options,
                     repository_option, stuck_options)
 from .safe_text import safe, safe_json
 from .strictmodes import check_output_file, check_state_dir
@@ -304,6 +304,7 @@ def sessions(state, repository, since, json, from_files, log_level, **options) -
         help="Distinct values a metric label (tool, model, agent, repository) may take; the rest count as 'other'.")
 @repository_option
 @access_options
+@BUDGETS_FILE
 @STRICT_MODES
 def run(log_level, poll, rescan_interval, from_end, idle_quiet, max_buffered_spans, trace_url, max_label_values,
         **options) -> None:

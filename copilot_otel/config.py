@@ -144,8 +144,15 @@ class Config:
     allowed_hosts: tuple[str, ...] = ()
     # TLS and basic auth for the endpoint, in the Prometheus exporter-toolkit's format (webconfig.py).
     web_config_file: Path | None = None
+    # Monthly AI-credit budgets (budgets.py), read from budgets_file when it is set.
+    budgets_file: Path | None = None
+    budgets: tuple = ()
 
     def __post_init__(self) -> None:
+        if self.budgets_file is not None and not self.budgets:
+            from .budgets import load_budgets
+
+            object.__setattr__(self, "budgets", load_budgets(self.budgets_file))
         object.__setattr__(self, "allowed_hosts", check_allowed_hosts(self.allowed_hosts))
         _positive("--stuck-after", self.stuck_after)
         _positive("--stuck-after-tool", self.stuck_after_tool)
@@ -197,7 +204,7 @@ class Config:
         values["otlp"] = OtlpSettings.from_env(env) if exports else OtlpSettings(None, "grpc")
         values["metrics_otlp"] = OtlpSettings.metrics_from_env(env) if exports else None
         values.update({key: value for key, value in overrides.items() if value is not None})
-        for key in ("copilot_home", "state_dir", "traces_file", "web_config_file"):
+        for key in ("copilot_home", "state_dir", "traces_file", "web_config_file", "budgets_file"):
             if isinstance(values.get(key), (str, Path)):
                 values[key] = Path(values[key]).expanduser()
         if isinstance(values.get("metrics_address"), str):
@@ -310,5 +317,6 @@ _ENV_FIELDS: dict[str, Callable[[str, str], Any]] = {
     "trace_url": lambda _variable, text: text,
     "no_repository_label": _parse_bool,
     "web_config_file": _parse_path,
+    "budgets_file": _parse_path,
     "no_strict_modes": _parse_bool,
 }

@@ -55,6 +55,8 @@ class Daemon:
         self.readout = Readout(self.policy, views=lambda: self.views, clock=clock)
         self.metrics = metrics or Metrics(repository_label=not config.no_repository_label,
                                           resource=resource_attributes(), max_label_values=config.max_label_values)
+        if config.budgets:
+            self.metrics.add_budgets(config.budgets, resource_attributes())
         self.metrics.add_live_sessions(self.readout.live_sessions)
         self.metrics.measure_lag_while(self.readout.sessions_at_work)
         # One daemon per checkpoint (raises CheckpointError); a state folder others could change is refused.

@@ -79,6 +79,9 @@ WEB_CONFIG_FILE = option("web-config-file", type=PATH, default=None, metavar="PA
                          help="TLS and basic auth for every route, in the Prometheus exporters' web config format "
                               "(tls_server_config, basic_auth_users with bcrypt hashes, http_server_config.headers).")
 access_options = options(ALLOWED_HOST, WEB_CONFIG_FILE)
+BUDGETS_FILE = option("budgets-file", type=PATH, default=None, metavar="PATH",
+                      help="Monthly AI-credit budgets (YAML, or TOML by its .toml suffix) per repository pattern, "
+                           "user.name or team, exposed as copilot_budget_* metrics and shown in the web view.")
 # What every command that reads sessions takes.
 reading_options = options(COPILOT_HOME, MAX_LINE_BYTES, LOG_LEVEL)
 # What the commands that export traces take.

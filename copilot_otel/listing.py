@@ -26,6 +26,7 @@ from rich.text import Text
 
 from .catalog import Catalog
 from .display import ago, clock_time, count, where
+from .summary import credits_text
 from .owner import NotOurs, connect_own, describe_uid, listener_uid
 from .liveness import StuckPolicy
 from .overview import MAX_PAGE_SIZE
@@ -172,15 +173,17 @@ def render(statuses: list[SessionStatus], console: Console, *, now: float | None
     each cut to the terminal's width, never wrapped. Piped, the same lines without colour."""
     now = time.time() if now is None else now
     wide = console.width >= WIDE
-    head = f"{'SESSION':<8}  {'STATE':<12}  {'LAST':<8} {'TURNS':>5} {'TOKENS':>7} {'PREMIUM':>7}  {'LAST END':<13}"
+    head = (f"{'SESSION':<8}  {'STATE':<12}  {'LAST':<8} {'TURNS':>5} {'TOKENS':>7} {'PREMIUM':>7} {'CREDITS':>8}  "
+            f"{'LAST END':<13}")
     if wide:
         head += f"  {'STARTED':<12}  {'MODEL':<18}  REPOSITORY / FOLDER"
     lines: list[tuple[str, str]] = [(head, "bold")]
     for status in statuses:
         s = status.summary
         premium = f"{s.premium_requests:g}" if s.premium_requests else "-"
+        credits = credits_text(s.nano_aiu, s.credits_status) if s.nano_aiu or s.credits_status else "-"
         line = (f"{s.session_id[:8]:<8}  {status.state:<12}  {ago(s.last_event_ns, now):<8} {s.turns:>5} "
-                f"{count(s.tokens):>7} {premium:>7}  {s.last_end or '-':<13}")
+                f"{count(s.tokens):>7} {premium:>7} {credits:>8}  {s.last_end or '-':<13}")
         started = clock_time(s.started_ns, now)
         if wide:
             lines.append((f"{line}  {started:<12}  {(s.model or '-')[:18]:<18}  {where(s) or '-'}",

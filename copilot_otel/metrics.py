@@ -57,6 +57,9 @@ _CAPPED_POSITIONS: dict[Metric, tuple[str | None, ...]] = {
     Metric.LLM_TIME_TO_FIRST_TOKEN: (MODEL,),
     Metric.PREMIUM_REQUESTS: (MODEL, REPOSITORY),
     Metric.AUTOPILOT_PREMIUM_REQUESTS: (MODEL, REPOSITORY),
+    Metric.AI_CREDITS: (MODEL, REPOSITORY),
+    Metric.AUTOPILOT_AI_CREDITS: (MODEL, REPOSITORY),
+    Metric.LLM_CALLS_WITHOUT_CREDITS: (MODEL, None, REPOSITORY),
     Metric.CODE_LINES: (None, REPOSITORY),
     Metric.FILES_MODIFIED: (REPOSITORY,),
 }
@@ -177,6 +180,7 @@ class Metrics:
                  max_label_values: int = DEFAULT_MAX_LABEL_VALUES) -> None:
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
         self.repository_label = repository_label
+        self.budget_meter = None  # add_budgets(): the --budgets-file's metrics
         r = self.registry
         repo = REPOSITORY_LABEL
         self.sessions_started = Counter("copilot_sessions_started", "Sessions started (session.start), by repository.",
@@ -208,6 +212,14 @@ class Metrics:
         self.autopilot_premium_requests = Counter(
             "copilot_autopilot_premium_requests", "The premium requests spent on autopilot continuations.",
             ["model", repo], registry=r)
+        self.ai_credits = Counter("copilot_ai_credits", "AI credits (1 credit = 1e9 nano AIU) by model and repository.",
+                                  ["model", repo], registry=r)
+        self.autopilot_ai_credits = Counter("copilot_autopilot_ai_credits",
+                                            "The AI credits spent in interactions autopilot started.", ["model", repo],
+                                            registry=r)
+        self.llm_calls_without_credits = Counter(
+            "copilot_llm_calls_without_credits", "LLM calls that reported no AI credits, by the CLI's status.",
+            ["model", "status", repo], registry=r)
         self.code_lines = Counter("copilot_code_lines", "Lines of code the agent added or removed.", ["change", repo],
                                   registry=r)
         self.files_modified = Counter("copilot_files_modified", "Files the agent modified.", [repo], registry=r)
@@ -277,6 +289,9 @@ class Metrics:
             Metric.INTERACTIONS: self.interactions,
             Metric.PREMIUM_REQUESTS: self.premium_requests,
             Metric.AUTOPILOT_PREMIUM_REQUESTS: self.autopilot_premium_requests,
+            Metric.AI_CREDITS: self.ai_credits,
+            Metric.AUTOPILOT_AI_CREDITS: self.autopilot_ai_credits,
+            Metric.LLM_CALLS_WITHOUT_CREDITS: self.llm_calls_without_credits,
             Metric.CODE_LINES: self.code_lines,
             Metric.FILES_MODIFIED: self.files_modified,
         }
@@ -323,11 +338,19 @@ class Metrics:
             child = self._children[key] = series.labels(*labels) if labels else series
         return child
 
+    def add_budgets(self, budgets: tuple, resource: Mapping[str, Any]) -> None:
+        """Expose ``budgets`` (budgets.py) and count the credits of each one's scope."""
+        from .budgets import BudgetMeter
+
+        self.budget_meter = BudgetMeter(budgets, resource, self.registry)
+
     def apply(self, update: MetricUpdate) -> None:
         """Apply one update from the session model (with its span as the exemplar, when it has one)."""
         if isinstance(update.metric, GenAi):
             self.genai.apply(update)
             return
+        if update.metric is Metric.AI_CREDITS and self.budget_meter is not None:
+            self.budget_meter.spend(update.labels[-1], update.value)
         labels = self._labels(update.metric, update.labels)
         exemplar = exemplar_labels(update.exemplar)
         if update.metric in HISTOGRAMS:
@@ -346,6 +369,8 @@ class Metrics:
             if isinstance(update.metric, GenAi):
                 self.genai.apply(update)
                 continue
+            if update.metric is Metric.AI_CREDITS and self.budget_meter is not None:
+                self.budget_meter.spend(update.labels[-1], update.value)
             labels = self._labels(update.metric, update.labels)
             if update.metric in HISTOGRAMS:
                 self._child(update.metric, labels).observe(update.value, exemplar_labels(update.exemplar))

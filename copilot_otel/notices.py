@@ -14,6 +14,7 @@ from pathlib import Path
 
 from . import attrs as A
 from .display import count, duration, plural, where
+from .summary import credits_text
 from .follow import Follower
 from .liveness import StuckPolicy
 from .records import SpanRecord
@@ -57,6 +58,8 @@ class SessionNotices:
             return
         took = duration(max(0, summary.last_event_ns - summary.started_ns) / 1e9)
         premium = f", {summary.premium_requests:g} premium requests" if summary.premium_requests else ""
+        if summary.nano_aiu:
+            premium += f", {credits_text(summary.nano_aiu, summary.credits_status)} AI credits"
         log.info("session %s ended (%s) after %s: %s, %s, %s, %s tokens%s", follower.session_id, how, took,
                  plural(summary.interactions, "interaction"), plural(summary.turns, "turn"),
                  plural(summary.tool_calls, "tool call"), count(summary.tokens), premium)

@@ -76,6 +76,8 @@ def row_json(row: Row) -> dict:
         "input_tokens": s.input_tokens, "output_tokens": s.output_tokens, "tokens": s.tokens,
         "cache_read_tokens": s.cache_read_tokens, "premium_requests": round(s.premium_requests, 2),
         "nudge_premium_requests": round(s.nudge_premium_requests, 2), "last_end": s.last_end,
+        "nano_aiu": s.nano_aiu, "nudge_nano_aiu": s.nudge_nano_aiu, "ai_credits": s.nano_aiu / 1e9,
+        "credits_status": s.credits_status,
     }
 
 

@@ -23,13 +23,15 @@ def run_daemon(config: Config) -> int:
     from .catalog import Catalog
     from .endpoint import Endpoint, web_config_of
     from .overview import DaemonSessions
+    from .resource import resource_attributes
     from .web import WebView
 
     try:
         web_config = web_config_of(config)  # a bad file is said before anything starts
         daemon = Daemon(config, freeze_gc=True)
         catalog = Catalog(daemon.root, cache_file=config.summary_cache, max_line_bytes=config.max_line_bytes)
-        view = WebView(DaemonSessions(daemon, catalog=catalog), trace_url=config.trace_url)
+        view = WebView(DaemonSessions(daemon, catalog=catalog), trace_url=config.trace_url,
+                       budgets=config.budgets, resource=resource_attributes())
         # The socket is made while the daemon holds the state folder's lock: one daemon, one socket.
         endpoint = Endpoint(config, daemon.metrics.registry, view.routes(), health=daemon.health,
                             unix_socket=config.daemon_socket, web_config=web_config)

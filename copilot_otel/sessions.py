@@ -270,6 +270,7 @@ class SessionModel:
         # Per-call premium requests (and, on CLIs that log no usage per call, tokens) are checked against the totals.
         self._calls.reconcile(event.data.get("modelMetrics"), cumulative=cumulative,
                               tokens=self._normalize.synthesizes_calls)
+        self._calls.credits.shutdown(event.data.get("modelMetrics"), cumulative=cumulative)
         self._changes.shutdown(event.data, cumulative=cumulative)
         self._calls.new_process()  # a resume starts a new process
         self._changes.new_process()
@@ -305,6 +306,9 @@ class SessionModel:
         usage = Usage.of(event)
         if usage is not None and self._calls.first_report(event, usage):
             self._llm_call(event, usage)
+
+    def _on_usage_checkpoint(self, event: Event) -> None:
+        self._calls.credits.checkpoint(event.data)
 
     def _on_call_start(self, event: Event) -> None:
         self._calls.started(event)
@@ -354,6 +358,7 @@ _HANDLERS: dict[str, Callable[[SessionModel, Event], None]] = {
     "assistant.turn_start": SessionModel._on_turn_start,
     "assistant.turn_end": SessionModel._on_turn_end,
     "session.usage_record": SessionModel._on_usage_record,
+    "session.usage_checkpoint": SessionModel._on_usage_checkpoint,
     "assistant.usage": SessionModel._on_usage_record,
     "model.call_start": SessionModel._on_call_start,
     "model.call_finished": SessionModel._on_call_finished,

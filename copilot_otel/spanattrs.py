@@ -13,7 +13,7 @@ import orjson
 from . import attrs as A
 from .spans import Totals
 from .views import SessionError, SessionFacts, Usage
-from .vocab import MAIN_AGENT
+from .vocab import COMPLETE, MAIN_AGENT, PARTIAL, UNAVAILABLE
 
 # A BYOK provider's kind (usage.modelProvider, else usage.providerType) -> gen_ai.provider.name
 _BYOK_PROVIDERS = {"openai": "openai", "azure": "azure.ai.openai", "azure_openai": "azure.ai.openai",
@@ -177,6 +177,11 @@ def chat(session_id: str, agent: str, usage: Usage, model: str, turn: tuple[str,
         value = fields.get(key)
         if isinstance(value, (int, float, str)) and not isinstance(value, bool) and value != "":
             attributes[attr] = value
+    amount, status = usage.nano_aiu, usage.credits_status
+    if amount is not None:
+        attributes[A.COPILOT_NANO_AIU] = amount
+    if status is not None and status != COMPLETE:
+        attributes[A.COPILOT_AI_CREDITS_STATUS] = status
     if turn is not None:
         attributes[A.COPILOT_TURN_ID], attributes[A.COPILOT_INTERACTION_ID] = turn
     return attributes, tokens
@@ -213,6 +218,10 @@ def invocation_totals(totals: Totals) -> dict[str, Any]:
     if totals.cost is not None:
         attributes[A.COPILOT_COST] = totals.cost
         attributes[A.COPILOT_PREMIUM_REQUESTS] = totals.premium_requests
+    if totals.nano_aiu is not None:
+        attributes[A.COPILOT_NANO_AIU] = totals.nano_aiu
+    if totals.unpriced_calls:  # some calls reported no amount: the sum is not the whole cost
+        attributes[A.COPILOT_AI_CREDITS_STATUS] = PARTIAL if totals.nano_aiu is not None else UNAVAILABLE
     return attributes
 
 

@@ -87,6 +87,8 @@ class Totals:
     tokens: dict[str, int] = field(default_factory=dict)  # by copilot_tokens_total{type}
     cost: float | None = None  # sum of the calls' usage.cost; None while no call reported one
     premium_requests: float = 0.0
+    nano_aiu: int | None = None  # AI credits of the calls that reported an amount; None while none did
+    unpriced_calls: int = 0  # calls that reported no amount
 
 
 @dataclass(slots=True)

@@ -31,6 +31,11 @@ class Tally:
     cache_read_tokens: int = 0
     premium_requests: float = 0.0  # sum of usage.cost over user-initiated calls (Copilot subscriptions)
     nudge_premium_requests: float = 0.0  # the part of it spent on autopilot nudges
+    nano_aiu: int = 0  # AI credits in nano AIU: the calls' amounts, then what the CLI's totals add
+    nudge_nano_aiu: int = 0  # the part of it spent in interactions autopilot started
+    priced_calls: int = 0  # LLM calls that reported an amount of AI credits
+    unpriced_calls: int = 0  # and those that did not
+    credits_status: str | None = None  # the CLI's own aiCreditsStatus of its totals, once it wrote one
     last_end: str | None = None  # how the last interaction ended (an END_* value)
 
 
@@ -62,11 +67,25 @@ class SessionSummary:
     premium_requests: float
     nudge_premium_requests: float
     last_end: str | None
+    nano_aiu: int = 0
+    nudge_nano_aiu: int = 0
+    credits_status: str | None = None  # complete, partial, unavailable; None: no call yet
+
+    @property
+    def ai_credits(self) -> float:
+        """AI credits (1 credit = 1e9 nano AIU)."""
+        return self.nano_aiu / 1e9
 
     @property
     def tokens(self) -> int:
         """Input and output tokens (cache reads are part of the input)."""
         return self.input_tokens + self.output_tokens
+
+
+def credits_text(nano_aiu: int, status: str | None = None) -> str:
+    """'8.67' AI credits (two decimals; '<0.01' for less), '8.67+' when some calls reported no amount."""
+    text = f"{nano_aiu / 1e9:,.2f}" if nano_aiu >= 10_000_000 or not nano_aiu else "<0.01"
+    return text + "+" if status in ("partial", "unavailable") else text
 
 
 def summarize(session_id: str, state: str, ended: str | None, facts: "SessionFacts", tally: Tally,
@@ -76,4 +95,13 @@ def summarize(session_id: str, state: str, ended: str | None, facts: "SessionFac
         session_id, state, ended, facts.model, facts.cwd, facts.cli_version, facts.repository, facts.branch,
         tally.first_event_ns, last_event_ns, waiting[0], waiting[1], tally.interactions, tally.nudges, tally.turns,
         tally.llm_calls, tally.tool_calls, tally.tool_failures, tally.input_tokens, tally.output_tokens,
-        tally.cache_read_tokens, tally.premium_requests, tally.nudge_premium_requests, tally.last_end)
+        tally.cache_read_tokens, tally.premium_requests, tally.nudge_premium_requests, tally.last_end,
+        tally.nano_aiu, tally.nudge_nano_aiu,
+        tally.credits_status or status_of(tally.priced_calls, tally.unpriced_calls))
+
+
+def status_of(priced: int, unpriced: int) -> str | None:
+    """complete, partial or unavailable for calls of which ``priced`` reported an amount; None: no calls."""
+    if unpriced == 0:
+        return "complete" if priced else None
+    return "partial" if priced else "unavailable"

@@ -18,6 +18,7 @@ from rich.tree import Tree
 
 from . import attrs as A
 from .display import clock_time, count, duration, iso_time, plural, where
+from .summary import credits_text
 from .records import STATUS_ERROR, STATUS_OK, SpanRecord
 from .safe_text import safe
 from .snapshot import Snapshot
@@ -46,6 +47,8 @@ class Totals:
     input_tokens: int = 0
     output_tokens: int = 0
     premium_requests: float = 0.0
+    nano_aiu: int = 0  # AI credits of the calls that reported an amount
+    unpriced_calls: int = 0  # calls that reported none
 
     def add(self, span: SpanRecord) -> None:
         a = span.attributes
@@ -57,6 +60,11 @@ class Totals:
             cost = a.get(A.COPILOT_COST)
             if a.get(A.COPILOT_INITIATOR) == "user" and isinstance(cost, (int, float)) and cost > 0:
                 self.premium_requests += cost
+            amount = a.get(A.COPILOT_NANO_AIU)
+            if isinstance(amount, int):
+                self.nano_aiu += amount
+            elif span.status != STATUS_ERROR:
+                self.unpriced_calls += 1
         elif operation == A.OP_EXECUTE_TOOL:
             self.tool_calls += 1
             self.tool_failures += span.status == STATUS_ERROR
@@ -74,6 +82,8 @@ class Totals:
                  plural(self.tool_calls, "tool") + failed, f"{count(self.tokens)} tokens"]
         if self.premium_requests:
             parts.append(f"{self.premium_requests:g} premium")
+        if self.nano_aiu:
+            parts.append(f"{credits_text(self.nano_aiu, 'partial' if self.unpriced_calls else None)} AI credits")
         return " · ".join(parts)
 
 
@@ -201,6 +211,8 @@ def header(snapshot: Snapshot) -> Group:
     totals = Totals()  # from the spans, as each interaction's: what ran, the work still running included
     for span in snapshot.spans:
         totals.add(span)
+    if summary.nano_aiu:  # the session's, with what the CLI's totals added (the headless stream's credits)
+        totals.nano_aiu, totals.unpriced_calls = summary.nano_aiu, int(summary.credits_status in ("partial", "unavailable"))
     lines.append(_line((f"  {plural(summary.interactions, 'interaction')} · {totals.text()}", "dim")))
     return Group(*lines)
 

@@ -96,6 +96,22 @@ class Usage:
             return None
         return Usage(usage, as_str(usage.get("model")), as_str(usage.get("apiCallId")), as_num(usage.get("duration")))
 
+    @property
+    def nano_aiu(self) -> int | None:
+        """The call's AI credits in nano AIU (``copilotUsage.totalNanoAiu``), or None when it reported no
+        amount (no copilotUsage, or ``aiCreditsStatus: unavailable``: then zero is no zero-cost claim)."""
+        billed = self.fields.get("copilotUsage")
+        total = billed.get("totalNanoAiu") if isinstance(billed, dict) else None
+        if self.credits_status == "unavailable" or not isinstance(total, (int, float)) or isinstance(total, bool) \
+                or not 0 <= total < 1e18:
+            return None
+        return round(total)
+
+    @property
+    def credits_status(self) -> str | None:
+        """``aiCreditsStatus`` as the CLI wrote it (complete, partial, unavailable), or None."""
+        return as_str(self.fields.get("aiCreditsStatus"))
+
     @staticmethod
     def known(model: str | None, duration: Any) -> "Usage":
         """A call known only by its model and duration (the headless stream)."""

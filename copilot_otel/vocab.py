@@ -79,6 +79,9 @@ class Metric(enum.Enum):
     INTERACTIONS = "copilot_interactions"
     PREMIUM_REQUESTS = "copilot_premium_requests"
     AUTOPILOT_PREMIUM_REQUESTS = "copilot_autopilot_premium_requests"
+    AI_CREDITS = "copilot_ai_credits"
+    AUTOPILOT_AI_CREDITS = "copilot_autopilot_ai_credits"
+    LLM_CALLS_WITHOUT_CREDITS = "copilot_llm_calls_without_credits"
     CODE_LINES = "copilot_code_lines"
     FILES_MODIFIED = "copilot_files_modified"
 
@@ -90,8 +93,17 @@ class Metric(enum.Enum):
 # The metrics attributed to a repository: their last label is `repository`, the session's "owner/name"
 # ("" outside a repository, or when the daemon runs with --no-repository-label). The model adds it.
 ATTRIBUTED = frozenset({Metric.SESSIONS_STARTED, Metric.LLM_CALLS, Metric.TOKENS, Metric.PREMIUM_REQUESTS,
-                        Metric.AUTOPILOT_PREMIUM_REQUESTS, Metric.CODE_LINES, Metric.FILES_MODIFIED})
+                        Metric.AUTOPILOT_PREMIUM_REQUESTS, Metric.CODE_LINES, Metric.FILES_MODIFIED,
+                        Metric.AI_CREDITS, Metric.AUTOPILOT_AI_CREDITS, Metric.LLM_CALLS_WITHOUT_CREDITS})
 REPOSITORY_LABEL = "repository"
+
+
+# aiCreditsStatus: whether a sum of AI credits covers its calls (the CLI's words); a call that reported
+# neither an amount nor a status (older CLIs, the headless stream) is unreported.
+COMPLETE = "complete"
+PARTIAL = "partial"
+UNAVAILABLE = "unavailable"
+UNREPORTED = "unreported"
 
 
 # What the model reports about input it could not use (besides what it exports).

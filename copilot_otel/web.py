@@ -18,10 +18,12 @@ import asyncio
 import logging
 import time
 from pathlib import Path
+from typing import Any, Mapping
 
 import orjson
 from aiohttp import web
 
+from .budgets import progress
 from .overview import STATE_ORDER, Board, Source, page, row_json
 from .server import SERVER
 from .waterfall import PAGE_SPANS, Page, TraceCache
@@ -47,8 +49,10 @@ class WebView:
     Who may see them (the token, the Host check) is the server's business: ``access.Gate``.
     """
 
-    def __init__(self, source: Source, *, trace_url: str | None = None, cache: TraceCache | None = None) -> None:
+    def __init__(self, source: Source, *, trace_url: str | None = None, cache: TraceCache | None = None,
+                 budgets: tuple = (), resource: Mapping[str, Any] | None = None) -> None:
         self.source = source
+        self.budgets, self.resource = budgets, resource or {}  # --budgets-file: each one's progress
         self.trace_url = trace_url
         self.cache = cache or TraceCache(source.options, max_line_bytes=source.max_line_bytes)
         self._files = {name: (STATIC / name).read_bytes() for name in (*ASSETS, *PAGES)}
@@ -117,6 +121,8 @@ class WebView:
         home = getattr(self.source, "copilot_home", None)
         if home is not None:  # `copilot-otel sessions` asks a daemon only about the COPILOT_HOME it reads
             body["copilot_home"] = str(home)
+        if self.budgets:
+            body["budgets"] = progress(self.budgets, self.resource, (r.summary for r in board.rows), time.time())
         return orjson.dumps(body)
 
     async def _sessions_stream(self, request: web.Request) -> web.StreamResponse:

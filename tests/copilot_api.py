@@ -10,6 +10,10 @@ Copilot API instead of a BYOK provider, write sessions with ``isByok: false`` (p
         # 1.0.24+: also COPILOT_DEBUG_GITHUB_API_URL=api.url (1.0.102 turns its OTel export off
         # when its GitHub-API calls fail); never COPILOT_OFFLINE (1.0.102 then wants BYOK)
 
+With ``credits="complete"`` (or ``"partial"``: only the calls of even steps) the last chunk of
+each completion carries ``copilot_usage`` (``total_nano_aiu``, ``token_details``), the AI credits
+the real API reports; the CLI then logs ``copilotUsage`` and ``aiCreditsStatus`` per call.
+
 It answers ``GET /models`` with models the CLI knows (capabilities, limits, billing
 multiplier, policy) and serves ``POST /chat/completions`` with the scripted replies and
 provider behaviours of tests/provider.py (same ``[scenario:...]`` / ``[provider:...]``
@@ -34,7 +38,7 @@ import re
 import threading
 from dataclasses import dataclass, field
 
-from tests.provider import ScriptedProvider, _Handler
+from tests.provider import Ctx, Reply, ScriptedProvider, Usage, _Handler
 
 DUMMY_TOKEN = "gho_copilototeldummy"  # not a real token (too short); the CLI only checks the prefix (gho_, ghu_ or github_pat_)
 COPILOT_MODEL = "claude-sonnet-4.5"  # premium, multiplier 1: one user-initiated call costs 1
@@ -48,6 +52,20 @@ _MODELS = (
     ("gpt-5-mini", "GPT-5 mini", "Azure OpenAI", "gpt-5-mini", 0.0),
 )
 MULTIPLIERS = {m[0]: m[4] for m in _MODELS}
+
+# AI credits (Copilot's billing unit since 2026-06-01): nano AIU per token, by token type, at
+# batch_size 1 (1 credit = 1e9 nano AIU = $0.01; these are $3, $0.30 and $15 per million tokens).
+NANO_AIU_PER_TOKEN = {"input": 300_000, "cache_read": 30_000, "output": 1_500_000}
+CREDITS = ("none", "complete", "partial")  # copilot_usage: never, on every call, on the calls of even steps
+
+
+def copilot_usage(model: str, usage: Usage) -> dict:
+    """The ``copilot_usage`` field the Copilot API sends with a completion, for this usage."""
+    counts = {"input": usage.prompt_tokens - usage.cached_tokens, "cache_read": usage.cached_tokens,
+              "output": usage.completion_tokens}
+    details = [{"token_type": t, "token_count": n, "batch_size": 1, "cost_per_batch": NANO_AIU_PER_TOKEN[t], "model": model}
+               for t, n in counts.items() if n > 0]
+    return {"total_nano_aiu": sum(d["token_count"] * d["cost_per_batch"] for d in details), "token_details": details}
 
 
 def model_entry(model_id: str, name: str, vendor: str, family: str, multiplier: float) -> dict:
@@ -189,10 +207,22 @@ class CopilotApi(ScriptedProvider):
     handler_class = _ApiHandler
     stream_by_default = False  # as the real API: 0.0.x CLIs' sub-agents ask without "stream" and read one object
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0, behaviour: str = "normal") -> None:
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, behaviour: str = "normal", credits: str = "none") -> None:
+        assert credits in CREDITS, credits
         super().__init__(host, port, behaviour)
+        self.credits = credits
         self.requests: list[ApiRequest] = []
         self._log_lock = threading.Lock()
+        self.billed: list[dict] = []  # every copilot_usage sent, in order
+
+    def copilot_usage(self, model: str, reply: Reply, ctx: Ctx | None) -> dict | None:
+        """AI credits for this reply, per ``credits``; None: the field is left out (the CLI says unavailable)."""
+        if self.credits == "none" or reply.usage is None or (self.credits == "partial" and ctx is not None and ctx.step % 2):
+            return None
+        billed = copilot_usage(model, reply.usage)
+        with self._log_lock:
+            self.billed.append(billed)
+        return billed
 
     def _log_request(self, entry: ApiRequest) -> None:
         with self._log_lock:

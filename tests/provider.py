@@ -722,14 +722,18 @@ class _Handler(BaseHTTPRequestHandler):
                 for tc in reply.tool_calls
             ]
         assert reply.usage is not None
-        self._json(200, {
+        answer = {
             "id": response_id(behaviour, barg, ctx),
             "object": "chat.completion",
             "created": int(time.time()),
             "model": model,
             "choices": [{"index": 0, "message": message, "finish_reason": reply.finish_reason}],
             "usage": reply.usage.as_openai(),
-        })
+        }
+        billed = self.server.owner.copilot_usage(model, reply, ctx)
+        if billed is not None:
+            answer["copilot_usage"] = billed
+        self._json(200, answer)
 
     def _stream(self, model: str, reply: Reply, ctx: Ctx | None, behaviour: str = "normal", barg: int | None = None) -> None:
         self.send_response(200)
@@ -744,6 +748,9 @@ class _Handler(BaseHTTPRequestHandler):
             chunk = dict(base, choices=[{"index": 0, "delta": delta, "finish_reason": finish}])
             if usage is not None:
                 chunk["usage"] = usage
+                billed = self.server.owner.copilot_usage(model, reply, ctx)
+                if billed is not None:  # the Copilot API's amount, in the last chunk (tests/copilot_api.py)
+                    chunk["copilot_usage"] = billed
             self.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
             self.wfile.flush()
 
@@ -877,6 +884,10 @@ class ScriptedProvider:
         with self._lock:
             seen = self._attempts[key] = self._attempts.get(key, 0) + 1
         return seen <= attempts
+
+    def copilot_usage(self, model: str, reply: Reply, ctx: Ctx | None) -> dict | None:
+        """The ``copilot_usage`` (AI credits) of a reply: a BYOK provider sends none."""
+        return None
 
     def _record(self, served: Served) -> None:
         with self._lock:

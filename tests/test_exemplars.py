@@ -23,7 +23,7 @@ from tests.support.otlp_json import read_spans
 from tests.support.scrape import value
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "cli" / "1.0.102"
-SCENARIOS = ("plain", "subagent", "failing_tool")
+SCENARIOS = ("plain", "subagent", "failing_tool", "credits_complete")
 OPENMETRICS = "application/openmetrics-text; version=1.0.0"
 # Each series with exemplars, the span name its exemplars must lead to, and the label that names what the span
 # names in its attribute.
@@ -34,6 +34,7 @@ LINKED = {
     "copilot_tool_calls_total": ("execute_tool ", "tool", "gen_ai.tool.name"),
     "copilot_tool_duration_seconds_bucket": ("execute_tool ", "tool", "gen_ai.tool.name"),
     "copilot_turns_total": ("turn", None, None),
+    "copilot_ai_credits_total": ("chat ", "model", "gen_ai.request.model"),
     "copilot_turn_duration_seconds_bucket": ("turn", None, None),
 }
 

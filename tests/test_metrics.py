@@ -23,9 +23,12 @@ from tests.support.scrape import by_label, value
 from tests.support.model import label
 
 FAST = ("--idle-quiet", "0.3", "--rescan-interval", "1")
-# Counted only with a Copilot subscription (premium requests) or when an agent changes code.
+# Counted only with a Copilot subscription (premium requests, AI credits), when an agent changes code, or
+# with --budgets-file (the budgets and their month-to-date rule).
 COST_METRICS = ("copilot_premium_requests_total", "copilot_autopilot_premium_requests_total",
-                "copilot_code_lines_total", "copilot_files_modified_total")
+                "copilot_code_lines_total", "copilot_files_modified_total", "copilot_ai_credits_total",
+                "copilot_autopilot_ai_credits_total", "copilot_llm_calls_without_credits_total",
+                "copilot:ai_credits:month_to_date", "copilot_budget_", "copilot:budget_ai_credits")
 
 
 def derived_counts(runs) -> dict[str, Counter]:
@@ -207,9 +210,16 @@ def test_every_dashboard_query_runs_against_real_data(corpus_daemon):
 
 
 def test_alert_rules_load_and_stay_quiet(corpus_daemon):
-    """The shipped rules load into the real Prometheus and none fires on a healthy corpus."""
+    """The shipped rules load into the real Prometheus and none fires on a healthy corpus (the credits group
+    runs once a minute: its first evaluation is waited for)."""
     _, prometheus = corpus_daemon
-    rules = json.load(__import__("urllib.request").request.urlopen(f"{prometheus.url}/api/v1/rules"))
+
+    def rules_now():
+        return json.load(__import__("urllib.request").request.urlopen(f"{prometheus.url}/api/v1/rules"))
+
+    wait_until(lambda: all(r["health"] != "unknown" for g in rules_now()["data"]["groups"] for r in g["rules"]),
+               timeout=120, what="every rule group evaluated once")
+    rules = rules_now()
     names = {r["name"] for g in rules["data"]["groups"] for r in g["rules"]}
     assert {"CopilotSessionStuck", "CopilotSessionAbandoned", "CopilotOtelDown"} <= names
     assert all(r["health"] == "ok" for g in rules["data"]["groups"] for r in g["rules"])

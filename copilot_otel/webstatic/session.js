@@ -58,7 +58,12 @@ function facts() {
     ["turns", s.turns], ["LLM calls", s.llm_calls],
     ["tools", s.tool_failures ? `${s.tool_calls} (${s.tool_failures} failed)` : s.tool_calls],
     ["tokens", `${fmtNumber(s.input_tokens)} in, ${fmtNumber(s.output_tokens)} out`],
-    ["premium requests", s.premium_requests], ["last interaction", s.last_end],
+    ["premium requests", s.premium_requests],
+    ["AI credits", s.nano_aiu || s.credits_status ? `${(s.nano_aiu / 1e9).toFixed(2)}` +
+      (s.nudge_nano_aiu ? ` (${(s.nudge_nano_aiu / 1e9).toFixed(2)} autopilot)` : "") +
+      (s.credits_status && s.credits_status !== "complete" ? ` · ${s.credits_status}: some calls reported no amount` : "")
+      : null],
+    ["last interaction", s.last_end],
     ["waiting on", s.waiting_on ? el("span", {}, s.waiting_on, " for ",
       el("span", {dataset: {since: s.waiting_since_ms}})) : null],
   ];

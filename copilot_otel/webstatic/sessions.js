@@ -37,6 +37,18 @@ function fillSelect(select, entries, current, label) {
   select.replaceChildren(...options);
 }
 
+// AI credits (1 credit = 1e9 nano AIU); "+" when some calls reported no amount (the sum is not the whole cost).
+function fmtCredits(s) {
+  if (!s.nano_aiu && !s.credits_status) return "";
+  const partial = s.credits_status === "partial" || s.credits_status === "unavailable";
+  const text = s.nano_aiu && s.nano_aiu < 1e7 ? "<0.01" : (s.nano_aiu / 1e9).toFixed(2);
+  return text + (partial ? "+" : "");
+}
+
+function creditsTitle(s) {
+  return s.credits_status ? `${s.nano_aiu || 0} nano AIU (${s.credits_status})` : "";
+}
+
 function row(s) {
   const link = el("a", {href: `/session/${encodeURIComponent(s.id)}`, title: s.id}, s.id.slice(0, 8));
   const waiting = s.waiting_on
@@ -53,15 +65,37 @@ function row(s) {
     el("td", {class: "mono"}, waiting),
     el("td", {class: "num"}, fmtNumber(s.turns)),
     el("td", {class: "num", title: `${s.input_tokens} in, ${s.output_tokens} out`}, fmtNumber(s.tokens)),
-    el("td", {class: "num"}, s.premium_requests ? s.premium_requests : ""));
+    el("td", {class: "num"}, s.premium_requests ? s.premium_requests : ""),
+    el("td", {class: "num credits", title: creditsTitle(s)}, fmtCredits(s)));
   tr.addEventListener("click", (event) => {
     if (event.target.tagName !== "A") location.href = link.href;
   });
   return tr;
 }
 
+// Each budget of --budgets-file: this machine's part of it this month (Prometheus holds the fleet's).
+function renderBudgets(budgets) {
+  const section = document.getElementById("budgets");
+  section.hidden = !budgets || budgets.length === 0;
+  if (section.hidden) return;
+  section.replaceChildren(el("h2", {}, "AI-credit budgets this month (this machine)"), ...budgets.map((b) => {
+    const spent = b.nano_aiu / 1e9;
+    const scope = [b.repository && `repositories ${b.repository}`, b.user && `user ${b.user}`, b.team && `team ${b.team}`]
+      .filter(Boolean).join(", ") || "everything";
+    const level = b.share >= 1 ? "over" : b.share >= b.warn_at ? "warn" : "ok";
+    return el("div", {class: `budget budget-${level}`, dataset: {budget: b.name}},
+      el("span", {class: "budget-name"}, b.name),
+      el("progress", {max: 1, value: Math.min(b.share, 1), title: `warns at ${Math.round(b.warn_at * 100)}%`}),
+      el("span", {class: "budget-figures"}, b.this_machine
+        ? `${spent.toFixed(2)} of ${b.ai_credits} AI credits (${Math.round(b.share * 100)}%)`
+        : `not this machine's (${scope})`),
+      el("span", {class: "dim"}, ` ${scope}`));
+  }));
+}
+
 function render(data) {
   lastPage = data;
+  renderBudgets(data.budgets);
   const states = Object.entries(data.states).filter(([, n]) => n > 0);
   document.getElementById("counts").replaceChildren(
     `${data.total} sessions: `, ...states.flatMap(([state, n]) => [badge(state), ` ${n} `]));
@@ -77,7 +111,7 @@ function render(data) {
   for (const s of data.sessions) {
     if (s.state !== group) {
       group = s.state;
-      rows.push(el("tr", {class: "group", dataset: {group}}, el("th", {colspan: 10}, badge(group),
+      rows.push(el("tr", {class: "group", dataset: {group}}, el("th", {colspan: 11}, badge(group),
         ` ${data.states[group] || 0}`)));
     }
     rows.push(row(s));

@@ -36,9 +36,9 @@ PROMETHEUS_SERIES = {"up"}
 
 
 def series_names() -> set[str]:
-    """Every series name a query may select: the contract's (histograms as _bucket/_sum/_count)
-    and Prometheus's own ``up``."""
-    names = set(PROMETHEUS_SERIES)
+    """Every series name a query may select: the contract's (histograms as _bucket/_sum/_count),
+    Prometheus's own ``up``, and the recording rules of deploy/prometheus."""
+    names = set(PROMETHEUS_SERIES) | {rule["record"] for rule in alert_rules() if "record" in rule}
     for metric in CONTRACT.values():
         names |= metric.series
     return names

@@ -188,9 +188,16 @@ class SessionLog:
     def usage(self, *, agent: str | None = None, model: str | None = None, input_tokens: int = 4700,
               output_tokens: int = 42, cache_read: int = 137, cache_write: int = 0, duration_ms: float = 107,
               cost: float = 0.0, initiator: str = "user", finish_reason: str = "stop",
-              api_call_id: str | None = None, extra: dict[str, Any] | None = None) -> dict[str, Any]:
-        """session.usage_record: one LLM call, with its usage (``extra``: more usage keys, e.g. isByok)."""
+              api_call_id: str | None = None, extra: dict[str, Any] | None = None, nano_aiu: int | None = None,
+              credits: str | None = None) -> dict[str, Any]:
+        """session.usage_record: one LLM call, with its usage (``extra``: more usage keys, e.g. isByok;
+        ``nano_aiu``: its AI credits, as copilotUsage with aiCreditsStatus ``credits`` or complete)."""
         self._calls += 1
+        if nano_aiu is not None:
+            extra = {"copilotUsage": {"totalNanoAiu": nano_aiu, "tokenDetails": []},
+                     "aiCreditsStatus": credits or "complete", **(extra or {})}
+        elif credits is not None:
+            extra = {"aiCreditsStatus": credits, **(extra or {})}
         return self.add("session.usage_record", {"usage": {
             "model": model or self.model, "inputTokens": input_tokens, "outputTokens": output_tokens,
             "cacheReadTokens": cache_read, "cacheWriteTokens": cache_write, "cost": cost, "duration": duration_ms,
@@ -277,10 +284,12 @@ class SessionLog:
         return self.add("session.model_change", {"newModel": model})
 
     def shutdown(self, *, lines: tuple[int, int] = (0, 0), files: tuple[str, ...] = (),
-                 premium: dict[str, float] | None = None) -> dict[str, Any]:
+                 premium: dict[str, float] | None = None, nano_aiu: dict[str, int] | None = None) -> dict[str, Any]:
         """session.shutdown with its code changes (lines added, removed; files) and, per model, the
-        premium requests it totals (``modelMetrics[model].requests.cost``)."""
+        premium requests it totals (``modelMetrics[model].requests.cost``) and AI credits (``totalNanoAiu``)."""
         metrics = {model: {"requests": {"count": 1, "cost": cost}} for model, cost in (premium or {}).items()}
+        for model, total in (nano_aiu or {}).items():
+            metrics.setdefault(model, {"requests": {"count": 1, "cost": 0.0}})["totalNanoAiu"] = total
         return self.add("session.shutdown", {
             "shutdownType": "routine", "totalPremiumRequests": sum((premium or {}).values()), "modelMetrics": metrics,
             "codeChanges": {"linesAdded": lines[0], "linesRemoved": lines[1], "filesModified": list(files)}})

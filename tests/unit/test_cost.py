@@ -239,3 +239,65 @@ def test_a_span_cut_off_says_why_in_its_status():
     tool = fed.one("execute_tool bash")
     assert tool.status == STATUS_ERROR and tool.status_message.startswith("never ended")
     assert fed.total(Metric.INTERACTIONS, END_INCOMPLETE) == 1 and fed.total(Metric.INTERACTIONS, END_IDLE) == 0
+
+
+# ------------------------------------------------------------ AI credits (issue 22)
+
+NANO = A.COPILOT_NANO_AIU
+
+
+def _credited(*calls: dict, shutdown: dict | None = None) -> tuple:
+    """A session whose calls carry these usage keyword arguments, then a shutdown with ``shutdown`` totals."""
+    log = in_repository()
+    for call in calls:
+        log.answer(**call)
+    log.shutdown(nano_aiu=shutdown)
+    model = SessionModel(SID)
+    return feed(model, log.events()), model
+
+
+def test_a_call_without_an_amount_is_no_zero_cost():
+    """aiCreditsStatus unavailable (even with totalNanoAiu 0), a negative, a bool or a text amount: no credits
+    counted, the call counted apart by its status, the chat span says unavailable and carries no amount."""
+    fed, model = _credited(dict(nano_aiu=3_000_000_000), dict(nano_aiu=0, credits="unavailable"),
+                           dict(extra={"copilotUsage": {"totalNanoAiu": -5}, "aiCreditsStatus": "complete"}),
+                           dict(extra={"copilotUsage": {"totalNanoAiu": True}}),
+                           dict(extra={"copilotUsage": {"totalNanoAiu": "12"}}))
+    assert fed.total(Metric.AI_CREDITS) == 3.0
+    assert fed.total(Metric.LLM_CALLS_WITHOUT_CREDITS, MODEL, "unavailable") == 1
+    assert fed.total(Metric.LLM_CALLS_WITHOUT_CREDITS, MODEL, "complete") == 1
+    assert fed.total(Metric.LLM_CALLS_WITHOUT_CREDITS, MODEL, "unreported") == 2
+    chats = [s.attributes for s in fed.named(f"chat {MODEL}")]
+    assert [c.get(NANO) for c in chats] == [3_000_000_000, None, None, None, None]
+    assert chats[1][A.COPILOT_AI_CREDITS_STATUS] == "unavailable" and A.COPILOT_AI_CREDITS_STATUS not in chats[0]
+    roots = [s.attributes for s in fed.named(ROOT)]  # each answer here is an interaction of its own
+    assert [(r.get(NANO), r.get(A.COPILOT_AI_CREDITS_STATUS)) for r in roots] == [
+        (3_000_000_000, None), (None, "unavailable"), (None, "unavailable"), (None, None), (None, None)]
+    assert (model.summary().nano_aiu, model.summary().credits_status) == (3_000_000_000, "partial")
+
+
+def test_the_shutdown_adds_what_the_calls_did_not_report_and_never_takes_back():
+    """A total beyond the calls (a compaction's credits, say) is added at shutdown, exactly; a total below
+    what the calls reported subtracts nothing; a model only the totals know is counted too."""
+    fed, model = _credited(dict(nano_aiu=1_000_000_001), dict(nano_aiu=2_000_000_002),
+                           shutdown={MODEL: 3_500_000_003, "other-model": 7})
+    assert round(fed.total(Metric.AI_CREDITS, MODEL) * 1e9) == 3_500_000_003
+    assert round(fed.total(Metric.AI_CREDITS, "other-model") * 1e9) == 7
+    assert model.summary().nano_aiu == 3_500_000_010
+    fed, _ = _credited(dict(nano_aiu=4_000_000_000), shutdown={MODEL: 1_000_000_000})
+    assert fed.total(Metric.AI_CREDITS, MODEL) == 4.0
+
+
+def test_checkpoints_and_shutdowns_repeat_totals_that_count_once():
+    """session.usage_checkpoint holds the session's totals so far (per model, providerModelMetrics): the
+    amounts the calls reported are not counted again, and a shutdown after it adds nothing more."""
+    log = in_repository()
+    log.answer(nano_aiu=2_000_000_000)
+    entry = {"modelId": MODEL, "metrics": {"totalNanoAiu": 2_500_000_000, "aiCreditsStatus": "complete"}}
+    log.add("session.usage_checkpoint", {"totalNanoAiu": 2_500_000_000, "providerModelMetrics": [entry]})
+    log.add("session.usage_checkpoint", {"totalNanoAiu": 2_500_000_000, "providerModelMetrics": [entry]})
+    log.shutdown(nano_aiu={MODEL: 2_500_000_000})
+    model = SessionModel(SID)
+    fed = feed(model, log.events())
+    assert fed.total(Metric.AI_CREDITS) == 2.5
+    assert (model.summary().nano_aiu, model.summary().credits_status) == (2_500_000_000, "complete")

@@ -40,6 +40,11 @@ COUNTERS = [
     (Metric.PREMIUM_REQUESTS, (MODEL, "o/r"), "copilot_premium_requests_total", {"model": MODEL, "repository": "o/r"}),
     (Metric.AUTOPILOT_PREMIUM_REQUESTS, (MODEL, "o/r"), "copilot_autopilot_premium_requests_total",
      {"model": MODEL, "repository": "o/r"}),
+    (Metric.AI_CREDITS, (MODEL, "o/r"), "copilot_ai_credits_total", {"model": MODEL, "repository": "o/r"}),
+    (Metric.AUTOPILOT_AI_CREDITS, (MODEL, "o/r"), "copilot_autopilot_ai_credits_total",
+     {"model": MODEL, "repository": "o/r"}),
+    (Metric.LLM_CALLS_WITHOUT_CREDITS, (MODEL, "unavailable", "o/r"), "copilot_llm_calls_without_credits_total",
+     {"model": MODEL, "status": "unavailable", "repository": "o/r"}),
     (Metric.CODE_LINES, ("removed", "o/r"), "copilot_code_lines_total", {"change": "removed", "repository": "o/r"}),
     (Metric.FILES_MODIFIED, ("o/r",), "copilot_files_modified_total", {"repository": "o/r"}),
 ]
@@ -117,7 +122,7 @@ def test_exemplars_name_the_measured_spans_and_leave_the_text_format_alone():
     linked = {u.metric for u in out.metrics if u.exemplar is not None}
     assert linked & set(Metric) == {Metric.TURNS, Metric.TURN_DURATION, Metric.LLM_CALLS, Metric.LLM_CALL_DURATION,
                                     Metric.TOKENS, Metric.TOOL_CALLS, Metric.TOOL_DURATION,
-                                    Metric.LLM_TIME_TO_FIRST_TOKEN}
+                                    Metric.LLM_TIME_TO_FIRST_TOKEN, Metric.LLM_CALLS_WITHOUT_CREDITS}  # a BYOK call
     assert linked - set(Metric) == set(GenAi)  # the GenAI instruments of the OTLP push, every one
     spans = {(s.trace_id, s.span_id): s.name for s in out.spans}
     for update in out.metrics:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from copilot_otel import decode, vocab
+from copilot_otel.budgets import Budget
 from copilot_otel.metrics import LiveSession, Metrics
 from copilot_otel.pipeline import Outputs, drive, finish
 from copilot_otel.sessions import SessionModel
@@ -22,15 +23,17 @@ def daemon_registry():
     touches each of them, a bad line, an out-of-order end, a stuck session."""
     metrics = Metrics(resource=resource_attributes({}))
     metrics.add_live_sessions(lambda: [LiveSession("s-stuck", vocab.STUCK, 900.0)])
+    metrics.add_budgets((Budget("octo", 100.0, repository="octo-org/*"),), {})
     log = SessionLog("s-1")
     log.start(repository="octo-org/octo-repo")
     log.line(b"not json")
     log.user()
     log.tool_turn(("bash", "c-1"))
     log.tool_complete("never-started")
-    log.answer(cost=1.0)
+    log.answer(cost=1.0, nano_aiu=2_000_000_000)
+    log.answer(credits="unavailable")
     log.user(nudge=True)
-    log.answer(cost=1.0)
+    log.answer(cost=1.0, nano_aiu=1_000_000_000)
     log.shutdown(lines=(3, 1), files=("a.py",))
     model = SessionModel("s-1")
     metrics.apply_outputs(finish(model, drive(model, log.decoded(), Outputs(), source="x", warn=lambda *a: None)))
