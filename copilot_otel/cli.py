@@ -271,6 +271,8 @@ def sessions(state, repository, since, json, from_files, log_level, **options) -
             _fail(str(exc))
             return
         statuses, unreadable = listing.statuses, listing.unreadable
+    elif options.get("stuck_after") is not None or options.get("stuck_after_tool") is not None:
+        statuses = [status.under(config.stuck_policy) for status in statuses]  # the thresholds given, not the daemon's
     for path, reason in unreadable:
         _say(f"{path}: cannot read it ({reason})")
     chosen = select(statuses, states=states, repository=repository, since=since_time)

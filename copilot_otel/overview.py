@@ -19,7 +19,7 @@ from typing import Callable, Iterable, Mapping, NamedTuple, Protocol
 
 from .config import DEFAULT_MAX_LINE_BYTES, ModelOptions
 from .liveness import (ABANDONED_RETENTION, SessionView, StuckPolicy, live_state, lock_pids, locks_expected,
-                       pid_alive)
+                       pid_alive, silence)
 from .normalize import parse_version
 from .pipeline import Outputs, drive
 from .sessions import READ_TYPES, SessionModel
@@ -46,6 +46,18 @@ class Row(NamedTuple):
     summary: SessionSummary
     state: str  # one of STATE_ORDER
     stalled_s: float  # seconds since the last event of a stuck or abandoned session, else 0
+    silent_s: float = 0.0  # a live session: seconds since its last event (as the daemon measures it)
+    activity: str = ""  # a live session: what its log says it does (working, waiting_tool, ...), before thresholds
+    at: float = 0.0  # time.monotonic() when stalled_s and silent_s were measured (0: now)
+
+
+class Live(NamedTuple):
+    """A live session's state now, its seconds stalled and silent, and its activity (what its log says)."""
+
+    state: str
+    stalled_s: float
+    silent_s: float = 0.0
+    activity: str = ""
 
 
 _RANK = {state: i for i, state in enumerate(STATE_ORDER)}
@@ -63,11 +75,18 @@ class Board:
     built_at: float
 
 
-def row_json(row: Row) -> dict:
-    """A row as the page reads it (times in milliseconds since the epoch)."""
+def row_json(row: Row, *, monotonic: float | None = None, now: float | None = None) -> dict:
+    """A row as the page reads it (times in milliseconds since the epoch). Durations are as of now: a board
+    is rebuilt only when a state changes, the seconds since it was measured are added."""
     s = row.summary
+    elapsed = max(0.0, (time.monotonic() if monotonic is None else monotonic) - row.at) if row.at else 0.0
+    stalled = row.stalled_s + elapsed if row.state in (STUCK, ABANDONED) else 0.0
+    now_ms = int((time.time() if now is None else now) * 1000)
     return {
-        "id": s.session_id, "state": row.state, "stalled_s": round(row.stalled_s, 1), "ended": s.ended,
+        "id": s.session_id, "state": row.state, "stalled_s": round(stalled, 1),
+        "stalled_since_ms": now_ms - round(stalled * 1000) if stalled else 0,
+        "activity": row.activity or None, "silent_s": round(row.silent_s + elapsed, 1) if row.activity else None,
+        "ended": s.ended,
         "model": s.model, "repository": s.repository, "branch": s.branch, "cwd": s.cwd,
         "cli_version": s.cli_version, "started_ms": s.started_ns // 1_000_000,
         "last_ms": s.last_event_ns // 1_000_000, "waiting_on": s.waiting_on,
@@ -96,13 +115,13 @@ def page(board: Board, *, state: str | None = None, repository: str | None = Non
             "sessions": [row_json(r) for r in rows[offset:offset + limit]]}
 
 
-NOT_LIVE = (ENDED, 0.0)  # the (state, stalled seconds) of a session with no live state
+NOT_LIVE = Live(ENDED, 0.0)  # a session with no live state
 
 
 def make_board(key: tuple, summaries: Iterable[tuple[Path, SessionSummary]],
-               live: Mapping[str, tuple[str, float]], previous: Board | None = None) -> Board:
-    """Sort and count the (path, summary) of every session, each in its ``live`` (state, stalled seconds),
-    or ended.
+               live: Mapping[str, Live], previous: Board | None = None, *, at: float = 0.0) -> Board:
+    """Sort and count the (path, summary) of every session, each in its ``live`` state (measured at ``at``,
+    time.monotonic()), or ended.
 
     With the ``previous`` board, only what changed is redone: its rows are reused, its order is the
     start of the sort (nearly sorted: a linear pass) and its counts are adjusted. 10,000 sessions
@@ -116,12 +135,13 @@ def make_board(key: tuple, summaries: Iterable[tuple[Path, SessionSummary]],
     count = 0
     for path, summary in summaries:
         count += 1
-        state, stalled = live.get(summary.session_id, NOT_LIVE)
+        state, stalled, silent, activity = Live(*live.get(summary.session_id, NOT_LIVE))
         old = by_id.get(summary.session_id)
-        if old is not None and old.summary is summary and old.state == state and old.stalled_s == stalled:
+        if old is not None and old.summary is summary and old.state == state and old.stalled_s == stalled \
+                and old.activity == activity:
             continue
         row = by_id[summary.session_id] = Row(_RANK.get(state, len(_RANK)), -summary.last_event_ns,
-                                              summary.session_id, path, summary, state, stalled)
+                                              summary.session_id, path, summary, state, stalled, silent, activity, at)
         changed.append(row)
         states[state] += 1
         repositories[summary.repository or ""] += 1
@@ -129,7 +149,7 @@ def make_board(key: tuple, summaries: Iterable[tuple[Path, SessionSummary]],
             states[old.state] -= 1
             repositories[old.summary.repository or ""] -= 1
     if previous is not None and count != len(by_id):  # some went away: count again from scratch
-        return make_board(key, summaries, live)
+        return make_board(key, summaries, live, at=at)
     if previous is not None and not changed:
         return Board(key, previous.rows, previous.by_id, previous.states, previous.repositories, time.time())
     if previous is None:
@@ -185,11 +205,16 @@ class _LiveStates:
         self._lock = threading.Lock()
         self._at = -LIVE_EVERY
         self._token: object = None
-        self.states: dict[str, tuple[str, float]] = {}
+        self.states: dict[str, Live] = {}
         self.fingerprint: frozenset = frozenset()
 
-    def of(self, token: object, views: tuple[SessionView, ...]) -> dict[str, tuple[str, float]]:
-        """session id -> (state, seconds stalled) of the live ones; ``token`` moves when the views do."""
+    @property
+    def at(self) -> float:
+        """time.monotonic() when the states were last measured."""
+        return self._at
+
+    def of(self, token: object, views: tuple[SessionView, ...]) -> dict[str, Live]:
+        """session id -> state of the live ones; ``token`` moves when the views do."""
         with self._lock:
             monotonic = time.monotonic()
             if token != self._token or monotonic - self._at >= LIVE_EVERY:
@@ -198,9 +223,10 @@ class _LiveStates:
                 for view in views:
                     live = live_state(view, now=now, policy=self.policy, alive=probe, monotonic=monotonic)
                     if live is not None:
-                        states[view.session_id] = live
+                        quiet = max(0.0, silence(view, now=now, monotonic=monotonic))
+                        states[view.session_id] = Live(live[0], live[1], quiet, view.state)
                 self.states, self._token, self._at = states, token, monotonic
-                self.fingerprint = frozenset((sid, state) for sid, (state, _s) in states.items())
+                self.fingerprint = frozenset((sid, live.state, live.activity) for sid, live in states.items())
             return self.states
 
 
@@ -229,7 +255,7 @@ class _Boarded:
             key = self.change_key()
             if self._board is not None and self._board.key == key:
                 return self._board
-            self._board = make_board(key, self._summaries(), self._live.states, self._board)
+            self._board = make_board(key, self._summaries(), self._live.states, self._board, at=self._live.at)
             return self._board
 
 

@@ -66,3 +66,44 @@ def test_a_session_abandoned_before_a_restart_is_still_abandoned_after_it(cli, p
                                             "--json").stdout)
     assert from_files["state"] == inspected["session"]["state"] == "abandoned"
     assert len(complete_lines_spans(traces)) == spans_before
+
+
+def test_sessions_applies_its_thresholds_and_durations_move_between_polls(cli, provider, browser, tmp_path):
+    """bash sleeps 40 s; the daemon calls a tool stuck after 1 s. `sessions` asked with
+    --stuck-after-tool 1800,bash=7200 applies those to what the daemon answers and says waiting_tool, as
+    `sessions --from-files` and `inspect` do with them, while without them it says the daemon's stuck. The
+    stuck duration moves: /api/sessions' stalled_s grows between two polls, and the page's ticks on its own."""
+    home, state = tmp_path / "home", tmp_path / "state"
+    (home / "session-state").mkdir(parents=True)
+    lenient = ("--stuck-after-tool", "1800,bash=7200")
+    with DaemonProcess(home, state, args=FAST + ("--stuck-after-tool", "1")) as daemon:
+        sleeper = cli.start(prompt_for("sleep_tool", 40), home=home, port=provider.port, cwd=tmp_path / "work")
+        try:
+            wait_until(lambda: value(daemon.scrape(), "copilot_sessions", state="stuck") == 1, timeout=90,
+                       what="stuck at the daemon's 1 s")
+            sid = sleeper.session_id
+            assert listed(home, state)[sid]["state"] == "stuck"
+            given = listed(home, state, *lenient)[sid]
+            assert (given["state"], given["waiting_on"], given["stalled_s"]) == ("waiting_tool", "bash", 0)
+            assert listed(home, tmp_path / "other", "--from-files", *lenient)[sid]["state"] == "waiting_tool"
+            inspected = run_copilot_otel("inspect", sid, "--copilot-home", str(home), "--json", *lenient)
+            assert json.loads(inspected.stdout)["session"]["state"] == "waiting_tool"
+            assert listed(home, state, "--stuck-after-tool", "1")[sid]["state"] == "stuck"
+
+            first = api_rows(daemon)[sid]
+            later = wait_until(lambda: (lambda row: row if row["stalled_s"] >= first["stalled_s"] + 2 else None)(
+                api_rows(daemon)[sid]), timeout=20, what="stalled_s to grow between polls")
+            assert later["state"] == "stuck"
+            assert abs(later["stalled_since_ms"] - first["stalled_since_ms"]) < 1500  # the same start, measured again
+
+            page = browser.page()
+            page.goto(daemon.page_url())
+            shown = page.locator(f'tr.session[data-id="{sid}"] .stalled')
+            shown.wait_for()
+            before = shown.text_content()
+            page.evaluate("window.__sameDocument = true")
+            wait_until(lambda: shown.text_content() != before, timeout=10, what="the stuck duration to tick")
+            assert page.evaluate("window.__sameDocument") is True  # it ticked on the page, not by a reload
+        finally:
+            sleeper.kill()
+            sleeper.popen.wait(timeout=10)

@@ -44,7 +44,8 @@ function row(s) {
     : "";
   const last = el("td", {title: fmtTime(s.last_ms)}, el("span", {dataset: {ago: s.last_ms}}, fmtAgo(s.last_ms)));
   const tr = el("tr", {class: `session state-${s.state}`, dataset: {id: s.id, state: s.state}},
-    el("td", {}, badge(s.state), s.stalled_s ? el("span", {class: "dim"}, ` ${fmtDuration(s.stalled_s * 1000)}`) : ""),
+    el("td", {}, badge(s.state), s.stalled_since_ms ? el("span", {class: "dim"}, " ",
+      el("span", {class: "stalled", dataset: {since: s.stalled_since_ms}}, fmtDuration(serverNow() - s.stalled_since_ms))) : ""),
     el("td", {class: "mono"}, link),
     el("td", {}, s.repository || ""),
     el("td", {class: "mono"}, s.branch || ""),
