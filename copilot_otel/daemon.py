@@ -277,7 +277,7 @@ class Daemon:
         marker = follower.marker()
         if marker is not None:
             self.queue.put_marker(marker)
-        self.summaries[follower.path] = follower.model.summary()
+        self.summaries[follower.path] = follower.summary()
         if follower.whole:
             self.partial.discard(follower.path)
         else:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from .checkpoint import FilePosition
@@ -36,6 +36,7 @@ from .sources import session_id_of
 from .summary import SessionSummary
 from .tail import CHUNK, FileTail, ReadResult
 from .vocab import END_INCOMPLETE, IDLE
+from .workspace import NameCache
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +75,7 @@ class Follower:
     told_ahead: bool = False  # its events stamped ahead of our clock were reported
     session_id: str = ""  # its spans' session id: its folder's (session_id_of), or the first folder's of a moved log
     moved_from: tuple[str, ...] = ()  # the paths it was followed at before a move (their checkpoint rows go)
+    names: NameCache = field(default_factory=NameCache)  # the session's name, from its workspace.yaml
 
     def __post_init__(self) -> None:
         self.session_id = self.session_id or session_id_of(self.path)
@@ -227,6 +229,10 @@ class Follower:
         self.model.finish(END_INCOMPLETE)  # its spans were exported when it was found abandoned
         self.settle_at_floor = False
         return before
+
+    def summary(self) -> SessionSummary:
+        """The model's summary, with the session's name."""
+        return replace(self.model.summary(), name=self.names.of(self.path.parent))
 
     def compact(self) -> bool:
         """Drop the model of a session with nothing open; keep its position. True if it was dropped."""

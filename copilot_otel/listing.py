@@ -28,7 +28,7 @@ from .catalog import Catalog
 from .display import ago, clock_time, count, where
 from .owner import NotOurs, connect_own, describe_uid, listener_uid
 from .liveness import StuckPolicy
-from .overview import MAX_PAGE_SIZE
+from .overview import MAX_PAGE_SIZE, NO_REPOSITORY
 from .safe_text import safe
 from .status import SessionStatus, status_of
 from .vocab import ABANDONED, ENDED, STUCK, WAITING_TOOL, WAITING_USER, WORKING
@@ -38,6 +38,7 @@ log = logging.getLogger(__name__)
 API_PATH = "/api/sessions"
 LIVE = "live"  # --state live: every state but ended
 WIDE = 140  # columns from which each session fits on one line
+PLACE_CHARS = 40  # the repository / folder column at most, on a wide terminal (the name follows it)
 _STYLES = {WORKING: "cyan", WAITING_TOOL: "cyan", WAITING_USER: "magenta", STUCK: "bold red", ABANDONED: "bold red",
            ENDED: "dim"}
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -149,7 +150,7 @@ def select(statuses: Iterable[SessionStatus], *, states: Iterable[str] = (), rep
         summary = status.summary
         if wanted and status.state not in wanted:
             continue
-        if repository and not _repository_matches(summary.repository, repository):
+        if repository and not place_matches(summary, repository):
             continue
         if since and summary.last_event_ns < since * 1e9:
             continue
@@ -157,14 +158,40 @@ def select(statuses: Iterable[SessionStatus], *, states: Iterable[str] = (), rep
     return sorted(out, key=lambda s: (s.summary.started_ns, s.summary.last_event_ns), reverse=True)
 
 
-def _repository_matches(actual: str | None, pattern: str) -> bool:
-    """'owner/name', or just 'name', or a glob ('acme/*'); case does not matter."""
-    if not actual:
+def place_matches(summary, pattern: str) -> bool:
+    """Is a session (a SessionSummary) where ``pattern`` says? A repository: 'owner/name', just 'name', or a
+    glob ('acme/*'), case aside. A session in no repository: its working folder, a path (an absolute one also
+    selects what lies under it), its last part, or a glob. 'none': the sessions in no repository."""
+    if pattern.strip().lower() == NO_REPOSITORY:
+        return not summary.repository
+    if summary.repository:
+        return _name_matches(summary.repository.lower(), pattern.lower(), "/")
+    cwd = summary.cwd or ""
+    if not cwd:
         return False
-    actual, pattern = actual.lower(), pattern.lower()
-    if any(c in pattern for c in "*?["):
-        return fnmatch.fnmatchcase(actual, pattern)
-    return actual == pattern or actual.rsplit("/", 1)[-1] == pattern
+    folder = pattern.rstrip("/") if len(pattern) > 1 else pattern
+    if os.path.isabs(folder) and not _glob(folder) and (cwd == folder or cwd.startswith(folder.rstrip("/") + "/")):
+        return True
+    return _name_matches(cwd.rstrip("/") or cwd, folder, "/")
+
+
+def _glob(pattern: str) -> bool:
+    return any(c in pattern for c in "*?[")
+
+
+def _name_matches(actual: str, pattern: str, sep: str) -> bool:
+    """The whole of ``actual``, or its last part, is ``pattern`` (or matches it, a glob)."""
+    if _glob(pattern):
+        return fnmatch.fnmatchcase(actual, pattern) or fnmatch.fnmatchcase(actual.rsplit(sep, 1)[-1], pattern)
+    return actual == pattern or actual.rsplit(sep, 1)[-1] == pattern
+
+
+def _cut(text: str, width: int) -> str:
+    """``text`` in ``width`` columns: padded, or cut in the middle (a folder's start and end say most)."""
+    if len(text) <= width:
+        return f"{text:<{width}}"
+    half = (width - 1) // 2
+    return text[:half] + "…" + text[len(text) - (width - 1 - half):]
 
 
 def render(statuses: list[SessionStatus], console: Console, *, now: float | None = None) -> None:
@@ -173,8 +200,10 @@ def render(statuses: list[SessionStatus], console: Console, *, now: float | None
     now = time.time() if now is None else now
     wide = console.width >= WIDE
     head = f"{'SESSION':<8}  {'STATE':<12}  {'LAST':<8} {'TURNS':>5} {'TOKENS':>7} {'PREMIUM':>7}  {'LAST END':<13}"
+    places = max((len(where(status.summary) or "-") for status in statuses), default=1)
+    places = max(len("REPOSITORY / FOLDER"), min(places, PLACE_CHARS))
     if wide:
-        head += f"  {'STARTED':<12}  {'MODEL':<18}  REPOSITORY / FOLDER"
+        head += f"  {'STARTED':<12}  {'MODEL':<18}  {'REPOSITORY / FOLDER':<{places}}  NAME"
     lines: list[tuple[str, str]] = [(head, "bold")]
     for status in statuses:
         s = status.summary
@@ -183,11 +212,11 @@ def render(statuses: list[SessionStatus], console: Console, *, now: float | None
                 f"{count(s.tokens):>7} {premium:>7}  {s.last_end or '-':<13}")
         started = clock_time(s.started_ns, now)
         if wide:
-            lines.append((f"{line}  {started:<12}  {(s.model or '-')[:18]:<18}  {where(s) or '-'}",
-                          _STYLES.get(status.state, "")))
+            lines.append((f"{line}  {started:<12}  {(s.model or '-')[:18]:<18}  {_cut(where(s) or '-', places)}  "
+                          f"{s.name or '-'}", _STYLES.get(status.state, "")))
             continue
         lines.append((line, _STYLES.get(status.state, "")))
-        facts = [x for x in (f"started {started}", s.model, where(s)) if x]
+        facts = [x for x in (f"started {started}", s.model, where(s), s.name and f"“{s.name}”") if x]
         if status.waiting_on and status.state in (WAITING_TOOL, STUCK, ABANDONED):
             facts.insert(0, f"on {status.waiting_on}")
         lines.append(("          " + " · ".join(facts), "dim"))

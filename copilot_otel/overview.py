@@ -26,6 +26,7 @@ from .sessions import READ_TYPES, SessionModel
 from .sources import SourceError, UnreadableLog, session_id_of
 from .summary import SessionSummary
 from .tail import read_all
+from .workspace import named
 from .vocab import ABANDONED, ENDED, IDLE, STUCK, WAITING_TOOL, WAITING_USER, WORKING
 
 # The order of the groups on the page: what needs a person first, finished sessions last.
@@ -71,8 +72,9 @@ class Board:
     rows: tuple[Row, ...]
     by_id: dict[str, Row]
     states: dict[str, int]
-    repositories: dict[str, int]
+    repositories: dict[str, int]  # sessions by repository ("": in none)
     built_at: float
+    folders: dict[str, int]  # sessions in no repository, by working folder ("": unknown)
 
 
 def row_json(row: Row, *, monotonic: float | None = None, now: float | None = None) -> dict:
@@ -83,7 +85,7 @@ def row_json(row: Row, *, monotonic: float | None = None, now: float | None = No
     stalled = row.stalled_s + elapsed if row.state in (STUCK, ABANDONED) else 0.0
     now_ms = int((time.time() if now is None else now) * 1000)
     return {
-        "id": s.session_id, "state": row.state, "stalled_s": round(stalled, 1),
+        "id": s.session_id, "name": s.name, "state": row.state, "stalled_s": round(stalled, 1),
         "stalled_since_ms": now_ms - round(stalled * 1000) if stalled else 0,
         "activity": row.activity or None, "silent_s": round(row.silent_s + elapsed, 1) if row.activity else None,
         "ended": s.ended,
@@ -98,21 +100,37 @@ def row_json(row: Row, *, monotonic: float | None = None, now: float | None = No
     }
 
 
+NO_REPOSITORY = "none"  # the repository filter that selects the sessions in no repository
+
+
+def in_place(summary: SessionSummary, place: str) -> bool:
+    """Is the session in this repository, or (in none) in this working folder? NO_REPOSITORY: in none."""
+    if place == NO_REPOSITORY:
+        return not summary.repository
+    if summary.repository:
+        return summary.repository == place
+    return (summary.cwd or "") == place
+
+
 def page(board: Board, *, state: str | None = None, repository: str | None = None, offset: int = 0,
          limit: int = PAGE_SIZE) -> dict:
-    """One page of the board, filtered by state and repository, as JSON-ready values."""
+    """One page of the board, filtered by state and by repository (or folder, or NO_REPOSITORY), as JSON-ready
+    values; the states are counted among the sessions of that repository."""
     rows: Iterable[Row] = board.rows
+    states = board.states
+    if repository:
+        rows = [r for r in rows if in_place(r.summary, repository)]
+        states = dict.fromkeys(STATE_ORDER, 0)
+        states.update(Counter(r.state for r in rows))
     if state:
         rows = [r for r in rows if r.state == state]
-    if repository:
-        rows = [r for r in rows if (r.summary.repository or "") == repository]
     if not isinstance(rows, list):
         rows = list(rows)
     limit = max(1, min(limit, MAX_PAGE_SIZE))
     offset = max(0, min(offset, len(rows)))
     return {"total": len(board.rows), "matching": len(rows), "offset": offset, "limit": limit,
-            "states": board.states, "repositories": board.repositories, "now_ms": int(time.time() * 1000),
-            "sessions": [row_json(r) for r in rows[offset:offset + limit]]}
+            "states": states, "repositories": board.repositories, "folders": board.folders,
+            "now_ms": int(time.time() * 1000), "sessions": [row_json(r) for r in rows[offset:offset + limit]]}
 
 
 NOT_LIVE = Live(ENDED, 0.0)  # a session with no live state
@@ -131,6 +149,7 @@ def make_board(key: tuple, summaries: Iterable[tuple[Path, SessionSummary]],
     by_id: dict[str, Row] = dict(previous.by_id) if previous is not None else {}
     states = Counter(previous.states) if previous is not None else Counter()
     repositories = Counter(previous.repositories) if previous is not None else Counter()
+    folders = Counter(previous.folders) if previous is not None else Counter()
     changed: list[Row] = []
     count = 0
     for path, summary in summaries:
@@ -145,13 +164,18 @@ def make_board(key: tuple, summaries: Iterable[tuple[Path, SessionSummary]],
         changed.append(row)
         states[state] += 1
         repositories[summary.repository or ""] += 1
+        if not summary.repository:
+            folders[summary.cwd or ""] += 1
         if old is not None:
             states[old.state] -= 1
             repositories[old.summary.repository or ""] -= 1
+            if not old.summary.repository:
+                folders[old.summary.cwd or ""] -= 1
     if previous is not None and count != len(by_id):  # some went away: count again from scratch
         return make_board(key, summaries, live, at=at)
     if previous is not None and not changed:
-        return Board(key, previous.rows, previous.by_id, previous.states, previous.repositories, time.time())
+        return Board(key, previous.rows, previous.by_id, previous.states, previous.repositories, time.time(),
+                     previous.folders)
     if previous is None:
         rows = list(by_id.values())
     else:  # the old order with the changed rows in place, the new ones at the end: nearly sorted
@@ -161,7 +185,7 @@ def make_board(key: tuple, summaries: Iterable[tuple[Path, SessionSummary]],
     counted = dict.fromkeys(STATE_ORDER, 0)
     counted.update((state, n) for state, n in states.items() if n)
     return Board(key, tuple(rows), by_id, counted, dict(sorted((k, n) for k, n in repositories.items() if n)),
-                 time.time())
+                 time.time(), dict(sorted((k, n) for k, n in folders.items() if n)))
 
 
 class Source(Protocol):
@@ -324,7 +348,7 @@ def summarise(path: Path, options: ModelOptions, max_line_bytes: int = DEFAULT_M
     model = SessionModel(session_id_of(path), options, summaries=False, metrics=False)
     drive(model, read_all(path, max_line_bytes=max_line_bytes, keep=READ_TYPES), Outputs(), source=str(path),
           warn=lambda *a: None)
-    return model.summary()
+    return named(model.summary(), path.parent)
 
 
 def history_view(path: Path, summary: SessionSummary) -> SessionView:

@@ -62,6 +62,7 @@ class SessionSummary:
     premium_requests: float
     nudge_premium_requests: float
     last_end: str | None
+    name: str | None = None  # what the CLI calls the session (workspace.yaml: its first prompt, or a name given)
 
     @property
     def tokens(self) -> int:

@@ -183,6 +183,8 @@ def header(snapshot: Snapshot) -> Group:
     summary = status.summary
     now = snapshot.now_ns / 1e9
     lines = [_line(("session ", "bold"), (summary.session_id, "bold"))]
+    if summary.name:
+        lines.append(_line(("  " + summary.name, "italic")))
     state = _line("  ", (status.state, _STATE_STYLES.get(status.state, "green")))
     if status.state in (STUCK, ABANDONED):
         state.append(f" for {duration(status.stalled_seconds)}", style=_STATE_STYLES[status.state])
