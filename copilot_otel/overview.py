@@ -22,6 +22,7 @@ from .liveness import (ABANDONED_RETENTION, SessionView, StuckPolicy, live_state
                        pid_alive, silence)
 from .normalize import parse_version
 from .pipeline import Outputs, drive
+from .settle import settled
 from .sessions import READ_TYPES, SessionModel
 from .sources import SourceError, UnreadableLog, session_id_of
 from .summary import SessionSummary
@@ -324,7 +325,9 @@ class DaemonSessions(_Boarded):
             found = self._catalog.scan(known=whole, workers=1)
         except SourceError:  # no session-state folder yet: /healthz says why, when it matters
             found = []
-        from_files = {item.path: item.summary for item in found if item.summary is not None and item.path not in whole}
+        idle_quiet = self._daemon.config.idle_quiet
+        from_files = {item.path: settled(item.summary, item.path.parent, idle_quiet=idle_quiet) for item in found
+                      if item.summary is not None and item.path not in whole}
         if from_files != self._from_files:
             self._from_files = from_files
             self._files_generation += 1
@@ -382,6 +385,7 @@ class HistorySessions(_Boarded):
         self._scanned = -rescan_every
         self._lock = threading.Lock()
         self.views: tuple[SessionView, ...] = ()
+        self._shown: dict[Path, SessionSummary] = {}  # the summaries settled as the daemon would hold them
 
     def scan(self) -> None:
         """Replay the logs that are new or changed since the last scan; forget deleted ones."""
@@ -408,8 +412,9 @@ class HistorySessions(_Boarded):
             now = self._clock()
             views = tuple(history_view(path, summary) for path, (_stamp, summary) in self._known.items()
                           if now_live(summary, now))  # again each time: a process may have died since
-            if changed or views != self.views:
-                self.views = views
+            shown = {path: settled(summary, path.parent, now=now) for path, (_stamp, summary) in self._known.items()}
+            if changed or views != self.views or shown != self._shown:
+                self.views, self._shown = views, shown
                 self._generation += 1  # after the views, as the daemon does
             self._scanned = time.monotonic()
 
@@ -422,7 +427,7 @@ class HistorySessions(_Boarded):
         return generation, self.views
 
     def _summaries(self) -> list[tuple[Path, SessionSummary]]:
-        return [(path, summary) for path, (_stamp, summary) in list(self._known.items())]
+        return list(self._shown.items())
 
 
 def now_live(summary: SessionSummary, now: float) -> bool:

@@ -15,6 +15,7 @@ from typing import Any, Callable
 
 from .liveness import SessionView, StuckPolicy, live_state, pid_alive, silence
 from .overview import Row, history_view, row_json
+from .settle import settled
 from .summary import SessionSummary
 from .vocab import ENDED, IDLE, STUCK, WAITING_TOOL, WORKING
 
@@ -78,7 +79,9 @@ def status_of(summary: SessionSummary, path: Path, *, policy: StuckPolicy, now: 
     on the monotonic clock); without one, the view the daemon would hold of the log read to its end (its lock
     files, whether it died mid-turn), its silence measured from the last event's timestamp."""
     now = time.time() if now is None else now
-    view = view or history_view(Path(path), summary)
+    if view is None:  # read from the files: named by the daemon's view of the log, summed up as it would be
+        view = history_view(Path(path), summary)
+        summary = settled(summary, Path(path).parent, now=now, alive=alive)
     live = live_state(view, now=now, policy=policy, alive=alive, monotonic=monotonic)
     if live is None:
         return SessionStatus(summary, ENDED, 0.0, str(path))

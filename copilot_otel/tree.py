@@ -42,7 +42,8 @@ class Totals:
     turns: int = 0
     llm_calls: int = 0
     tool_calls: int = 0
-    tool_failures: int = 0
+    tool_failures: int = 0  # a failure the tool reported (or an abort): not one cut off by the session's end
+    tool_cut_off: int = 0  # ended incomplete: its session's process was gone (its outcome is not known)
     input_tokens: int = 0
     output_tokens: int = 0
     premium_requests: float = 0.0
@@ -59,7 +60,9 @@ class Totals:
                 self.premium_requests += cost
         elif operation == A.OP_EXECUTE_TOOL:
             self.tool_calls += 1
-            self.tool_failures += span.status == STATUS_ERROR
+            cut_off = a.get(A.ERROR_TYPE) == INCOMPLETE
+            self.tool_failures += span.status == STATUS_ERROR and not cut_off
+            self.tool_cut_off += cut_off
         elif span.name == A.TURN_SPAN:
             self.turns += 1
 
@@ -69,7 +72,9 @@ class Totals:
 
     def text(self) -> str:
         """'3 turns · 4 LLM calls · 2 tools (1 failed) · 12.1k tokens · 1 premium'."""
-        failed = f" ({self.tool_failures} failed)" if self.tool_failures else ""
+        failed = ", ".join(x for x in (self.tool_failures and f"{self.tool_failures} failed",
+                                       self.tool_cut_off and f"{self.tool_cut_off} cut off") if x)
+        failed = f" ({failed})" if failed else ""
         parts = [plural(self.turns, "turn"), plural(self.llm_calls, "LLM call"),
                  plural(self.tool_calls, "tool") + failed, f"{count(self.tokens)} tokens"]
         if self.premium_requests:
@@ -141,6 +146,15 @@ def _label(span: SpanRecord, root_start_ns: int) -> Text:
         cached = a.get(A.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS)
         text.append(f"  in={a.get(A.GEN_AI_USAGE_INPUT_TOKENS, 0)} out={a.get(A.GEN_AI_USAGE_OUTPUT_TOKENS, 0)}"
                     + (f" cache_read={cached}" if cached else ""), style="dim")
+        return text
+    elif operation == A.OP_COMPACTION:
+        text.append(f"compaction {a.get(A.GEN_AI_REQUEST_MODEL)}", style="cyan")
+        text.append(f"  {_took(span)}", style="dim")
+        if not ok:
+            text.append(f" failed ({a.get(A.ERROR_TYPE)})", style="red")
+        tokens = f"{A.COPILOT_COMPACTION_TOKENS}."
+        text.append(f"  in={a.get(tokens + 'input', 0)} out={a.get(tokens + 'output', 0)}"
+                    f" ({a.get(A.COPILOT_COMPACTION_TRIGGER)})", style="dim")
         return text
     elif operation == A.OP_EXECUTE_TOOL:
         text.append(f"tool {a.get(A.GEN_AI_TOOL_NAME)}", style="bold")

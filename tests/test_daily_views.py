@@ -95,3 +95,105 @@ def test_a_session_shows_its_name_and_is_selected_by_folder_or_as_in_no_reposito
     assert name in inspected.stdout.decode()
     assert json.loads(run_copilot_otel("inspect", plain.name, "--copilot-home", str(home),
                                        "--json").stdout)["session"]["name"] == name
+
+
+# What every view says of a session, field by field (durations that move with time left out).
+SAME = ("state", "ended", "name", "model", "repository", "branch", "cwd", "cli_version", "started_ms", "last_ms",
+        "waiting_on", "interactions", "nudges", "turns", "llm_calls", "tool_calls", "tool_failures",
+        "input_tokens", "output_tokens", "tokens", "cache_read_tokens", "premium_requests", "last_end")
+# What inspect's spans add up to, against the same counts in the session's row.
+SPAN_TOTALS = ("turns", "llm_calls", "tool_calls", "tool_failures", "input_tokens", "output_tokens", "tokens")
+
+
+def every_fixture_session(home: Path) -> list[str]:
+    """Every session log the real CLI wrote that tests/fixtures stores, copied into one COPILOT_HOME."""
+    ids = []
+    for log in sorted(FIXTURES.rglob("events.jsonl")):
+        shutil.copytree(log.parent, home / "session-state" / log.parent.name)
+        ids.append(log.parent.name)
+    assert len(ids) == len(set(ids)) > 100
+    return ids
+
+
+def inspect_json(home: Path, session_id: str) -> dict:
+    """`copilot-otel inspect --json`, run in this process (115 subprocesses would cost minutes)."""
+    from click.testing import CliRunner
+
+    from copilot_otel.cli import main
+
+    result = CliRunner().invoke(main, ["inspect", session_id, "--copilot-home", str(home), "--json"],
+                                env={"OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": None})
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def test_every_view_says_the_same_of_every_fixture_session(tmp_path):
+    """For each of the 115 sessions the real CLI wrote (tests/fixtures), `inspect --json`, the daemon's
+    /api/sessions, `sessions --json` through the daemon and `sessions --from-files --json` agree on every fact
+    and count, and what inspect's spans add up to (tools running included, compactions no LLM call) is
+    what the session's row says."""
+    home, state = tmp_path / "home", tmp_path / "state"
+    ids = every_fixture_session(home)
+    with DaemonProcess(home, state, args=FAST) as daemon:
+        wait_until(lambda: len(view_api.get_json(daemon.port, "/api/sessions?limit=500")["sessions"]) == len(ids),
+                   timeout=60, what="every session in /api/sessions")
+        # Old logs with no CLI process: the daemon confirms their ends, ends what their death cut off, and then
+        # holds none of them live. Then what it says is what it will say.
+        wait_until(lambda: not any(v for k, v in daemon.scrape().items() if k[0] == "copilot_sessions"),
+                   timeout=60, what="the daemon to hold no session live")
+        api = {row["id"]: row for row in view_api.get_json(daemon.port, "/api/sessions?limit=500")["sessions"]}
+        through_daemon = sessions_json(home, state)
+    from_files = sessions_json(home, tmp_path / "other", "--from-files")
+    differences = []
+    for sid in ids:
+        inspected = inspect_json(home, sid)
+        views = {"inspect": inspected["session"], "api": api[sid], "sessions": through_daemon[sid],
+                 "sessions --from-files": from_files[sid]}
+        for field in SAME:
+            said = {view: row[field] for view, row in views.items()}
+            if len(set(map(json.dumps, said.values()))) > 1:
+                differences.append((sid, field, said))
+        spans = {field: sum(i["totals"][field] for i in inspected["interactions"]) for field in SPAN_TOTALS}
+        for field in SPAN_TOTALS:
+            if spans[field] != api[sid][field]:
+                differences.append((sid, field, {"inspect's spans": spans[field], "row": api[sid][field]}))
+    assert not differences, "\n".join(map(str, differences))
+
+
+def test_a_compaction_is_no_chat_call_in_any_view(tmp_path):
+    """Every span replayed from every fixture session whose operation is `chat` is named `chat <model>`, as the
+    GenAI conventions name one, and a compaction carries an operation of its own; `inspect` prints each
+    compaction as one, with its tokens, and counts only the calls the usage records name as LLM calls."""
+    from copilot_otel.config import ModelOptions
+    from copilot_otel.replay import replay_files
+    from copilot_otel.sinks import MemorySink
+
+    sink = MemorySink()
+    replay_files(sorted(FIXTURES.rglob("events.jsonl")), sink, options=ModelOptions())
+    operations = {}
+    for span in sink.records:
+        operation = span.attributes.get("gen_ai.operation.name")
+        operations.setdefault(operation, 0)
+        operations[operation] += 1
+        if operation == "chat":
+            assert span.name == f"chat {span.attributes['gen_ai.request.model']}", span.name
+        if span.name == "compaction":
+            assert operation == "compaction"
+    assert operations["compaction"] > 0 and operations["chat"] > 0
+
+    home = tmp_path / "home"
+    session = copy_session(FIXTURES / "situations" / "compaction", home)
+    events = [json.loads(line) for line in (session / "events.jsonl").read_text().splitlines()]
+    completes = [e["data"] for e in events if e["type"] == "session.compaction_complete"]
+    records = sum(e["type"] == "session.usage_record" for e in events)
+    text = run_copilot_otel("inspect", session.name, "--copilot-home", str(home), env={"COLUMNS": "200"})
+    out = text.stdout.decode()
+    shown = [line for line in out.splitlines() if "compaction " in line]
+    assert len(shown) == len(completes) > 0
+    for line, used in zip(shown, completes):
+        assert f"in={used['compactionTokensUsed']['inputTokens']} out={used['compactionTokensUsed']['outputTokens']}" \
+            in line, line
+    assert "in=0 out=0" not in out
+    assert inspect_json(home, session.name)["session"]["llm_calls"] == records
+    header = next(line for line in out.splitlines() if "interaction" in line and "LLM call" in line)
+    assert f" {records} LLM calls" in header, header
