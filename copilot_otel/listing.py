@@ -24,11 +24,11 @@ import orjson
 from rich.console import Console
 from rich.text import Text
 
+from .board import MAX_PAGE_SIZE, NO_REPOSITORY
 from .catalog import Catalog
 from .display import ago, clock_time, count, where
 from .owner import NotOurs, connect_own, describe_uid, listener_uid
 from .liveness import StuckPolicy
-from .overview import MAX_PAGE_SIZE, NO_REPOSITORY
 from .safe_text import safe
 from .status import SessionStatus, status_of
 from .vocab import ABANDONED, ENDED, STUCK, WAITING_TOOL, WAITING_USER, WORKING

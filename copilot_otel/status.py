@@ -13,8 +13,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
+from .board import Row, row_json
 from .liveness import SessionView, StuckPolicy, live_state, pid_alive, silence
-from .overview import Row, history_view, row_json
+from .overview import history_view
 from .settle import settled
 from .summary import SessionSummary
 from .vocab import ENDED, IDLE, STUCK, WAITING_TOOL, WORKING
