@@ -52,15 +52,16 @@ def two_places(tmp_path):
 
 
 def test_a_session_shows_its_name_and_is_selected_by_folder_or_as_in_no_repository(two_places, browser, tmp_path):
-    """The name the CLI wrote in workspace.yaml shows in `sessions`, `inspect`, /api/sessions and on the page;
+    """The name the CLI wrote in workspace.yaml shows in `sessions`, `inspect`, /api/sessions and on the page,
+    and never in the exported spans;
     the page's repository column shows the folder of a session outside git, as `sessions` does; `--repository`
     with the folder's path, its last part or `none` selects it and not the session in a repository, and so
     does the page's filter, whose group counts then count that selection only."""
     home, plain, in_git = two_places
     name, cwd = workspace(plain)["name"], workspace(plain)["cwd"]
     assert name and "repository" not in workspace(plain) and workspace(in_git)["repository"] == "octo-org/octo-repo"
-    state = tmp_path / "state"
-    with DaemonProcess(home, state, args=FAST) as daemon:
+    state, traces = tmp_path / "state", tmp_path / "traces.jsonl"
+    with DaemonProcess(home, state, traces_file=traces, args=FAST) as daemon:
         rows = wait_until(lambda: (lambda r: r if len(r) == 2 else None)(
             {row["id"]: row for row in view_api.get_json(daemon.port, "/api/sessions")["sessions"]}),
             what="both sessions")
@@ -91,6 +92,8 @@ def test_a_session_shows_its_name_and_is_selected_by_folder_or_as_in_no_reposito
         page.goto(daemon.page_url(f"/session/{plain.name}"))
         wait_until(lambda: name in (page.locator("#facts").text_content() or ""), what="the name on its page")
         assert page.errors == []
+    exported = traces.read_text()
+    assert plain.name in exported and name not in exported  # shown, never exported
     inspected = run_copilot_otel("inspect", plain.name, "--copilot-home", str(home), env={"COLUMNS": "200"})
     assert name in inspected.stdout.decode()
     assert json.loads(run_copilot_otel("inspect", plain.name, "--copilot-home", str(home),
