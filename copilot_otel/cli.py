@@ -268,7 +268,8 @@ def sessions(state, repository, since, json, from_files, log_level, **options) -
             _say(f"not using the summary cache: {exc}")
             cache_file = None
         try:
-            listing = read_files(root, policy=config.stuck_policy, cache_file=cache_file, since=since_time)
+            listing = read_files(root, policy=config.stuck_policy, cache_file=cache_file, since=since_time,
+                                 capture=config.model.capture_content)
         except SourceError as exc:
             _fail(str(exc))
             return

@@ -75,10 +75,11 @@ class Follower:
     told_ahead: bool = False  # its events stamped ahead of our clock were reported
     session_id: str = ""  # its spans' session id: its folder's (session_id_of), or the first folder's of a moved log
     moved_from: tuple[str, ...] = ()  # the paths it was followed at before a move (their checkpoint rows go)
-    names: NameCache = field(default_factory=NameCache)  # the session's name, from its workspace.yaml
+    names: NameCache | None = None  # the session's name, from its workspace.yaml
 
     def __post_init__(self) -> None:
         self.session_id = self.session_id or session_id_of(self.path)
+        self.names = self.names or NameCache(self.options.capture_content)
         if self.model is None:
             self.model = self.new_model()
 

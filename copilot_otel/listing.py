@@ -125,9 +125,11 @@ class _SocketConnection(http.client.HTTPConnection):
 
 
 def from_files(root: Path, *, policy: StuckPolicy, cache_file: Path | None, since: float = 0.0,
-               max_line_bytes: int | None = None) -> Listing:
-    """Every session log under ``root`` summarized (cached) and named by the daemon's rules."""
-    catalog = Catalog(root, cache_file=cache_file, **({"max_line_bytes": max_line_bytes} if max_line_bytes else {}))
+               max_line_bytes: int | None = None, capture: bool = False) -> Listing:
+    """Every session log under ``root`` summarized (cached) and named by the daemon's rules (``capture``:
+    content capture is on, see workspace.py)."""
+    catalog = Catalog(root, cache_file=cache_file, capture=capture,
+                      **({"max_line_bytes": max_line_bytes} if max_line_bytes else {}))
     now = time.time()
     statuses, unreadable = [], []
     for item in catalog.scan(since_ns=int(since * 1e9)):
@@ -216,7 +218,7 @@ def render(statuses: list[SessionStatus], console: Console, *, now: float | None
                           f"{s.name or '-'}", _STYLES.get(status.state, "")))
             continue
         lines.append((line, _STYLES.get(status.state, "")))
-        facts = [x for x in (f"started {started}", s.model, where(s), s.name and f"“{s.name}”") if x]
+        facts = [x for x in (s.name and f"“{s.name}”", f"started {started}", s.model, where(s)) if x]
         if status.waiting_on and status.state in (WAITING_TOOL, STUCK, ABANDONED):
             facts.insert(0, f"on {status.waiting_on}")
         lines.append(("          " + " · ".join(facts), "dim"))

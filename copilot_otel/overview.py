@@ -194,7 +194,7 @@ def summarise(path: Path, options: ModelOptions, max_line_bytes: int = DEFAULT_M
     model = SessionModel(session_id_of(path), options, summaries=False, metrics=False)
     drive(model, read_all(path, max_line_bytes=max_line_bytes, keep=READ_TYPES), Outputs(), source=str(path),
           warn=lambda *a: None)
-    return named(model.summary(), path.parent)
+    return named(model.summary(), path.parent, capture=options.capture_content)
 
 
 def history_view(path: Path, summary: SessionSummary) -> SessionView:

@@ -1,9 +1,10 @@
 """A session's name, from the ``workspace.yaml`` the CLI keeps next to its events.jsonl.
 
 The CLI (1.0.50 on; 1.0.24 and older write no name) names each session: its first prompt until
-a name is generated or the user gives one (``name:``, with ``user_named``). The name tells
-sessions apart in `sessions`, `inspect` and the web view; it is never exported (with content
-capture off, the traces carry no prompt text, and a name is usually one).
+a name is generated or the user gives one (``name:``, with ``user_named: true``). The name tells
+sessions apart in `sessions`, `inspect` and the web view, and is never exported. A name the user
+gave is shown always; any other is the prompt's text (or made from it), shown only with content
+capture on, as the prompt itself would be.
 """
 
 from __future__ import annotations
@@ -22,8 +23,9 @@ MAX_NAME_CHARS = 200
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
-def read_name(folder: Path) -> str | None:
-    """The session's name from ``folder``/workspace.yaml; None if there is none (or it cannot be read)."""
+def read_name(folder: Path, *, capture: bool = False) -> str | None:
+    """The session's name from ``folder``/workspace.yaml: one the user gave, or with ``capture`` (content capture
+    on) any; None if there is none to show (or it cannot be read)."""
     try:
         with open(Path(folder) / FILE_NAME, "rb") as handle:
             data = handle.read(MAX_BYTES + 1)
@@ -36,26 +38,27 @@ def read_name(folder: Path) -> str | None:
     except (yaml.YAMLError, ValueError):
         return None
     name = document.get("name") if isinstance(document, dict) else None
-    if not isinstance(name, str):
+    if not isinstance(name, str) or not (capture or document.get("user_named") is True):
         return None
     name = " ".join(name.split())  # one line, whatever the prompt held
     return name[:MAX_NAME_CHARS] or None
 
 
-def named(summary: SessionSummary, folder: Path) -> SessionSummary:
-    """``summary`` with the name its folder's workspace.yaml gives the session."""
-    name = read_name(folder)
+def named(summary: SessionSummary, folder: Path, *, capture: bool = False) -> SessionSummary:
+    """``summary`` with the name its folder's workspace.yaml gives the session (read_name)."""
+    name = read_name(folder, capture=capture)
     return summary if name == summary.name else replace(summary, name=name)
 
 
 class NameCache:
     """The name of one session folder, read again only when its workspace.yaml changed (a stat per ask)."""
 
-    __slots__ = ("_key", "name")
+    __slots__ = ("_key", "name", "capture")
 
-    def __init__(self) -> None:
+    def __init__(self, capture: bool = False) -> None:
         self._key: tuple[int, int, int] | None = None
         self.name: str | None = None
+        self.capture = capture
 
     def of(self, folder: Path) -> str | None:
         try:
@@ -65,5 +68,5 @@ class NameCache:
             return None
         key = (st.st_ino, st.st_size, st.st_mtime_ns)
         if key != self._key:
-            self._key, self.name = key, read_name(folder)
+            self._key, self.name = key, read_name(folder, capture=self.capture)
         return self.name

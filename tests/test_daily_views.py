@@ -52,23 +52,30 @@ def two_places(tmp_path):
 
 
 def test_a_session_shows_its_name_and_is_selected_by_folder_or_as_in_no_repository(two_places, browser, tmp_path):
-    """The name the CLI wrote in workspace.yaml shows in `sessions`, `inspect`, /api/sessions and on the page,
-    and never in the exported spans;
-    the page's repository column shows the folder of a session outside git, as `sessions` does; `--repository`
-    with the folder's path, its last part or `none` selects it and not the session in a repository, and so
-    does the page's filter, whose group counts then count that selection only."""
+    """A name the user gave (workspace.yaml `name`, `user_named: true`, as the CLI writes a rename) shows in
+    `sessions`, `inspect`, /api/sessions and on the page, and never in the exported spans; the CLI's default
+    name, the first prompt's text, shows nowhere with content capture off. The page's repository column shows
+    the folder of a session outside git, as `sessions` does; `--repository` with the folder's path, its last
+    part or `none` selects it and not the session in a repository, and so does the page's filter, whose group
+    counts then count that selection only."""
     home, plain, in_git = two_places
-    name, cwd = workspace(plain)["name"], workspace(plain)["cwd"]
-    assert name and "repository" not in workspace(plain) and workspace(in_git)["repository"] == "octo-org/octo-repo"
+    prompt_name, cwd = workspace(plain)["name"], workspace(plain)["cwd"]
+    assert prompt_name and workspace(plain)["user_named"] is False and "repository" not in workspace(plain)
+    assert workspace(in_git)["repository"] == "octo-org/octo-repo"
+    name = "release checklist for the otel exporter"
+    (plain / "workspace.yaml").write_text((plain / "workspace.yaml").read_text().replace(
+        f"name: '{prompt_name}'", f"name: {name}").replace("user_named: false", "user_named: true"))
+    assert workspace(plain)["name"] == name and workspace(plain)["user_named"] is True
     state, traces = tmp_path / "state", tmp_path / "traces.jsonl"
     with DaemonProcess(home, state, traces_file=traces, args=FAST) as daemon:
         rows = wait_until(lambda: (lambda r: r if len(r) == 2 else None)(
             {row["id"]: row for row in view_api.get_json(daemon.port, "/api/sessions")["sessions"]}),
             what="both sessions")
-        assert rows[plain.name]["name"] == name and rows[in_git.name]["name"] == workspace(in_git)["name"]
+        assert (rows[plain.name]["name"], rows[in_git.name]["name"]) == (name, None)
         listed = run_copilot_otel("sessions", "--copilot-home", str(home), "--state-dir", str(state),
                                   env={"COLUMNS": "220"})
         assert name in listed.stdout.decode() and cwd in listed.stdout.decode()
+        assert workspace(in_git)["name"] not in listed.stdout.decode()
         for pattern in (cwd, "work", "none", "/tmp/copilot-record"):
             assert set(sessions_json(home, state, "--repository", pattern)) == {plain.name}, pattern
         assert set(sessions_json(home, state, "--repository", "octo-repo")) == {in_git.name}

@@ -57,12 +57,14 @@ def test_an_idle_end_is_confirmed_after_the_quiet_period_only(tmp_path):
 
 
 def test_the_name_is_the_one_workspace_yaml_holds(tmp_path):
-    """The name the CLI wrote; none for a CLI that writes none, a file too big, or one that is no mapping; a
-    name over several lines shown on one."""
+    """The name the CLI wrote: the prompt's text (user_named false) only with content capture on, one the user
+    gave always; none for a CLI that writes none, a file too big, or one that is no mapping; a name over
+    several lines shown on one."""
     folder = fixture_session(tmp_path, "1.0.102", "91f318e8")
-    assert read_name(folder) == "[scenario:subagent] Please do the scripted task."
-    assert read_name(fixture_session(tmp_path, "1.0.24", "")) is None
-    (folder / "workspace.yaml").write_text("name: |\n  first line\n  second line\n")
+    assert read_name(folder, capture=True) == "[scenario:subagent] Please do the scripted task."
+    assert read_name(folder) is None
+    assert read_name(fixture_session(tmp_path, "1.0.24", ""), capture=True) is None
+    (folder / "workspace.yaml").write_text("name: |\n  first line\n  second line\nuser_named: true\n")
     assert read_name(folder) == "first line second line"
     (folder / "workspace.yaml").write_text("- a list\n")
     assert read_name(folder) is None
