@@ -28,8 +28,9 @@ from .summary import SessionSummary
 
 log = logging.getLogger(__name__)
 
-# A summary with other fields (a newer copilot-otel) makes the cached ones unusable: start afresh.
-CACHE_VERSION = "1:" + ",".join(f.name for f in fields(SessionSummary))
+# A summary with other fields, or made by other rules (2: a name shown by the content capture rule), makes the
+# cached ones unusable: start afresh.
+CACHE_VERSION = "2:" + ",".join(f.name for f in fields(SessionSummary))
 PARALLEL_MIN = 128  # fewer logs to read are read in this process: starting workers costs more
 SHARD = 32
 

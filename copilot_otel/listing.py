@@ -38,7 +38,7 @@ log = logging.getLogger(__name__)
 API_PATH = "/api/sessions"
 LIVE = "live"  # --state live: every state but ended
 WIDE = 140  # columns from which each session fits on one line
-PLACE_CHARS = 40  # the repository / folder column at most, on a wide terminal (the name follows it)
+PLACE_CHARS = 40  # the repository / folder column is padded to this at most (a longer one pushes the name on)
 _STYLES = {WORKING: "cyan", WAITING_TOOL: "cyan", WAITING_USER: "magenta", STUCK: "bold red", ABANDONED: "bold red",
            ENDED: "dim"}
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -188,14 +188,6 @@ def _name_matches(actual: str, pattern: str, sep: str) -> bool:
     return actual == pattern or actual.rsplit(sep, 1)[-1] == pattern
 
 
-def _cut(text: str, width: int) -> str:
-    """``text`` in ``width`` columns: padded, or cut in the middle (a folder's start and end say most)."""
-    if len(text) <= width:
-        return f"{text:<{width}}"
-    half = (width - 1) // 2
-    return text[:half] + "…" + text[len(text) - (width - 1 - half):]
-
-
 def render(statuses: list[SessionStatus], console: Console, *, now: float | None = None) -> None:
     """One line per session (two below WIDE columns: the facts that do not fit go on a dim second line),
     each cut to the terminal's width, never wrapped. Piped, the same lines without colour."""
@@ -214,7 +206,7 @@ def render(statuses: list[SessionStatus], console: Console, *, now: float | None
                 f"{count(s.tokens):>7} {premium:>7}  {s.last_end or '-':<13}")
         started = clock_time(s.started_ns, now)
         if wide:
-            lines.append((f"{line}  {started:<12}  {(s.model or '-')[:18]:<18}  {_cut(where(s) or '-', places)}  "
+            lines.append((f"{line}  {started:<12}  {(s.model or '-')[:18]:<18}  {where(s) or '-':<{places}}  "
                           f"{s.name or '-'}", _STYLES.get(status.state, "")))
             continue
         lines.append((line, _STYLES.get(status.state, "")))
