@@ -51,6 +51,9 @@ VCS_REF_HEAD_REVISION = _vcs.VCS_REF_HEAD_REVISION
 OP_INVOKE_AGENT = _gen_ai.GenAiOperationNameValues.INVOKE_AGENT.value
 OP_CHAT = _gen_ai.GenAiOperationNameValues.CHAT.value
 OP_EXECUTE_TOOL = _gen_ai.GenAiOperationNameValues.EXECUTE_TOOL.value
+# A context compaction: the CLI's own LLM requests that summarise the conversation. No GenAI operation names
+# it, and it is no `chat` call (no usage record, no chat span in the CLI's own OTel): an operation of its own.
+OP_COMPACTION = "compaction"
 PROVIDER = "github"  # the Copilot API; a BYOK provider is named by its kind (spanattrs.provider_name)
 AGENT_NAME = "copilot"
 TURN_SPAN = "turn"  # one name for every turn (bounded span names); its number is in the turn id attribute

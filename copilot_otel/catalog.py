@@ -28,8 +28,9 @@ from .summary import SessionSummary
 
 log = logging.getLogger(__name__)
 
-# A summary with other fields (a newer copilot-otel) makes the cached ones unusable: start afresh.
-CACHE_VERSION = "1:" + ",".join(f.name for f in fields(SessionSummary))
+# A summary with other fields, or made by other rules (2: a name shown by the content capture rule), makes the
+# cached ones unusable: start afresh.
+CACHE_VERSION = "2:" + ",".join(f.name for f in fields(SessionSummary))
 PARALLEL_MIN = 128  # fewer logs to read are read in this process: starting workers costs more
 SHARD = 32
 
@@ -43,10 +44,11 @@ class LogSummary:
     error: str | None = None
 
 
-def summarize(path: Path, *, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> LogSummary:
-    """One whole session log through the model, tallied (malformed lines are skipped quietly)."""
+def summarize(path: Path, *, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES, capture: bool = False) -> LogSummary:
+    """One whole session log through the model, tallied (malformed lines are skipped quietly); ``capture``:
+    content capture is on (a name that is the prompt's text is shown)."""
     try:
-        return LogSummary(path, summarise(path, ModelOptions(), max_line_bytes))
+        return LogSummary(path, summarise(path, ModelOptions(capture_content=capture), max_line_bytes))
     except UnreadableLog as exc:
         return LogSummary(path, None, exc.reason)
 
@@ -56,9 +58,10 @@ class _Shard:
     """Summarize a list of logs (plain data: a worker process can be handed it)."""
 
     max_line_bytes: int
+    capture: bool = False
 
     def __call__(self, paths: list[Path]) -> list[LogSummary]:
-        return [summarize(path, max_line_bytes=self.max_line_bytes) for path in paths]
+        return [summarize(path, max_line_bytes=self.max_line_bytes, capture=self.capture) for path in paths]
 
 
 def _key(st: os.stat_result) -> list[int]:
@@ -95,10 +98,12 @@ class Catalog:
     """The summaries of the sessions in one session-state folder, each read again only when its log changed."""
 
     def __init__(self, root: Path, *, cache_file: Path | None = None,
-                 max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> None:
+                 max_line_bytes: int = DEFAULT_MAX_LINE_BYTES, capture: bool = False) -> None:
         self.root = Path(root)
         self.cache_file = cache_file
         self.max_line_bytes = max_line_bytes
+        self.capture = capture  # content capture on: names that are the prompt's text are kept
+        self.version = CACHE_VERSION + (":capture" if capture else "")
         self._cache: dict[str, tuple[list[int], dict]] = {}  # str(path) -> (identity key, summary as a dict)
         self._lock = threading.Lock()
         self._loaded = False
@@ -146,7 +151,7 @@ class Catalog:
             return found
 
     def _read(self, paths: list[Path], workers: int | None) -> list[LogSummary]:
-        job = _Shard(self.max_line_bytes)
+        job = _Shard(self.max_line_bytes, self.capture)
         if len(paths) < PARALLEL_MIN or workers == 1:
             return job(paths)
         from .workers import MAX_WORKERS, WorkerPool, available_cpus
@@ -173,13 +178,13 @@ class Catalog:
         self._loaded = True
         try:
             data = read_private(self.cache_file)
-            document = orjson.loads(data) if data is not None else {"version": CACHE_VERSION, "logs": {}}
+            document = orjson.loads(data) if data is not None else {"version": self.version, "logs": {}}
         except (OSError, ValueError) as exc:
             log.warning("the summary cache %s is unusable (%s): rebuilding it from the session logs", self.cache_file,
                         exc)
             self._dirty = True
             return
-        if not isinstance(document, dict) or document.get("version") != CACHE_VERSION:
+        if not isinstance(document, dict) or document.get("version") != self.version:
             log.debug("the summary cache %s is of another version: rebuilding it", self.cache_file)
             self._dirty = True
             return
@@ -196,7 +201,7 @@ class Catalog:
     def _save(self) -> None:
         if self.cache_file is None:
             return
-        document = {"version": CACHE_VERSION, "logs": {path_text(name): list(entry)
+        document = {"version": self.version, "logs": {path_text(name): list(entry)
                                                        for name, entry in self._cache.items()}}
         try:
             private_dir(self.cache_file.parent)

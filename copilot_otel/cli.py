@@ -228,7 +228,9 @@ def _session_log(text: str, config: Config) -> Path:
 @stuck_options
 @option("state", multiple=True, type=click.Choice([*SESSION_STATES, "live"]),
         help="Only sessions in this state (repeat for several; `live`: every state but ended).")
-@option("repository", metavar="OWNER/NAME", help="Only sessions in this repository (a name, or a glob).")
+@option("repository", metavar="REPOSITORY|FOLDER",
+        help="Only sessions in this repository (owner/name, name or a glob), or, outside git, in this folder (a path, its "
+             "last part or a glob); `none`: the sessions in no repository.")
 @option("since", metavar="WHEN", help="Only sessions active since then: 30m, 2h, 1d, or 2026-12-01.")
 @option("json", is_flag=True, help="Print a JSON array, one object per session.")
 @option("from-files", is_flag=True, help="Read the session logs even when a daemon runs.")
@@ -266,11 +268,14 @@ def sessions(state, repository, since, json, from_files, log_level, **options) -
             _say(f"not using the summary cache: {exc}")
             cache_file = None
         try:
-            listing = read_files(root, policy=config.stuck_policy, cache_file=cache_file, since=since_time)
+            listing = read_files(root, policy=config.stuck_policy, cache_file=cache_file, since=since_time,
+                                 capture=config.model.capture_content)
         except SourceError as exc:
             _fail(str(exc))
             return
         statuses, unreadable = listing.statuses, listing.unreadable
+    elif options.get("stuck_after") is not None or options.get("stuck_after_tool") is not None:
+        statuses = [status.under(config.stuck_policy) for status in statuses]  # the thresholds given, not the daemon's
     for path, reason in unreadable:
         _say(f"{path}: cannot read it ({reason})")
     chosen = select(statuses, states=states, repository=repository, since=since_time)

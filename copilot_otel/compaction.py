@@ -30,12 +30,12 @@ class CompactionBook:
     def start(self, event: Event, parent: OpenSpan) -> None:
         """session.compaction_start."""
         attempt = as_str(event.data.get("compactionAttemptId")) or event.id
-        attributes = spanattrs.base(A.OP_CHAT, self.session_id)
+        attributes = spanattrs.base(A.OP_COMPACTION, self.session_id)
         attributes[A.COPILOT_COMPACTION_TRIGGER] = as_str(event.data.get("trigger")) or "unknown"
         model = as_str(event.data.get("model"))
         if model:
             attributes[A.GEN_AI_REQUEST_MODEL] = model
-        self.open[attempt] = parent.child(span_id_for(self.session_id, event.id), "compaction", KIND_INTERNAL,
+        self.open[attempt] = parent.child(span_id_for(self.session_id, event.id), A.OP_COMPACTION, KIND_INTERNAL,
                                           event.timestamp_ns, attributes)
 
     def complete(self, event: Event) -> int | None:

@@ -206,6 +206,11 @@ class Daemon:
                                   restored=restored, skip_history=path in self._skip_history, within=self._root_real,
                                   generation=self._generations.pop(path, 0),
                                   history=os.stat(path).st_mtime < self._started)
+        if restored is not None and restored.resume_offset == restored.offset \
+                and self.clock() - os.stat(path).st_mtime < ABANDONED_RETENTION:
+            # Nothing was open at its checkpoint, yet it was written lately: a run before may have found it
+            # abandoned. Read again from the first line (nothing delivered twice) to know, and to know it whole.
+            follower.reread()
         self.sessions[path] = follower
         return follower
 
@@ -246,12 +251,19 @@ class Daemon:
         self._unreadable.recovered(path)
         if follower.tail.identity is not None:
             self.moves.note(follower.tail.identity.first_id, path)
+        cut_off = None
         if result.items:
             self._abandoned.pop(path, None)
             if follower.model.ended is None:  # learn the pid of a process that writes it (a finished one has none)
                 self._alive(follower)
+            cut_off = None if result.more else follower.close_at_floor()
+            if cut_off is not None:
+                self._found_abandoned(follower, cut_off)
         if result.items or result.restarted or result.copied:  # copied: the position's new identity
             self._deliver(follower, out)
+        if cut_off is not None:  # what it was doing when it died stays in its summary, as _abandon keeps it
+            self.summaries[path] = replace(self.summaries[path], waiting_on=cut_off.waiting_on,
+                                           waiting_since_ns=cut_off.waiting_since_ns)
         if result.more:
             self._backlog.add(path)
         elif follower.model.ended is not None and follower.abandoned_at is None:
@@ -267,7 +279,7 @@ class Daemon:
         marker = follower.marker()
         if marker is not None:
             self.queue.put_marker(marker)
-        self.summaries[follower.path] = follower.model.summary()
+        self.summaries[follower.path] = follower.summary()
         if follower.whole:
             self.partial.discard(follower.path)
         else:
@@ -374,6 +386,18 @@ class Daemon:
             if follower.path in self._views:
                 self._views[follower.path] = follower.view()
         return any(pid_alive(pid) for pid in pids)
+
+    def _found_abandoned(self, follower: Follower, before: SessionSummary) -> None:
+        """A log re-read after a restart ends mid-turn where a run before closed its work: that run found its
+        process gone. Abandoned it stays, by the rule `inspect` and `sessions --from-files` apply (no live
+        process, within ABANDONED_RETENTION of its last event): a restart changes no state."""
+        monotonic = time.monotonic()
+        if monotonic - follower.seen_at < ABANDONED_RETENTION and not self._alive(follower) \
+                and (follower.pids or follower.locks_expected):
+            follower.abandoned_at = monotonic
+            self._abandoned[follower.path] = follower
+            log.info("session %s was abandoned mid-turn before this start (waiting on %s)", follower.session_id,
+                     before.waiting_on or "the model")
 
     def _abandon(self, follower: Follower, monotonic: float) -> None:
         """The process that held a session died mid-turn: end its open spans as incomplete."""

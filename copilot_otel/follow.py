@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from .checkpoint import FilePosition
@@ -33,8 +33,10 @@ from .pipeline import Outputs, Warn, drive, finish
 from .records import salted
 from .sessions import READ_TYPES, SessionModel
 from .sources import session_id_of
+from .summary import SessionSummary
 from .tail import CHUNK, FileTail, ReadResult
 from .vocab import END_INCOMPLETE, IDLE
+from .workspace import NameCache
 
 log = logging.getLogger(__name__)
 
@@ -73,9 +75,11 @@ class Follower:
     told_ahead: bool = False  # its events stamped ahead of our clock were reported
     session_id: str = ""  # its spans' session id: its folder's (session_id_of), or the first folder's of a moved log
     moved_from: tuple[str, ...] = ()  # the paths it was followed at before a move (their checkpoint rows go)
+    names: NameCache | None = None  # the session's name, from its workspace.yaml
 
     def __post_init__(self) -> None:
         self.session_id = self.session_id or session_id_of(self.path)
+        self.names = self.names or NameCache(self.options.capture_content)
         if self.model is None:
             self.model = self.new_model()
 
@@ -200,12 +204,36 @@ class Follower:
         self.whole = True  # read again from the first line, one way or the other
         if st is not None and st.st_size < tail.offset and st.st_ino == getattr(tail.identity, "inode", None):
             return True  # truncated: the read sees it and starts a new generation from 0
+        self.reread()
+        return True
+
+    def reread(self) -> None:
+        """Read the log again from its first line, delivering only what lies past the position reached; what
+        the re-read leaves open there was closed before (settle_at_floor). A compacted session that woke, or a
+        restored one whose checkpoint held nothing open (a run before found its process gone mid-turn)."""
+        tail = self.tail
+        self.model = self.new_model()
+        self.whole = True
         self.floor_line = max(self.floor_line, tail.line)
         end, crc = tail.offset, tail.crc
         tail.rewind()
         tail.expect = (end, crc)  # the next read checks that what was read is still there (else: edited)
         self.settle_at_floor = True
-        return True
+
+    def close_at_floor(self) -> SessionSummary | None:
+        """After a re-read that stopped at the position reached: end quietly what it left open (a run before
+        ended it, as incomplete, and delivered its spans). The summary from before, or None if nothing was open."""
+        if not self.settle_at_floor or self.model is None or self.model.quiescent:
+            return None
+        before = self.model.summary()
+        self.cut_off_tool = before.waiting_on
+        self.model.finish(END_INCOMPLETE)  # its spans were exported when it was found abandoned
+        self.settle_at_floor = False
+        return before
+
+    def summary(self) -> SessionSummary:
+        """The model's summary, with the session's name."""
+        return replace(self.model.summary(), name=self.names.of(self.path.parent))
 
     def compact(self) -> bool:
         """Drop the model of a session with nothing open; keep its position. True if it was dropped."""

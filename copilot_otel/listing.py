@@ -24,12 +24,12 @@ import orjson
 from rich.console import Console
 from rich.text import Text
 
+from .board import MAX_PAGE_SIZE, NO_REPOSITORY
 from .catalog import Catalog
 from .display import ago, clock_time, count, where
 from .summary import credits_text
 from .owner import NotOurs, connect_own, describe_uid, listener_uid
 from .liveness import StuckPolicy
-from .overview import MAX_PAGE_SIZE
 from .safe_text import safe
 from .status import SessionStatus, status_of
 from .vocab import ABANDONED, ENDED, STUCK, WAITING_TOOL, WAITING_USER, WORKING
@@ -39,6 +39,7 @@ log = logging.getLogger(__name__)
 API_PATH = "/api/sessions"
 LIVE = "live"  # --state live: every state but ended
 WIDE = 140  # columns from which each session fits on one line
+PLACE_CHARS = 40  # the repository / folder column is padded to this at most (a longer one pushes the name on)
 _STYLES = {WORKING: "cyan", WAITING_TOOL: "cyan", WAITING_USER: "magenta", STUCK: "bold red", ABANDONED: "bold red",
            ENDED: "dim"}
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -125,9 +126,11 @@ class _SocketConnection(http.client.HTTPConnection):
 
 
 def from_files(root: Path, *, policy: StuckPolicy, cache_file: Path | None, since: float = 0.0,
-               max_line_bytes: int | None = None) -> Listing:
-    """Every session log under ``root`` summarized (cached) and named by the daemon's rules."""
-    catalog = Catalog(root, cache_file=cache_file, **({"max_line_bytes": max_line_bytes} if max_line_bytes else {}))
+               max_line_bytes: int | None = None, capture: bool = False) -> Listing:
+    """Every session log under ``root`` summarized (cached) and named by the daemon's rules (``capture``:
+    content capture is on, see workspace.py)."""
+    catalog = Catalog(root, cache_file=cache_file, capture=capture,
+                      **({"max_line_bytes": max_line_bytes} if max_line_bytes else {}))
     now = time.time()
     statuses, unreadable = [], []
     for item in catalog.scan(since_ns=int(since * 1e9)):
@@ -150,7 +153,7 @@ def select(statuses: Iterable[SessionStatus], *, states: Iterable[str] = (), rep
         summary = status.summary
         if wanted and status.state not in wanted:
             continue
-        if repository and not _repository_matches(summary.repository, repository):
+        if repository and not place_matches(summary, repository):
             continue
         if since and summary.last_event_ns < since * 1e9:
             continue
@@ -158,14 +161,32 @@ def select(statuses: Iterable[SessionStatus], *, states: Iterable[str] = (), rep
     return sorted(out, key=lambda s: (s.summary.started_ns, s.summary.last_event_ns), reverse=True)
 
 
-def _repository_matches(actual: str | None, pattern: str) -> bool:
-    """'owner/name', or just 'name', or a glob ('acme/*'); case does not matter."""
-    if not actual:
+def place_matches(summary, pattern: str) -> bool:
+    """Is a session (a SessionSummary) where ``pattern`` says? A repository: 'owner/name', just 'name', or a
+    glob ('acme/*'), case aside. A session in no repository: its working folder, a path (an absolute one also
+    selects what lies under it), its last part, or a glob. 'none': the sessions in no repository."""
+    if pattern.strip().lower() == NO_REPOSITORY:
+        return not summary.repository
+    if summary.repository:
+        return _name_matches(summary.repository.lower(), pattern.lower(), "/")
+    cwd = summary.cwd or ""
+    if not cwd:
         return False
-    actual, pattern = actual.lower(), pattern.lower()
-    if any(c in pattern for c in "*?["):
-        return fnmatch.fnmatchcase(actual, pattern)
-    return actual == pattern or actual.rsplit("/", 1)[-1] == pattern
+    folder = pattern.rstrip("/") if len(pattern) > 1 else pattern
+    if os.path.isabs(folder) and not _glob(folder) and (cwd == folder or cwd.startswith(folder.rstrip("/") + "/")):
+        return True
+    return _name_matches(cwd.rstrip("/") or cwd, folder, "/")
+
+
+def _glob(pattern: str) -> bool:
+    return any(c in pattern for c in "*?[")
+
+
+def _name_matches(actual: str, pattern: str, sep: str) -> bool:
+    """The whole of ``actual``, or its last part, is ``pattern`` (or matches it, a glob)."""
+    if _glob(pattern):
+        return fnmatch.fnmatchcase(actual, pattern) or fnmatch.fnmatchcase(actual.rsplit(sep, 1)[-1], pattern)
+    return actual == pattern or actual.rsplit(sep, 1)[-1] == pattern
 
 
 def render(statuses: list[SessionStatus], console: Console, *, now: float | None = None) -> None:
@@ -175,8 +196,10 @@ def render(statuses: list[SessionStatus], console: Console, *, now: float | None
     wide = console.width >= WIDE
     head = (f"{'SESSION':<8}  {'STATE':<12}  {'LAST':<8} {'TURNS':>5} {'TOKENS':>7} {'PREMIUM':>7} {'CREDITS':>8}  "
             f"{'LAST END':<13}")
+    places = max((len(where(status.summary) or "-") for status in statuses), default=1)
+    places = max(len("REPOSITORY / FOLDER"), min(places, PLACE_CHARS))
     if wide:
-        head += f"  {'STARTED':<12}  {'MODEL':<18}  REPOSITORY / FOLDER"
+        head += f"  {'STARTED':<12}  {'MODEL':<18}  {'REPOSITORY / FOLDER':<{places}}  NAME"
     lines: list[tuple[str, str]] = [(head, "bold")]
     for status in statuses:
         s = status.summary
@@ -186,11 +209,11 @@ def render(statuses: list[SessionStatus], console: Console, *, now: float | None
                 f"{count(s.tokens):>7} {premium:>7} {credits:>8}  {s.last_end or '-':<13}")
         started = clock_time(s.started_ns, now)
         if wide:
-            lines.append((f"{line}  {started:<12}  {(s.model or '-')[:18]:<18}  {where(s) or '-'}",
-                          _STYLES.get(status.state, "")))
+            lines.append((f"{line}  {started:<12}  {(s.model or '-')[:18]:<18}  {where(s) or '-':<{places}}  "
+                          f"{s.name or '-'}", _STYLES.get(status.state, "")))
             continue
         lines.append((line, _STYLES.get(status.state, "")))
-        facts = [x for x in (f"started {started}", s.model, where(s)) if x]
+        facts = [x for x in (s.name and f"“{s.name}”", f"started {started}", s.model, where(s)) if x]
         if status.waiting_on and status.state in (WAITING_TOOL, STUCK, ABANDONED):
             facts.insert(0, f"on {status.waiting_on}")
         lines.append(("          " + " · ".join(facts), "dim"))

@@ -5,145 +5,31 @@ frozen values the daemon's reader publishes (``Daemon.summaries`` and ``Daemon.v
 :class:`HistorySessions` replays session logs without a daemon (``copilot-otel view PATH``).
 Both name a session's state with the daemon's own rule (``liveness.live_state``), and both hand
 out a :class:`Board`: the rows sorted live first, counted by state and repository, from which
-``page`` cuts a filtered page. A board is rebuilt only when its source changed.
+``board.page`` cuts a filtered page. A board is rebuilt only when its source changed.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections import Counter
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Mapping, NamedTuple, Protocol
+from typing import Callable, Protocol
 
+from .board import Board, Live, make_board
 from .config import DEFAULT_MAX_LINE_BYTES, ModelOptions
 from .liveness import (ABANDONED_RETENTION, SessionView, StuckPolicy, live_state, lock_pids, locks_expected,
-                       pid_alive)
+                       pid_alive, silence)
 from .normalize import parse_version
 from .pipeline import Outputs, drive
+from .settle import settled
 from .sessions import READ_TYPES, SessionModel
 from .sources import SourceError, UnreadableLog, session_id_of
 from .summary import SessionSummary
 from .tail import read_all
-from .vocab import ABANDONED, ENDED, IDLE, STUCK, WAITING_TOOL, WAITING_USER, WORKING
+from .workspace import named
+from .vocab import IDLE
 
-# The order of the groups on the page: what needs a person first, finished sessions last.
-STATE_ORDER = (STUCK, ABANDONED, WAITING_USER, WORKING, WAITING_TOOL, IDLE, ENDED)
-PAGE_SIZE = 100
-MAX_PAGE_SIZE = 500
 LIVE_EVERY = 1.0  # seconds between re-evaluations of the live states (stuck comes with time)
-
-
-class Row(NamedTuple):
-    """One session on the sessions page: its summary and its state now. Rows sort as the page shows them:
-    by STATE_ORDER, then newest activity first (the first three fields are the order)."""
-
-    rank: int  # its state's place in STATE_ORDER
-    newest: int  # minus the time of its last event
-    session_id: str
-    path: Path
-    summary: SessionSummary
-    state: str  # one of STATE_ORDER
-    stalled_s: float  # seconds since the last event of a stuck or abandoned session, else 0
-
-
-_RANK = {state: i for i, state in enumerate(STATE_ORDER)}
-
-
-@dataclass(frozen=True, slots=True)
-class Board:
-    """Every known session, sorted live first (by STATE_ORDER) then by last activity, with counts."""
-
-    key: tuple
-    rows: tuple[Row, ...]
-    by_id: dict[str, Row]
-    states: dict[str, int]
-    repositories: dict[str, int]
-    built_at: float
-
-
-def row_json(row: Row) -> dict:
-    """A row as the page reads it (times in milliseconds since the epoch)."""
-    s = row.summary
-    return {
-        "id": s.session_id, "state": row.state, "stalled_s": round(row.stalled_s, 1), "ended": s.ended,
-        "model": s.model, "repository": s.repository, "branch": s.branch, "cwd": s.cwd,
-        "cli_version": s.cli_version, "started_ms": s.started_ns // 1_000_000,
-        "last_ms": s.last_event_ns // 1_000_000, "waiting_on": s.waiting_on,
-        "waiting_since_ms": s.waiting_since_ns // 1_000_000, "interactions": s.interactions, "nudges": s.nudges,
-        "turns": s.turns, "llm_calls": s.llm_calls, "tool_calls": s.tool_calls, "tool_failures": s.tool_failures,
-        "input_tokens": s.input_tokens, "output_tokens": s.output_tokens, "tokens": s.tokens,
-        "cache_read_tokens": s.cache_read_tokens, "premium_requests": round(s.premium_requests, 2),
-        "nudge_premium_requests": round(s.nudge_premium_requests, 2), "last_end": s.last_end,
-        "nano_aiu": s.nano_aiu, "nudge_nano_aiu": s.nudge_nano_aiu, "ai_credits": s.nano_aiu / 1e9,
-        "credits_status": s.credits_status,
-    }
-
-
-def page(board: Board, *, state: str | None = None, repository: str | None = None, offset: int = 0,
-         limit: int = PAGE_SIZE) -> dict:
-    """One page of the board, filtered by state and repository, as JSON-ready values."""
-    rows: Iterable[Row] = board.rows
-    if state:
-        rows = [r for r in rows if r.state == state]
-    if repository:
-        rows = [r for r in rows if (r.summary.repository or "") == repository]
-    if not isinstance(rows, list):
-        rows = list(rows)
-    limit = max(1, min(limit, MAX_PAGE_SIZE))
-    offset = max(0, min(offset, len(rows)))
-    return {"total": len(board.rows), "matching": len(rows), "offset": offset, "limit": limit,
-            "states": board.states, "repositories": board.repositories, "now_ms": int(time.time() * 1000),
-            "sessions": [row_json(r) for r in rows[offset:offset + limit]]}
-
-
-NOT_LIVE = (ENDED, 0.0)  # the (state, stalled seconds) of a session with no live state
-
-
-def make_board(key: tuple, summaries: Iterable[tuple[Path, SessionSummary]],
-               live: Mapping[str, tuple[str, float]], previous: Board | None = None) -> Board:
-    """Sort and count the (path, summary) of every session, each in its ``live`` (state, stalled seconds),
-    or ended.
-
-    With the ``previous`` board, only what changed is redone: its rows are reused, its order is the
-    start of the sort (nearly sorted: a linear pass) and its counts are adjusted. 10,000 sessions
-    of which a few changed take a few milliseconds instead of tens.
-    """
-    summaries = list(summaries)
-    by_id: dict[str, Row] = dict(previous.by_id) if previous is not None else {}
-    states = Counter(previous.states) if previous is not None else Counter()
-    repositories = Counter(previous.repositories) if previous is not None else Counter()
-    changed: list[Row] = []
-    count = 0
-    for path, summary in summaries:
-        count += 1
-        state, stalled = live.get(summary.session_id, NOT_LIVE)
-        old = by_id.get(summary.session_id)
-        if old is not None and old.summary is summary and old.state == state and old.stalled_s == stalled:
-            continue
-        row = by_id[summary.session_id] = Row(_RANK.get(state, len(_RANK)), -summary.last_event_ns,
-                                              summary.session_id, path, summary, state, stalled)
-        changed.append(row)
-        states[state] += 1
-        repositories[summary.repository or ""] += 1
-        if old is not None:
-            states[old.state] -= 1
-            repositories[old.summary.repository or ""] -= 1
-    if previous is not None and count != len(by_id):  # some went away: count again from scratch
-        return make_board(key, summaries, live)
-    if previous is not None and not changed:
-        return Board(key, previous.rows, previous.by_id, previous.states, previous.repositories, time.time())
-    if previous is None:
-        rows = list(by_id.values())
-    else:  # the old order with the changed rows in place, the new ones at the end: nearly sorted
-        rows = [by_id[r.session_id] for r in previous.rows]
-        rows += [r for r in changed if r.session_id not in previous.by_id]
-    rows.sort()
-    counted = dict.fromkeys(STATE_ORDER, 0)
-    counted.update((state, n) for state, n in states.items() if n)
-    return Board(key, tuple(rows), by_id, counted, dict(sorted((k, n) for k, n in repositories.items() if n)),
-                 time.time())
 
 
 class Source(Protocol):
@@ -187,11 +73,16 @@ class _LiveStates:
         self._lock = threading.Lock()
         self._at = -LIVE_EVERY
         self._token: object = None
-        self.states: dict[str, tuple[str, float]] = {}
+        self.states: dict[str, Live] = {}
         self.fingerprint: frozenset = frozenset()
 
-    def of(self, token: object, views: tuple[SessionView, ...]) -> dict[str, tuple[str, float]]:
-        """session id -> (state, seconds stalled) of the live ones; ``token`` moves when the views do."""
+    @property
+    def at(self) -> float:
+        """time.monotonic() when the states were last measured."""
+        return self._at
+
+    def of(self, token: object, views: tuple[SessionView, ...]) -> dict[str, Live]:
+        """session id -> state of the live ones; ``token`` moves when the views do."""
         with self._lock:
             monotonic = time.monotonic()
             if token != self._token or monotonic - self._at >= LIVE_EVERY:
@@ -200,9 +91,10 @@ class _LiveStates:
                 for view in views:
                     live = live_state(view, now=now, policy=self.policy, alive=probe, monotonic=monotonic)
                     if live is not None:
-                        states[view.session_id] = live
+                        quiet = max(0.0, silence(view, now=now, monotonic=monotonic))
+                        states[view.session_id] = Live(live[0], live[1], quiet, view.state)
                 self.states, self._token, self._at = states, token, monotonic
-                self.fingerprint = frozenset((sid, state) for sid, (state, _s) in states.items())
+                self.fingerprint = frozenset((sid, live.state, live.activity) for sid, live in states.items())
             return self.states
 
 
@@ -231,7 +123,7 @@ class _Boarded:
             key = self.change_key()
             if self._board is not None and self._board.key == key:
                 return self._board
-            self._board = make_board(key, self._summaries(), self._live.states, self._board)
+            self._board = make_board(key, self._summaries(), self._live.states, self._board, at=self._live.at)
             return self._board
 
 
@@ -276,7 +168,9 @@ class DaemonSessions(_Boarded):
             found = self._catalog.scan(known=whole, workers=1)
         except SourceError:  # no session-state folder yet: /healthz says why, when it matters
             found = []
-        from_files = {item.path: item.summary for item in found if item.summary is not None and item.path not in whole}
+        idle_quiet = self._daemon.config.idle_quiet
+        from_files = {item.path: settled(item.summary, item.path.parent, idle_quiet=idle_quiet) for item in found
+                      if item.summary is not None and item.path not in whole}
         if from_files != self._from_files:
             self._from_files = from_files
             self._files_generation += 1
@@ -300,7 +194,7 @@ def summarise(path: Path, options: ModelOptions, max_line_bytes: int = DEFAULT_M
     model = SessionModel(session_id_of(path), options, summaries=False, metrics=False)
     drive(model, read_all(path, max_line_bytes=max_line_bytes, keep=READ_TYPES), Outputs(), source=str(path),
           warn=lambda *a: None)
-    return model.summary()
+    return named(model.summary(), path.parent, capture=options.capture_content)
 
 
 def history_view(path: Path, summary: SessionSummary) -> SessionView:
@@ -334,6 +228,7 @@ class HistorySessions(_Boarded):
         self._scanned = -rescan_every
         self._lock = threading.Lock()
         self.views: tuple[SessionView, ...] = ()
+        self._shown: dict[Path, SessionSummary] = {}  # the summaries settled as the daemon would hold them
 
     def scan(self) -> None:
         """Replay the logs that are new or changed since the last scan; forget deleted ones."""
@@ -360,8 +255,9 @@ class HistorySessions(_Boarded):
             now = self._clock()
             views = tuple(history_view(path, summary) for path, (_stamp, summary) in self._known.items()
                           if now_live(summary, now))  # again each time: a process may have died since
-            if changed or views != self.views:
-                self.views = views
+            shown = {path: settled(summary, path.parent, now=now) for path, (_stamp, summary) in self._known.items()}
+            if changed or views != self.views or shown != self._shown:
+                self.views, self._shown = views, shown
                 self._generation += 1  # after the views, as the daemon does
             self._scanned = time.monotonic()
 
@@ -374,7 +270,7 @@ class HistorySessions(_Boarded):
         return generation, self.views
 
     def _summaries(self) -> list[tuple[Path, SessionSummary]]:
-        return [(path, summary) for path, (_stamp, summary) in list(self._known.items())]
+        return list(self._shown.items())
 
 
 def now_live(summary: SessionSummary, now: float) -> bool:

@@ -29,7 +29,8 @@ def run_daemon(config: Config) -> int:
     try:
         web_config = web_config_of(config)  # a bad file is said before anything starts
         daemon = Daemon(config, freeze_gc=True)
-        catalog = Catalog(daemon.root, cache_file=config.summary_cache, max_line_bytes=config.max_line_bytes)
+        catalog = Catalog(daemon.root, cache_file=config.summary_cache, max_line_bytes=config.max_line_bytes,
+                          capture=config.model.capture_content)
         view = WebView(DaemonSessions(daemon, catalog=catalog), trace_url=config.trace_url,
                        budgets=config.budgets, resource=resource_attributes())
         # The socket is made while the daemon holds the state folder's lock: one daemon, one socket.

@@ -158,7 +158,11 @@ class SessionModel:
         """The session at a glance, frozen (any thread may read it)."""
         oldest = self._book.oldest_tool()
         waiting = (str(oldest.attributes[A.GEN_AI_TOOL_NAME]), oldest.start_ns) if oldest is not None else (None, 0)
-        return summarize(self.session_id, self.state, self.ended, self.facts, self.tally, self.last_event_ns, waiting)
+        current = self._loop.current
+        return summarize(self.session_id, self.state, self.ended, self.facts, self.tally, self.last_event_ns, waiting,
+                         running_tools=len(self._book.tools),
+                         confirms=current.pending_end if self.awaiting_confirmation else None,
+                         cut_off_end=(current.pending_end or END_INCOMPLETE) if current is not None else None)
 
     @property
     def interactions(self) -> list[InteractionSummary]:

@@ -25,6 +25,7 @@ from .status import SessionStatus, status_of
 from .summary import SessionSummary
 from .tail import FileTail
 from .vocab import ABANDONED, ENDED
+from .workspace import named
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +86,8 @@ class SessionReader:
         """The session now: its state by the daemon's rules, and its spans."""
         now = time.time() if now is None else now
         now_ns = int(now * 1e9)
-        summary = self._closed[1] if self._closed is not None else self.model.summary()
+        summary = named(self._closed[1] if self._closed is not None else self.model.summary(), self.path.parent,
+                        capture=self.options.capture_content)
         status = status_of(summary, self.path, policy=policy, now=now, alive=alive)
         running = self._closed is None and self.model.ended is None and status.state not in (ENDED, ABANDONED)
         if running:

@@ -9,14 +9,16 @@ Its JSON form is a row of the web view's ``/api/sessions`` (``overview.row_json`
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
-from .liveness import SessionView, StuckPolicy, live_state, pid_alive
-from .overview import Row, history_view, row_json
+from .board import Row, row_json
+from .liveness import SessionView, StuckPolicy, live_state, pid_alive, silence
+from .overview import history_view
+from .settle import settled
 from .summary import SessionSummary
-from .vocab import ENDED, IDLE
+from .vocab import ENDED, IDLE, STUCK, WAITING_TOOL, WORKING
 
 _MS = 1_000_000
 
@@ -29,6 +31,8 @@ class SessionStatus:
     state: str
     stalled_seconds: float = 0.0  # stuck or abandoned: seconds since its last event
     path: str | None = None  # its events.jsonl
+    activity: str = ""  # live: what its log says it does (working, waiting_tool, ...) before any threshold
+    silent_seconds: float = 0.0  # live: seconds since its last event
 
     @property
     def session_id(self) -> str:
@@ -42,7 +46,17 @@ class SessionStatus:
     def to_json(self) -> dict[str, Any]:
         """The session as a row of /api/sessions."""
         return row_json(Row(0, 0, self.session_id, Path(self.path or ""), self.summary, self.state,
-                            self.stalled_seconds))
+                            self.stalled_seconds, self.silent_seconds, self.activity))
+
+    def under(self, policy: StuckPolicy) -> "SessionStatus":
+        """The same session named by other thresholds (those given to `sessions`, over the daemon's): at work
+        and silent past the threshold of what it does is stuck, else what it does."""
+        if self.state not in (STUCK, WORKING, WAITING_TOOL) or self.activity not in (WORKING, WAITING_TOOL):
+            return self
+        threshold = policy.threshold(self.activity, self.waiting_on)
+        if threshold is not None and self.silent_seconds > threshold:
+            return replace(self, state=STUCK, stalled_seconds=self.silent_seconds)
+        return replace(self, state=self.activity, stalled_seconds=0.0)
 
     @classmethod
     def from_json(cls, row: dict[str, Any]) -> "SessionStatus":
@@ -55,8 +69,9 @@ class SessionStatus:
             row.get("tool_failures", 0), row.get("input_tokens", 0), row.get("output_tokens", 0),
             row.get("cache_read_tokens", 0), float(row.get("premium_requests", 0.0)),
             float(row.get("nudge_premium_requests", 0.0)), row.get("last_end"), int(row.get("nano_aiu") or 0),
-            int(row.get("nudge_nano_aiu") or 0), row.get("credits_status"))
-        return cls(summary, row.get("state") or ENDED, float(row.get("stalled_s") or 0.0))
+            int(row.get("nudge_nano_aiu") or 0), row.get("credits_status"), row.get("name"))
+        return cls(summary, row.get("state") or ENDED, float(row.get("stalled_s") or 0.0),
+                   activity=row.get("activity") or "", silent_seconds=float(row.get("silent_s") or 0.0))
 
 
 def status_of(summary: SessionSummary, path: Path, *, policy: StuckPolicy, now: float | None = None,
@@ -66,8 +81,11 @@ def status_of(summary: SessionSummary, path: Path, *, policy: StuckPolicy, now: 
     on the monotonic clock); without one, the view the daemon would hold of the log read to its end (its lock
     files, whether it died mid-turn), its silence measured from the last event's timestamp."""
     now = time.time() if now is None else now
-    live = live_state(view or history_view(Path(path), summary), now=now, policy=policy, alive=alive,
-                      monotonic=monotonic)
+    if view is None:  # read from the files: named by the daemon's view of the log, summed up as it would be
+        view = history_view(Path(path), summary)
+        summary = settled(summary, Path(path).parent, now=now, alive=alive)
+    live = live_state(view, now=now, policy=policy, alive=alive, monotonic=monotonic)
     if live is None:
         return SessionStatus(summary, ENDED, 0.0, str(path))
-    return SessionStatus(summary, live[0], live[1], str(path))
+    return SessionStatus(summary, live[0], live[1], str(path), view.state,
+                         max(0.0, silence(view, now=now, monotonic=monotonic)))

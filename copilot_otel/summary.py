@@ -70,6 +70,9 @@ class SessionSummary:
     nano_aiu: int = 0
     nudge_nano_aiu: int = 0
     credits_status: str | None = None  # complete, partial, unavailable; None: no call yet
+    name: str | None = None  # what the CLI calls the session (workspace.yaml: its first prompt, or a name given)
+    confirms: str | None = None  # how its interaction ends once a quiet period confirms the loop went idle
+    cut_off_end: str | None = None  # how its open interaction ends if the session ends now (None: none open)
 
     @property
     def ai_credits(self) -> float:
@@ -89,15 +92,17 @@ def credits_text(nano_aiu: int, status: str | None = None) -> str:
 
 
 def summarize(session_id: str, state: str, ended: str | None, facts: "SessionFacts", tally: Tally,
-              last_event_ns: int, waiting: tuple[str | None, int]) -> SessionSummary:
-    """Freeze a session's tally with its facts and state; ``waiting``: (oldest running tool, its start)."""
+              last_event_ns: int, waiting: tuple[str | None, int], *, running_tools: int = 0,
+              confirms: str | None = None, cut_off_end: str | None = None) -> SessionSummary:
+    """Freeze a session's tally with its facts and state; ``waiting``: (oldest running tool, its start). Tools
+    still running count as tool calls (as the spans of `inspect` and the web view's waterfall show them)."""
     return SessionSummary(
         session_id, state, ended, facts.model, facts.cwd, facts.cli_version, facts.repository, facts.branch,
         tally.first_event_ns, last_event_ns, waiting[0], waiting[1], tally.interactions, tally.nudges, tally.turns,
-        tally.llm_calls, tally.tool_calls, tally.tool_failures, tally.input_tokens, tally.output_tokens,
+        tally.llm_calls, tally.tool_calls + running_tools, tally.tool_failures, tally.input_tokens, tally.output_tokens,
         tally.cache_read_tokens, tally.premium_requests, tally.nudge_premium_requests, tally.last_end,
         tally.nano_aiu, tally.nudge_nano_aiu,
-        tally.credits_status or status_of(tally.priced_calls, tally.unpriced_calls))
+        tally.credits_status or status_of(tally.priced_calls, tally.unpriced_calls), None, confirms, cut_off_end)
 
 
 def status_of(priced: int, unpriced: int) -> str | None:

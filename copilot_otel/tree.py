@@ -43,7 +43,8 @@ class Totals:
     turns: int = 0
     llm_calls: int = 0
     tool_calls: int = 0
-    tool_failures: int = 0
+    tool_failures: int = 0  # a failure the tool reported (or an abort): not one cut off by the session's end
+    tool_cut_off: int = 0  # ended incomplete: its session's process was gone (its outcome is not known)
     input_tokens: int = 0
     output_tokens: int = 0
     premium_requests: float = 0.0
@@ -67,7 +68,9 @@ class Totals:
                 self.unpriced_calls += 1
         elif operation == A.OP_EXECUTE_TOOL:
             self.tool_calls += 1
-            self.tool_failures += span.status == STATUS_ERROR
+            cut_off = a.get(A.ERROR_TYPE) == INCOMPLETE
+            self.tool_failures += span.status == STATUS_ERROR and not cut_off
+            self.tool_cut_off += cut_off
         elif span.name == A.TURN_SPAN:
             self.turns += 1
 
@@ -77,7 +80,9 @@ class Totals:
 
     def text(self) -> str:
         """'3 turns · 4 LLM calls · 2 tools (1 failed) · 12.1k tokens · 1 premium'."""
-        failed = f" ({self.tool_failures} failed)" if self.tool_failures else ""
+        failed = ", ".join(x for x in (self.tool_failures and f"{self.tool_failures} failed",
+                                       self.tool_cut_off and f"{self.tool_cut_off} cut off") if x)
+        failed = f" ({failed})" if failed else ""
         parts = [plural(self.turns, "turn"), plural(self.llm_calls, "LLM call"),
                  plural(self.tool_calls, "tool") + failed, f"{count(self.tokens)} tokens"]
         if self.premium_requests:
@@ -152,6 +157,15 @@ def _label(span: SpanRecord, root_start_ns: int) -> Text:
         text.append(f"  in={a.get(A.GEN_AI_USAGE_INPUT_TOKENS, 0)} out={a.get(A.GEN_AI_USAGE_OUTPUT_TOKENS, 0)}"
                     + (f" cache_read={cached}" if cached else ""), style="dim")
         return text
+    elif operation == A.OP_COMPACTION:
+        text.append(f"compaction {a.get(A.GEN_AI_REQUEST_MODEL)}", style="cyan")
+        text.append(f"  {_took(span)}", style="dim")
+        if not ok:
+            text.append(f" failed ({a.get(A.ERROR_TYPE)})", style="red")
+        tokens = f"{A.COPILOT_COMPACTION_TOKENS}."
+        text.append(f"  in={a.get(tokens + 'input', 0)} out={a.get(tokens + 'output', 0)}"
+                    f" ({a.get(A.COPILOT_COMPACTION_TRIGGER)})", style="dim")
+        return text
     elif operation == A.OP_EXECUTE_TOOL:
         text.append(f"tool {a.get(A.GEN_AI_TOOL_NAME)}", style="bold")
         if not a.get(A.COPILOT_RUNNING):
@@ -193,6 +207,8 @@ def header(snapshot: Snapshot) -> Group:
     summary = status.summary
     now = snapshot.now_ns / 1e9
     lines = [_line(("session ", "bold"), (summary.session_id, "bold"))]
+    if summary.name:
+        lines.append(_line(("  " + summary.name, "italic")))
     state = _line("  ", (status.state, _STATE_STYLES.get(status.state, "green")))
     if status.state in (STUCK, ABANDONED):
         state.append(f" for {duration(status.stalled_seconds)}", style=_STATE_STYLES[status.state])

@@ -23,8 +23,9 @@ from typing import Any, Mapping
 import orjson
 from aiohttp import web
 
+from .board import STATE_ORDER, Board, page, row_json
 from .budgets import progress
-from .overview import STATE_ORDER, Board, Source, page, row_json
+from .overview import Source
 from .server import SERVER
 from .waterfall import PAGE_SPANS, Page, TraceCache
 from .webio import CHUNK, Changes, EventStream, Pieces, Releaser, serve_stream
@@ -62,7 +63,8 @@ class WebView:
         self._background: asyncio.Task | None = None  # held: the loop keeps only a weak reference to a task
         self._changes: Changes | None = None
         self._releaser: Releaser | None = None
-        self._rendered: tuple[Board | None, dict[tuple, bytes]] = (None, {})  # sessions pages of a board
+        # Sessions pages of a board, for one second: the stuck and silent durations in them move with time.
+        self._rendered: tuple[Board | None, int, dict[tuple, bytes]] = (None, 0, {})
 
     def routes(self) -> list[web.RouteDef]:
         """The aiohttp routes to pass to ``MetricsServer(routes=...)``."""
@@ -102,16 +104,17 @@ class WebView:
         return web.Response(body=_with_now(body), headers={"Content-Type": JSON, **NO_STORE})
 
     async def _sessions_body(self, request: web.Request, board: Board, query: dict) -> bytes:
-        """The page of ``board`` that ``query`` asks for, without its time (made once per board)."""
+        """The page of ``board`` that ``query`` asks for, without its time (made once per board and second)."""
         key = tuple(sorted(query.items()))
-        held, bodies = self._rendered
-        if held is not board:
+        second = int(time.monotonic())
+        held, held_second, bodies = self._rendered
+        if held is not board or held_second != second:
             bodies = {}
-            self._rendered = (board, bodies)
+            self._rendered = (board, second, bodies)
         body = bodies.get(key)
         if body is None:
             body = await request.app[SERVER].run_blocking(self._render_sessions, board, query)
-            if self._rendered[0] is board and len(bodies) < PAGE_CACHE:
+            if self._rendered[0] is board and self._rendered[1] == second and len(bodies) < PAGE_CACHE:
                 bodies[key] = body
         return body
 

@@ -28,7 +28,8 @@ from aiohttp import web
 from aiohttp.abc import AbstractStreamWriter
 from aiohttp.payload import Payload
 
-from .overview import Board, Source
+from .board import Board
+from .overview import Source
 from .server import SERVER
 
 log = logging.getLogger(__name__)

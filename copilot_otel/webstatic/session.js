@@ -48,10 +48,10 @@ function merge(data) {
 function facts() {
   const s = session;
   document.getElementById("sid").textContent = s.id;
-  document.title = `Copilot session ${s.id.slice(0, 8)}`;
+  document.title = `Copilot session ${s.id.slice(0, 8)}${s.name ? `: ${s.name}` : ""}`;
   document.getElementById("state").replaceWith(Object.assign(badge(s.state), {id: "state"}));
   const items = [
-    ["model", s.model], ["repository", s.repository], ["branch", s.branch], ["cwd", s.cwd],
+    ["name", s.name], ["model", s.model], ["repository", s.repository], ["branch", s.branch], ["cwd", s.cwd],
     ["CLI", s.cli_version], ["started", fmtTime(s.started_ms)],
     ["last activity", el("span", {dataset: {ago: s.last_ms}}, fmtAgo(s.last_ms))],
     ["interactions", s.nudges ? `${s.interactions} (${s.nudges} autopilot)` : s.interactions],

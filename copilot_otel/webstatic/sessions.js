@@ -49,16 +49,43 @@ function creditsTitle(s) {
   return s.credits_status ? `${s.nano_aiu || 0} nano AIU (${s.credits_status})` : "";
 }
 
+// The repository filter: each repository, then the sessions in none ("none"), then each of their folders.
+function fillPlaces(select, data, current) {
+  const option = (value, text) => el("option", {value, selected: value === current}, text);
+  const options = [option("", "all repositories")];
+  let known = current === "";
+  for (const [value, count] of Object.entries(data.repositories)) {
+    if (!value) continue;
+    options.push(option(value, `${value} (${count})`));
+    known = known || value === current;
+  }
+  const outside = data.repositories[""] || 0;
+  options.push(option("none", `no repository (${outside})`));
+  known = known || current === "none";
+  const folders = Object.entries(data.folders || {}).filter(([value]) => value);
+  if (folders.length) {
+    options.push(el("optgroup", {label: "folders outside a repository"},
+      ...folders.map(([value, count]) => option(value, `${value} (${count})`))));
+    known = known || folders.some(([value]) => value === current);
+  }
+  if (!known) options.push(option(current, `${current} (0)`));
+  select.replaceChildren(...options);
+}
+
 function row(s) {
   const link = el("a", {href: `/session/${encodeURIComponent(s.id)}`, title: s.id}, s.id.slice(0, 8));
+  const name = s.name ? el("span", {class: "name dim", title: s.name}, " ", s.name) : "";
+  const place = s.repository ? s.repository
+    : el("span", {class: "folder dim", title: s.cwd || ""}, s.cwd || "");
   const waiting = s.waiting_on
     ? el("span", {}, s.waiting_on, " ", el("span", {class: "dim", dataset: {since: s.waiting_since_ms}}))
     : "";
   const last = el("td", {title: fmtTime(s.last_ms)}, el("span", {dataset: {ago: s.last_ms}}, fmtAgo(s.last_ms)));
   const tr = el("tr", {class: `session state-${s.state}`, dataset: {id: s.id, state: s.state}},
-    el("td", {}, badge(s.state), s.stalled_s ? el("span", {class: "dim"}, ` ${fmtDuration(s.stalled_s * 1000)}`) : ""),
-    el("td", {class: "mono"}, link),
-    el("td", {}, s.repository || ""),
+    el("td", {}, badge(s.state), s.stalled_since_ms ? el("span", {class: "dim"}, " ",
+      el("span", {class: "stalled", dataset: {since: s.stalled_since_ms}}, fmtDuration(serverNow() - s.stalled_since_ms))) : ""),
+    el("td", {class: "session-id"}, el("span", {class: "mono"}, link), name),
+    el("td", {class: "place"}, place),
     el("td", {class: "mono"}, s.branch || ""),
     el("td", {}, s.model || ""),
     last,
@@ -97,15 +124,16 @@ function render(data) {
   lastPage = data;
   renderBudgets(data.budgets);
   const states = Object.entries(data.states).filter(([, n]) => n > 0);
+  const shown = Object.values(data.states).reduce((a, n) => a + n, 0);
   document.getElementById("counts").replaceChildren(
-    `${data.total} sessions: `, ...states.flatMap(([state, n]) => [badge(state), ` ${n} `]));
+    filters.repository ? `${shown} of ${data.total} sessions: ` : `${data.total} sessions: `,
+    ...states.flatMap(([state, n]) => [badge(state), ` ${n} `]));
   fillSelect(document.getElementById("state"), Object.entries(data.states).map(([k, n]) => [k, n])
     .filter(([, n]) => n > 0), filters.state, "all states");
   for (const option of document.getElementById("state").options) {
     if (option.value) option.textContent = `${STATE_LABELS[option.value] || option.value} (${data.states[option.value] || 0})`;
   }
-  fillSelect(document.getElementById("repository"), Object.entries(data.repositories), filters.repository,
-    "all repositories");
+  fillPlaces(document.getElementById("repository"), data, filters.repository);
   const rows = [];
   let group = null;
   for (const s of data.sessions) {

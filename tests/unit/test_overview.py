@@ -12,9 +12,10 @@ from copilot_otel.catalog import Catalog
 from copilot_otel.config import Config, ModelOptions
 from copilot_otel.daemon import Daemon
 from copilot_otel.liveness import StuckPolicy
-from copilot_otel.overview import ENDED, STATE_ORDER, DaemonSessions, HistorySessions, make_board, page
+from copilot_otel.board import STATE_ORDER, Live, make_board, page
+from copilot_otel.overview import DaemonSessions, HistorySessions
 from copilot_otel.sinks import MemorySink
-from copilot_otel.vocab import ABANDONED, IDLE, STUCK, WAITING_TOOL, WAITING_USER, WORKING
+from copilot_otel.vocab import ABANDONED, ENDED, IDLE, STUCK, WAITING_TOOL, WAITING_USER, WORKING
 from tests.support.events import BASE_TIME, SessionLog
 from tests.support.files import new_session
 
@@ -178,8 +179,13 @@ def test_a_rescan_sees_new_grown_and_deleted_logs_and_says_so_by_its_key(home):
 
 
 def live_of(board):
-    """The (state, stalled seconds) of each row of a board, as make_board takes them."""
-    return {row.session_id: (row.state, row.stalled_s) for row in board.rows}
+    """The live state of each row of a board, as make_board takes them."""
+    return {row.session_id: Live(row.state, row.stalled_s, row.silent_s, row.activity) for row in board.rows}
+
+
+def unmeasured(rows):
+    """The rows without the time their durations were measured at (a board built afresh measures now)."""
+    return tuple(row._replace(at=0.0) for row in rows)
 
 
 def test_a_board_rebuilt_from_the_previous_one_is_the_board_built_afresh(home):
@@ -195,14 +201,16 @@ def test_a_board_rebuilt_from_the_previous_one_is_the_board_built_afresh(home):
     history.scan()
     after = history.board()
     fresh = make_board(after.key, reversed([(row.path, row.summary) for row in after.rows]), live_of(after))
-    assert (after.rows, after.states, after.repositories) == (fresh.rows, fresh.states, fresh.repositories)
+    assert (unmeasured(after.rows), after.states, after.repositories) == (
+        unmeasured(fresh.rows), fresh.states, fresh.repositories)
     assert "done" not in after.by_id and after.by_id["later"].state == WORKING and before.rows != after.rows
     log.turn_end()
     path.write_bytes(log.jsonl())
     history.scan()
     again = history.board()
     fresh = make_board(again.key, [(r.path, r.summary) for r in again.rows], live_of(again))
-    assert (again.rows, again.states, again.repositories) == (fresh.rows, fresh.states, fresh.repositories)
+    assert (unmeasured(again.rows), again.states, again.repositories) == (
+        unmeasured(fresh.rows), fresh.states, fresh.repositories)
 
 
 class WalkCountingCatalog(Catalog):
