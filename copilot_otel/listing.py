@@ -13,7 +13,6 @@ import fnmatch
 import http.client
 import logging
 import os
-import re
 import time
 from dataclasses import dataclass
 from datetime import datetime
@@ -29,6 +28,7 @@ from .display import ago, clock_time, count, where
 from .owner import NotOurs, connect_own, describe_uid, listener_uid
 from .liveness import StuckPolicy
 from .overview import MAX_PAGE_SIZE
+from .parsing import DURATION_HINT, duration_seconds
 from .safe_text import safe
 from .status import SessionStatus, status_of
 from .vocab import ABANDONED, ENDED, STUCK, WAITING_TOOL, WAITING_USER, WORKING
@@ -40,7 +40,6 @@ LIVE = "live"  # --state live: every state but ended
 WIDE = 140  # columns from which each session fits on one line
 _STYLES = {WORKING: "cyan", WAITING_TOOL: "cyan", WAITING_USER: "magenta", STUCK: "bold red", ABANDONED: "bold red",
            ENDED: "dim"}
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 
 @dataclass(frozen=True)
@@ -55,13 +54,13 @@ class Listing:
 def parse_since(text: str, *, now: float | None = None) -> float:
     """'90s', '30m', '2h', '1d', '1w' ago, or an ISO date/time ('2026-12-01', '2026-12-01T10:00'): epoch seconds."""
     now = time.time() if now is None else now
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*", text)
-    if match:
-        return now - float(match.group(1)) * _UNITS[match.group(2)]
+    ago = duration_seconds(text)
+    if ago is not None:
+        return now - ago
     try:
         return datetime.fromisoformat(text.strip()).timestamp()
     except ValueError:
-        raise ValueError(f"--since {text!r}: expected a duration such as 30m, 2h, 1d, or a date such as "
+        raise ValueError(f"--since {text!r}: expected {DURATION_HINT}, or a date such as "
                          "2026-12-01 or 2026-12-01T10:00") from None
 
 

@@ -306,7 +306,7 @@ def run_view(config, paths: list[Path]) -> int:
                                  max_line_bytes=config.max_line_bytes)
         source.scan()
         view = WebView(source, trace_url=config.trace_url)
-        endpoint = Endpoint(config, CollectorRegistry(), view.routes())
+        endpoint = Endpoint(config, CollectorRegistry(), view.routes(), address_flag="--address")
     except (ConfigError, SourceError) as exc:
         log.error("%s", exc)
         return 2
