@@ -182,13 +182,16 @@ def render(statuses: list[SessionStatus], console: Console, *, now: float | None
                 f"{count(s.tokens):>7} {premium:>7}  {s.last_end or '-':<13}")
         started = clock_time(s.started_ns, now)
         if wide:
-            lines.append((f"{line}  {started:<12}  {(s.model or '-')[:18]:<18}  {where(s) or '-'}",
+            asks = f"  (asks {s.asking})" if s.asking and status.state == WAITING_USER else ""
+            lines.append((f"{line}  {started:<12}  {(s.model or '-')[:18]:<18}  {where(s) or '-'}{asks}",
                           _STYLES.get(status.state, "")))
             continue
         lines.append((line, _STYLES.get(status.state, "")))
         facts = [x for x in (f"started {started}", s.model, where(s)) if x]
         if status.waiting_on and status.state in (WAITING_TOOL, STUCK, ABANDONED):
             facts.insert(0, f"on {status.waiting_on}")
+        elif s.asking and status.state == WAITING_USER:
+            facts.insert(0, f"asks {s.asking}")
         lines.append(("          " + " · ".join(facts), "dim"))
     lines = [(safe(line).rstrip(), style) for line, style in lines]  # text from the logs: escaped
     if console.is_terminal:

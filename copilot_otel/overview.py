@@ -76,6 +76,7 @@ def row_json(row: Row) -> dict:
         "input_tokens": s.input_tokens, "output_tokens": s.output_tokens, "tokens": s.tokens,
         "cache_read_tokens": s.cache_read_tokens, "premium_requests": round(s.premium_requests, 2),
         "nudge_premium_requests": round(s.nudge_premium_requests, 2), "last_end": s.last_end,
+        "asking": s.asking, "asking_since_ms": s.asking_since_ns // 1_000_000,
     }
 
 

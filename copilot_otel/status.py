@@ -54,7 +54,8 @@ class SessionStatus:
             row.get("nudges", 0), row.get("turns", 0), row.get("llm_calls", 0), row.get("tool_calls", 0),
             row.get("tool_failures", 0), row.get("input_tokens", 0), row.get("output_tokens", 0),
             row.get("cache_read_tokens", 0), float(row.get("premium_requests", 0.0)),
-            float(row.get("nudge_premium_requests", 0.0)), row.get("last_end"))
+            float(row.get("nudge_premium_requests", 0.0)), row.get("last_end"), row.get("asking"),
+            row.get("asking_since_ms", 0) * _MS)
         return cls(summary, row.get("state") or ENDED, float(row.get("stalled_s") or 0.0))
 
 

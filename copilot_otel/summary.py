@@ -62,6 +62,8 @@ class SessionSummary:
     premium_requests: float
     nudge_premium_requests: float
     last_end: str | None
+    asking: str | None = None  # what it waits for a person to answer: "permission for bash", "input"
+    asking_since_ns: int = 0
 
     @property
     def tokens(self) -> int:
@@ -70,10 +72,13 @@ class SessionSummary:
 
 
 def summarize(session_id: str, state: str, ended: str | None, facts: "SessionFacts", tally: Tally,
-              last_event_ns: int, waiting: tuple[str | None, int]) -> SessionSummary:
-    """Freeze a session's tally with its facts and state; ``waiting``: (oldest running tool, its start)."""
+              last_event_ns: int, waiting: tuple[str | None, int],
+              asking: tuple[str, int] | None = None) -> SessionSummary:
+    """Freeze a session's tally with its facts and state; ``waiting``: (oldest running tool, its start); ``asking``:
+    (what a person is asked, since when)."""
     return SessionSummary(
         session_id, state, ended, facts.model, facts.cwd, facts.cli_version, facts.repository, facts.branch,
         tally.first_event_ns, last_event_ns, waiting[0], waiting[1], tally.interactions, tally.nudges, tally.turns,
         tally.llm_calls, tally.tool_calls, tally.tool_failures, tally.input_tokens, tally.output_tokens,
-        tally.cache_read_tokens, tally.premium_requests, tally.nudge_premium_requests, tally.last_end)
+        tally.cache_read_tokens, tally.premium_requests, tally.nudge_premium_requests, tally.last_end,
+        *(asking or (None, 0)))

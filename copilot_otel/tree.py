@@ -189,6 +189,9 @@ def header(snapshot: Snapshot) -> Group:
     if status.waiting_on and status.state in (WAITING_TOOL, STUCK, ABANDONED):
         since = f" since {clock_time(summary.waiting_since_ns, now)}" if summary.waiting_since_ns else ""
         state.append(f": waiting on tool {status.waiting_on}{since}")
+    elif summary.asking and status.state == WAITING_USER:
+        since = f" since {clock_time(summary.asking_since_ns, now)}" if summary.asking_since_ns else ""
+        state.append(f": asks the user for {summary.asking}{since}")
     if summary.ended:
         state.append(f" ({summary.ended})" if status.state == "ended" else f" (session ended: {summary.ended})",
                      style="dim")

@@ -61,6 +61,8 @@ function facts() {
     ["premium requests", s.premium_requests], ["last interaction", s.last_end],
     ["waiting on", s.waiting_on ? el("span", {}, s.waiting_on, " for ",
       el("span", {dataset: {since: s.waiting_since_ms}})) : null],
+    ["asks the user", s.state === "waiting_user" && s.asking ? el("span", {}, s.asking, " for ",
+      el("span", {dataset: {since: s.asking_since_ms}})) : null],
   ];
   document.getElementById("facts").replaceChildren(...items.filter(([, v]) => v !== null && v !== undefined && v !== "")
     .flatMap(([k, v]) => [el("dt", {}, k), el("dd", {}, v)]));

@@ -39,7 +39,10 @@ function fillSelect(select, entries, current, label) {
 
 function row(s) {
   const link = el("a", {href: `/session/${encodeURIComponent(s.id)}`, title: s.id}, s.id.slice(0, 8));
-  const waiting = s.waiting_on
+  const asking = s.state === "waiting_user" && s.asking;  // a person is asked: no fault, and no tool's time
+  const waiting = asking
+    ? el("span", {}, `asks ${s.asking} `, el("span", {class: "dim", dataset: {since: s.asking_since_ms}}))
+    : s.waiting_on
     ? el("span", {}, s.waiting_on, " ", el("span", {class: "dim", dataset: {since: s.waiting_since_ms}}))
     : "";
   const last = el("td", {title: fmtTime(s.last_ms)}, el("span", {dataset: {ago: s.last_ms}}, fmtAgo(s.last_ms)));
