@@ -26,6 +26,9 @@ class ToolBook:
         # Call ids of tools and sub-agents cut off (abort, crash): their late completion is expected, not an anomaly.
         self.cut_tools: set[str] = set()
         self.cut_subagents: set[str] = set()
+        # Task calls that completed while their sub-agent had not yet (its subagent.completed comes a few ms
+        # later): held, then ended with it, so that the sub-agent ends at its own event inside its parent.
+        self.held_tools: dict[str, tuple[OpenSpan, Agent, int, ToolEnd]] = {}
 
     def __bool__(self) -> bool:
         """True while a tool or a sub-agent runs."""
@@ -61,6 +64,9 @@ class ToolBook:
                 self.out.anomaly(OUT_OF_ORDER, event)
             return
         span, agent = entry
+        if view.call_id in self.subagents:
+            self.held_tools[view.call_id] = (span, agent, event.timestamp_ns, view)
+            return
         self._finish(span, agent, event.timestamp_ns, view)
 
     def _finish(self, span: OpenSpan, agent: Agent, end_ns: int, view: ToolEnd) -> None:
@@ -75,6 +81,13 @@ class ToolBook:
             message = self.capture.text(view.error_message)
             self.out.span(span.close(end_ns, message=message or "", error_type=view.error_code or "tool_error"))
         self._count(span, agent, SUCCESS if view.success else FAILURE)
+
+    def release_held(self, call_id: str | None, end_ns: int) -> None:
+        """End the task call held for its sub-agent, which ended at ``end_ns`` (it ends then, or at its own end)."""
+        held = self.held_tools.pop(call_id, None) if call_id else None
+        if held is not None:
+            span, agent, completed_ns, view = held
+            self._finish(span, agent, max(completed_ns, end_ns), view)
 
     def name_of(self, call_id: str | None) -> str | None:
         """The name of the running tool ``call_id``, if it runs."""
@@ -148,6 +161,7 @@ class ToolBook:
             self.out.span(span.close(event.timestamp_ns, error_type=CANCELLED))
         else:
             self.out.span(span.close(event.timestamp_ns, status=STATUS_OK))
+        self.release_held(view.call_id, event.timestamp_ns)
 
     def cut_off_tools(self, end_ns: int, error_type: str, message: str = "") -> None:
         """End every running tool as ``error_type``."""
@@ -161,3 +175,8 @@ class ToolBook:
         self.cut_subagents.update(self.subagents)
         self.subagents.clear()
         return spans
+
+    def release_all_held(self, end_ns: int) -> None:
+        """End every task call still held for a sub-agent that was cut off at ``end_ns``."""
+        for call_id in list(self.held_tools):
+            self.release_held(call_id, end_ns)
