@@ -68,12 +68,13 @@ class Totals:
         return self.input_tokens + self.output_tokens
 
     def text(self) -> str:
-        """'3 turns · 4 LLM calls · 2 tools (1 failed) · 12.1k tokens · 1 premium'."""
+        """'1 premium · 12.1k tokens · 3 turns · 4 LLM calls · 2 tools (1 failed)': what it cost first, as a line too
+        long for the terminal loses its end."""
         failed = f" ({self.tool_failures} failed)" if self.tool_failures else ""
-        parts = [plural(self.turns, "turn"), plural(self.llm_calls, "LLM call"),
-                 plural(self.tool_calls, "tool") + failed, f"{count(self.tokens)} tokens"]
+        parts = [f"{count(self.tokens)} tokens", plural(self.turns, "turn"), plural(self.llm_calls, "LLM call"),
+                 plural(self.tool_calls, "tool") + failed]
         if self.premium_requests:
-            parts.append(f"{self.premium_requests:g} premium")
+            parts.insert(0, f"{self.premium_requests:g} premium")
         return " · ".join(parts)
 
 

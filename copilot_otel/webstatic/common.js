@@ -40,7 +40,8 @@ function fmtDuration(ms) {
 
 function fmtAgo(ms) {
   if (!ms) return "";
-  return `${fmtDuration(Math.max(0, serverNow() - ms))} ago`;
+  const elapsed = serverNow() - ms;
+  return elapsed < 1000 ? "just now" : `${fmtDuration(elapsed)} ago`;
 }
 
 function fmtTime(ms) {

@@ -202,7 +202,9 @@ function showDetails(id) {
   const panel = document.getElementById("details");
   if (!s) { panel.hidden = true; document.body.classList.remove("with-details"); return; }
   document.getElementById("details-name").textContent = s.name;
-  const rows = [["status", s.status + (s.running ? (isLive() ? " (running)" : " (never ended)") : "")],
+  // A running span has no status yet: "running", not "unset (running)".
+  const status = s.running ? (isLive() ? "running" : "never ended") : s.status;
+  const rows = [["status", status],
     ["status message", s.message], ["start", fmtTime(s.start_ms)], ["duration", fmtDuration(endOf(s) - s.start_ms)],
     ["trace id", s.trace], ["span id", s.id], ["parent span id", s.parent]];
   for (const key of Object.keys(s.attrs).sort()) {
