@@ -93,8 +93,8 @@ function follow(url, onData) {
     source.onopen = () => show("live", "live");
     source.onmessage = (event) => {
       delay = 0;
-      show("live", "live");
       const data = JSON.parse(event.data);
+      if (data.problem) show(data.problem, "down"); else show("live", "live");
       noteServerTime(data.now_ms);
       onData(data);
     };

@@ -86,7 +86,9 @@ function render(data) {
     rows.push(row(s));
   }
   document.querySelector("#sessions tbody").replaceChildren(...rows);
-  document.getElementById("empty").hidden = data.sessions.length > 0;
+  const empty = document.getElementById("empty");
+  empty.textContent = data.problem ? `No sessions can be seen: ${data.problem}` : "No session matches.";
+  empty.hidden = data.sessions.length > 0;
   const end = data.offset + data.sessions.length;
   document.getElementById("range").textContent =
     data.matching ? `${data.offset + 1}\u2013${end} of ${data.matching}` : "0 of 0";
