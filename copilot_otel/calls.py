@@ -71,8 +71,9 @@ class CallBook:
         return usage, str(data.get("statusCode") or data.get("errorType") or "call_failed")
 
     def record(self, event: Event, usage: Usage, agent: Agent, parent: OpenSpan, session_model: str | None,
-               *, error: str | None = None, nudge: bool = False) -> None:
-        """Export the chat span of one call, ending at ``event``, and count it."""
+               *, error: str | None = None, nudge: bool = False, end_ns: int | None = None) -> None:
+        """Export the chat span of one call, ending at ``event`` (or ``end_ns``), and count it."""
+        end_ns = event.timestamp_ns if end_ns is None else end_ns
         model = usage.model or session_model or "unknown"
         turn = agent.turn
         attributes, tokens = spanattrs.chat(self.session_id, agent.name, usage, model, None if turn is None else (
@@ -82,11 +83,10 @@ class CallBook:
             self.out.shared[A.GEN_AI_PROVIDER_NAME] = provider
         duration_ms = usage.duration_ms
         # The CLI times the call from before it logs turn_start; never start before the parent.
-        start = max(event.timestamp_ns - int(min(max(duration_ms, 0.0) * 1_000_000, event.timestamp_ns)),
-                    parent.start_ns)
+        start = max(end_ns - int(min(max(duration_ms, 0.0) * 1_000_000, end_ns)), parent.start_ns)
         span = parent.child(span_id_for(self.session_id, event.id), f"{A.OP_CHAT} {model}", KIND_CLIENT, start,
                             attributes)
-        self.out.span(span.close(event.timestamp_ns, error_type=error))
+        self.out.span(span.close(end_ns, error_type=error))
         tally, totals = self.tally, agent.totals
         if error is None:
             tally.llm_calls += 1
