@@ -83,3 +83,19 @@ def test_a_permission_wait_shows_for_which_tool_and_just_now(browser, tmp_path):
         just_now = page.evaluate("fmtAgo(serverNow() - 200)")
         assert just_now == "just now"
         assert page.errors == []
+
+
+def test_the_sessions_table_fits_a_1024_pixel_window(browser, tmp_path):
+    """Every 1.0.102 fixture session (long folders outside git, repositories, branches): no sideways scroll."""
+    home = tmp_path / "home"
+    for scenario in sorted(p.name for p in FIXTURES.iterdir() if (p / "session-state").is_dir()):
+        copy_session(scenario, home)
+    with DaemonProcess(home, tmp_path / "state") as daemon:
+        page = browser.page()
+        page.set_viewport_size({"width": 1024, "height": 700})
+        page.goto(daemon.page_url())
+        page.wait_for_selector("tr.session")
+        wait_until(lambda: page.locator("tr.session").count() >= 10, timeout=30, what="the sessions")
+        widths = page.evaluate("[document.documentElement.scrollWidth, document.documentElement.clientWidth]")
+        assert widths[0] <= widths[1], widths
+        assert page.errors == []
