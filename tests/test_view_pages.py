@@ -99,3 +99,28 @@ def test_the_sessions_table_fits_a_1024_pixel_window(browser, tmp_path):
         widths = page.evaluate("[document.documentElement.scrollWidth, document.documentElement.clientWidth]")
         assert widths[0] <= widths[1], widths
         assert page.errors == []
+
+
+def test_the_details_panel_covers_no_part_of_the_state_badge(browser, tmp_path):
+    """A live session waiting on a permission, a span's details open: the header's badge stays whole, beside the
+    panel, and a running span's status reads "running"."""
+    source = next((FIXTURES / "failing_tool" / "session-state").iterdir())
+    events = [json.loads(line) for line in (source / "events.jsonl").read_text().splitlines()]
+    cut = next(n for n, e in enumerate(events) if e["type"] == "permission.requested") + 1
+    home = tmp_path / "home"
+    new_session(home, source.name).write_text("".join(json.dumps(e) + "\n" for e in events[:cut]))
+    with DaemonProcess(home, tmp_path / "state") as daemon:
+        page = browser.page()
+        page.set_viewport_size({"width": 1024, "height": 700})
+        page.goto(daemon.page_url(f"/session/{source.name}"))
+        page.wait_for_selector(".span")
+        wait_until(lambda: "waiting" in page.locator("#state").inner_text(), timeout=30, what="the state badge")
+        page.locator(".span", has_text="execute_tool view").first.click()
+        page.wait_for_selector("#details:not([hidden])")
+        badge = page.locator("#state").bounding_box()
+        panel = page.locator("#details").bounding_box()
+        assert badge["x"] + badge["width"] <= panel["x"], (badge, panel)
+        assert page.evaluate("(e => e.scrollWidth <= e.clientWidth)(document.getElementById('state'))")
+        status = page.locator("#details-table tr", has_text="status").first.inner_text()
+        assert "running" in status and "unset" not in status, status
+        assert page.errors == []
