@@ -68,8 +68,8 @@ class Totals:
         return self.input_tokens + self.output_tokens
 
     def text(self) -> str:
-        """'1 premium · 12.1k tokens · 3 turns · 4 LLM calls · 2 tools (1 failed)': what it cost first, as a line too
-        long for the terminal loses its end."""
+        """'1 premium · 12.1k tokens · 3 turns · 4 LLM calls · 2 tools (1 failed)': the cost first, as a line
+        too long for the terminal loses its end."""
         failed = f" ({self.tool_failures} failed)" if self.tool_failures else ""
         parts = [f"{count(self.tokens)} tokens", plural(self.turns, "turn"), plural(self.llm_calls, "LLM call"),
                  plural(self.tool_calls, "tool") + failed]
