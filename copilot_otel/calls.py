@@ -12,10 +12,10 @@ from . import attrs as A
 from . import spanattrs
 from .events import Event
 from .records import KIND_CLIENT, span_id_for
-from .spans import Agent, OpenSpan, Outbox
+from .spans import Agent, OpenSpan, Outbox, Turn
 from .summary import Tally
 from .views import Usage, as_num, as_str
-from .vocab import ERROR, SUCCESS, Metric
+from .vocab import END_ABORTED, ERROR, SUCCESS, Metric
 
 
 class CallBook:
@@ -121,6 +121,16 @@ class CallBook:
         for label, value in tokens.items():
             if value > 0:
                 self._count_tokens(model, label, value)
+
+    def cut_off(self, abort: Event, turns: list[tuple[Agent, Turn]], model: str | None) -> None:
+        """The user's abort: a turn of ``turns`` with no call reported and no tool asked for had its LLM call in
+        flight (the CLI's own OTel has it as a chat span); it ends aborted, with its turn (or at the abort)."""
+        for agent, turn in turns:
+            if turn.llm_calls or turn.requested_tools or turn.errored:
+                continue
+            end_ns = turn.end_ns or abort.timestamp_ns
+            usage = Usage.known(model, (end_ns - turn.span.start_ns) / 1e6)
+            self.record(abort, usage, agent, turn.span, model, error=END_ABORTED, end_ns=end_ns)
 
     def _count_premium(self, model: str, value: float) -> None:
         self.tally.premium_requests += value

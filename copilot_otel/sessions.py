@@ -73,7 +73,9 @@ class SessionModel:
 
     def _apply(self, event: Event) -> None:
         if event.type == "abort":
-            self._cut_off_calls(event)
+            main = self._loop.main  # a turn ended just before the abort, or still open (logged in either order)
+            open_turn = [(main, main.turn)] if main.turn is not None and not self._book else []
+            self._calls.cut_off(event, [*self._loop.held, *open_turn], self.facts.model)
         if self._loop.held and event.type != "session.error":
             self._loop.release_held()
         if event.type == "session.resume" and self.ended is None and not self.quiescent:
@@ -259,18 +261,6 @@ class SessionModel:
         """The user stopped the loop: what is still running was cut off; the loop ends (the CLI goes idle)."""
         if event.agent_id is None:
             self._loop.abort(event, as_str(event.data.get("reason")) or END_ABORTED)
-
-    def _cut_off_calls(self, abort: Event) -> None:
-        """A turn that ended with no call reported and no tool asked for, right before the user's abort: its LLM call
-        was in flight and cut off (the CLI's own OTel has it as a chat span). It ends aborted with its turn."""
-        main = self._loop.main
-        turns = [*self._loop.held] + ([(main, main.turn)] if main.turn is not None and not self._book else [])
-        for agent, turn in turns:  # ended just before the abort, or still open (the CLI logs them in either order)
-            if turn.llm_calls or turn.requested_tools or turn.errored:
-                continue
-            end_ns = turn.end_ns or abort.timestamp_ns
-            usage = Usage.known(self.facts.model, (end_ns - turn.span.start_ns) / 1e6)
-            self._calls.record(abort, usage, agent, turn.span, self.facts.model, error=END_ABORTED, end_ns=end_ns)
 
     def _on_user_request(self, event: Event) -> None:
         asked = user_request(event)
