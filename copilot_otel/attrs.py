@@ -87,6 +87,9 @@ COPILOT_TASK_SUMMARY = "copilot.task.summary"
 COPILOT_TASK_SUCCESS = "copilot.task.success"
 COPILOT_SUBAGENT_TOTAL_TOKENS = "copilot.subagent.total_tokens"
 COPILOT_SUBAGENT_TOOL_CALLS = "copilot.subagent.tool_calls"
+# Milliseconds a tool waited on a person (permission prompts): not its own run time, which its duration metric counts.
+COPILOT_TOOL_USER_WAIT_MS = "copilot.tool.user_wait_ms"
+COPILOT_PERMISSION_EVENT = "copilot.permission"  # a span event per permission asked: when answered, how, wait
 COPILOT_TRIGGER = "copilot.trigger"  # what started an interaction's root when no prompt did (system.notification)
 COPILOT_COMPACTION_TRIGGER = "copilot.compaction.trigger"
 COPILOT_COMPACTION_OUTCOME = "copilot.compaction.outcome"

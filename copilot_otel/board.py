@@ -82,7 +82,7 @@ def row_json(row: Row, *, monotonic: float | None = None, now: float | None = No
         "cache_read_tokens": s.cache_read_tokens, "premium_requests": round(s.premium_requests, 2),
         "nudge_premium_requests": round(s.nudge_premium_requests, 2), "last_end": s.last_end,
         "nano_aiu": s.nano_aiu, "nudge_nano_aiu": s.nudge_nano_aiu, "ai_credits": s.nano_aiu / 1e9,
-        "credits_status": s.credits_status,
+        "credits_status": s.credits_status, "asking": s.asking, "asking_since_ms": s.asking_since_ns // 1_000_000,
     }
 
 

@@ -13,10 +13,10 @@ from . import spanattrs
 from .events import Event
 from .records import KIND_CLIENT, span_id_for
 from .credits import CreditBook
-from .spans import Agent, OpenSpan, Outbox
+from .spans import Agent, OpenSpan, Outbox, Turn
 from .summary import Tally
 from .views import Usage, as_num, as_str
-from .vocab import ERROR, SUCCESS, Metric
+from .vocab import END_ABORTED, ERROR, SUCCESS, Metric
 
 
 class CallBook:
@@ -73,8 +73,9 @@ class CallBook:
         return usage, str(data.get("statusCode") or data.get("errorType") or "call_failed")
 
     def record(self, event: Event, usage: Usage, agent: Agent, parent: OpenSpan, session_model: str | None,
-               *, error: str | None = None, nudge: bool = False) -> None:
-        """Export the chat span of one call, ending at ``event``, and count it."""
+               *, error: str | None = None, nudge: bool = False, end_ns: int | None = None) -> None:
+        """Export the chat span of one call, ending at ``event`` (or ``end_ns``), and count it."""
+        end_ns = event.timestamp_ns if end_ns is None else end_ns
         model = usage.model or session_model or "unknown"
         turn = agent.turn
         attributes, tokens = spanattrs.chat(self.session_id, agent.name, usage, model, None if turn is None else (
@@ -84,11 +85,10 @@ class CallBook:
             self.out.shared[A.GEN_AI_PROVIDER_NAME] = provider
         duration_ms = usage.duration_ms
         # The CLI times the call from before it logs turn_start; never start before the parent.
-        start = max(event.timestamp_ns - int(min(max(duration_ms, 0.0) * 1_000_000, event.timestamp_ns)),
-                    parent.start_ns)
+        start = max(end_ns - int(min(max(duration_ms, 0.0) * 1_000_000, end_ns)), parent.start_ns)
         span = parent.child(span_id_for(self.session_id, event.id), f"{A.OP_CHAT} {model}", KIND_CLIENT, start,
                             attributes)
-        self.out.span(span.close(event.timestamp_ns, error_type=error))
+        self.out.span(span.close(end_ns, error_type=error))
         tally, totals = self.tally, agent.totals
         if error is None:
             tally.llm_calls += 1
@@ -124,6 +124,16 @@ class CallBook:
         for label, value in tokens.items():
             if value > 0:
                 self._count_tokens(model, label, value, span)
+
+    def cut_off(self, abort: Event, turns: list[tuple[Agent, Turn]], model: str | None) -> None:
+        """The user's abort: a turn of ``turns`` with no call reported and no tool asked for had its LLM call in
+        flight (the CLI's own OTel has it as a chat span); it ends aborted, with its turn (or at the abort)."""
+        for agent, turn in turns:
+            if turn.llm_calls or turn.requested_tools or turn.errored:
+                continue
+            end_ns = turn.end_ns or abort.timestamp_ns
+            usage = Usage.known(model, (end_ns - turn.span.start_ns) / 1e6)
+            self.record(abort, usage, agent, turn.span, model, error=END_ABORTED, end_ns=end_ns)
 
     def _count_premium(self, model: str, value: float, span: OpenSpan | None = None) -> None:
         self.tally.premium_requests += value

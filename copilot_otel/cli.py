@@ -25,9 +25,9 @@ from .config import (
     Config,
     ConfigError,
 )
-from .flags import (BUDGETS_FILE, COPILOT_HOME, LOG_LEVEL, MAX_LINE_BYTES, METRICS_ADDRESS, PATH, STATE_DIR,
-                    STRICT_MODES, TRACE_URL_HELP, WEB_VIEW_COST, access_options, export_options, option, reading_options,
-                    repository_option, stuck_options)
+from .flags import (BUDGETS_FILE, DURATION, COPILOT_HOME, LOG_LEVEL, MAX_LINE_BYTES, METRICS_ADDRESS, PATH, STATE_DIR,
+                    STRICT_MODES, TRACE_URL_HELP, WEB_VIEW_COST, access_options, export_options, option,
+                    reading_options, repository_option, stuck_options, Duration)
 from .safe_text import safe, safe_json
 from .strictmodes import check_output_file, check_state_dir
 from .vocab import SESSION_STATES
@@ -92,7 +92,7 @@ def main() -> None:
 
 
 @main.command()
-@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path, allow_dash=True, readable=False))
+@click.argument("paths", nargs=-1, type=click.Path(path_type=Path, allow_dash=True, readable=False))
 @reading_options
 @export_options
 @option("metrics-file", type=PATH, default=None,
@@ -102,14 +102,14 @@ def main() -> None:
              "the output is the same for any number.")
 @option("rate", type=click.FloatRange(min=0), default=0, show_default=True,
         help="Send at most this many spans a second (0: as fast as the backend takes them).")
-@option("give-up-after", type=click.FloatRange(min=0), default=DEFAULT_GIVE_UP_AFTER, show_default=True,
+@option("give-up-after", type=Duration(0.0), default=DEFAULT_GIVE_UP_AFTER, show_default=True,
         help="Seconds a backend may refuse or throttle one batch before the replay stops, naming the "
              "sessions not delivered (a re-run continues with them).")
 @option("restart", is_flag=True, help="Forget an interrupted replay of the same sessions and send everything.")
 @repository_option
 @STRICT_MODES
 def replay(paths, log_level, metrics_file, workers, rate, give_up_after, restart, **options) -> None:
-    """Export the traces of session folders, events.jsonl files, a COPILOT_HOME, or - (stdin).
+    """Export the traces of session folders, events.jsonl files, a COPILOT_HOME (the default), or - (stdin).
 
     A replay that stops (Ctrl-C, a crash, a backend that refused for too long) is continued by
     running the same command again: what was delivered is not sent twice.
@@ -127,7 +127,7 @@ def replay(paths, log_level, metrics_file, workers, rate, give_up_after, restart
         check_state_dir(config.state_dir, strict=strict)
         if metrics_file is not None:
             check_output_file("--metrics-file", metrics_file, strict=strict)
-        files = [] if from_stdin else resolve(paths)
+        files = [] if from_stdin else resolve(paths or [config.copilot_home])
         sink = make_sink(traces_file=config.traces_file, otlp=config.otlp, default_file=config.default_traces_file,
                          max_request_bytes=config.max_request_bytes, rotation=config.traces_rotation,
                          strict=strict)
@@ -176,12 +176,18 @@ def inspect(session, log_level, json, follow, **options) -> None:
     try:
         config = build_config(exports=False, **options)  # inspect exports nothing: OTLP settings do not matter
         path = _session_log(session, config)
+        warnings: list[tuple] = []  # held until the file is known to be a session log
         reader = SessionReader(path, options=ModelOptions(capture_content_from_env(), INSPECT_CONTENT_CHARS),
-                               max_line_bytes=config.max_line_bytes)
+                               max_line_bytes=config.max_line_bytes, warn=lambda *args: warnings.append(args))
         reader.update()
+        if (why := reader.not_a_log()) is not None:
+            raise SourceError(why)
     except (ConfigError, SourceError) as exc:
         _fail(str(exc))
         return
+    for args in warnings:
+        logging.getLogger("copilot_otel.snapshot").warning(*args)
+    reader.warn = logging.getLogger("copilot_otel.snapshot").warning
     policy = config.stuck_policy
     from rich.console import Console
 
@@ -296,11 +302,11 @@ def sessions(state, repository, since, json, from_files, log_level, **options) -
 @METRICS_ADDRESS
 @stuck_options
 @option("poll", is_flag=True, default=False, help="Do not use inotify; find changes by rescanning only.")
-@option("rescan-interval", type=float, default=DEFAULT_RESCAN_INTERVAL, show_default=True,
+@option("rescan-interval", type=DURATION, default=DEFAULT_RESCAN_INTERVAL, show_default=True,
         help="Seconds between rescans that back up the file watcher.")
 @option("from-end", is_flag=True, default=False,
         help="On first start, skip the history already in the files.")
-@option("idle-quiet", type=click.FloatRange(min=MIN_IDLE_QUIET), default=DEFAULT_IDLE_QUIET, show_default=True,
+@option("idle-quiet", type=Duration(MIN_IDLE_QUIET), default=DEFAULT_IDLE_QUIET, show_default=True,
         help="Seconds of silence after a final answer that confirm the agent loop went idle.")
 @option("max-buffered-spans", type=click.IntRange(min=1), default=DEFAULT_MAX_BUFFERED_SPANS, show_default=True,
         help="Spans held while the trace backend is down; past this, reading pauses (nothing is dropped).")

@@ -30,7 +30,8 @@ from .otlp_settings import (  # noqa: F401 (the OTLP settings' names are read fr
 )
 from .parsing import ConfigError  # noqa: F401 (every front end catches it from here)
 from .parsing import parse_bool as _parse_bool
-from .parsing import parse_float as _parse_float
+from .parsing import DURATION_HINT, duration_seconds
+from .parsing import parse_seconds as _parse_seconds
 from .parsing import parse_int as _parse_int
 from .parsing import parse_path as _parse_path
 from .liveness import StuckPolicy
@@ -284,10 +285,10 @@ def parse_tool_thresholds(flag: str, text: str) -> tuple[float | None, tuple[tup
         tool, sep, seconds = item.rpartition("=")
         if sep and not tool.strip():
             raise ConfigError(f"{flag} {item!r}: expected TOOL=SECONDS, e.g. bash=1800")
-        try:
-            value = float(seconds)
-        except ValueError:
-            raise ConfigError(f"{flag} {item!r}: expected SECONDS or TOOL=SECONDS, e.g. 1800,bash=3600") from None
+        value = duration_seconds(seconds)
+        if value is None:
+            raise ConfigError(f"{flag} {item!r}: expected SECONDS or TOOL=SECONDS, SECONDS being {DURATION_HINT}; "
+                              "e.g. 30m,bash=1h")
         _positive(f"{flag} {item!r}:", value)
         if sep:
             overrides[tool.strip()] = value
@@ -302,14 +303,14 @@ _ENV_FIELDS: dict[str, Callable[[str, str], Any]] = {
     "state_dir": _parse_path,
     "traces_file": _parse_path,
     "metrics_address": lambda _variable, text: parse_address(text),
-    "stuck_after": _parse_float,
+    "stuck_after": _parse_seconds,
     "stuck_after_tool": lambda variable, text: parse_tool_thresholds(variable, text),
     "traces_file_max_bytes": _parse_int,
     "traces_file_backups": _parse_int,
     "max_line_bytes": _parse_int,
     "content_max_chars": _parse_int,
-    "idle_quiet": _parse_float,
-    "rescan_interval": _parse_float,
+    "idle_quiet": _parse_seconds,
+    "rescan_interval": _parse_seconds,
     "poll": _parse_bool,
     "max_buffered_spans": _parse_int,
     "max_request_bytes": _parse_int,

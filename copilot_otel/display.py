@@ -21,10 +21,10 @@ def duration(seconds: float) -> str:
 
 
 def ago(timestamp_ns: int, now: float) -> str:
-    """How long before ``now`` a time was: 'now', '42s ago', '5m ago', '3h ago', '2d ago'."""
+    """How long before ``now`` a time was: 'just now', '42s ago', '5m ago', '3h ago', '2d ago'."""
     seconds = now - timestamp_ns / 1e9
     if seconds < 1:
-        return "now"
+        return "just now"
     for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
         if seconds >= size:
             return f"{int(seconds // size)}{unit} ago"

@@ -150,21 +150,22 @@ class ExportQueue:
             self._segments[-1].markers[position.path] = position
             self._cond.notify_all()
 
-    def flush(self, timeout: float) -> bool:
-        """Wait until everything queued so far is exported and committed."""
+    def flush(self, timeout: float, *, while_failing: bool = True) -> bool:
+        """Wait until everything queued so far is exported and committed (without ``while_failing``, give up
+        as soon as the last attempt failed: a backend that is down will not take the rest in time)."""
         deadline = time.monotonic() + timeout
         with self._cond:
             while self._segments or self._busy:
                 remaining = deadline - time.monotonic()
-                if remaining <= 0:
+                if remaining <= 0 or not (while_failing or self.healthy):
                     return False
                 self._cond.wait(min(remaining, 0.1))
         return True
 
     def stop(self, timeout: float = 5.0) -> bool:
-        """Flush for up to ``timeout`` seconds, then stop, abandoning a request still in flight (its spans stay
-        behind the checkpoint); True if nothing was left behind."""
-        flushed = self.flush(timeout)
+        """Flush for up to ``timeout`` seconds (not at all while the export is failing), then stop, abandoning a
+        request still in flight (its spans stay behind the checkpoint); True if nothing was left behind."""
+        flushed = self.flush(timeout, while_failing=False)
         with self._cond:
             self._stopping = True
             self._cond.notify_all()
@@ -271,9 +272,10 @@ class ExportQueue:
 
     def _wait_to_retry(self, seconds: float) -> bool:
         """Sleep before a retry; False once stop() was called (before or during the sleep)."""
-        with self._cond:
-            if not self._stopping:
-                self._cond.wait(seconds)
+        deadline = time.monotonic() + seconds
+        with self._cond:  # the reader's puts wake this too: only a stop or the deadline ends the wait
+            while not self._stopping and (remaining := deadline - time.monotonic()) > 0:
+                self._cond.wait(remaining)
             return not self._stopping
 
     def _commit(self, markers: dict[str, FilePosition]) -> None:

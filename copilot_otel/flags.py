@@ -20,9 +20,33 @@ from .config import (
     MIN_MAX_REQUEST_BYTES,
     env_flag,
 )
+from .parsing import DURATION_HINT, duration_seconds
 
 # Paths are checked where they are used, which says what is wrong in one line (click's check would add usage).
 PATH = click.Path(path_type=Path, readable=False)
+
+
+class Duration(click.ParamType):
+    """Seconds, read as every duration flag reads them: 1800, 90s, 10m, 2h, 1d, 1h30m (at least ``minimum``, if any;
+    else the Config's check says what the setting must be)."""
+
+    name = "duration"
+
+    def __init__(self, minimum: float | None = None) -> None:
+        self.minimum = minimum
+
+    def convert(self, value, param, ctx) -> float:
+        if isinstance(value, (int, float)):
+            return float(value)
+        seconds = duration_seconds(str(value))
+        if seconds is None:
+            self.fail(f"{value!r} is not {DURATION_HINT}", param, ctx)
+        if self.minimum is not None and seconds < self.minimum:
+            self.fail(f"{value!r} is less than {self.minimum:g} s", param, ctx)
+        return seconds
+
+
+DURATION = Duration()
 
 
 # What one client of the web view can cost (web.py, webio.py, waterfall.py, server.py hold these figures).
@@ -61,7 +85,7 @@ STATE_DIR = option("state-dir", type=PATH, default=None,
 MAX_LINE_BYTES = option("max-line-bytes", type=click.IntRange(min=MIN_MAX_LINE_BYTES), default=DEFAULT_MAX_LINE_BYTES,
                         help="Lines longer than this are counted and skipped.")
 LOG_LEVEL = option("log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info")
-STUCK_AFTER = option("stuck-after", type=float, default=None,
+STUCK_AFTER = option("stuck-after", type=DURATION, default=None,
                      help=f"Seconds without an event before a working session counts as stuck "
                           f"[default: {DEFAULT_STUCK_AFTER:g}].")
 STUCK_AFTER_TOOL = option("stuck-after-tool", default=None, metavar="[SECONDS][,TOOL=SECONDS...]",

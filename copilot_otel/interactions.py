@@ -286,6 +286,7 @@ class AgentLoop:
         for span in self.book.take_subagents():
             self.close_agent_turns(span, end_ns)
             self.out.span(span.close(end_ns, message=message, error_type=subagent_error))
+        self.book.release_all_held(end_ns)
 
     def close_agent_turns(self, invoke_span: OpenSpan, end_ns: int) -> None:
         """Forget the sub-agent under ``invoke_span``, ending a turn it left open."""

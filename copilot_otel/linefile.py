@@ -7,6 +7,7 @@ was written durable: the export queue calls it before the checkpoint commit that
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
 import threading
@@ -19,16 +20,26 @@ log = logging.getLogger(__name__)
 _SCAN = 1 << 16
 
 
+class FileBusy(OSError):
+    """Another open file (another process, as a rule) holds the file's exclusive lock: it writes there."""
+
+
 class LineFile:
     """Appends whole lines to ``path``: created 0600, or an existing regular file of ours reached without a link
-    (private.open_private; else UnsafePath). ``size``: the file's when it was opened."""
+    (private.open_private; else UnsafePath). ``size``: the file's when it was opened. ``exclusive``: hold the
+    file's lock (flock) while open, and raise FileBusy if another writer holds it."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, exclusive: bool = False) -> None:
         self.path = Path(path)
         self._lock = threading.Lock()
         self._fd = open_private(self.path, os.O_RDWR | os.O_APPEND)
         self._dirty = False
         try:
+            if exclusive:
+                try:
+                    fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    raise FileBusy(f"another process writes {self.path}") from None
             self._repair()
             self.size = os.fstat(self._fd).st_size
         except OSError:

@@ -13,7 +13,6 @@ import fnmatch
 import http.client
 import logging
 import os
-import re
 import time
 from dataclasses import dataclass
 from datetime import datetime
@@ -30,6 +29,7 @@ from .display import ago, clock_time, count, where
 from .summary import credits_text
 from .owner import NotOurs, connect_own, describe_uid, listener_uid
 from .liveness import StuckPolicy
+from .parsing import DURATION_HINT, duration_seconds
 from .safe_text import safe
 from .status import SessionStatus, status_of
 from .vocab import ABANDONED, ENDED, STUCK, WAITING_TOOL, WAITING_USER, WORKING
@@ -42,7 +42,6 @@ WIDE = 140  # columns from which each session fits on one line
 PLACE_CHARS = 40  # the repository / folder column is padded to this at most (a longer one pushes the name on)
 _STYLES = {WORKING: "cyan", WAITING_TOOL: "cyan", WAITING_USER: "magenta", STUCK: "bold red", ABANDONED: "bold red",
            ENDED: "dim"}
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 
 @dataclass(frozen=True)
@@ -57,13 +56,13 @@ class Listing:
 def parse_since(text: str, *, now: float | None = None) -> float:
     """'90s', '30m', '2h', '1d', '1w' ago, or an ISO date/time ('2026-12-01', '2026-12-01T10:00'): epoch seconds."""
     now = time.time() if now is None else now
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*", text)
-    if match:
-        return now - float(match.group(1)) * _UNITS[match.group(2)]
+    ago = duration_seconds(text)
+    if ago is not None:
+        return now - ago
     try:
         return datetime.fromisoformat(text.strip()).timestamp()
     except ValueError:
-        raise ValueError(f"--since {text!r}: expected a duration such as 30m, 2h, 1d, or a date such as "
+        raise ValueError(f"--since {text!r}: expected {DURATION_HINT}, or a date such as "
                          "2026-12-01 or 2026-12-01T10:00") from None
 
 
@@ -209,13 +208,16 @@ def render(statuses: list[SessionStatus], console: Console, *, now: float | None
                 f"{count(s.tokens):>7} {premium:>7} {credits:>8}  {s.last_end or '-':<13}")
         started = clock_time(s.started_ns, now)
         if wide:
+            asks = f"  (asks {s.asking})" if s.asking and status.state == WAITING_USER else ""
             lines.append((f"{line}  {started:<12}  {(s.model or '-')[:18]:<18}  {where(s) or '-':<{places}}  "
-                          f"{s.name or '-'}", _STYLES.get(status.state, "")))
+                          f"{s.name or '-'}{asks}", _STYLES.get(status.state, "")))
             continue
         lines.append((line, _STYLES.get(status.state, "")))
         facts = [x for x in (s.name and f"“{s.name}”", f"started {started}", s.model, where(s)) if x]
         if status.waiting_on and status.state in (WAITING_TOOL, STUCK, ABANDONED):
             facts.insert(0, f"on {status.waiting_on}")
+        elif s.asking and status.state == WAITING_USER:
+            facts.insert(0, f"asks {s.asking}")
         lines.append(("          " + " · ".join(facts), "dim"))
     lines = [(safe(line).rstrip(), style) for line, style in lines]  # text from the logs: escaped
     if console.is_terminal:

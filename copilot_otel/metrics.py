@@ -238,7 +238,8 @@ class Metrics:
                                     registry=r)
         self.export_queue = Gauge("copilot_otel_export_queue_spans", "Spans waiting to be exported.", registry=r)
         self.files_watched = Gauge("copilot_otel_files_watched", "Session event files being followed.", registry=r)
-        self.lag = Gauge("copilot_otel_lag_seconds", "Seconds between now and the newest event seen.", registry=r)
+        self.lag = Gauge("copilot_otel_lag_seconds", "Seconds between now and the newest event read, while some "
+                         "session is working or waiting on a tool (0 otherwise).", registry=r)
         self.checkpoint_commits = Counter("copilot_otel_checkpoint_commits", "Checkpoint transactions committed.",
                                           registry=r)
         self.spans_dead_lettered = Counter("copilot_otel_spans_dead_lettered",

@@ -57,7 +57,8 @@ class SessionNotices:
             log.info("session %s ended (%s)", follower.session_id, how)
             return
         took = duration(max(0, summary.last_event_ns - summary.started_ns) / 1e9)
-        premium = f", {summary.premium_requests:g} premium requests" if summary.premium_requests else ""
+        premium = (f", {summary.premium_requests:g} premium request{'' if summary.premium_requests == 1 else 's'}"
+                   if summary.premium_requests else "")
         if summary.nano_aiu:
             premium += f", {credits_text(summary.nano_aiu, summary.credits_status)} AI credits"
         log.info("session %s ended (%s) after %s: %s, %s, %s, %s tokens%s", follower.session_id, how, took,

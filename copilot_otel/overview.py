@@ -153,6 +153,10 @@ class DaemonSessions(_Boarded):
     def stale(self) -> bool:
         return self._catalog is not None and time.monotonic() - self._scanned >= self._rescan_every
 
+    def problem(self) -> str | None:
+        """Why no session can be seen now (COPILOT_HOME missing, unreadable), as /healthz says it; None if none."""
+        return self._daemon.discoverer.problem()
+
     def scan(self) -> None:
         """Sum up from the files the sessions the reader does not know whole."""
         if self._catalog is None:

@@ -27,7 +27,7 @@ from .private import write_private
 from .replay import BATCH, Batch, ReplayStats, replay_files, replay_stream
 from .resource import resource_attributes
 from .safe_text import safe
-from .sinks import ExportError, SpanSink
+from .sinks import ExportError, FileSink, SpanSink
 from .sources import session_id_of
 from .workers import WorkerError
 
@@ -104,7 +104,11 @@ def replay_logs(files: list[Path], sink: SpanSink, config: Config, *, workers: i
     """Send every log's spans through ``sink``, continuing an interrupted replay of the same logs to the
     same destination unless ``restart``; never raises for a delivery problem: the Outcome says."""
     settings = f"{config.model.capture_content}:{config.model.content_max_chars}"
-    ledger = _open_ledger(Ledger.path_for(config.state_dir, sink.description, files, settings), restart)
+    # A file keeps what was written to it: its ledger is the file's (whatever the logs), kept once complete, and
+    # started anew only when the file is (new or emptied) or with --restart. An OTLP backend's is the replay's.
+    into_file = isinstance(sink, FileSink)
+    ledger = _open_ledger(Ledger.path_for(config.state_dir, sink.description, () if into_file else files, settings),
+                          restart or (into_file and sink.fresh))
     progress = ledger.load() if ledger is not None else {}
     identities = {str(path): identity_of(path) for path in files}
     todo: list[tuple[Path, int]] = []
@@ -115,7 +119,10 @@ def replay_logs(files: list[Path], sink: SpanSink, config: Config, *, workers: i
         elif not known.done:
             todo.append((path, known.sent))
     outcome = Outcome(ReplayStats(metrics=[] if keep_metrics else None), len(files), before=len(files) - len(todo))
-    if outcome.before:
+    if outcome.before and into_file:
+        log.info("%d of %d sessions were written to %s before and are left out (--restart writes them again)",
+                 outcome.before, len(files), sink.description)
+    elif outcome.before:
         log.info("continuing an interrupted replay: %d of %d sessions were delivered before", outcome.before,
                  len(files))
     started = time.monotonic()
@@ -163,7 +170,7 @@ def replay_logs(files: list[Path], sink: SpanSink, config: Config, *, workers: i
     if outcome.stats.dropped and outcome.code == EXIT_OK:
         outcome.code, outcome.reason = EXIT_FAILED, dropped_reason(outcome.stats)
     if ledger is not None:
-        ledger.close(remove=not outcome.undelivered)
+        ledger.close(remove=not outcome.undelivered and not into_file)
     return outcome
 
 

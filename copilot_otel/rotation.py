@@ -101,7 +101,7 @@ class RotatingFile:
         self._file = self._open()
 
     def _open(self) -> LineFile:
-        line_file = LineFile(self.path)  # created 0600; refused if it is a link or not ours
+        line_file = LineFile(self.path, exclusive=True)  # created 0600; refused if it is a link, not ours, or busy
         self.size = line_file.size  # after LineFile cut a torn last line off
         return line_file
 

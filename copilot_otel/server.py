@@ -68,7 +68,7 @@ class MetricsServer:
                  header_timeout: float = HEADER_TIMEOUT, idle_timeout: float = IDLE_TIMEOUT,
                  write_timeout: float = WRITE_TIMEOUT, max_head_bytes: int = MAX_HEAD_BYTES,
                  token: str | None = None, allowed_hosts: tuple[str, ...] = (), web_config: WebConfig | None = None,
-                 unix_socket: Path | None = None) -> None:
+                 unix_socket: Path | None = None, address_flag: str = "--metrics-address") -> None:
         host, port = address
         self._registry = registry
         self._health = health
@@ -79,7 +79,7 @@ class MetricsServer:
         self._idle_timeout = idle_timeout
         self._errors = http_errors(registry)
         self._web_config = web_config or WebConfig()
-        self._sock = _bind(host, port)
+        self._sock = _bind(host, port, address_flag)
         self.address: tuple[str, int] = self._sock.getsockname()[:2]
         self.unix_socket = unix_socket
         try:
@@ -296,8 +296,9 @@ def _owner_only(transport) -> str | None:
         return "peer_refused"
 
 
-def _bind(host: str, port: int) -> socket.socket:
-    """A listening socket on host:port (IPv4 preferred for a name), or a ConfigError that says why."""
+def _bind(host: str, port: int, flag: str) -> socket.socket:
+    """A listening socket on host:port (IPv4 preferred for a name), or a ConfigError that says why (and which
+    ``flag`` chooses another)."""
     try:
         infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
         family, _type, _proto, _name, sockaddr = sorted(infos, key=lambda info: info[0] != socket.AF_INET)[0]
@@ -305,8 +306,8 @@ def _bind(host: str, port: int) -> socket.socket:
     except OSError as exc:
         holder = port_holder(port) if exc.errno == errno.EADDRINUSE and port else None
         held = f" (held by {holder})" if holder else ""
-        raise ConfigError(f"cannot serve metrics on {host}:{port}: {exc.strerror or exc}{held}; "
-                          "choose another port with --metrics-address HOST:PORT") from None
+        raise ConfigError(f"cannot serve on {host}:{port}: {exc.strerror or exc}{held}; "
+                          f"choose another port with {flag} HOST:PORT") from None
 
 
 def _cancel_leftovers(loop: asyncio.AbstractEventLoop) -> None:

@@ -28,7 +28,8 @@ from .spans import InteractionSummary, Outbox
 from .summary import SessionSummary, Tally, summarize
 from .tools import ToolBook
 from .views import (SessionError, SessionFacts, SubagentEnd, SubagentStart, TaskComplete, ToolEnd, ToolStart, Usage,
-                    UserMessage, as_str, request_id, requested_tools)
+                    UserMessage, as_str, permission_result, request_id, requested_tools,
+                    user_request)
 from .vocab import (DUPLICATE_ID, ERROR, END_ABORTED, END_IDLE, END_INCOMPLETE, END_SHUTDOWN, IDLE, INCOMPLETE, SIGNAL_ERROR, SIGNAL_SHUTDOWN,
                     SIGNAL_TASK_COMPLETE, USER_REQUESTS, WAITING_TOOL, WAITING_USER, WORKING, Metric)
 
@@ -52,7 +53,8 @@ class SessionModel:
         self._loop = AgentLoop(session_id, self._out, self._book, self.tally, summaries=summaries)
         self._compactions = CompactionBook(session_id, self._out)
         self._changes = CodeChanges(self._out)
-        self._requests: set[str] = set()  # requests waiting for the user (permission, input, ...)
+        # Requests waiting for the user (permission, input, ...): id -> (what is asked, when, the tool call it gates).
+        self._requests: dict[str, tuple[str, int, str | None]] = {}
         self._seen: set[int] = set()  # hashes of event ids, kept for the life of the model (one file generation)
         self._normalize = Normalizer()  # the CLI-version layer: any version's events in the shape read here
 
@@ -70,6 +72,10 @@ class SessionModel:
         return self._out.take()
 
     def _apply(self, event: Event) -> None:
+        if event.type == "abort":
+            main = self._loop.main  # a turn ended just before the abort, or still open (logged in either order)
+            open_turn = [(main, main.turn)] if main.turn is not None and not self._book else []
+            self._calls.cut_off(event, [*self._loop.held, *open_turn], self.facts.model)
         if self._loop.held and event.type != "session.error":
             self._loop.release_held()
         if event.type == "session.resume" and self.ended is None and not self.quiescent:
@@ -162,7 +168,8 @@ class SessionModel:
         return summarize(self.session_id, self.state, self.ended, self.facts, self.tally, self.last_event_ns, waiting,
                          running_tools=len(self._book.tools),
                          confirms=current.pending_end if self.awaiting_confirmation else None,
-                         cut_off_end=(current.pending_end or END_INCOMPLETE) if current is not None else None)
+                         cut_off_end=(current.pending_end or END_INCOMPLETE) if current is not None else None,
+                         asking=self.asking)
 
     @property
     def interactions(self) -> list[InteractionSummary]:
@@ -260,14 +267,24 @@ class SessionModel:
             self._loop.abort(event, as_str(event.data.get("reason")) or END_ABORTED)
 
     def _on_user_request(self, event: Event) -> None:
-        self._requests.add(request_id(event) or event.id)
+        asked = user_request(event)
+        self._requests[request_id(event) or event.id] = (asked.describe(self._book.name_of(asked.call_id)),
+                                                         event.timestamp_ns, asked.call_id)
 
     def _on_user_answer(self, event: Event) -> None:
         answered = request_id(event)
-        if answered:
-            self._requests.discard(answered)
-        else:
-            self._requests.clear()
+        done = [self._requests.pop(answered)] if answered in self._requests else []
+        if not answered:
+            done, self._requests = list(self._requests.values()), {}
+        for _what, asked_ns, call_id in done:
+            if event.type == "permission.completed":
+                self._book.waited_on_user(call_id, asked_ns, event.timestamp_ns, permission_result(event))
+
+    @property
+    def asking(self) -> tuple[str, int] | None:
+        """What the session waits for a person to answer (``permission for bash``, ``input``), and since when."""
+        first = min(self._requests.values(), key=lambda r: r[1], default=None)
+        return (first[0], first[1]) if first is not None else None
 
     def _on_shutdown(self, event: Event) -> None:
         cumulative = self._normalize.cumulative_totals

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Protocol, Sequence
 
 from .config import DEFAULT_MAX_REQUEST_BYTES, ConfigError, OtlpSettings
+from .linefile import FileBusy
 from .otlp_json import OtlpJsonEncoder
 from .private import private_dir
 from .records import SpanRecord
@@ -118,9 +119,13 @@ class FileSink:
         except UnsafePath as exc:
             raise ConfigError(f"refusing to write traces to {self.path}: {exc}; choose another file with "
                               "--traces-file") from None
+        except FileBusy:
+            raise ConfigError(f"refusing to write traces to {self.path}: another process (a daemon?) writes it "
+                              "and their lines would mix; choose another file with --traces-file") from None
         except OSError as exc:
             raise ConfigError(f"cannot write traces to {self.path} ({exc.strerror or exc}); "
                               "choose another file with --traces-file, or another --state-dir") from None
+        self.fresh = self._file.size == 0  # nothing written there yet (a new file, or one emptied)
 
     def export(self, records: Sequence[SpanRecord]) -> None:
         """Write the batch as whole request lines and hand them to the OS."""

@@ -59,6 +59,7 @@ class SessionReader:
         self.tail = FileTail(self.path, max_line_bytes=self.max_line_bytes, keep=READ_TYPES)
         self.spans: list[SpanRecord] = []
         self.rejected = 0
+        self.events = 0  # lines that were session events
         # Once its process is gone: what finish() closed, and the summary from before (what it was doing).
         self._closed: tuple[list[SpanRecord], SessionSummary] | None = None
 
@@ -79,7 +80,14 @@ class SessionReader:
         out = drive(self.model, result.items, Outputs(), source=str(self.path), warn=self.warn)
         self.spans.extend(out.spans)
         self.rejected += sum(out.rejected.values())
+        self.events += sum(out.events.values())
         return True
+
+    def not_a_log(self) -> str | None:
+        """Why the file read so far is no session log (lines, and none of them an event), or None."""
+        if self.events or not self.rejected:
+            return None
+        return f"{self.path}: not a Copilot session log (none of its {self.rejected} line(s) is a session event)"
 
     def snapshot(self, *, policy: StuckPolicy, now: float | None = None,
                  alive: Callable[[int], bool] = pid_alive) -> Snapshot:

@@ -73,6 +73,8 @@ class SessionSummary:
     name: str | None = None  # what the CLI calls the session (workspace.yaml: its first prompt, or a name given)
     confirms: str | None = None  # how its interaction ends once a quiet period confirms the loop went idle
     cut_off_end: str | None = None  # how its open interaction ends if the session ends now (None: none open)
+    asking: str | None = None  # what it waits for a person to answer: "permission for bash", "input"
+    asking_since_ns: int = 0
 
     @property
     def ai_credits(self) -> float:
@@ -93,16 +95,19 @@ def credits_text(nano_aiu: int, status: str | None = None) -> str:
 
 def summarize(session_id: str, state: str, ended: str | None, facts: "SessionFacts", tally: Tally,
               last_event_ns: int, waiting: tuple[str | None, int], *, running_tools: int = 0,
-              confirms: str | None = None, cut_off_end: str | None = None) -> SessionSummary:
+              confirms: str | None = None, cut_off_end: str | None = None,
+              asking: tuple[str, int] | None = None) -> SessionSummary:
     """Freeze a session's tally with its facts and state; ``waiting``: (oldest running tool, its start). Tools
-    still running count as tool calls (as the spans of `inspect` and the web view's waterfall show them)."""
+    still running count as tool calls (as the spans of `inspect` and the web view's waterfall show them);
+    ``asking``: (what a person is asked, since when)."""
     return SessionSummary(
         session_id, state, ended, facts.model, facts.cwd, facts.cli_version, facts.repository, facts.branch,
         tally.first_event_ns, last_event_ns, waiting[0], waiting[1], tally.interactions, tally.nudges, tally.turns,
         tally.llm_calls, tally.tool_calls + running_tools, tally.tool_failures, tally.input_tokens, tally.output_tokens,
         tally.cache_read_tokens, tally.premium_requests, tally.nudge_premium_requests, tally.last_end,
         tally.nano_aiu, tally.nudge_nano_aiu,
-        tally.credits_status or status_of(tally.priced_calls, tally.unpriced_calls), None, confirms, cut_off_end)
+        tally.credits_status or status_of(tally.priced_calls, tally.unpriced_calls), None, confirms, cut_off_end,
+        *(asking or (None, 0)))
 
 
 def status_of(priced: int, unpriced: int) -> str | None:

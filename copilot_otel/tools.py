@@ -5,7 +5,7 @@ from __future__ import annotations
 from . import attrs as A
 from . import spanattrs
 from .events import Event
-from .records import KIND_INTERNAL, STATUS_OK, span_id_for
+from .records import KIND_INTERNAL, STATUS_OK, SpanEvent, span_id_for
 from .spanattrs import Capture
 from .spans import Agent, OpenSpan, Outbox
 from .summary import Tally
@@ -26,6 +26,9 @@ class ToolBook:
         # Call ids of tools and sub-agents cut off (abort, crash): their late completion is expected, not an anomaly.
         self.cut_tools: set[str] = set()
         self.cut_subagents: set[str] = set()
+        # Task calls that completed while their sub-agent had not yet (its subagent.completed comes a few ms
+        # later): held, then ended with it, so that the sub-agent ends at its own event inside its parent.
+        self.held_tools: dict[str, tuple[OpenSpan, Agent, int, ToolEnd]] = {}
 
     def __bool__(self) -> bool:
         """True while a tool or a sub-agent runs."""
@@ -61,18 +64,48 @@ class ToolBook:
                 self.out.anomaly(OUT_OF_ORDER, event)
             return
         span, agent = entry
+        if view.call_id in self.subagents:
+            self.held_tools[view.call_id] = (span, agent, event.timestamp_ns, view)
+            return
+        self._finish(span, agent, event.timestamp_ns, view)
+
+    def _finish(self, span: OpenSpan, agent: Agent, end_ns: int, view: ToolEnd) -> None:
         if view.exit_code is not None:
             span.attributes[A.PROCESS_EXIT_CODE] = view.exit_code
         result = self.capture.text(view.result)
         if result is not None:
             span.attributes[A.GEN_AI_TOOL_CALL_RESULT] = result
         if view.success:
-            self.out.span(span.close(event.timestamp_ns, status=STATUS_OK))
+            self.out.span(span.close(end_ns, status=STATUS_OK))
         else:
             message = self.capture.text(view.error_message)
-            self.out.span(span.close(event.timestamp_ns, message=message or "",
-                                     error_type=view.error_code or "tool_error"))
+            self.out.span(span.close(end_ns, message=message or "", error_type=view.error_code or "tool_error"))
         self._count(span, agent, SUCCESS if view.success else FAILURE)
+
+    def release_held(self, call_id: str | None, end_ns: int) -> None:
+        """End the task call held for its sub-agent, which ended at ``end_ns`` (it ends then, or at its own end)."""
+        held = self.held_tools.pop(call_id, None) if call_id else None
+        if held is not None:
+            span, agent, completed_ns, view = held
+            self._finish(span, agent, max(completed_ns, end_ns), view)
+
+    def name_of(self, call_id: str | None) -> str | None:
+        """The name of the running tool ``call_id``, if it runs."""
+        entry = self.tools.get(call_id) if call_id else None
+        return str(entry[0].attributes[A.GEN_AI_TOOL_NAME]) if entry is not None else None
+
+    def waited_on_user(self, call_id: str | None, asked_ns: int, answered_ns: int, result: str | None) -> None:
+        """The running tool ``call_id`` waited from ``asked_ns`` to ``answered_ns`` on a person's permission: an
+        event on its span, and the wait kept out of its run time (``copilot.tool.user_wait_ms``)."""
+        entry = self.tools.get(call_id) if call_id else None
+        if entry is None:
+            return
+        span = entry[0]
+        wait_ms = max(0, answered_ns - asked_ns) / 1e6
+        span.attributes[A.COPILOT_TOOL_USER_WAIT_MS] = span.attributes.get(A.COPILOT_TOOL_USER_WAIT_MS, 0.0) + wait_ms
+        span.events.append(SpanEvent(A.COPILOT_PERMISSION_EVENT, answered_ns,
+                                     {"copilot.permission.result": result or "unknown",
+                                      "copilot.permission.wait_ms": wait_ms}))
 
     def _count(self, span: OpenSpan, agent: Agent, outcome: str) -> None:
         tool = str(span.attributes[A.GEN_AI_TOOL_NAME])
@@ -81,7 +114,9 @@ class ToolBook:
         if outcome not in (SUCCESS, INCOMPLETE):  # cut off by the end of its session: no failure it reported
             self.tally.tool_failures += 1
         self.out.count(Metric.TOOL_CALLS, tool, outcome, span=span)
-        self.out.count(Metric.TOOL_DURATION, tool, value=max(0, span.end_ns - span.start_ns) / 1e9, span=span)
+        waited_ns = int(span.attributes.get(A.COPILOT_TOOL_USER_WAIT_MS, 0.0) * 1e6)  # a person's, not the tool's
+        self.out.count(Metric.TOOL_DURATION, tool, value=max(0, span.end_ns - span.start_ns - waited_ns) / 1e9,
+                       span=span)
 
     def _cut(self, span: OpenSpan, agent: Agent, end_ns: int, error_type: str, message: str = "") -> None:
         """End a tool that never completed; it counts with ``error_type`` as its outcome."""
@@ -127,6 +162,7 @@ class ToolBook:
             self.out.span(span.close(event.timestamp_ns, error_type=CANCELLED))
         else:
             self.out.span(span.close(event.timestamp_ns, status=STATUS_OK))
+        self.release_held(view.call_id, event.timestamp_ns)
 
     def cut_off_tools(self, end_ns: int, error_type: str, message: str = "") -> None:
         """End every running tool as ``error_type``."""
@@ -140,3 +176,8 @@ class ToolBook:
         self.cut_subagents.update(self.subagents)
         self.subagents.clear()
         return spans
+
+    def release_all_held(self, end_ns: int) -> None:
+        """End every task call still held for a sub-agent that was cut off at ``end_ns``."""
+        for call_id in list(self.held_tools):
+            self.release_held(call_id, end_ns)

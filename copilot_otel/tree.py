@@ -79,16 +79,17 @@ class Totals:
         return self.input_tokens + self.output_tokens
 
     def text(self) -> str:
-        """'3 turns · 4 LLM calls · 2 tools (1 failed) · 12.1k tokens · 1 premium'."""
+        """'1 premium · 0.42 AI credits · 12.1k tokens · 3 turns · 4 LLM calls · 2 tools (1 failed)': the cost
+        first, as a line too long for the terminal loses its end."""
         failed = ", ".join(x for x in (self.tool_failures and f"{self.tool_failures} failed",
                                        self.tool_cut_off and f"{self.tool_cut_off} cut off") if x)
         failed = f" ({failed})" if failed else ""
-        parts = [plural(self.turns, "turn"), plural(self.llm_calls, "LLM call"),
-                 plural(self.tool_calls, "tool") + failed, f"{count(self.tokens)} tokens"]
-        if self.premium_requests:
-            parts.append(f"{self.premium_requests:g} premium")
+        parts = [f"{count(self.tokens)} tokens", plural(self.turns, "turn"), plural(self.llm_calls, "LLM call"),
+                 plural(self.tool_calls, "tool") + failed]
         if self.nano_aiu:
-            parts.append(f"{credits_text(self.nano_aiu, 'partial' if self.unpriced_calls else None)} AI credits")
+            parts.insert(0, f"{credits_text(self.nano_aiu, 'partial' if self.unpriced_calls else None)} AI credits")
+        if self.premium_requests:
+            parts.insert(0, f"{self.premium_requests:g} premium")
         return " · ".join(parts)
 
 
@@ -215,6 +216,9 @@ def header(snapshot: Snapshot) -> Group:
     if status.waiting_on and status.state in (WAITING_TOOL, STUCK, ABANDONED):
         since = f" since {clock_time(summary.waiting_since_ns, now)}" if summary.waiting_since_ns else ""
         state.append(f": waiting on tool {status.waiting_on}{since}")
+    elif summary.asking and status.state == WAITING_USER:
+        since = f" since {clock_time(summary.asking_since_ns, now)}" if summary.asking_since_ns else ""
+        state.append(f": asks the user for {summary.asking}{since}")
     if summary.ended:
         state.append(f" ({summary.ended})" if status.state == "ended" else f" (session ended: {summary.ended})",
                      style="dim")

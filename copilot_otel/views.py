@@ -227,3 +227,36 @@ def requested_tools(event: Event) -> bool:
 def request_id(event: Event) -> str | None:
     """The id of a request put to the user (permission, input, ...) or of its answer."""
     return as_str(event.data.get("requestId"))
+
+
+_ASKED = {"user_input": "input", "elicitation": "input", "exit_plan_mode": "plan approval"}
+
+
+@dataclass(frozen=True, slots=True)
+class UserRequest:
+    """A question put to the user: its kind (permission, user_input, ...), the permission's kind, the tool call."""
+
+    kind: str
+    permission: str | None
+    call_id: str | None
+
+    def describe(self, tool: str | None) -> str:
+        """``permission for bash`` (the gated tool, else the permission's kind), ``input``, ``plan approval``."""
+        if self.kind == "permission":
+            return f"permission for {tool or self.permission or 'a tool'}"
+        return _ASKED.get(self.kind, self.kind)
+
+
+def user_request(event: Event) -> UserRequest:
+    """What a ``*.requested`` event asks the user."""
+    data = event.data
+    asked = data.get("permissionRequest")
+    asked = asked if isinstance(asked, dict) else {}
+    return UserRequest(event.type.rsplit(".", 1)[0], as_str(asked.get("kind")),
+                       as_str(data.get("toolCallId")) or as_str(asked.get("toolCallId")))
+
+
+def permission_result(event: Event) -> str | None:
+    """How a permission was answered (``approved``, ``denied-...``)."""
+    result = event.data.get("result")
+    return as_str(result.get("kind")) if isinstance(result, dict) else as_str(result)

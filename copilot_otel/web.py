@@ -84,8 +84,22 @@ class WebView:
         return self._html("sessions.html")
 
     async def _session_page(self, request: web.Request) -> web.Response:
-        await self._row(request)  # 404 for a session nobody knows
-        return self._html("session.html")
+        """The session's page; a unique start of its id goes to it; else a page that says so and leads back."""
+        await self._rescan(request.app[SERVER])
+        board = await request.app[SERVER].run_blocking(self.source.board)
+        wanted = request.match_info["session_id"]
+        if wanted in board.by_id:
+            return self._html("session.html")
+        matches = [session_id for session_id in board.by_id if session_id.startswith(wanted)]
+        if len(matches) == 1:
+            raise web.HTTPFound(f"/session/{matches[0]}")
+        why = (f"{len(matches)} sessions start with {wanted}" if matches
+               else f"no session {wanted} (nor one starting with it)")
+        body = (f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>copilot-otel: {why}</title>'
+                f'<link rel="stylesheet" href="/static/view.css"></head><body><main><h1>{why}</h1>'
+                f'<p><a href="/" id="back">All sessions</a></p></main></body></html>')  # the id is [A-Za-z0-9._-]
+        return web.Response(status=404, body=body.encode(), headers={"Content-Type": "text/html; charset=utf-8",
+                                                                     **NO_STORE})
 
     async def _asset(self, request: web.Request) -> web.Response:
         name = request.path.rsplit("/", 1)[-1]
@@ -105,7 +119,8 @@ class WebView:
 
     async def _sessions_body(self, request: web.Request, board: Board, query: dict) -> bytes:
         """The page of ``board`` that ``query`` asks for, without its time (made once per board and second)."""
-        key = tuple(sorted(query.items()))
+        problem = getattr(self.source, "problem", lambda: None)()
+        key = (*sorted(query.items()), problem)  # the same board says a problem that came (or went) since
         second = int(time.monotonic())
         held, held_second, bodies = self._rendered
         if held is not board or held_second != second:
@@ -113,12 +128,12 @@ class WebView:
             self._rendered = (board, second, bodies)
         body = bodies.get(key)
         if body is None:
-            body = await request.app[SERVER].run_blocking(self._render_sessions, board, query)
+            body = await request.app[SERVER].run_blocking(self._render_sessions, board, query, problem)
             if self._rendered[0] is board and self._rendered[1] == second and len(bodies) < PAGE_CACHE:
                 bodies[key] = body
         return body
 
-    def _render_sessions(self, board: Board, query: dict) -> bytes:
+    def _render_sessions(self, board: Board, query: dict, problem: str | None = None) -> bytes:
         body = page(board, **query)
         del body["now_ms"]  # added as it is sent
         home = getattr(self.source, "copilot_home", None)
@@ -126,6 +141,8 @@ class WebView:
             body["copilot_home"] = str(home)
         if self.budgets:
             body["budgets"] = progress(self.budgets, self.resource, (r.summary for r in board.rows), time.time())
+        if problem:  # the page says it (not "live", not "no session matches"), as /healthz does
+            body["problem"] = problem
         return orjson.dumps(body)
 
     async def _sessions_stream(self, request: web.Request) -> web.StreamResponse:
@@ -315,7 +332,7 @@ def run_view(config, paths: list[Path]) -> int:
                                  max_line_bytes=config.max_line_bytes)
         source.scan()
         view = WebView(source, trace_url=config.trace_url)
-        endpoint = Endpoint(config, CollectorRegistry(), view.routes())
+        endpoint = Endpoint(config, CollectorRegistry(), view.routes(), address_flag="--address")
     except (ConfigError, SourceError) as exc:
         log.error("%s", exc)
         return 2

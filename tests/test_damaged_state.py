@@ -116,12 +116,15 @@ def test_a_damaged_ledger_is_rebuilt_and_the_replay_finishes(interrupted, damage
     after = Counter(key(s) for s in read_spans(traces))
     expected = set(expected_keys(sorted(home.glob(f"{SESSION_STATE}/*/{EVENTS_FILE}"))))
     assert set(after) == expected and after - before == Counter(expected)  # all again, nothing different
-    assert not list((state / "replay").iterdir())  # done: the ledger and its lock are gone
+    size = traces.stat().st_size  # a trace file's ledger is kept once done: a re-run adds nothing
+    assert run_replay(str(home), "--state-dir", str(state), "--traces-file", str(traces)).returncode == 0
+    assert traces.stat().st_size == size
 
 
 def test_a_ledger_another_replay_holds_is_refused_at_once_naming_it(tmp_path):
     """A second replay of the same sessions to the same destination while the first runs: once a traceback
-    after 5 s; now one line naming the first's pid, at once, exit 2. The first goes on; a re-run after it
+    after 5 s; now one line at once, exit 2 (to a trace file: the file another process writes; to OTLP: the
+    ledger, naming the first's pid). The first goes on; a re-run after it
     was interrupted continues it."""
     home, state, traces = tmp_path / "home", tmp_path / "state", tmp_path / "traces.jsonl"
     make_home(home, copies=10)
@@ -140,9 +143,8 @@ def test_a_ledger_another_replay_holds_is_refused_at_once_naming_it(tmp_path):
         if first.poll() is None:
             first.kill()
             first.wait()
-    (line,) = stderr_lines(second)
-    assert second.returncode == 2 and f"another replay of the same sessions to the same destination is running " \
-                                      f"(pid {first.pid}" in line and "wait for it to finish" in line
+    (line,) = stderr_lines(second)  # the trace file the first writes is refused before its ledger is asked
+    assert second.returncode == 2 and f"refusing to write traces to {traces}: another process" in line, line
     assert took < 4.0, f"{took:.1f} s"  # a Python start-up; no wait on a lock
     again = run_replay(*args)
     assert again.returncode == 0 and "delivered by an earlier run" in again.stderr.decode()

@@ -178,7 +178,7 @@ def test_planted_backups_are_never_counted_nor_deleted(home, shared, tmp_path):
     counts and deletes only the backups it wrote, and the planted files stay as they are."""
     traces = shared / "traces.jsonl"
     args = (str(home), "--traces-file", str(traces), "--state-dir", str(tmp_path / "state"),
-            "--traces-file-max-bytes", "1000", "--traces-file-backups", "2")
+            "--traces-file-max-bytes", "1000", "--traces-file-backups", "2", "--restart")  # each run writes all again
 
     def replay_and_rotate() -> None:
         result = run_replay(*args)

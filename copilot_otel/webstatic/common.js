@@ -40,7 +40,8 @@ function fmtDuration(ms) {
 
 function fmtAgo(ms) {
   if (!ms) return "";
-  return `${fmtDuration(Math.max(0, serverNow() - ms))} ago`;
+  const elapsed = serverNow() - ms;
+  return elapsed < 1000 ? "just now" : `${fmtDuration(elapsed)} ago`;
 }
 
 function fmtTime(ms) {
@@ -92,8 +93,8 @@ function follow(url, onData) {
     source.onopen = () => show("live", "live");
     source.onmessage = (event) => {
       delay = 0;
-      show("live", "live");
       const data = JSON.parse(event.data);
+      if (data.problem) show(data.problem, "down"); else show("live", "live");
       noteServerTime(data.now_ms);
       onData(data);
     };

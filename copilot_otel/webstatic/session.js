@@ -66,6 +66,8 @@ function facts() {
     ["last interaction", s.last_end],
     ["waiting on", s.waiting_on ? el("span", {}, s.waiting_on, " for ",
       el("span", {dataset: {since: s.waiting_since_ms}})) : null],
+    ["asks the user", s.state === "waiting_user" && s.asking ? el("span", {}, s.asking, " for ",
+      el("span", {dataset: {since: s.asking_since_ms}})) : null],
   ];
   document.getElementById("facts").replaceChildren(...items.filter(([, v]) => v !== null && v !== undefined && v !== "")
     .flatMap(([k, v]) => [el("dt", {}, k), el("dd", {}, v)]));
@@ -205,7 +207,9 @@ function showDetails(id) {
   const panel = document.getElementById("details");
   if (!s) { panel.hidden = true; document.body.classList.remove("with-details"); return; }
   document.getElementById("details-name").textContent = s.name;
-  const rows = [["status", s.status + (s.running ? (isLive() ? " (running)" : " (never ended)") : "")],
+  // A running span has no status yet: "running", not "unset (running)".
+  const status = s.running ? (isLive() ? "running" : "never ended") : s.status;
+  const rows = [["status", status],
     ["status message", s.message], ["start", fmtTime(s.start_ms)], ["duration", fmtDuration(endOf(s) - s.start_ms)],
     ["trace id", s.trace], ["span id", s.id], ["parent span id", s.parent]];
   for (const key of Object.keys(s.attrs).sort()) {

@@ -77,7 +77,10 @@ function row(s) {
   const name = s.name ? el("span", {class: "name dim", title: s.name}, " ", s.name) : "";
   const place = s.repository ? s.repository
     : el("span", {class: "folder dim", title: s.cwd || ""}, s.cwd || "");
-  const waiting = s.waiting_on
+  const asking = s.state === "waiting_user" && s.asking;  // a person is asked: no fault, and no tool's time
+  const waiting = asking
+    ? el("span", {}, `asks ${s.asking} `, el("span", {class: "dim", dataset: {since: s.asking_since_ms}}))
+    : s.waiting_on
     ? el("span", {}, s.waiting_on, " ", el("span", {class: "dim", dataset: {since: s.waiting_since_ms}}))
     : "";
   const last = el("td", {title: fmtTime(s.last_ms)}, el("span", {dataset: {ago: s.last_ms}}, fmtAgo(s.last_ms)));
@@ -145,7 +148,9 @@ function render(data) {
     rows.push(row(s));
   }
   document.querySelector("#sessions tbody").replaceChildren(...rows);
-  document.getElementById("empty").hidden = data.sessions.length > 0;
+  const empty = document.getElementById("empty");
+  empty.textContent = data.problem ? `No sessions can be seen: ${data.problem}` : "No session matches.";
+  empty.hidden = data.sessions.length > 0;
   const end = data.offset + data.sessions.length;
   document.getElementById("range").textContent =
     data.matching ? `${data.offset + 1}\u2013${end} of ${data.matching}` : "0 of 0";

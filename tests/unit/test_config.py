@@ -138,7 +138,7 @@ ERRORS = {
     "max_line_bytes_small": ({"COPILOT_OTEL_MAX_LINE_BYTES": "100"}, "--max-line-bytes must be at least 1024"),
     "content_max_chars_zero": ({"COPILOT_OTEL_CONTENT_MAX_CHARS": "0"}, "--content-max-chars must be at least 1"),
     "max_buffered_spans_zero": ({"COPILOT_OTEL_MAX_BUFFERED_SPANS": "0"}, "--max-buffered-spans must be at least 1"),
-    "not_a_number": ({"COPILOT_OTEL_STUCK_AFTER": "soon"}, "COPILOT_OTEL_STUCK_AFTER='soon' is not a number"),
+    "not_a_number": ({"COPILOT_OTEL_STUCK_AFTER": "soon"}, "COPILOT_OTEL_STUCK_AFTER='soon' is not a duration"),
     "not_whole": ({"COPILOT_OTEL_MAX_LINE_BYTES": "1.5"}, "COPILOT_OTEL_MAX_LINE_BYTES='1.5' is not a whole number"),
     "not_a_bool": ({"COPILOT_OTEL_POLL": "maybe"}, "COPILOT_OTEL_POLL='maybe' is not true or false"),
     "address_without_port": ({"COPILOT_OTEL_METRICS_ADDRESS": "nonsense"},
