@@ -247,9 +247,12 @@ class FileTail:
                 running = zlib.crc32(memoryview(chunk)[newline + 1:], line_crc)
             else:
                 running = zlib.crc32(chunk, running)
-            pieces = chunk.split(b"\n")
-            rest = pieces.pop()  # after the chunk's last newline: the start of the next line
-            for piece in pieces:
+            # One find (memchr) per line: bytes.split tests every byte in a loop, 5 instructions a byte (issue 25).
+            find = chunk.find
+            begin = 0
+            while (end := find(b"\n", begin)) >= 0:
+                piece = chunk[begin:end]
+                begin = end + 1
                 number += 1
                 if skipping:
                     size = skipped + len(piece)
@@ -262,9 +265,10 @@ class FileTail:
                     size = len(raw)
                     if raw.endswith(b"\r"):
                         raw = raw[:-1]
-                    if raw.strip():
+                    if raw and not raw.isspace():  # not strip(): that copies the line
                         items.append(decode_line(raw, offset=offset, line=number, max_bytes=limit, keep=keep))
                 offset += size + 1
+            rest = chunk[begin:]  # after the chunk's last newline: the start of the next line
             if skipping:
                 skipped += len(rest)
             elif len(pending) + len(rest) > limit:
