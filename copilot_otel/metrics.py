@@ -17,6 +17,7 @@ from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.platform_collector import PlatformCollector
 
+from .pause import PAUSE
 from . import __version__
 from .config import DEFAULT_MAX_LABEL_VALUES
 from .decode import REASONS
@@ -322,7 +323,10 @@ class Metrics:
 
         Counter increments of the same series are added up first (a backlog holds thousands)."""
         sums: dict[tuple[Metric, tuple[str, ...]], float] = {}
+        pause = PAUSE
         for update in out.metrics:
+            if pause.renders:  # a /metrics render runs: let it run alone (pause.py)
+                pause.wait()
             labels = self._labels(update.metric, update.labels)
             if update.metric in HISTOGRAMS:
                 self._child(update.metric, labels).observe(update.value)

@@ -24,6 +24,7 @@ from .decode import TOO_LONG, decode_line
 from .events import DecodeError, Event
 from .identity import (COPIED, EDITED, FINGERPRINT_BYTES, HEAD_BYTES, REPLACED, TRUNCATED, FileIdentity,
                        count_lines, fingerprint, first_event_id, prefix_crc, same_origin)
+from .pause import PAUSE
 from .sources import UnreadableLog
 
 __all__ = ["CHUNK", "FileIdentity", "FileTail", "ReadResult", "Refused", "read_all"]
@@ -249,11 +250,14 @@ class FileTail:
                 running = zlib.crc32(chunk, running)
             # One find (memchr) per line: bytes.split tests every byte in a loop, 5 instructions a byte (issue 25).
             find = chunk.find
+            pause = PAUSE
             begin = 0
             while (end := find(b"\n", begin)) >= 0:
                 piece = chunk[begin:end]
                 begin = end + 1
                 number += 1
+                if pause.renders:  # a /metrics render runs: let it run alone (pause.py)
+                    pause.wait()
                 if skipping:
                     size = skipped + len(piece)
                     items.append(DecodeError(TOO_LONG, f"line of {size} bytes exceeds the {limit}-byte limit",
