@@ -270,6 +270,9 @@ class Metrics:
         assert set(self._series) == set(Metric), "every metric key needs its series"
         assert HISTOGRAMS == {key for key, series in self._series.items() if isinstance(series, Histogram)}
         self._children: dict = {}  # (metric key, label values) -> its series
+        # (metric key, label values as the model gave them) -> its series, for values the cap let through unchanged
+        # (bounded by the cap; a value cut or counted as 'other' goes through the cap each time, to be counted).
+        self._admitted: dict = {}
 
     def _lag(self) -> float:
         if not self.newest_event_ns or not self._lag_applies():
@@ -322,19 +325,25 @@ class Metrics:
         """Count what one drive of the pipeline produced: metric updates, events, rejected lines.
 
         Counter increments of the same series are added up first (a backlog holds thousands)."""
-        sums: dict[tuple[Metric, tuple[str, ...]], float] = {}
+        sums: dict = {}  # counter series -> what to add
+        admitted = self._admitted
         pause = PAUSE
         for update in out.metrics:
             if pause.renders:  # a /metrics render runs: let it run alone (pause.py)
                 pause.wait()
-            labels = self._labels(update.metric, update.labels)
+            key = (update.metric, update.labels)
+            child = admitted.get(key)
+            if child is None:
+                labels = self._labels(update.metric, update.labels)
+                child = self._child(update.metric, labels)
+                if labels == update.labels and OTHER not in labels:
+                    admitted[key] = child
             if update.metric in HISTOGRAMS:
-                self._child(update.metric, labels).observe(update.value)
+                child.observe(update.value)
             else:
-                key = (update.metric, labels)
-                sums[key] = sums.get(key, 0.0) + update.value
-        for (metric, labels), value in sums.items():
-            self._child(metric, labels).inc(value)
+                sums[child] = sums.get(child, 0.0) + update.value
+        for child, value in sums.items():
+            child.inc(value)
         for event_type, count in out.events.items():
             self.count_event(event_type, count)
         for reason, count in out.rejected.items():
