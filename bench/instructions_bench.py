@@ -4,7 +4,7 @@
   and of a python3 that `json.loads` every line of the same logs (all processes summed:
   --trace-children=yes). Counts do not depend on how busy the machine is. Corpus: --sessions
   real-shaped sessions (bench/corpus.py; 280 are about 16 MB). Target: replay <= 1.0x json.loads.
-  With --digest the replay's traces file's SHA-256 is printed too (output byte-identical across
+  The instructions of `inspect` of one session are printed too. With --digest the replay's traces file's SHA-256 is printed too (output byte-identical across
   changes: compare it before and after).
 - startup: `copilot-otel run` on --idle-folders small finished sessions, until /metrics says it follows
   them all (bench/daemon_bench.py's idle part), then idle CPU and RSS over --duration s. Target <= 5 s.
@@ -92,6 +92,9 @@ def instructions(args, home: Path, work: Path) -> None:
     print(f"{'json.loads of every line (python3)':<44}{base / 1e9:>12.2f} G{1.0:>15.2f}")
     print(f"{'replay --workers 1 (all processes)':<44}{replay / 1e9:>12.2f} G{replay / base:>15.2f}"
           f"   target <= 1.0: {'met' if replay <= base else 'MISSED'}")
+    one = Path(files[0]).parent
+    inspect_count = callgrind(copilot_otel_bin() + ["inspect", str(one)], work / "cg-inspect", env)
+    print(f"{'inspect of one session':<44}{inspect_count / 1e9:>12.2f} G")
     if args.digest:
         data = traces.read_bytes()
         print(f"traces file: {len(data)} bytes, sha256 {hashlib.sha256(data).hexdigest()}")
