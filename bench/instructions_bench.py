@@ -8,6 +8,9 @@
   changes: compare it before and after).
 - startup: `copilot-otel run` on --idle-folders small finished sessions, until /metrics says it follows
   them all (bench/daemon_bench.py's idle part), then idle CPU and RSS over --duration s. Target <= 5 s.
+- startup-instructions: the daemon's instructions (callgrind) from its start until it follows
+  --startup-folders idle folders and has exported their spans, and its stop: start-up changes compared
+  however busy the machine is.
 - flood: /metrics p99 while one session's log brings --tools distinct tool names
   (bench/attack_bench.py's tools part). Target < 50 ms.
 - inspect: wall time of `copilot-otel inspect` of one session of the corpus (median of 7). Target < 100 ms.
@@ -27,6 +30,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -112,6 +116,37 @@ def startup(args, work: Path) -> None:
           f"(after start-up {found['rss_after_start']:.1f} MB, peak {found['hwm']:.1f} MB)")
 
 
+def startup_instructions(args, work: Path) -> None:
+    """Instructions of the daemon from its start until it follows --startup-folders idle folders (callgrind)."""
+    from corpus import make_idle
+    from tests.support.daemon import DaemonProcess
+    from tests.support.scrape import value
+    home = work / "startup-home"
+    make_idle(home, args.startup_folders, source=args.source)
+    out = work / "cg-startup"
+    out.mkdir()
+    env = {"PYTHONDONTWRITEBYTECODE": "", "PYTHONPYCACHEPREFIX": str(work / "pycache")}
+    warm = DaemonProcess(home, work / "warm-state", traces_file=work / "warm.jsonl", env=env, log_level="warning")
+    warm.start(timeout=300)  # unmeasured: writes the bytecode
+    warm.stop()
+    daemon = DaemonProcess(home, work / "startup-state", traces_file=work / "startup.jsonl", env=env,
+                           log_level="warning", prefix=("valgrind", "--tool=callgrind", "--dump-line=no",
+                                                         f"--callgrind-out-file={out}/cg.%p"))
+    try:
+        daemon.start(timeout=600)
+        daemon.wait_for_metric("copilot_otel_files_watched", args.startup_folders, timeout=3600, interval=2.0)
+        while value(daemon.scrape(timeout=60), "copilot_otel_export_queue_spans") > 0:
+            time.sleep(1.0)
+    finally:
+        daemon.stop(timeout=600)
+    total = 0
+    for name in glob.glob(f"{out}/cg.*"):
+        with open(name, errors="replace") as handle:
+            total += next(int(line.split()[1]) for line in handle if line.startswith(("summary:", "totals:")))
+    print(f"daemon start-up on {args.startup_folders} idle folders, until all are followed and exported, then "
+          f"stopped: {total / 1e9:.2f} G instructions")
+
+
 def flood(args, work: Path) -> None:
     from attack_bench import tool_flood
     tool_flood(work, args.tools)
@@ -128,7 +163,8 @@ def inspect(args, home: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--only", choices=["instructions", "startup", "flood", "inspect"], action="append")
+    parser.add_argument("--only", choices=["instructions", "startup", "startup-instructions", "flood", "inspect"],
+                        action="append")
     parser.add_argument("--home", type=Path, help="an existing synthesized COPILOT_HOME (else one is made)")
     parser.add_argument("--sessions", type=int, default=280, help="sessions to synthesize (default 280)")
     parser.add_argument("--source", type=Path, default=DEFAULT_SOURCE, help="real sessions to copy")
@@ -136,8 +172,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--idle-folders", type=int, default=10_000)
     parser.add_argument("--duration", type=float, default=30.0, help="idle CPU window, s (default 30)")
     parser.add_argument("--tools", type=int, default=100_000)
+    parser.add_argument("--startup-folders", type=int, default=1000,
+                        help="idle folders of startup-instructions (default 1000: callgrind runs 50x slower)")
     args = parser.parse_args(argv)
-    parts = args.only or ["instructions", "startup", "flood", "inspect"]
+    parts = args.only or ["instructions", "startup", "startup-instructions", "flood", "inspect"]
     print(f"machine: {machine()}; load average {os.getloadavg()[0]:.2f}")
     work = Path(tempfile.mkdtemp(prefix="copilot-otel-insn-bench-"))
     try:
@@ -150,6 +188,8 @@ def main(argv: list[str] | None = None) -> int:
                 instructions(args, home, work)
             elif part == "startup":
                 startup(args, work)
+            elif part == "startup-instructions":
+                startup_instructions(args, work)
             elif part == "flood":
                 flood(args, work)
             else:
