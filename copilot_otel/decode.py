@@ -140,14 +140,16 @@ def skim(raw: bytes, keep: frozenset[bytes], *, offset: int = -1, line: int = 0)
 
 def _agent_before(raw: bytes, at: int, window: int) -> bytes | None:
     """The agent id of a ',"agentId":"A"' that ends just before ``at`` and starts within the window, if any;
-    _ESCAPED when that id holds an escape (the line is then parsed in full, to read it as JSON does)."""
+    _ESCAPED when an escape lies between (the line is then parsed in full, to read it as JSON does)."""
     if raw[at - 1:at] != b'"':
         return None
     start = raw.rfind(_AGENT, window, at)
-    if start < 0 or raw.find(b'"', start + len(_AGENT), at - 1) >= 0:
+    if start < 0:
         return None
     value = raw[start + len(_AGENT):at - 1]
-    return _ESCAPED if b"\\" in value else value
+    if b"\\" in value:
+        return _ESCAPED  # an escaped quote may end the id anywhere: let JSON say
+    return None if b'"' in value else value
 
 
 def decode_line(raw: bytes, *, offset: int = -1, line: int = 0, max_bytes: int = 0,
