@@ -6,51 +6,48 @@ README "Span attributes" maps each key to what the CLI's own telemetry calls it.
 
 from __future__ import annotations
 
-from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as _gen_ai
-from opentelemetry.semconv._incubating.attributes import vcs_attributes as _vcs
-from opentelemetry.semconv.attributes import error_attributes as _error
-from opentelemetry.semconv.attributes import exception_attributes as _exception
-from opentelemetry.semconv.attributes import http_attributes as _http
+# The conventions' names as literals: importing opentelemetry.semconv cost every start about 70 M instructions
+# (issue 25); tests/unit/test_attrs_semconv.py checks each against the pinned semconv package.
 
-GEN_AI_OPERATION_NAME = _gen_ai.GEN_AI_OPERATION_NAME
-GEN_AI_PROVIDER_NAME = _gen_ai.GEN_AI_PROVIDER_NAME
-GEN_AI_CONVERSATION_ID = _gen_ai.GEN_AI_CONVERSATION_ID
-GEN_AI_AGENT_NAME = _gen_ai.GEN_AI_AGENT_NAME
-GEN_AI_REQUEST_MODEL = _gen_ai.GEN_AI_REQUEST_MODEL
-GEN_AI_RESPONSE_MODEL = _gen_ai.GEN_AI_RESPONSE_MODEL
-GEN_AI_RESPONSE_FINISH_REASONS = _gen_ai.GEN_AI_RESPONSE_FINISH_REASONS
-GEN_AI_RESPONSE_ID = _gen_ai.GEN_AI_RESPONSE_ID
-GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK = _gen_ai.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK  # seconds
+GEN_AI_OPERATION_NAME = "gen_ai.operation.name"
+GEN_AI_PROVIDER_NAME = "gen_ai.provider.name"
+GEN_AI_CONVERSATION_ID = "gen_ai.conversation.id"
+GEN_AI_AGENT_NAME = "gen_ai.agent.name"
+GEN_AI_REQUEST_MODEL = "gen_ai.request.model"
+GEN_AI_RESPONSE_MODEL = "gen_ai.response.model"
+GEN_AI_RESPONSE_FINISH_REASONS = "gen_ai.response.finish_reasons"
+GEN_AI_RESPONSE_ID = "gen_ai.response.id"
+GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK = "gen_ai.response.time_to_first_chunk"  # seconds
 GEN_AI_REQUEST_REASONING_LEVEL = "gen_ai.request.reasoning.level"  # the CLI's key; no convention has one yet
-GEN_AI_USAGE_INPUT_TOKENS = _gen_ai.GEN_AI_USAGE_INPUT_TOKENS
-GEN_AI_USAGE_OUTPUT_TOKENS = _gen_ai.GEN_AI_USAGE_OUTPUT_TOKENS
-GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS = _gen_ai.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS
-GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS = _gen_ai.GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS
-GEN_AI_TOOL_NAME = _gen_ai.GEN_AI_TOOL_NAME
-GEN_AI_TOOL_CALL_ID = _gen_ai.GEN_AI_TOOL_CALL_ID
-GEN_AI_TOOL_TYPE = _gen_ai.GEN_AI_TOOL_TYPE
-GEN_AI_TOOL_CALL_ARGUMENTS = _gen_ai.GEN_AI_TOOL_CALL_ARGUMENTS
-GEN_AI_TOOL_CALL_RESULT = _gen_ai.GEN_AI_TOOL_CALL_RESULT
-GEN_AI_INPUT_MESSAGES = _gen_ai.GEN_AI_INPUT_MESSAGES
-GEN_AI_OUTPUT_MESSAGES = _gen_ai.GEN_AI_OUTPUT_MESSAGES
-ERROR_TYPE = _error.ERROR_TYPE
-EXCEPTION_TYPE = _exception.EXCEPTION_TYPE
-EXCEPTION_MESSAGE = _exception.EXCEPTION_MESSAGE
+GEN_AI_USAGE_INPUT_TOKENS = "gen_ai.usage.input_tokens"
+GEN_AI_USAGE_OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
+GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS = "gen_ai.usage.cache_read.input_tokens"
+GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS = "gen_ai.usage.cache_creation.input_tokens"
+GEN_AI_TOOL_NAME = "gen_ai.tool.name"
+GEN_AI_TOOL_CALL_ID = "gen_ai.tool.call.id"
+GEN_AI_TOOL_TYPE = "gen_ai.tool.type"
+GEN_AI_TOOL_CALL_ARGUMENTS = "gen_ai.tool.call.arguments"
+GEN_AI_TOOL_CALL_RESULT = "gen_ai.tool.call.result"
+GEN_AI_INPUT_MESSAGES = "gen_ai.input.messages"
+GEN_AI_OUTPUT_MESSAGES = "gen_ai.output.messages"
+ERROR_TYPE = "error.type"
+EXCEPTION_TYPE = "exception.type"
+EXCEPTION_MESSAGE = "exception.message"
 EXCEPTION_EVENT = "exception"  # the span event every trace backend shows as the error
-HTTP_RESPONSE_STATUS_CODE = _http.HTTP_RESPONSE_STATUS_CODE
+HTTP_RESPONSE_STATUS_CODE = "http.response.status_code"
 PROCESS_EXIT_CODE = "process.exit.code"
 # Where the session runs: the VCS conventions (vcs.repository.name is the name alone, the owner apart).
-VCS_REPOSITORY_NAME = _vcs.VCS_REPOSITORY_NAME
-VCS_OWNER_NAME = _vcs.VCS_OWNER_NAME
-VCS_REPOSITORY_URL_FULL = _vcs.VCS_REPOSITORY_URL_FULL
-VCS_PROVIDER_NAME = _vcs.VCS_PROVIDER_NAME
-VCS_REF_HEAD_NAME = _vcs.VCS_REF_HEAD_NAME
-VCS_REF_HEAD_TYPE = _vcs.VCS_REF_HEAD_TYPE
-VCS_REF_HEAD_REVISION = _vcs.VCS_REF_HEAD_REVISION
+VCS_REPOSITORY_NAME = "vcs.repository.name"
+VCS_OWNER_NAME = "vcs.owner.name"
+VCS_REPOSITORY_URL_FULL = "vcs.repository.url.full"
+VCS_PROVIDER_NAME = "vcs.provider.name"
+VCS_REF_HEAD_NAME = "vcs.ref.head.name"
+VCS_REF_HEAD_TYPE = "vcs.ref.head.type"
+VCS_REF_HEAD_REVISION = "vcs.ref.head.revision"
 
-OP_INVOKE_AGENT = _gen_ai.GenAiOperationNameValues.INVOKE_AGENT.value
-OP_CHAT = _gen_ai.GenAiOperationNameValues.CHAT.value
-OP_EXECUTE_TOOL = _gen_ai.GenAiOperationNameValues.EXECUTE_TOOL.value
+OP_INVOKE_AGENT = "invoke_agent"
+OP_CHAT = "chat"
+OP_EXECUTE_TOOL = "execute_tool"
 # A context compaction: the CLI's own LLM requests that summarise the conversation. No GenAI operation names
 # it, and it is no `chat` call (no usage record, no chat span in the CLI's own OTel): an operation of its own.
 OP_COMPACTION = "compaction"

@@ -85,8 +85,11 @@ def decode_object(obj: object, *, offset: int = -1, line: int = 0) -> Event | De
 # The CLI writes every line as {"type":"T","data":{...}[,"agentId":"A"],"id":"I","timestamp":"S","parentId":P[,"agentId":"A"]}.
 _HEAD = b'{"type":"'
 _DATA = b'","data":{'
-_TAIL = re.compile(rb'(?:,"agentId":"([^"\\]*)")?,"id":"([^"\\]+)","timestamp":"([^"\\]+)",'
+_ID = b',"id":"'
+_TAIL = re.compile(rb',"id":"([^"\\]+)","timestamp":"([^"\\]+)",'
                    rb'"parentId":(?:null|"[^"\\]*")(?:,"agentId":"([^"\\]*)")?}\Z')
+_AGENT = b',"agentId":"'
+_ESCAPED = b"\\"  # _agent_before's answer for an agent id written with an escape
 _TAIL_WINDOW = 400  # the tail's most bytes (ids are uuids, the timestamp is short)
 NO_DATA: dict = MappingProxyType({})  # the data of an event whose payload nothing reads
 
@@ -113,19 +116,40 @@ def skim(raw: bytes, keep: frozenset[bytes], *, offset: int = -1, line: int = 0)
     if kind_bytes in keep or not raw.startswith(_DATA, end) or b"\\" in kind_bytes:
         return None  # a type with an escape in it is parsed in full, to read it as JSON does
     kind = kind_bytes.decode("utf-8", "replace")
-    tail = _TAIL.search(raw, max(0, len(raw) - _TAIL_WINDOW))
+    window = max(0, len(raw) - _TAIL_WINDOW)
+    # The tail is matched where it starts: at the last ',"id":"' (none of its values holds a quote), not searched
+    # for at each of the window's 400 positions.
+    at = raw.rfind(_ID, window)
+    tail = _TAIL.match(raw, at) if at >= 0 else None
     if tail is None or b"\x00" in raw or not kind:
         return None
-    try:
-        raw.decode("utf-8")
-    except UnicodeDecodeError:
-        return None
-    timestamp = parse_timestamp(tail.group(3).decode())
+    if not raw.isascii():  # ASCII is UTF-8; only other text is decoded to check it
+        try:
+            raw.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+    timestamp = parse_timestamp(tail.group(2).decode())
     if timestamp is None:
         return None
-    agent = tail.group(1) or tail.group(4)
-    return Event(kind, timestamp, tail.group(2).decode(), NO_DATA, None, agent.decode() if agent else None, False,
+    agent = _agent_before(raw, at, window) or tail.group(3)
+    if agent is _ESCAPED:
+        return None
+    return Event(kind, timestamp, tail.group(1).decode(), NO_DATA, None, agent.decode() if agent else None, False,
                  offset, line)
+
+
+def _agent_before(raw: bytes, at: int, window: int) -> bytes | None:
+    """The agent id of a ',"agentId":"A"' that ends just before ``at`` and starts within the window, if any;
+    _ESCAPED when an escape lies between (the line is then parsed in full, to read it as JSON does)."""
+    if raw[at - 1:at] != b'"':
+        return None
+    start = raw.rfind(_AGENT, window, at)
+    if start < 0:
+        return None
+    value = raw[start + len(_AGENT):at - 1]
+    if b"\\" in value:
+        return _ESCAPED  # an escaped quote may end the id anywhere: let JSON say
+    return None if b'"' in value else value
 
 
 def decode_line(raw: bytes, *, offset: int = -1, line: int = 0, max_bytes: int = 0,

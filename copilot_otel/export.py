@@ -24,6 +24,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable
 
+from .pause import PAUSE
 from .checkpoint import Checkpoint, FilePosition
 from .deadletter import DeadLetter
 from .records import SpanRecord
@@ -207,6 +208,8 @@ class ExportQueue:
             if taken is None:
                 return
             spans, markers = taken
+            if PAUSE.renders:  # a /metrics render runs: let it run alone (pause.py)
+                PAUSE.wait()
             try:
                 if spans and not self._deliver(spans):
                     return  # stopping while the backend is down: the checkpoint stays behind

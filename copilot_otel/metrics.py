@@ -17,6 +17,7 @@ from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.platform_collector import PlatformCollector
 
+from .pause import PAUSE
 from . import __version__
 from .config import DEFAULT_MAX_LABEL_VALUES
 from .decode import REASONS
@@ -299,6 +300,9 @@ class Metrics:
         assert set(self._series) == set(Metric), "every metric key needs its series"
         assert HISTOGRAMS == {key for key, series in self._series.items() if isinstance(series, Histogram)}
         self._children: dict = {}  # (metric key, label values) -> its series
+        # (metric key, label values as the model gave them) -> its series, for values the cap let through unchanged
+        # (bounded by the cap; a value cut or counted as 'other' goes through the cap each time, to be counted).
+        self._admitted: dict = {}
 
     def _lag(self) -> float:
         if not self.newest_event_ns or not self._lag_applies():
@@ -364,24 +368,33 @@ class Metrics:
 
         Counter increments of the same series are added up first (a backlog holds thousands), with the
         last one's span as the exemplar: a series keeps only its latest exemplar anyway."""
-        sums: dict[tuple[Metric, tuple[str, ...]], float] = {}
-        spans: dict[tuple[Metric, tuple[str, ...]], tuple[int, int]] = {}
+        sums: dict = {}  # counter series -> what to add
+        spans: dict = {}  # counter series -> the span of its last update
+        admitted = self._admitted
+        pause = PAUSE
         for update in out.metrics:
+            if pause.renders:  # a /metrics render runs: let it run alone (pause.py)
+                pause.wait()
             if isinstance(update.metric, GenAi):
                 self.genai.apply(update)
                 continue
             if update.metric is Metric.AI_CREDITS and self.budget_meter is not None:
                 self.budget_meter.spend(update.labels[-1], update.value)
-            labels = self._labels(update.metric, update.labels)
+            key = (update.metric, update.labels)
+            child = admitted.get(key)
+            if child is None:
+                labels = self._labels(update.metric, update.labels)
+                child = self._child(update.metric, labels)
+                if labels == update.labels and OTHER not in labels:
+                    admitted[key] = child
             if update.metric in HISTOGRAMS:
-                self._child(update.metric, labels).observe(update.value, exemplar_labels(update.exemplar))
+                child.observe(update.value, exemplar_labels(update.exemplar))
             else:
-                key = (update.metric, labels)
-                sums[key] = sums.get(key, 0.0) + update.value
+                sums[child] = sums.get(child, 0.0) + update.value
                 if update.exemplar is not None:
-                    spans[key] = update.exemplar
-        for key, value in sums.items():
-            self._child(*key).inc(value, exemplar_labels(spans.get(key)))
+                    spans[child] = update.exemplar
+        for child, value in sums.items():
+            child.inc(value, exemplar_labels(spans.get(child)))
         for event_type, count in out.events.items():
             self.count_event(event_type, count)
         for reason, count in out.rejected.items():

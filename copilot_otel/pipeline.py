@@ -14,6 +14,7 @@ from typing import Callable, Iterable
 
 from .decode import INTERNAL_ERROR
 from .events import DecodeError, Event
+from .pause import PAUSE
 from .records import EMPTY_STEP, MetricUpdate, SpanRecord, Step
 from .sessions import SessionModel
 from .vocab import DUPLICATE_ID, END_INCOMPLETE
@@ -57,7 +58,10 @@ def drive(model: SessionModel, items: Iterable[Event | DecodeError], out: Output
     rejected = out.rejected
     events = out.events
     feed = model.feed
+    pause = PAUSE
     for item in items:
+        if pause.renders:  # a /metrics render runs: let it run alone (pause.py)
+            pause.wait()
         if type(item) is DecodeError:
             if item.offset >= floor:
                 rejected[item.reason] = rejected.get(item.reason, 0) + 1

@@ -27,6 +27,7 @@ from prometheus_client.exposition import choose_encoder, gzip_accepted
 from .access import Gate
 from .config import ConfigError
 from .http_guard import Connections, LoopErrors, QuietLog, Workers, http_errors, raise_open_files_limit
+from .pause import PAUSE
 from .owner import bind_socket, peer_uid, port_holder, remove_socket
 from .webconfig import WebConfig
 
@@ -271,7 +272,8 @@ def connection_budget(nofile: int, wanted: int) -> tuple[int, int]:
 
 
 def _render(registry: CollectorRegistry, encoder: Callable[[CollectorRegistry], bytes], gzipped: bool) -> bytes:
-    body = encoder(registry)
+    with PAUSE.rendering():  # the reader waits at its next line or event: the render does not take turns with it
+        body = encoder(registry)
     return gzip.compress(body, compresslevel=6, mtime=0) if gzipped else body
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import signal
 import sqlite3
+import sys
 
 from .checkpoint import CheckpointError
 from .config import Config, ConfigError
@@ -16,6 +17,7 @@ log = logging.getLogger("copilot_otel.daemon")  # its lines read as the daemon's
 # At SIGTERM the final metrics push gets this long at most (after at most 5 s flushing the trace queue),
 # so that a backend that never answers cannot hold the stop up to systemd's TimeoutStopSec (30 s).
 FINAL_PUSH_TIMEOUT = 5.0
+SWITCH_INTERVAL = 0.0005  # s
 
 
 def run_daemon(config: Config) -> int:
@@ -42,6 +44,10 @@ def run_daemon(config: Config) -> int:
     except (OSError, sqlite3.Error, CheckpointError) as exc:
         log.error("cannot start: %s", exc)
         return 2
+    # A thread that wakes (a request, a render, the exporter) waits this long at most for the GIL while the
+    # reader is busy (Python's default 5 ms made a /metrics request that takes the GIL dozens of times wait
+    # 100-200 ms behind a flood; issue 25). Threads that do not compete pay nothing.
+    sys.setswitchinterval(SWITCH_INTERVAL)
     signal.signal(signal.SIGTERM, daemon.request_stop)
     signal.signal(signal.SIGINT, daemon.request_stop)
     endpoint.start()

@@ -24,6 +24,7 @@ from .decode import TOO_LONG, decode_line
 from .events import DecodeError, Event
 from .identity import (COPIED, EDITED, FINGERPRINT_BYTES, HEAD_BYTES, REPLACED, TRUNCATED, FileIdentity,
                        count_lines, fingerprint, first_event_id, prefix_crc, same_origin)
+from .pause import PAUSE
 from .sources import UnreadableLog
 
 __all__ = ["CHUNK", "FileIdentity", "FileTail", "ReadResult", "Refused", "read_all"]
@@ -247,10 +248,16 @@ class FileTail:
                 running = zlib.crc32(memoryview(chunk)[newline + 1:], line_crc)
             else:
                 running = zlib.crc32(chunk, running)
-            pieces = chunk.split(b"\n")
-            rest = pieces.pop()  # after the chunk's last newline: the start of the next line
-            for piece in pieces:
+            # One find (memchr) per line: bytes.split tests every byte in a loop, 5 instructions a byte (issue 25).
+            find = chunk.find
+            pause = PAUSE
+            begin = 0
+            while (end := find(b"\n", begin)) >= 0:
+                piece = chunk[begin:end]
+                begin = end + 1
                 number += 1
+                if pause.renders:  # a /metrics render runs: let it run alone (pause.py)
+                    pause.wait()
                 if skipping:
                     size = skipped + len(piece)
                     items.append(DecodeError(TOO_LONG, f"line of {size} bytes exceeds the {limit}-byte limit",
@@ -262,9 +269,10 @@ class FileTail:
                     size = len(raw)
                     if raw.endswith(b"\r"):
                         raw = raw[:-1]
-                    if raw.strip():
+                    if raw and not raw.isspace():  # not strip(): that copies the line
                         items.append(decode_line(raw, offset=offset, line=number, max_bytes=limit, keep=keep))
                 offset += size + 1
+            rest = chunk[begin:]  # after the chunk's last newline: the start of the next line
             if skipping:
                 skipped += len(rest)
             elif len(pending) + len(rest) > limit:

@@ -91,3 +91,18 @@ def test_an_escaped_type_reads_as_json_does():
     """A type written with a JSON escape (\\u002e for '.') is the type JSON says, not its raw bytes."""
     raw = next(line for line in REAL_LINES if line.startswith(b'{"type":"system.message"'))
     same_reading(raw.replace(b'system.message', b'system\\u002emessage', 1))
+
+
+@settings(max_examples=300, deadline=None)
+@given(agent=st.text(max_size=30), where=st.sampled_from(["before_id", "after_parent", "none"]),
+       event_id=st.text(min_size=1, max_size=400), parent=st.one_of(st.none(), st.text(max_size=40)),
+       pad=st.text(max_size=500))
+def test_the_tail_and_its_agent_id_read_as_a_full_parse_does(agent, where, event_id, parent, pad):
+    """The tail is matched from its last ',"id":"': an agent id before the id or after the parent, quotes and
+    escapes in any value, ids long enough to leave the tail's window: the same event (or error) both ways."""
+    head = b'{"type":"system.message","data":' + orjson.dumps({"content": pad})
+    agent_part = b',"agentId":' + orjson.dumps(agent)
+    tail = (b',"id":' + orjson.dumps(event_id) + b',"timestamp":"2026-12-03T12:00:00.000Z","parentId":'
+            + orjson.dumps(parent))
+    raw = head + (agent_part if where == "before_id" else b"") + tail + (agent_part if where == "after_parent" else b"") + b"}"
+    same_reading(raw)

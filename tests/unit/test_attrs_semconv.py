@@ -1,0 +1,30 @@
+"""attrs.py spells the semantic conventions' names as literals (no semconv import at start): they are the pinned
+package's own."""
+
+from opentelemetry.semconv._incubating.attributes import gen_ai_attributes, vcs_attributes
+from opentelemetry.semconv.attributes import error_attributes, exception_attributes, http_attributes
+
+from copilot_otel import attrs
+
+CONVENTIONS = (gen_ai_attributes, vcs_attributes, error_attributes, exception_attributes, http_attributes)
+
+
+def test_every_name_shared_with_a_convention_module_has_its_value():
+    shared = [(name, module) for module in CONVENTIONS for name in vars(attrs)
+              if name.isupper() and isinstance(getattr(module, name, None), str)]
+    assert len(shared) >= 30  # GenAI, VCS, error, exception and HTTP names are all checked
+    for name, module in shared:
+        assert getattr(attrs, name) == getattr(module, name), name
+
+
+def test_operation_names_are_the_conventions_values():
+    values = gen_ai_attributes.GenAiOperationNameValues
+    assert (attrs.OP_INVOKE_AGENT, attrs.OP_CHAT, attrs.OP_EXECUTE_TOOL) == (
+        values.INVOKE_AGENT.value, values.CHAT.value, values.EXECUTE_TOOL.value)
+
+
+def test_attrs_imports_no_semconv():
+    import subprocess
+    import sys
+    code = "import sys, copilot_otel.attrs; print(any(m.startswith('opentelemetry') for m in sys.modules))"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "False\n"
