@@ -20,7 +20,8 @@ from typing import Mapping
 
 import orjson
 
-from .config import DEFAULT_MAX_LINE_BYTES, ModelOptions
+from .config import DEFAULT_MAX_LINE_BYTES
+from .options import ModelOptions
 from .overview import summarise
 from .private import private_dir, read_private, write_private
 from .sources import UnreadableLog, list_sessions, path_from_text, path_text

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .checkpoint import FilePosition
-from .config import ModelOptions
+from .options import ModelOptions
 from .decode import decode_line
 from .display import duration
 from .events import DecodeError, Event

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Mapping, NamedTuple, Protocol
 
-from .config import DEFAULT_MAX_LINE_BYTES, ModelOptions
+from .config import DEFAULT_MAX_LINE_BYTES
+from .options import ModelOptions
 from .liveness import (ABANDONED_RETENTION, SessionView, StuckPolicy, live_state, lock_pids, locks_expected,
                        pid_alive)
 from .normalize import parse_version

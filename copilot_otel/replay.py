@@ -17,7 +17,8 @@ from typing import Callable, Iterator
 
 import orjson
 
-from .config import DEFAULT_MAX_LINE_BYTES, DEFAULT_MAX_REQUEST_BYTES, ModelOptions
+from .config import DEFAULT_MAX_LINE_BYTES, DEFAULT_MAX_REQUEST_BYTES
+from .options import ModelOptions
 from .decode import decode_line
 from .events import DecodeError, Event
 from .ledger import content_identity

@@ -20,7 +20,7 @@ from .changes import CodeChanges
 from .compaction import CompactionBook
 from .interactions import AgentLoop
 from .normalize import Normalizer
-from .config import ModelOptions
+from .options import ModelOptions
 from .decode import type_set
 from .events import Event
 from .records import SpanRecord, Step

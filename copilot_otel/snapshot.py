@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from .config import DEFAULT_MAX_LINE_BYTES, ModelOptions
+from .config import DEFAULT_MAX_LINE_BYTES
+from .options import ModelOptions
 from .liveness import StuckPolicy, pid_alive
 from .pipeline import Outputs, Warn, drive
 from .records import SpanRecord

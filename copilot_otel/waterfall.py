@@ -26,7 +26,8 @@ from typing import Iterator
 import orjson
 
 from . import attrs as A
-from .config import DEFAULT_MAX_LINE_BYTES, ModelOptions
+from .config import DEFAULT_MAX_LINE_BYTES
+from .options import ModelOptions
 from .pipeline import Outputs, drive
 from .records import STATUS_ERROR, STATUS_OK, SpanRecord
 from .sessions import SessionModel
