@@ -32,7 +32,8 @@ from .otlp_json import OtlpJsonEncoder
 from .pipeline import Outputs
 from .readout import Readout
 from .resource import resource_attributes
-from .sinks import SpanSink, make_sink
+from .sinks import make_sink
+from .spansink import SpanSink
 from .sources import SESSION_STATE
 from .summary import SessionSummary
 from .vocab import END_INCOMPLETE, END_SHUTDOWN

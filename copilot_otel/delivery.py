@@ -17,17 +17,12 @@ import logging
 import time
 from typing import Callable
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
+from .batches import Batch, ReplayStats
 from .config import DEFAULT_GIVE_UP_AFTER
 from .export import deliver
 from .ledger import Ledger
 from .records import SpanRecord
-from .sinks import ExportError, Receipt, SpanSink
-
-if TYPE_CHECKING:
-    from .replay import ReplayStats
+from .spansink import ExportError, Receipt, SpanSink
 
 log = logging.getLogger(__name__)
 
@@ -36,23 +31,7 @@ MAX_BACKOFF = 30.0
 WARNINGS = 3  # refused batches that get a log line each; the summary counts the rest
 
 
-@dataclass(frozen=True, slots=True)
-class Batch:
-    """One batch's spans (as records, or encoded as request lines by a worker), and whose they are: (log,
-    its spans in this batch, whether this batch ends the log) for each log, in order. A log whose spans
-    all went in earlier batches ends in a part of 0 spans."""
-
-    records: list[SpanRecord]
-    encoded: bytes
-    parts: tuple[tuple[str, int, bool], ...]
-    content: tuple[tuple[str, str], ...] = ()  # (log, the content its spans so far were made from): ledger.py
-
-    @property
-    def spans(self) -> int:
-        return sum(count for _path, count, _last in self.parts)
-
-
-Deliver = Callable[[Batch, SpanSink, "ReplayStats"], None]  # sends one batch of a replay
+Deliver = Callable[[Batch, SpanSink, ReplayStats], None]  # sends one batch of a replay
 
 
 class Exporter:
@@ -171,7 +150,7 @@ class Delivery:
         self.done: set[str] = set()
         self.refusals = 0  # batches the backend refused at least once
 
-    def __call__(self, batch: Batch, sink: SpanSink, stats: "ReplayStats") -> None:
+    def __call__(self, batch: Batch, sink: SpanSink, stats: ReplayStats) -> None:
         """Deliver one batch (or raise GaveUp), then record it."""
         self.limit.take(batch.spans)
         waits = _Waits(self)

@@ -27,7 +27,7 @@ from typing import Callable
 from .checkpoint import Checkpoint, FilePosition
 from .deadletter import DeadLetter
 from .records import SpanRecord
-from .sinks import ExportError, Receipt, RejectedError, SpanSink
+from .spansink import ExportError, Receipt, RejectedError, SpanSink
 
 log = logging.getLogger(__name__)
 

@@ -32,7 +32,7 @@ from . import __version__
 from .config import ENV_OTLP_METRICS_ENDPOINT, OtlpSettings
 from .otlp_answers import Signal
 from .otlp_json import SCOPE_NAME
-from .sinks import ExportError
+from .spansink import ExportError
 
 log = logging.getLogger(__name__)
 
@@ -218,7 +218,7 @@ class MetricsPusher:
 
 def start_pushing(settings: OtlpSettings, registry: CollectorRegistry) -> MetricsPusher:
     """A started pusher of ``registry`` to where the settings say (OTEL_METRICS_EXPORTER=otlp)."""
-    from .sinks import build_resource
+    from .resource import build_resource
 
     pusher = MetricsPusher(registry, make_exporter(settings), build_resource())
     log.info("pushing metrics every %g s over OTLP (%s) to %s", pusher.interval, settings.protocol,

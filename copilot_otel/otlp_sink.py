@@ -27,7 +27,8 @@ from .otlp_answers import Signal
 from .otlp_json import SCOPE_NAME
 from .otlp_transport import make_transport
 from .records import KIND_CLIENT, STATUS_ERROR, STATUS_OK, SpanRecord
-from .sinks import Receipt, RejectedError, build_resource
+from .resource import build_resource
+from .spansink import Receipt, RejectedError
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,6 @@ shard is streamed by the parent instead, in its turn.
 from __future__ import annotations
 
 import logging
-from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
@@ -22,12 +21,14 @@ from .options import ModelOptions
 from .decode import decode_line
 from .events import DecodeError, Event
 from .ledger import content_identity
-from .delivery import Batch, Deliver, Exporter
+from .batches import Batch, ReplayStats
+from .delivery import Deliver, Exporter
 from .otlp_json import OtlpJsonEncoder
 from .pipeline import Outputs, drive, finish
-from .records import MetricUpdate, SpanRecord
+from .records import SpanRecord
 from .sessions import READ_TYPES, SessionModel
-from .sinks import FileSink, SpanSink
+from .sinks import FileSink
+from .spansink import SpanSink
 from .sources import EVENTS_FILE, SESSION_STATE, SourceError, find_event_files, resolve, session_id_of
 from .tail import FileTail
 from .workers import MAX_WORKERS, WorkerPool, available_cpus
@@ -44,42 +45,6 @@ SHARD_FILES = 64
 SHARD_BYTES = 32 << 20  # nor more than this much of logs (a larger file is a shard of its own)
 READ_BYTES = 4 << 20  # what is read of a log at a time
 PARALLEL_MIN_FILES = 2 * SHARD_FILES  # fewer files replay in this process: starting workers costs more
-
-
-@dataclass
-class ReplayStats:
-    """What one replay read, rejected and exported."""
-
-    files: int = 0
-    events: int = 0
-    spans: int = 0
-    refused: int = 0  # spans the backend refused for good (kept in the dead-letter file, if any)
-    dropped: int = 0  # spans the backend accepted and dropped all the same (OTLP partial success)
-    drop_message: str = ""  # what it said of them, last
-    rejected: Counter = field(default_factory=Counter)
-    out_of_order: Counter = field(default_factory=Counter)
-    metrics: list[MetricUpdate] | None = field(default_factory=list)  # None: the model makes none
-
-    def add(self, other: ReplayStats) -> None:
-        """Fold in the figures of another part of the same replay."""
-        self.files += other.files
-        self.events += other.events
-        self.spans += other.spans
-        self.refused += other.refused
-        self.dropped += other.dropped
-        self.drop_message = other.drop_message or self.drop_message
-        self.rejected.update(other.rejected)
-        self.out_of_order.update(other.out_of_order)
-        if self.metrics is not None and other.metrics:
-            self.metrics.extend(other.metrics)
-
-    def fold(self, out: Outputs) -> None:
-        """Count what one session's drive produced (its spans are the caller's)."""
-        self.events += sum(out.events.values())
-        self.rejected.update(out.rejected)
-        self.out_of_order.update(out.out_of_order)
-        if self.metrics is not None:
-            self.metrics.extend(out.metrics)
 
 
 def replay_session(session_id: str, items: list[Event | DecodeError], stats: ReplayStats, *, source: str,

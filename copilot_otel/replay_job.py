@@ -24,10 +24,11 @@ from .delivery import Delivery, GaveUp
 from .ledger import Ledger, identity_of, same_log
 from .otlp_json import OtlpJsonEncoder
 from .private import write_private
-from .replay import BATCH, Batch, ReplayStats, replay_files, replay_stream
+from .batches import Batch, ReplayStats
+from .replay import BATCH, replay_files, replay_stream
 from .resource import resource_attributes
 from .safe_text import safe
-from .sinks import ExportError, SpanSink
+from .spansink import ExportError, SpanSink
 from .sources import session_id_of
 from .workers import WorkerError
 
@@ -274,7 +275,7 @@ def write_metrics(stats: ReplayStats, config: Config, metrics_file: Path | None)
     if config.metrics_otlp is None:
         return True
     from .otlp_metrics import MetricsPusher, make_exporter  # the OTel SDK: only to push
-    from .sinks import build_resource
+    from .resource import build_resource
 
     pusher = MetricsPusher(metrics.registry, make_exporter(config.metrics_otlp), build_resource())
     return pusher.stop(timeout=config.metrics_otlp.timeout)
