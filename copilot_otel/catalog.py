@@ -22,7 +22,7 @@ import orjson
 
 from .config import DEFAULT_MAX_LINE_BYTES
 from .options import ModelOptions
-from .overview import summarise
+from .history import summarize_log
 from .private import private_dir, read_private, write_private
 from .sources import UnreadableLog, list_sessions, path_from_text, path_text
 from .summary import SessionSummary
@@ -47,7 +47,7 @@ class LogSummary:
 def summarize(path: Path, *, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> LogSummary:
     """One whole session log through the model, tallied (malformed lines are skipped quietly)."""
     try:
-        return LogSummary(path, summarise(path, ModelOptions(), max_line_bytes))
+        return LogSummary(path, summarize_log(path, ModelOptions(), max_line_bytes))
     except UnreadableLog as exc:
         return LogSummary(path, None, exc.reason)
 

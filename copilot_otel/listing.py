@@ -28,7 +28,7 @@ from .catalog import Catalog
 from .display import ago, clock_time, count, where
 from .owner import NotOurs, connect_own, describe_uid, listener_uid
 from .liveness import StuckPolicy
-from .overview import MAX_PAGE_SIZE
+from .rows import MAX_PAGE_SIZE
 from .safe_text import safe
 from .status import SessionStatus, status_of
 from .vocab import ABANDONED, ENDED, STUCK, WAITING_TOOL, WAITING_USER, WORKING

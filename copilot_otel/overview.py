@@ -15,41 +15,18 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Mapping, NamedTuple, Protocol
+from typing import Callable, Iterable, Mapping, Protocol
 
 from .config import DEFAULT_MAX_LINE_BYTES
 from .options import ModelOptions
-from .liveness import (ABANDONED_RETENTION, SessionView, StuckPolicy, live_state, lock_pids, locks_expected,
-                       pid_alive)
-from .normalize import parse_version
-from .pipeline import Outputs, drive
-from .sessions import READ_TYPES, SessionModel
-from .sources import SourceError, UnreadableLog, session_id_of
+from .liveness import SessionView, StuckPolicy, live_state, pid_alive
+from .history import history_view, now_live, summarize_log
+from .rows import MAX_PAGE_SIZE, PAGE_SIZE, STATE_ORDER, Row, rank, row_json
+from .sources import SourceError, UnreadableLog
 from .summary import SessionSummary
-from .tail import read_all
-from .vocab import ABANDONED, ENDED, IDLE, STUCK, WAITING_TOOL, WAITING_USER, WORKING
+from .vocab import ENDED
 
-# The order of the groups on the page: what needs a person first, finished sessions last.
-STATE_ORDER = (STUCK, ABANDONED, WAITING_USER, WORKING, WAITING_TOOL, IDLE, ENDED)
-PAGE_SIZE = 100
-MAX_PAGE_SIZE = 500
 LIVE_EVERY = 1.0  # seconds between re-evaluations of the live states (stuck comes with time)
-
-
-class Row(NamedTuple):
-    """One session on the sessions page: its summary and its state now. Rows sort as the page shows them:
-    by STATE_ORDER, then newest activity first (the first three fields are the order)."""
-
-    rank: int  # its state's place in STATE_ORDER
-    newest: int  # minus the time of its last event
-    session_id: str
-    path: Path
-    summary: SessionSummary
-    state: str  # one of STATE_ORDER
-    stalled_s: float  # seconds since the last event of a stuck or abandoned session, else 0
-
-
-_RANK = {state: i for i, state in enumerate(STATE_ORDER)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,22 +39,6 @@ class Board:
     states: dict[str, int]
     repositories: dict[str, int]
     built_at: float
-
-
-def row_json(row: Row) -> dict:
-    """A row as the page reads it (times in milliseconds since the epoch)."""
-    s = row.summary
-    return {
-        "id": s.session_id, "state": row.state, "stalled_s": round(row.stalled_s, 1), "ended": s.ended,
-        "model": s.model, "repository": s.repository, "branch": s.branch, "cwd": s.cwd,
-        "cli_version": s.cli_version, "started_ms": s.started_ns // 1_000_000,
-        "last_ms": s.last_event_ns // 1_000_000, "waiting_on": s.waiting_on,
-        "waiting_since_ms": s.waiting_since_ns // 1_000_000, "interactions": s.interactions, "nudges": s.nudges,
-        "turns": s.turns, "llm_calls": s.llm_calls, "tool_calls": s.tool_calls, "tool_failures": s.tool_failures,
-        "input_tokens": s.input_tokens, "output_tokens": s.output_tokens, "tokens": s.tokens,
-        "cache_read_tokens": s.cache_read_tokens, "premium_requests": round(s.premium_requests, 2),
-        "nudge_premium_requests": round(s.nudge_premium_requests, 2), "last_end": s.last_end,
-    }
 
 
 def page(board: Board, *, state: str | None = None, repository: str | None = None, offset: int = 0,
@@ -121,7 +82,7 @@ def make_board(key: tuple, summaries: Iterable[tuple[Path, SessionSummary]],
         old = by_id.get(summary.session_id)
         if old is not None and old.summary is summary and old.state == state and old.stalled_s == stalled:
             continue
-        row = by_id[summary.session_id] = Row(_RANK.get(state, len(_RANK)), -summary.last_event_ns,
+        row = by_id[summary.session_id] = Row(rank(state), -summary.last_event_ns,
                                               summary.session_id, path, summary, state, stalled)
         changed.append(row)
         states[state] += 1
@@ -294,28 +255,6 @@ class DaemonSessions(_Boarded):
         return list(merged.items())
 
 
-def summarise(path: Path, options: ModelOptions, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> SessionSummary:
-    """One log replayed to its end (nothing closed that its end leaves open), summed up."""
-    model = SessionModel(session_id_of(path), options, summaries=False, metrics=False)
-    drive(model, read_all(path, max_line_bytes=max_line_bytes, keep=READ_TYPES), Outputs(), source=str(path),
-          warn=lambda *a: None)
-    return model.summary()
-
-
-def history_view(path: Path, summary: SessionSummary) -> SessionView:
-    """How the daemon would see a replayed session: its lock files, and whether it died mid-turn."""
-    pids = tuple(lock_pids(path.parent))
-    expected = locks_expected(pids, parse_version(summary.cli_version))
-    state = IDLE if summary.ended else summary.state
-    abandoned_at = None
-    if state != IDLE and pids and not any(pid_alive(pid) for pid in pids):
-        abandoned_at = summary.last_event_ns / 1e9  # mid-turn, and its process is gone
-    if state != IDLE and not pids and expected and summary.last_event_ns:
-        abandoned_at = summary.last_event_ns / 1e9  # the lock went with the process
-    return SessionView(summary.session_id, state, summary.last_event_ns, pids, abandoned_at, expected,
-                       summary.waiting_on, summary.repository)
-
-
 class HistorySessions(_Boarded):
     """Session logs replayed without a daemon; files that changed are replayed again when asked."""
 
@@ -349,7 +288,7 @@ class HistorySessions(_Boarded):
                 known = self._known.get(path)
                 if known is None or known[0] != stamp:
                     try:
-                        self._known[path] = (stamp, summarise(path, self.options, self.max_line_bytes))
+                        self._known[path] = (stamp, summarize_log(path, self.options, self.max_line_bytes))
                     except UnreadableLog:
                         continue  # unreadable now (it says why where it is read: replay, inspect, sessions)
                     changed = True
@@ -375,8 +314,4 @@ class HistorySessions(_Boarded):
     def _summaries(self) -> list[tuple[Path, SessionSummary]]:
         return [(path, summary) for path, (_stamp, summary) in list(self._known.items())]
 
-
-def now_live(summary: SessionSummary, now: float) -> bool:
-    """Could a replayed session still be live (not shut down, written to within the abandoned retention)?"""
-    return summary.ended is None and now - summary.last_event_ns / 1e9 < ABANDONED_RETENTION
 

@@ -1,8 +1,8 @@
 """The current state of one session, for `sessions` and `inspect`: its summary and its state now, named
-by the daemon's rule, the same the web view applies (``overview.history_view``: the daemon's view of a
+by the daemon's rule, the same the web view applies (``history.history_view``: the daemon's view of a
 log read to its end; then ``liveness.live_state``).
 
-Its JSON form is a row of the web view's ``/api/sessions`` (``overview.row_json``), so that
+Its JSON form is a row of the web view's ``/api/sessions`` (``rows.row_json``), so that
 `sessions --json` prints the same whether a daemon answered or the files were read.
 """
 
@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .liveness import SessionView, StuckPolicy, live_state, pid_alive
-from .overview import Row, history_view, row_json
+from .history import history_view
+from .rows import Row, row_json
 from .summary import SessionSummary
 from .vocab import ENDED, IDLE
 

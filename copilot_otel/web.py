@@ -22,7 +22,8 @@ from pathlib import Path
 import orjson
 from aiohttp import web
 
-from .overview import STATE_ORDER, Board, Source, page, row_json
+from .overview import Board, Source, page
+from .rows import STATE_ORDER, row_json
 from .server import SERVER
 from .waterfall import PAGE_SPANS, Page, TraceCache
 from .webio import CHUNK, Changes, EventStream, Pieces, Releaser, serve_stream

@@ -12,9 +12,10 @@ from copilot_otel.catalog import Catalog
 from copilot_otel.config import Config, ModelOptions
 from copilot_otel.daemon import Daemon
 from copilot_otel.liveness import StuckPolicy
-from copilot_otel.overview import ENDED, STATE_ORDER, DaemonSessions, HistorySessions, make_board, page
+from copilot_otel.overview import DaemonSessions, HistorySessions, make_board, page
+from copilot_otel.rows import STATE_ORDER
 from copilot_otel.sinks import MemorySink
-from copilot_otel.vocab import ABANDONED, IDLE, STUCK, WAITING_TOOL, WAITING_USER, WORKING
+from copilot_otel.vocab import ABANDONED, ENDED, IDLE, STUCK, WAITING_TOOL, WAITING_USER, WORKING
 from tests.support.events import BASE_TIME, SessionLog
 from tests.support.files import new_session
 
