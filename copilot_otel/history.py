@@ -11,20 +11,16 @@ from .config import DEFAULT_MAX_LINE_BYTES
 from .liveness import ABANDONED_RETENTION, SessionView, lock_pids, locks_expected, pid_alive
 from .normalize import parse_version
 from .options import ModelOptions
-from .pipeline import Outputs, drive
-from .sessions import READ_TYPES, SessionModel
-from .sources import session_id_of
+from .logreader import LogReader, quiet
 from .summary import SessionSummary
-from .tail import read_all
 from .vocab import IDLE
 
 
 def summarize_log(path: Path, options: ModelOptions, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> SessionSummary:
     """One log replayed to its end (nothing closed that its end leaves open), summed up."""
-    model = SessionModel(session_id_of(path), options, summaries=False, metrics=False)
-    drive(model, read_all(path, max_line_bytes=max_line_bytes, keep=READ_TYPES), Outputs(), source=str(path),
-          warn=lambda *a: None)
-    return model.summary()
+    reader = LogReader(path, options, max_line_bytes=max_line_bytes, summaries=False, metrics=False, warn=quiet)
+    reader.read_to_end()
+    return reader.model.summary()
 
 
 def history_view(path: Path, summary: SessionSummary) -> SessionView:

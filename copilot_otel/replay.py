@@ -21,16 +21,16 @@ from .options import ModelOptions
 from .decode import decode_line
 from .events import DecodeError, Event
 from .ledger import content_identity
+from .logreader import LogReader
 from .batches import Batch, ReplayStats
 from .delivery import Deliver, Exporter
 from .otlp_json import OtlpJsonEncoder
 from .pipeline import Outputs, drive, finish
 from .records import SpanRecord
-from .sessions import READ_TYPES, SessionModel
+from .sessions import SessionModel
 from .sinks import FileSink
 from .spansink import SpanSink
 from .sources import EVENTS_FILE, SESSION_STATE, SourceError, find_event_files, resolve, session_id_of
-from .tail import FileTail
 from .workers import MAX_WORKERS, WorkerPool, available_cpus
 
 log = logging.getLogger(__name__)
@@ -169,14 +169,13 @@ class ShardJob:
         """One log's spans, a read at a time, its first ``skip`` left out; what is open at its end closed as
         incomplete. A log that cannot be read (at any read) stops there, named in ``failed``; one read to its
         last byte gets its content identity in ``owner`` (for the ledger)."""
-        model = SessionModel(session_id_of(path), self.options, metrics=stats.metrics is not None)
-        tail = FileTail(path, max_line_bytes=self.max_line_bytes, keep=READ_TYPES)
+        reader = LogReader(path, self.options, max_line_bytes=self.max_line_bytes, metrics=stats.metrics is not None)
+        tail = reader.tail
         while True:
-            result = tail.read(max_bytes=READ_BYTES)
+            result, out = reader.read(max_bytes=READ_BYTES)
             if result.error or result.gone:
                 failed.append((str(path), result.error or "no such file"))
                 return
-            out = drive(model, result.items, Outputs(), source=str(path))
             stats.fold(out)
             spans, skip = out.spans[skip:], max(0, skip - len(out.spans))
             # What these spans were made from (their ledger row names it): the bytes read so far.
@@ -186,7 +185,7 @@ class ShardJob:
                 break
         whole = tail.crc is not None and tail.offset == tail.size
         owner[3] = content_identity(tail.offset, tail.crc, whole=True) if whole else ""
-        out = finish(model, Outputs())
+        out = reader.finish()
         stats.fold(out)
         yield out.spans[skip:]
 
