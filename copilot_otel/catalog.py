@@ -44,7 +44,7 @@ class LogSummary:
     error: str | None = None
 
 
-def summarize(path: Path, *, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> LogSummary:
+def log_summary(path: Path, *, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> LogSummary:
     """One whole session log through the model, tallied (malformed lines are skipped quietly)."""
     try:
         return LogSummary(path, summarize_log(path, ModelOptions(), max_line_bytes))
@@ -59,7 +59,7 @@ class _Shard:
     max_line_bytes: int
 
     def __call__(self, paths: list[Path]) -> list[LogSummary]:
-        return [summarize(path, max_line_bytes=self.max_line_bytes) for path in paths]
+        return [log_summary(path, max_line_bytes=self.max_line_bytes) for path in paths]
 
 
 def _key(st: os.stat_result) -> list[int]:

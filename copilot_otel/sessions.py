@@ -25,7 +25,7 @@ from .decode import type_set
 from .events import Event
 from .records import SpanRecord, Step
 from .spans import InteractionSummary, Outbox
-from .summary import SessionSummary, Tally, summarize
+from .summary import SessionSummary, Tally, make_summary
 from .tools import ToolBook
 from .views import (SessionError, SessionFacts, SubagentEnd, SubagentStart, TaskComplete, ToolEnd, ToolStart, Usage,
                     UserMessage, as_str, request_id, requested_tools)
@@ -158,7 +158,7 @@ class SessionModel:
         """The session at a glance, frozen (any thread may read it)."""
         oldest = self._book.oldest_tool()
         waiting = (str(oldest.attributes[A.GEN_AI_TOOL_NAME]), oldest.start_ns) if oldest is not None else (None, 0)
-        return summarize(self.session_id, self.state, self.ended, self.facts, self.tally, self.last_event_ns, waiting)
+        return make_summary(self.session_id, self.state, self.ended, self.facts, self.tally, self.last_event_ns, waiting)
 
     @property
     def interactions(self) -> list[InteractionSummary]:

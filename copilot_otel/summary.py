@@ -69,7 +69,7 @@ class SessionSummary:
         return self.input_tokens + self.output_tokens
 
 
-def summarize(session_id: str, state: str, ended: str | None, facts: "SessionFacts", tally: Tally,
+def make_summary(session_id: str, state: str, ended: str | None, facts: "SessionFacts", tally: Tally,
               last_event_ns: int, waiting: tuple[str | None, int]) -> SessionSummary:
     """Freeze a session's tally with its facts and state; ``waiting``: (oldest running tool, its start)."""
     return SessionSummary(
