@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 import orjson
 
-from . import __version__
+from .version import __version__
 from .config import (
     DEFAULT_CONTENT_MAX_CHARS,
     DEFAULT_GIVE_UP_AFTER,

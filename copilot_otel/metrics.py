@@ -17,7 +17,7 @@ from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.platform_collector import PlatformCollector
 
-from . import __version__
+from .version import __version__
 from .config import DEFAULT_MAX_LABEL_VALUES
 from .decode import REASONS
 from .limits import MAX_NAME_CHARS, OTHER, cut_name

@@ -28,7 +28,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from prometheus_client import CollectorRegistry
 
-from . import __version__
+from .version import __version__
 from .config import ENV_OTLP_METRICS_ENDPOINT, OtlpSettings
 from .otlp_answers import Signal
 from .otlp_json import SCOPE_NAME

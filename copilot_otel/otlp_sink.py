@@ -19,7 +19,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
-from . import __version__
+from .version import __version__
 from .config import DEFAULT_MAX_REQUEST_BYTES, ENV_OTLP_TRACES_ENDPOINT, OtlpSettings
 from .limits import clean
 from .logs import RateLimitedLog

@@ -20,7 +20,7 @@ from dataclasses import replace
 from typing import Any
 from urllib.parse import urlparse
 
-from . import __version__
+from .version import __version__
 from .config import ENV_OTLP_ENDPOINT, OtlpSettings
 from .otlp_answers import (MAX_ANSWER_BYTES, PROTOBUF, HttpAnswer, Signal, grpc_error, http_answer, quote,
                            receipt_of)

@@ -14,7 +14,7 @@ import os
 from typing import TYPE_CHECKING, Any, Mapping
 from urllib.parse import unquote
 
-from . import __version__
+from .version import __version__
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.resources import Resource
