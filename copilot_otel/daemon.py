@@ -1,8 +1,8 @@
 """The daemon: wiring, scheduling, health and shutdown. Discover -> follow -> pipeline -> export / metrics.
 
-One reader thread (``run``) owns every session model. It publishes a frozen
-:class:`~copilot_otel.liveness.SessionView` per live session after each pass; the scrape
-thread reads only those, never a model.
+One reader thread (``run``) owns every session model. After each pass it publishes one frozen
+:class:`~copilot_otel.published.Published` (a SessionView per live session, every summary), swapped
+whole; the scrape and web threads read only that, never a model.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import threading
 import time
 from dataclasses import replace
 from pathlib import Path
+from types import MappingProxyType
 from typing import Callable
 
 from .checkpoint import Checkpoint, StateLock
@@ -30,6 +31,7 @@ from .moves import Moves
 from .notices import SessionNotices
 from .otlp_json import OtlpJsonEncoder
 from .pipeline import Outputs
+from .published import Published
 from .readout import Readout
 from .resource import resource_attributes
 from .sinks import make_sink
@@ -53,7 +55,7 @@ class Daemon:
         self.root = config.copilot_home / SESSION_STATE
         self.clock = clock
         self.policy = config.stuck_policy
-        self.readout = Readout(self.policy, views=lambda: self.views, clock=clock)
+        self.readout = Readout(self.policy, views=lambda: self.published.views, clock=clock)
         self.metrics = metrics or Metrics(repository_label=not config.no_repository_label,
                                           resource=resource_attributes(), max_label_values=config.max_label_values)
         self.metrics.add_live_sessions(self.readout.live_sessions)
@@ -83,16 +85,14 @@ class Daemon:
         # thousands of finished sessions cost nothing between their writes.
         self._open: dict[Path, Follower] = {}
         self._abandoned: dict[Path, Follower] = {}
-        self._views: dict[Path, SessionView] = {}  # the reader's copy; scrapes read ``self.views``
-        self.views: tuple[SessionView, ...] = ()
-        # Every known session at a glance, kept when its model is compacted away; other threads read it
-        # (copy with ``list(daemon.summaries.values())``: each entry is replaced whole, never changed).
-        self.summaries: dict[Path, SessionSummary] = {}
-        # The logs whose summary counts only what followed the checkpoint it resumed from (copy before reading).
-        self.partial: set[Path] = set()
-        # Moves after a pass that changed a summary or the set of views (the web view polls it).
-        self.generation = 0
-        self._changed = False
+        # The reader's own copies, published in ``self.published`` after each pass: the live sessions, every
+        # known session at a glance (kept when its model is compacted away), and the logs whose summary counts
+        # only what followed the checkpoint it resumed from.
+        self._views: dict[Path, SessionView] = {}
+        self._summaries: dict[Path, SessionSummary] = {}
+        self._partial: set[Path] = set()
+        self._changed = False  # a summary or the set of logs changed since the last publication
+        self.published = Published()  # what other threads read: replaced whole, never changed
         self.notices = SessionNotices(self.policy)
         self._restored = self.checkpoint.load()
         self.moves = Moves(self._restored)
@@ -179,15 +179,21 @@ class Daemon:
                 if follower.model is not None and follower.model.ended is None:
                     self._watch(follower)  # a CLI took it up again
         self._housekeeping()
-        views, before = tuple(self._views.values()), self.views
-        self.views = views
-        if self._changed or len(views) != len(before):  # after the views, so a reader of both sees them agree
-            self._changed = False
-            self.generation += 1
+        self._publish()
         if self._freeze_gc and not files:
             self._freeze_gc = False
             gc.collect()
             gc.freeze()
+
+    def _publish(self) -> None:
+        """Swap in what other threads read: the views every pass, summaries when one changed (a copy)."""
+        views, before = tuple(self._views.values()), self.published
+        if self._changed or len(views) != len(before.views):
+            self._changed = False
+            self.published = Published(before.generation + 1, views, MappingProxyType(dict(self._summaries)),
+                                       frozenset(self._partial))
+        else:
+            self.published = replace(before, views=views)
 
     # ------------------------------------------------------------ reading
 
@@ -214,10 +220,10 @@ class Daemon:
         log.info("%s moved to %s; following it there as the same session %s", old, path, follower.session_id)
         follower.move(path)
         self.moves.moved(first_id, old, path)
-        for keyed in (self.sessions, self._open, self._abandoned, self._views, self.summaries):
+        for keyed in (self.sessions, self._open, self._abandoned, self._views, self._summaries):
             if old in keyed:
                 keyed[path] = keyed.pop(old)
-        for marked in (self.partial, self._backlog):
+        for marked in (self._partial, self._backlog):
             if old in marked:
                 marked.symmetric_difference_update((old, path))
         self.notices.moved(old, path)
@@ -266,11 +272,11 @@ class Daemon:
         marker = follower.marker()
         if marker is not None:
             self.queue.put_marker(marker)
-        self.summaries[follower.path] = follower.model.summary()
+        self._summaries[follower.path] = follower.model.summary()
         if follower.whole:
-            self.partial.discard(follower.path)
+            self._partial.discard(follower.path)
         else:
-            self.partial.add(follower.path)
+            self._partial.add(follower.path)
         self._changed = True
 
     def _count_and_queue(self, follower: Follower, out: Outputs) -> None:
@@ -305,8 +311,8 @@ class Daemon:
         self._open.pop(path, None)
         self._abandoned.pop(path, None)
         self._views.pop(path, None)
-        self.summaries.pop(path, None)
-        self.partial.discard(path)
+        self._summaries.pop(path, None)
+        self._partial.discard(path)
         self._changed = True
         self._backlog.discard(path)
         if follower is not None and follower.tail.identity is not None:
@@ -386,5 +392,6 @@ class Daemon:
         follower.finish(out, END_INCOMPLETE)
         self._deliver(follower, out)
         # What it was doing when it died stays in its summary (the web view and `sessions` show it).
-        self.summaries[follower.path] = replace(self.summaries[follower.path], waiting_on=before.waiting_on,
-                                                waiting_since_ns=before.waiting_since_ns)
+        self._summaries[follower.path] = replace(self._summaries[follower.path], waiting_on=before.waiting_on,
+                                                 waiting_since_ns=before.waiting_since_ns)
+        self._changed = True

@@ -1,7 +1,7 @@
 """Every known session at a glance, for the web view and its JSON API (``/api/sessions``).
 
 A source says which sessions exist and how each stands now: :class:`DaemonSessions` reads the
-frozen values the daemon's reader publishes (``Daemon.summaries`` and ``Daemon.views``);
+frozen :class:`~copilot_otel.published.Published` the daemon's reader swaps in after each pass;
 :class:`HistorySessions` replays session logs without a daemon (``copilot-otel view PATH``).
 Both name a session's state with the daemon's own rule (``liveness.live_state``), and both hand
 out a :class:`Board`: the rows sorted live first, counted by state and repository, from which
@@ -15,16 +15,20 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Mapping, Protocol
+from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Protocol
 
-from .config import DEFAULT_MAX_LINE_BYTES
+from .config import DEFAULT_MAX_LINE_BYTES, Config
 from .options import ModelOptions
 from .liveness import SessionView, StuckPolicy, live_state, pid_alive
 from .history import history_view, now_live, summarize_log
+from .published import Published
 from .rows import MAX_PAGE_SIZE, PAGE_SIZE, STATE_ORDER, Row, rank, row_json
 from .sources import SourceError, UnreadableLog
 from .summary import SessionSummary
 from .vocab import ENDED
+
+if TYPE_CHECKING:
+    from .catalog import Catalog
 
 LIVE_EVERY = 1.0  # seconds between re-evaluations of the live states (stuck comes with time)
 
@@ -175,7 +179,7 @@ class _Boarded:
         self._board_lock = threading.Lock()
 
     def _published(self) -> tuple[int, tuple[SessionView, ...]]:
-        """(generation, views): the generation read first, as it moves only after the views."""
+        """(generation, views) as they were published together."""
         raise NotImplementedError
 
     def _summaries(self) -> list[tuple[Path, SessionSummary]]:
@@ -204,19 +208,19 @@ class DaemonSessions(_Boarded):
     ``rescan_every`` seconds in the web view's workers.
     """
 
-    def __init__(self, daemon, *, catalog=None, rescan_every: float = 5.0,
-                 clock: Callable[[], float] = time.time) -> None:
-        super().__init__(daemon.config.stuck_policy, clock)
-        self._daemon = daemon
+    def __init__(self, config: Config, published: Callable[[], Published], *, catalog: Catalog | None = None,
+                 rescan_every: float = 5.0, clock: Callable[[], float] = time.time) -> None:
+        super().__init__(config.stuck_policy, clock)
+        self._published_now = published
         self._catalog = catalog
         self._rescan_every = rescan_every
         self._scanned = -rescan_every
         self._from_files: dict[Path, SessionSummary] = {}
         self._files_generation = 0
         self._walked = False  # the first scan walks the files whatever the reader knows (it may not have started)
-        self.options: ModelOptions = daemon.config.model
-        self.max_line_bytes: int = daemon.config.max_line_bytes
-        self.copilot_home: Path = daemon.config.copilot_home
+        self.options: ModelOptions = config.model
+        self.max_line_bytes: int = config.max_line_bytes
+        self.copilot_home: Path = config.copilot_home
 
     def stale(self) -> bool:
         return self._catalog is not None and time.monotonic() - self._scanned >= self._rescan_every
@@ -225,13 +229,14 @@ class DaemonSessions(_Boarded):
         """Sum up from the files the sessions the reader does not know whole."""
         if self._catalog is None:
             return
-        partial = set(self._daemon.partial)
+        published = self._published_now()
+        partial = published.partial
         if self._walked and not partial and not self._from_files:
             # Since the first walk, the reader read every log it follows from its first line, and one it
             # has not met yet it meets within a pass: nothing to sum up (a walk of 10,000 logs saved).
             self._scanned = time.monotonic()
             return
-        whole = {path: summary for path, summary in list(self._daemon.summaries.items()) if path not in partial}
+        whole = {path: summary for path, summary in published.summaries.items() if path not in partial}
         try:
             found = self._catalog.scan(known=whole, workers=1)
         except SourceError:  # no session-state folder yet: /healthz says why, when it matters
@@ -244,13 +249,14 @@ class DaemonSessions(_Boarded):
         self._walked = True
 
     def _published(self) -> tuple[tuple[int, int], tuple[SessionView, ...]]:
-        generation = self._daemon.generation
-        return (generation, self._files_generation), self._daemon.views
+        published = self._published_now()
+        return (published.generation, self._files_generation), published.views
 
     def _summaries(self) -> list[tuple[Path, SessionSummary]]:
+        summaries = self._published_now().summaries
         if not self._from_files:  # the usual case: no copy of 10,000 entries to merge into
-            return list(self._daemon.summaries.items())  # each entry is replaced whole by the reader
-        merged = dict(self._daemon.summaries)
+            return list(summaries.items())
+        merged = dict(summaries)
         merged.update(self._from_files)
         return list(merged.items())
 

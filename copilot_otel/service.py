@@ -29,7 +29,7 @@ def run_daemon(config: Config) -> int:
         web_config = web_config_of(config)  # a bad file is said before anything starts
         daemon = Daemon(config, freeze_gc=True)
         catalog = Catalog(daemon.root, cache_file=config.summary_cache, max_line_bytes=config.max_line_bytes)
-        view = WebView(DaemonSessions(daemon, catalog=catalog), trace_url=config.trace_url)
+        view = WebView(DaemonSessions(config, lambda: daemon.published, catalog=catalog), trace_url=config.trace_url)
         # The socket is made while the daemon holds the state folder's lock: one daemon, one socket.
         endpoint = Endpoint(config, daemon.metrics.registry, view.routes(), health=daemon.health,
                             unix_socket=config.daemon_socket, web_config=web_config)
