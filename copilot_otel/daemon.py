@@ -1,7 +1,7 @@
 """The daemon: wiring, scheduling, health and shutdown. Discover -> follow -> pipeline -> export / metrics.
 
 One reader thread (``run``) owns every session model. After each pass it publishes one frozen
-:class:`~copilot_otel.published.Published` (a SessionView per live session, every summary), swapped
+:class:`~copilot_otel.published.Published` (a Liveness per live session, every summary), swapped
 whole; the scrape and web threads read only that, never a model.
 """
 
@@ -24,7 +24,7 @@ from .deadletter import DeadLetter
 from .discover import Discoverer, Tree
 from .export import ExportQueue
 from .follow import Follower
-from .liveness import ABANDON, ABANDONED_RETENTION, DORMANT, SessionView, live_state, lock_pids, pid_alive, verdict
+from .liveness import ABANDON, ABANDONED_RETENTION, DORMANT, Liveness, live_state, lock_pids, pid_alive, verdict
 from .logs import RateLimitedLog, ReportedOnce
 from .metrics import Metrics
 from .moves import Moves
@@ -55,7 +55,7 @@ class Daemon:
         self.root = config.copilot_home / SESSION_STATE
         self.clock = clock
         self.policy = config.stuck_policy
-        self.readout = Readout(self.policy, views=lambda: self.published.views, clock=clock)
+        self.readout = Readout(self.policy, liveness=lambda: self.published.liveness, clock=clock)
         self.metrics = metrics or Metrics(repository_label=not config.no_repository_label,
                                           resource=resource_attributes(), max_label_values=config.max_label_values)
         self.metrics.add_live_sessions(self.readout.live_sessions)
@@ -88,7 +88,7 @@ class Daemon:
         # The reader's own copies, published in ``self.published`` after each pass: the live sessions, every
         # known session at a glance (kept when its model is compacted away), and the logs whose summary counts
         # only what followed the checkpoint it resumed from.
-        self._views: dict[Path, SessionView] = {}
+        self._liveness: dict[Path, Liveness] = {}
         self._summaries: dict[Path, SessionSummary] = {}
         self._partial: set[Path] = set()
         self._changed = False  # a summary or the set of logs changed since the last publication
@@ -153,7 +153,7 @@ class Daemon:
             self.lock.release()
 
     def _pass(self) -> None:
-        """One turn of the reader loop: read what changed, housekeeping, publish the views."""
+        """One turn of the reader loop: read what changed, housekeeping, publish the sessions' liveness."""
         rescans = self.discoverer.rescans
         files, lock_dirs = self.discoverer.wait(0.0 if self._backlog else TICK)
         if self.discoverer.rescans != rescans:
@@ -186,14 +186,14 @@ class Daemon:
             gc.freeze()
 
     def _publish(self) -> None:
-        """Swap in what other threads read: the views every pass, summaries when one changed (a copy)."""
-        views, before = tuple(self._views.values()), self.published
-        if self._changed or len(views) != len(before.views):
+        """Swap in what other threads read: the sessions' liveness every pass, summaries when one changed (a copy)."""
+        liveness, before = tuple(self._liveness.values()), self.published
+        if self._changed or len(liveness) != len(before.liveness):
             self._changed = False
-            self.published = Published(before.generation + 1, views, MappingProxyType(dict(self._summaries)),
+            self.published = Published(before.generation + 1, liveness, MappingProxyType(dict(self._summaries)),
                                        frozenset(self._partial))
         else:
-            self.published = replace(before, views=views)
+            self.published = replace(before, liveness=liveness)
 
     # ------------------------------------------------------------ reading
 
@@ -220,7 +220,7 @@ class Daemon:
         log.info("%s moved to %s; following it there as the same session %s", old, path, follower.session_id)
         follower.move(path)
         self.moves.moved(first_id, old, path)
-        for keyed in (self.sessions, self._open, self._abandoned, self._views, self._summaries):
+        for keyed in (self.sessions, self._open, self._abandoned, self._liveness, self._summaries):
             if old in keyed:
                 keyed[path] = keyed.pop(old)
         for marked in (self._partial, self._backlog):
@@ -290,27 +290,27 @@ class Daemon:
         if follower.path not in self._open and self._alive(follower):
             self.notices.started(follower, resumed=resumed)
         self._open[follower.path] = follower
-        self._views[follower.path] = follower.view()
+        self._liveness[follower.path] = follower.liveness()
 
     def _unwatch(self, follower: Follower) -> None:
         if follower.model is not None and follower.model.ended == END_SHUTDOWN:
             self.notices.ended(follower, "shut down")
         self._open.pop(follower.path, None)
         if follower.abandoned_at is None:
-            self._views.pop(follower.path, None)
+            self._liveness.pop(follower.path, None)
         else:
-            self._views[follower.path] = follower.view()
+            self._liveness[follower.path] = follower.liveness()
 
     def _compact(self, follower: Follower) -> None:
         if follower.compact():
             self._open.pop(follower.path, None)
-            self._views.pop(follower.path, None)
+            self._liveness.pop(follower.path, None)
 
     def _forget(self, path: Path) -> None:
         follower = self.sessions.pop(path, None)
         self._open.pop(path, None)
         self._abandoned.pop(path, None)
-        self._views.pop(path, None)
+        self._liveness.pop(path, None)
         self._summaries.pop(path, None)
         self._partial.discard(path)
         self._changed = True
@@ -341,7 +341,7 @@ class Daemon:
                 if follower.abandoned_at is None or monotonic - follower.seen_at >= ABANDONED_RETENTION:
                     del self._abandoned[path]
                     follower.abandoned_at = None
-                    self._views.pop(path, None)
+                    self._liveness.pop(path, None)
                     self._compact(follower)
         for follower in list(self._open.values()):
             model = follower.model
@@ -361,10 +361,11 @@ class Daemon:
             elif decision == DORMANT:  # its process is gone and nothing is open: set aside until it grows
                 self.notices.ended(follower, "its CLI process exited")
                 self._open.pop(follower.path, None)
-                self._views.pop(follower.path, None)
+                self._liveness.pop(follower.path, None)
                 self._compact(follower)
             elif model.mid_turn or self.notices.is_stuck(follower):
-                live = live_state(follower.view(), now=now, policy=self.policy, alive=pid_alive, monotonic=monotonic)
+                live = live_state(follower.liveness(), now=now, policy=self.policy, alive=pid_alive,
+                                  monotonic=monotonic)
                 self.queue.put_spans(self.notices.check_stuck(follower, live, now), should_stop=self._stop.is_set)
         if check_liveness:
             self.notices.sweep(self._open)
@@ -376,8 +377,8 @@ class Daemon:
         pids = lock_pids(follower.path.parent)
         if pids != follower.pids:
             follower.pids = pids
-            if follower.path in self._views:
-                self._views[follower.path] = follower.view()
+            if follower.path in self._liveness:
+                self._liveness[follower.path] = follower.liveness()
         return any(pid_alive(pid) for pid in pids)
 
     def _abandon(self, follower: Follower, monotonic: float) -> None:

@@ -27,7 +27,7 @@ from .decode import decode_line
 from .display import duration
 from .events import DecodeError, Event
 from .identity import EDITED
-from .liveness import SessionView, locks_expected
+from .liveness import Liveness, locks_expected
 from .logreader import LogReader
 from .normalize import parse_version
 from .pipeline import Outputs, Warn, finish
@@ -266,15 +266,15 @@ class Follower:
             return True
         return locks_expected(self.pids, parse_version(self.model.cli_version), seen=self.locks_seen)
 
-    def view(self) -> SessionView:
+    def liveness(self) -> Liveness:
         """A frozen snapshot for the scrape thread (which never touches the model)."""
         model = self.model
         if model is None:
-            return SessionView(self.session_id, IDLE, 0, tuple(self.pids), self.abandoned_at, self.locks_expected,
+            return Liveness(self.session_id, IDLE, 0, tuple(self.pids), self.abandoned_at, self.locks_expected,
                                seen_at=self.seen_at)
         summary = model.summary()
         tool = summary.waiting_on or (self.cut_off_tool if self.abandoned_at is not None else None)
-        return SessionView(self.session_id, summary.state, summary.last_event_ns, tuple(self.pids), self.abandoned_at,
+        return Liveness(self.session_id, summary.state, summary.last_event_ns, tuple(self.pids), self.abandoned_at,
                            self.locks_expected, tool, summary.repository, self.seen_at)
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .config import DEFAULT_MAX_LINE_BYTES
-from .liveness import ABANDONED_RETENTION, SessionView, lock_pids, locks_expected, pid_alive
+from .liveness import ABANDONED_RETENTION, Liveness, lock_pids, locks_expected, pid_alive
 from .normalize import parse_version
 from .options import ModelOptions
 from .logreader import LogReader, quiet
@@ -23,7 +23,7 @@ def summarize_log(path: Path, options: ModelOptions, max_line_bytes: int = DEFAU
     return reader.model.summary()
 
 
-def history_view(path: Path, summary: SessionSummary) -> SessionView:
+def history_liveness(path: Path, summary: SessionSummary) -> Liveness:
     """How the daemon would see a replayed session: its lock files, and whether it died mid-turn."""
     pids = tuple(lock_pids(path.parent))
     expected = locks_expected(pids, parse_version(summary.cli_version))
@@ -33,7 +33,7 @@ def history_view(path: Path, summary: SessionSummary) -> SessionView:
         abandoned_at = summary.last_event_ns / 1e9  # mid-turn, and its process is gone
     if state != IDLE and not pids and expected and summary.last_event_ns:
         abandoned_at = summary.last_event_ns / 1e9  # the lock went with the process
-    return SessionView(summary.session_id, state, summary.last_event_ns, pids, abandoned_at, expected,
+    return Liveness(summary.session_id, state, summary.last_event_ns, pids, abandoned_at, expected,
                        summary.waiting_on, summary.repository)
 
 

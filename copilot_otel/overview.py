@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Protocol
 
 from .config import DEFAULT_MAX_LINE_BYTES, Config
 from .options import ModelOptions
-from .liveness import SessionView, StuckPolicy, live_state, pid_alive
-from .history import history_view, now_live, summarize_log
+from .liveness import Liveness, StuckPolicy, live_state, pid_alive
+from .history import history_liveness, now_live, summarize_log
 from .published import Published
 from .rows import MAX_PAGE_SIZE, PAGE_SIZE, STATE_ORDER, Row, rank, row_json
 from .sources import SourceError, UnreadableLog
@@ -143,7 +143,7 @@ class _Probe:
 
 
 class _LiveStates:
-    """The live states of a set of views, re-evaluated at most every LIVE_EVERY seconds."""
+    """The live states of the sessions' liveness records, re-evaluated at most every LIVE_EVERY seconds."""
 
     def __init__(self, policy: StuckPolicy, clock: Callable[[], float]) -> None:
         self.policy = policy
@@ -154,17 +154,17 @@ class _LiveStates:
         self.states: dict[str, tuple[str, float]] = {}
         self.fingerprint: frozenset = frozenset()
 
-    def of(self, token: object, views: tuple[SessionView, ...]) -> dict[str, tuple[str, float]]:
-        """session id -> (state, seconds stalled) of the live ones; ``token`` moves when the views do."""
+    def of(self, token: object, liveness: tuple[Liveness, ...]) -> dict[str, tuple[str, float]]:
+        """session id -> (state, seconds stalled) of the live ones; ``token`` moves when the records do."""
         with self._lock:
             monotonic = time.monotonic()
             if token != self._token or monotonic - self._at >= LIVE_EVERY:
                 now, probe = self.clock(), _Probe()
                 states = {}
-                for view in views:
-                    live = live_state(view, now=now, policy=self.policy, alive=probe, monotonic=monotonic)
+                for session in liveness:
+                    live = live_state(session, now=now, policy=self.policy, alive=probe, monotonic=monotonic)
                     if live is not None:
-                        states[view.session_id] = live
+                        states[session.session_id] = live
                 self.states, self._token, self._at = states, token, monotonic
                 self.fingerprint = frozenset((sid, state) for sid, (state, _s) in states.items())
             return self.states
@@ -178,16 +178,16 @@ class _Boarded:
         self._board: Board | None = None
         self._board_lock = threading.Lock()
 
-    def _published(self) -> tuple[int, tuple[SessionView, ...]]:
-        """(generation, views) as they were published together."""
+    def _published(self) -> tuple[int, tuple[Liveness, ...]]:
+        """(generation, liveness) as they were published together."""
         raise NotImplementedError
 
     def _summaries(self) -> list[tuple[Path, SessionSummary]]:
         raise NotImplementedError
 
     def change_key(self) -> tuple:
-        generation, views = self._published()
-        self._live.of(generation, views)
+        generation, liveness = self._published()
+        self._live.of(generation, liveness)
         return (generation, self._live.fingerprint)
 
     def board(self) -> Board:
@@ -248,9 +248,9 @@ class DaemonSessions(_Boarded):
         self._scanned = time.monotonic()
         self._walked = True
 
-    def _published(self) -> tuple[tuple[int, int], tuple[SessionView, ...]]:
+    def _published(self) -> tuple[tuple[int, int], tuple[Liveness, ...]]:
         published = self._published_now()
-        return (published.generation, self._files_generation), published.views
+        return (published.generation, self._files_generation), published.liveness
 
     def _summaries(self) -> list[tuple[Path, SessionSummary]]:
         summaries = self._published_now().summaries
@@ -277,7 +277,7 @@ class HistorySessions(_Boarded):
         self._generation = 0
         self._scanned = -rescan_every
         self._lock = threading.Lock()
-        self.views: tuple[SessionView, ...] = ()
+        self.liveness: tuple[Liveness, ...] = ()
 
     def scan(self) -> None:
         """Replay the logs that are new or changed since the last scan; forget deleted ones."""
@@ -302,20 +302,20 @@ class HistorySessions(_Boarded):
                 del self._known[path]
                 changed = True
             now = self._clock()
-            views = tuple(history_view(path, summary) for path, (_stamp, summary) in self._known.items()
+            liveness = tuple(history_liveness(path, summary) for path, (_stamp, summary) in self._known.items()
                           if now_live(summary, now))  # again each time: a process may have died since
-            if changed or views != self.views:
-                self.views = views
-                self._generation += 1  # after the views, as the daemon does
+            if changed or liveness != self.liveness:
+                self.liveness = liveness
+                self._generation += 1  # after the liveness, as the daemon does
             self._scanned = time.monotonic()
 
     def stale(self) -> bool:
         """True when a rescan is due (the web view runs it in a worker)."""
         return time.monotonic() - self._scanned >= self._rescan_every
 
-    def _published(self) -> tuple[int, tuple[SessionView, ...]]:
+    def _published(self) -> tuple[int, tuple[Liveness, ...]]:
         generation = self._generation
-        return generation, self.views
+        return generation, self.liveness
 
     def _summaries(self) -> list[tuple[Path, SessionSummary]]:
         return [(path, summary) for path, (_stamp, summary) in list(self._known.items())]

@@ -1,5 +1,5 @@
 """The current state of one session, for `sessions` and `inspect`: its summary and its state now, named
-by the daemon's rule, the same the web view applies (``history.history_view``: the daemon's view of a
+by the daemon's rule, the same the web view applies (``history.history_liveness``: the daemon's view of a
 log read to its end; then ``liveness.live_state``).
 
 Its JSON form is a row of the web view's ``/api/sessions`` (``rows.row_json``), so that
@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from .liveness import SessionView, StuckPolicy, live_state, pid_alive
-from .history import history_view
+from .liveness import Liveness, StuckPolicy, live_state, pid_alive
+from .history import history_liveness
 from .rows import Row, row_json
 from .summary import SessionSummary
 from .vocab import ENDED, IDLE
@@ -60,13 +60,13 @@ class SessionStatus:
 
 
 def status_of(summary: SessionSummary, path: Path, *, policy: StuckPolicy, now: float | None = None,
-              alive: Callable[[int], bool] = pid_alive, view: SessionView | None = None,
+              alive: Callable[[int], bool] = pid_alive, liveness: Liveness | None = None,
               monotonic: float | None = None) -> SessionStatus:
     """A session's status now. ``view``: the daemon's own, when it follows the session (its silence measured
     on the monotonic clock); without one, the view the daemon would hold of the log read to its end (its lock
     files, whether it died mid-turn), its silence measured from the last event's timestamp."""
     now = time.time() if now is None else now
-    live = live_state(view or history_view(Path(path), summary), now=now, policy=policy, alive=alive,
+    live = live_state(liveness or history_liveness(Path(path), summary), now=now, policy=policy, alive=alive,
                       monotonic=monotonic)
     if live is None:
         return SessionStatus(summary, ENDED, 0.0, str(path))
