@@ -23,7 +23,7 @@ from .events import DecodeError, Event
 from .ledger import content_identity
 from .logreader import LogReader
 from .batches import Batch, ReplayStats
-from .delivery import Deliver, Exporter
+from .delivery import RetryingSender, SendBatch
 from .otlp_json import OtlpJsonEncoder
 from .pipeline import Outputs, drive, finish
 from .records import SpanRecord
@@ -228,14 +228,14 @@ def replay_files(files: list[Item], sink: SpanSink, *, options: ModelOptions = M
                  workers: int | None = None, keep_metrics: bool = False, shard_files: int = SHARD_FILES,
                  shard_bytes: int = SHARD_BYTES, max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
                  refused: Callable[[list[SpanRecord], str], None] | None = None, retry_for: float = 0.0,
-                 batch: int = BATCH, deliver: Deliver | None = None,
+                 batch: int = BATCH, send: SendBatch | None = None,
                  unreadable: list[tuple[str, str]] | None = None) -> ReplayStats:
     """Export every file's spans through ``sink``, in file order; raise ExportError if delivery fails.
 
     A ``(path, skip)`` item leaves out the log's first ``skip`` spans (a replay that continues).
     ``workers`` processes share the work (None: :func:`default_workers`); the spans, their order
     and the requests are the same for any number. ``keep_metrics``: keep the model's metric
-    updates in ``stats.metrics`` (else the model makes none). ``deliver(batch, sink, stats)`` sends
+    updates in ``stats.metrics`` (else the model makes none). ``send(batch, sink, stats)`` sends
     each batch; by default spans the backend refuses for good go to ``refused`` (None: that is an
     ExportError) and a failing request is retried for ``retry_for`` seconds. Logs that cannot be
     read make no span and are added to ``unreadable`` (logged without one). Raises WorkerError if a
@@ -246,7 +246,7 @@ def replay_files(files: list[Item], sink: SpanSink, *, options: ModelOptions = M
     shards = plan_shards(files, shard_files, shard_bytes)
     count = min(default_workers(len(files)) if workers is None else workers, len(shards))
     stats = ReplayStats(metrics=[] if keep_metrics else None)
-    send = deliver or Exporter(refused, retry_for)
+    send = send or RetryingSender(refused, retry_for)
 
     def stream(shard: Shard, callback: Callable[[Path], None] | None) -> None:
         part = ReplayStats(metrics=[] if keep_metrics else None)
@@ -329,9 +329,9 @@ def replay_stream(data: bytes, sink: SpanSink, *, options: ModelOptions = ModelO
         offset += len(raw) + 1
     stats = ReplayStats()
     spans = replay_session(session_id, items, stats, source="<stdin>", options=options, live_idle=True)
-    exporter = Exporter(refused, retry_for)
+    sender = RetryingSender(refused, retry_for)
     for batch in (spans[i:i + BATCH] for i in range(0, len(spans), BATCH)):
-        exporter.export(sink, batch, stats)
+        sender.export(sink, batch, stats)
         stats.spans += len(batch)
     stats.files = 1
     return stats
