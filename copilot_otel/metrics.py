@@ -1,6 +1,6 @@
 """Every Prometheus metric in one place: one prefix, one private registry.
 
-Names, types and labels of the ``copilot_*`` metrics are a contract (design.md §2):
+Names, types and labels of the ``copilot_*`` metrics are a contract (docs/metrics.md):
 dashboards and alert rules depend on them. Live session states are computed at
 scrape time by :class:`LiveSessionsCollector`.
 """
