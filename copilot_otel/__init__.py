@@ -1,6 +1,6 @@
 """copilot-otel: GitHub Copilot CLI session events as OpenTelemetry traces and Prometheus metrics."""
 
-__version__ = "0.1.0"
+from .version import __version__
 
 __all__ = ["__version__", "attach", "attach_async"]
 

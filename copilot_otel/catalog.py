@@ -20,8 +20,9 @@ from typing import Mapping
 
 import orjson
 
-from .config import DEFAULT_MAX_LINE_BYTES, ModelOptions
-from .overview import summarise
+from .config import DEFAULT_MAX_LINE_BYTES
+from .options import ModelOptions
+from .history import summarize_log
 from .private import private_dir, read_private, write_private
 from .sources import UnreadableLog, list_sessions, path_from_text, path_text
 from .summary import SessionSummary
@@ -44,11 +45,11 @@ class LogSummary:
     error: str | None = None
 
 
-def summarize(path: Path, *, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES, capture: bool = False) -> LogSummary:
+def log_summary(path: Path, *, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES, capture: bool = False) -> LogSummary:
     """One whole session log through the model, tallied (malformed lines are skipped quietly); ``capture``:
     content capture is on (a name that is the prompt's text is shown)."""
     try:
-        return LogSummary(path, summarise(path, ModelOptions(capture_content=capture), max_line_bytes))
+        return LogSummary(path, summarize_log(path, ModelOptions(capture_content=capture), max_line_bytes))
     except UnreadableLog as exc:
         return LogSummary(path, None, exc.reason)
 
@@ -61,7 +62,7 @@ class _Shard:
     capture: bool = False
 
     def __call__(self, paths: list[Path]) -> list[LogSummary]:
-        return [summarize(path, max_line_bytes=self.max_line_bytes, capture=self.capture) for path in paths]
+        return [log_summary(path, max_line_bytes=self.max_line_bytes, capture=self.capture) for path in paths]
 
 
 def _key(st: os.stat_result) -> list[int]:

@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 import orjson
 
-from . import __version__
+from .version import __version__
 from .config import (
     DEFAULT_CONTENT_MAX_CHARS,
     DEFAULT_GIVE_UP_AFTER,
@@ -164,7 +164,8 @@ def inspect(session, log_level, json, follow, **options) -> None:
     a session folder or an events.jsonl. Tool arguments are shown only with
     OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true.
     """
-    from .config import ModelOptions, capture_content_from_env
+    from .config import capture_content_from_env
+    from .options import ModelOptions
     from .snapshot import SessionReader
     from .sources import SourceError, UnreadableLog
 

@@ -35,6 +35,7 @@ from .parsing import parse_seconds as _parse_seconds
 from .parsing import parse_int as _parse_int
 from .parsing import parse_path as _parse_path
 from .liveness import StuckPolicy
+from .options import DEFAULT_CONTENT_MAX_CHARS, ModelOptions  # noqa: F401 (read from here too)
 from .rotation import Rotation
 
 # Our own variables: every flag --some-flag is COPILOT_OTEL_SOME_FLAG.
@@ -49,7 +50,6 @@ DEFAULT_STUCK_AFTER = 600.0
 DEFAULT_STUCK_AFTER_TOOL = 1800.0  # a build or a test run is often longer than a silent model
 DEFAULT_VIEW_ADDRESS = f"{DEFAULT_METRICS_HOST}:{DEFAULT_METRICS_PORT + 1}"  # `view`: beside a running daemon
 DEFAULT_MAX_LINE_BYTES = 16 * 1024 * 1024
-DEFAULT_CONTENT_MAX_CHARS = 4096
 DEFAULT_IDLE_QUIET = 2.0
 DEFAULT_RESCAN_INTERVAL = 10.0
 DEFAULT_MAX_BUFFERED_SPANS = 20_000
@@ -65,14 +65,6 @@ MIN_MAX_REQUEST_BYTES = 64 * 1024
 DEFAULT_MAX_LABEL_VALUES = 100
 MIN_MAX_LINE_BYTES = 1024
 MIN_IDLE_QUIET = 0.05
-
-
-@dataclass(frozen=True, slots=True)
-class ModelOptions:
-    """What the session model needs from the configuration: content capture and its length."""
-
-    capture_content: bool = False
-    content_max_chars: int = DEFAULT_CONTENT_MAX_CHARS
 
 
 def env_flag(name: str) -> str:

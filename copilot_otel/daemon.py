@@ -1,8 +1,8 @@
 """The daemon: wiring, scheduling, health and shutdown. Discover -> follow -> pipeline -> export / metrics.
 
-One reader thread (``run``) owns every session model. It publishes a frozen
-:class:`~copilot_otel.liveness.SessionView` per live session after each pass; the scrape
-thread reads only those, never a model.
+One reader thread (``run``) owns every session model. After each pass it publishes one frozen
+:class:`~copilot_otel.published.Published` (a Liveness per live session, every summary), swapped
+whole; the scrape and web threads read only that, never a model.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import threading
 import time
 from dataclasses import replace
 from pathlib import Path
+from types import MappingProxyType
 from typing import Callable
 
 from .checkpoint import Checkpoint, StateLock
@@ -23,16 +24,18 @@ from .deadletter import DeadLetter
 from .discover import Discoverer, Tree
 from .export import ExportQueue
 from .follow import Follower
-from .liveness import ABANDON, ABANDONED_RETENTION, DORMANT, SessionView, live_state, lock_pids, pid_alive, verdict
+from .liveness import ABANDON, ABANDONED_RETENTION, DORMANT, Liveness, live_state, lock_pids, pid_alive, verdict
 from .logs import RateLimitedLog, ReportedOnce
 from .metrics import Metrics
 from .moves import Moves
 from .notices import SessionNotices
 from .otlp_json import OtlpJsonEncoder
 from .pipeline import Outputs
+from .published import Published
 from .readout import Readout
 from .resource import resource_attributes
-from .sinks import SpanSink, make_sink
+from .sinks import make_sink
+from .spansink import SpanSink
 from .sources import SESSION_STATE
 from .summary import SessionSummary
 from .vocab import END_INCOMPLETE, END_SHUTDOWN
@@ -52,7 +55,7 @@ class Daemon:
         self.root = config.copilot_home / SESSION_STATE
         self.clock = clock
         self.policy = config.stuck_policy
-        self.readout = Readout(self.policy, views=lambda: self.views, clock=clock)
+        self.readout = Readout(self.policy, liveness=lambda: self.published.liveness, clock=clock)
         self.metrics = metrics or Metrics(repository_label=not config.no_repository_label,
                                           resource=resource_attributes(), max_label_values=config.max_label_values)
         if config.budgets:
@@ -84,16 +87,14 @@ class Daemon:
         # thousands of finished sessions cost nothing between their writes.
         self._open: dict[Path, Follower] = {}
         self._abandoned: dict[Path, Follower] = {}
-        self._views: dict[Path, SessionView] = {}  # the reader's copy; scrapes read ``self.views``
-        self.views: tuple[SessionView, ...] = ()
-        # Every known session at a glance, kept when its model is compacted away; other threads read it
-        # (copy with ``list(daemon.summaries.values())``: each entry is replaced whole, never changed).
-        self.summaries: dict[Path, SessionSummary] = {}
-        # The logs whose summary counts only what followed the checkpoint it resumed from (copy before reading).
-        self.partial: set[Path] = set()
-        # Moves after a pass that changed a summary or the set of views (the web view polls it).
-        self.generation = 0
-        self._changed = False
+        # The reader's own copies, published in ``self.published`` after each pass: the live sessions, every
+        # known session at a glance (kept when its model is compacted away), and the logs whose summary counts
+        # only what followed the checkpoint it resumed from.
+        self._liveness: dict[Path, Liveness] = {}
+        self._summaries: dict[Path, SessionSummary] = {}
+        self._partial: set[Path] = set()
+        self._changed = False  # a summary or the set of logs changed since the last publication
+        self.published = Published()  # what other threads read: replaced whole, never changed
         self.notices = SessionNotices(self.policy)
         self._restored = self.checkpoint.load()
         self.moves = Moves(self._restored)
@@ -154,7 +155,7 @@ class Daemon:
             self.lock.release()
 
     def _pass(self) -> None:
-        """One turn of the reader loop: read what changed, housekeeping, publish the views."""
+        """One turn of the reader loop: read what changed, housekeeping, publish the sessions' liveness."""
         rescans = self.discoverer.rescans
         files, lock_dirs = self.discoverer.wait(0.0 if self._backlog else TICK)
         if self.discoverer.rescans != rescans:
@@ -180,15 +181,21 @@ class Daemon:
                 if follower.model is not None and follower.model.ended is None:
                     self._watch(follower)  # a CLI took it up again
         self._housekeeping()
-        views, before = tuple(self._views.values()), self.views
-        self.views = views
-        if self._changed or len(views) != len(before):  # after the views, so a reader of both sees them agree
-            self._changed = False
-            self.generation += 1
+        self._publish()
         if self._freeze_gc and not files:
             self._freeze_gc = False
             gc.collect()
             gc.freeze()
+
+    def _publish(self) -> None:
+        """Swap in what other threads read: the sessions' liveness every pass, summaries when one changed (a copy)."""
+        liveness, before = tuple(self._liveness.values()), self.published
+        if self._changed or len(liveness) != len(before.liveness):
+            self._changed = False
+            self.published = Published(before.generation + 1, liveness, MappingProxyType(dict(self._summaries)),
+                                       frozenset(self._partial))
+        else:
+            self.published = replace(before, liveness=liveness)
 
     # ------------------------------------------------------------ reading
 
@@ -220,10 +227,10 @@ class Daemon:
         log.info("%s moved to %s; following it there as the same session %s", old, path, follower.session_id)
         follower.move(path)
         self.moves.moved(first_id, old, path)
-        for keyed in (self.sessions, self._open, self._abandoned, self._views, self.summaries):
+        for keyed in (self.sessions, self._open, self._abandoned, self._liveness, self._summaries):
             if old in keyed:
                 keyed[path] = keyed.pop(old)
-        for marked in (self.partial, self._backlog):
+        for marked in (self._partial, self._backlog):
             if old in marked:
                 marked.symmetric_difference_update((old, path))
         self.notices.moved(old, path)
@@ -262,8 +269,8 @@ class Daemon:
         if result.items or result.restarted or result.copied:  # copied: the position's new identity
             self._deliver(follower, out)
         if cut_off is not None:  # what it was doing when it died stays in its summary, as _abandon keeps it
-            self.summaries[path] = replace(self.summaries[path], waiting_on=cut_off.waiting_on,
-                                           waiting_since_ns=cut_off.waiting_since_ns)
+            self._summaries[path] = replace(self._summaries[path], waiting_on=cut_off.waiting_on,
+                                            waiting_since_ns=cut_off.waiting_since_ns)
         if result.more:
             self._backlog.add(path)
         elif follower.model.ended is not None and follower.abandoned_at is None:
@@ -279,11 +286,11 @@ class Daemon:
         marker = follower.marker()
         if marker is not None:
             self.queue.put_marker(marker)
-        self.summaries[follower.path] = follower.summary()
+        self._summaries[follower.path] = follower.summary()
         if follower.whole:
-            self.partial.discard(follower.path)
+            self._partial.discard(follower.path)
         else:
-            self.partial.add(follower.path)
+            self._partial.add(follower.path)
         self._changed = True
 
     def _count_and_queue(self, follower: Follower, out: Outputs) -> None:
@@ -297,29 +304,29 @@ class Daemon:
         if follower.path not in self._open and self._alive(follower):
             self.notices.started(follower, resumed=resumed)
         self._open[follower.path] = follower
-        self._views[follower.path] = follower.view()
+        self._liveness[follower.path] = follower.liveness()
 
     def _unwatch(self, follower: Follower) -> None:
         if follower.model is not None and follower.model.ended == END_SHUTDOWN:
             self.notices.ended(follower, "shut down")
         self._open.pop(follower.path, None)
         if follower.abandoned_at is None:
-            self._views.pop(follower.path, None)
+            self._liveness.pop(follower.path, None)
         else:
-            self._views[follower.path] = follower.view()
+            self._liveness[follower.path] = follower.liveness()
 
     def _compact(self, follower: Follower) -> None:
         if follower.compact():
             self._open.pop(follower.path, None)
-            self._views.pop(follower.path, None)
+            self._liveness.pop(follower.path, None)
 
     def _forget(self, path: Path) -> None:
         follower = self.sessions.pop(path, None)
         self._open.pop(path, None)
         self._abandoned.pop(path, None)
-        self._views.pop(path, None)
-        self.summaries.pop(path, None)
-        self.partial.discard(path)
+        self._liveness.pop(path, None)
+        self._summaries.pop(path, None)
+        self._partial.discard(path)
         self._changed = True
         self._backlog.discard(path)
         if follower is not None and follower.tail.identity is not None:
@@ -348,7 +355,7 @@ class Daemon:
                 if follower.abandoned_at is None or monotonic - follower.seen_at >= ABANDONED_RETENTION:
                     del self._abandoned[path]
                     follower.abandoned_at = None
-                    self._views.pop(path, None)
+                    self._liveness.pop(path, None)
                     self._compact(follower)
         for follower in list(self._open.values()):
             model = follower.model
@@ -368,10 +375,11 @@ class Daemon:
             elif decision == DORMANT:  # its process is gone and nothing is open: set aside until it grows
                 self.notices.ended(follower, "its CLI process exited")
                 self._open.pop(follower.path, None)
-                self._views.pop(follower.path, None)
+                self._liveness.pop(follower.path, None)
                 self._compact(follower)
             elif model.mid_turn or self.notices.is_stuck(follower):
-                live = live_state(follower.view(), now=now, policy=self.policy, alive=pid_alive, monotonic=monotonic)
+                live = live_state(follower.liveness(), now=now, policy=self.policy, alive=pid_alive,
+                                  monotonic=monotonic)
                 self.queue.put_spans(self.notices.check_stuck(follower, live, now), should_stop=self._stop.is_set)
         if check_liveness:
             self.notices.sweep(self._open)
@@ -383,8 +391,8 @@ class Daemon:
         pids = lock_pids(follower.path.parent)
         if pids != follower.pids:
             follower.pids = pids
-            if follower.path in self._views:
-                self._views[follower.path] = follower.view()
+            if follower.path in self._liveness:
+                self._liveness[follower.path] = follower.liveness()
         return any(pid_alive(pid) for pid in pids)
 
     def _found_abandoned(self, follower: Follower, before: SessionSummary) -> None:
@@ -411,5 +419,6 @@ class Daemon:
         follower.finish(out, END_INCOMPLETE)
         self._deliver(follower, out)
         # What it was doing when it died stays in its summary (the web view and `sessions` show it).
-        self.summaries[follower.path] = replace(self.summaries[follower.path], waiting_on=before.waiting_on,
-                                                waiting_since_ns=before.waiting_since_ns)
+        self._summaries[follower.path] = replace(self._summaries[follower.path], waiting_on=before.waiting_on,
+                                                 waiting_since_ns=before.waiting_since_ns)
+        self._changed = True

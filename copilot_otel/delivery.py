@@ -1,7 +1,7 @@
 """How a replay sends its batches.
 
-:class:`Exporter` is the plain way (a failing request retried for the OTLP timeout, as the SDK's
-exporters do). :class:`Delivery` is `copilot-otel replay`'s: at most ``rate`` spans a second,
+:class:`RetryingSender` is the plain way (a failing request retried for the OTLP timeout, as the SDK's
+exporters do). :class:`ReplaySender` is `copilot-otel replay`'s: at most ``rate`` spans a second,
 waiting out a backend that refuses or throttles (gRPC RESOURCE_EXHAUSTED or UNAVAILABLE, HTTP
 429 or 503, or down) with backoff, and recording each delivery in the ledger so that a re-run
 continues after it. A batch that could not be delivered for ``give_up_after`` seconds in a row,
@@ -17,17 +17,12 @@ import logging
 import time
 from typing import Callable
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
+from .batches import Batch, ReplayStats
 from .config import DEFAULT_GIVE_UP_AFTER
-from .export import deliver
+from .export import send_in_parts
 from .ledger import Ledger
 from .records import SpanRecord
-from .sinks import ExportError, Receipt, SpanSink
-
-if TYPE_CHECKING:
-    from .replay import ReplayStats
+from .spansink import ExportError, Receipt, SpanSink
 
 log = logging.getLogger(__name__)
 
@@ -36,29 +31,13 @@ MAX_BACKOFF = 30.0
 WARNINGS = 3  # refused batches that get a log line each; the summary counts the rest
 
 
-@dataclass(frozen=True, slots=True)
-class Batch:
-    """One batch's spans (as records, or encoded as request lines by a worker), and whose they are: (log,
-    its spans in this batch, whether this batch ends the log) for each log, in order. A log whose spans
-    all went in earlier batches ends in a part of 0 spans."""
-
-    records: list[SpanRecord]
-    encoded: bytes
-    parts: tuple[tuple[str, int, bool], ...]
-    content: tuple[tuple[str, str], ...] = ()  # (log, the content its spans so far were made from): ledger.py
-
-    @property
-    def spans(self) -> int:
-        return sum(count for _path, count, _last in self.parts)
+SendBatch = Callable[[Batch, SpanSink, ReplayStats], None]  # sends one batch of a replay
 
 
-Deliver = Callable[[Batch, SpanSink, "ReplayStats"], None]  # sends one batch of a replay
-
-
-class Exporter:
+class RetryingSender:
     """The parent's side of a replay: hands batches to the sink, sets refused spans aside, and retries
     a failing request for up to ``retry_for`` seconds (as the OTel SDK's exporters do) before giving up.
-    Used as a ``Deliver``."""
+    Used as a ``SendBatch``."""
 
     def __init__(self, refused: Callable[[list[SpanRecord], str], None] | None, retry_for: float = 0.0) -> None:
         self.refused = refused
@@ -91,12 +70,12 @@ class Exporter:
             backoff = min(backoff * 2, 4.0)
             return True
 
-        deliver(sink, records, reject=refuser(self.refused, stats), progress=progress, dropped=counter(stats))
+        send_in_parts(sink, records, reject=refuser(self.refused, stats), progress=progress, dropped=counter(stats))
 
 
 def refuser(refused: Callable[[list[SpanRecord], str], None] | None,
             stats: ReplayStats) -> Callable[[list[SpanRecord], str], bool]:
-    """``export.deliver``'s ``reject``: spans refused for good go to ``refused`` (counted), else an ExportError."""
+    """``export.send_in_parts``'s ``reject``: spans refused for good go to ``refused`` (counted), else an ExportError."""
 
     def reject(spans: list[SpanRecord], reason: str) -> bool:
         if refused is None:
@@ -109,7 +88,7 @@ def refuser(refused: Callable[[list[SpanRecord], str], None] | None,
 
 
 def counter(stats: ReplayStats) -> Callable[[list[SpanRecord], Receipt], None]:
-    """``export.deliver``'s ``dropped``: count spans the backend accepted and dropped, and keep its message."""
+    """``export.send_in_parts``'s ``dropped``: count spans the backend accepted and dropped, and keep its message."""
 
     def dropped(_part: list[SpanRecord], receipt: Receipt) -> None:
         if receipt.rejected:
@@ -147,9 +126,9 @@ class RateLimit:
         self._tokens -= spans
 
 
-class Delivery:
+class ReplaySender:
     """Sends batches: rate-limited, retried through refusals until ``give_up_after``, recorded in ``ledger``;
-    spans refused for good go to ``refused`` (the dead-letter file). A ``Deliver``."""
+    spans refused for good go to ``refused`` (the dead-letter file). A ``SendBatch``."""
 
     def __init__(self, *, ledger: Ledger | None = None, identities: dict[str, str] | None = None,
                  sent: dict[str, int] | None = None, rate: float = 0.0,
@@ -171,7 +150,7 @@ class Delivery:
         self.done: set[str] = set()
         self.refusals = 0  # batches the backend refused at least once
 
-    def __call__(self, batch: Batch, sink: SpanSink, stats: "ReplayStats") -> None:
+    def __call__(self, batch: Batch, sink: SpanSink, stats: ReplayStats) -> None:
         """Deliver one batch (or raise GaveUp), then record it."""
         self.limit.take(batch.spans)
         waits = _Waits(self)
@@ -179,7 +158,7 @@ class Delivery:
             while not _attempt(lambda: sink.write_encoded(batch.encoded), waits):
                 pass
         elif batch.records:
-            deliver(sink, batch.records, reject=refuser(self.refused, stats), progress=waits.progress,
+            send_in_parts(sink, batch.records, reject=refuser(self.refused, stats), progress=waits.progress,
                     dropped=counter(stats))
         self.spans += batch.spans
         rows = []
@@ -207,14 +186,14 @@ class _Waits:
     """One batch's failures: backoff from INITIAL_BACKOFF to MAX_BACKOFF, GaveUp past ``give_up_after`` (counted
     from the start of the first failed attempt, so that the time that attempt took counts)."""
 
-    def __init__(self, delivery: Delivery) -> None:
+    def __init__(self, delivery: ReplaySender) -> None:
         self.delivery = delivery
         self.backoff = INITIAL_BACKOFF
         self.failing_since: float | None = None
         self.attempt_started = delivery._clock()
 
     def progress(self, _part: list[SpanRecord], error: Exception | None) -> bool:
-        """``export.deliver``'s ``progress``: True to try again after waiting, or raise GaveUp."""
+        """``export.send_in_parts``'s ``progress``: True to try again after waiting, or raise GaveUp."""
         delivery = self.delivery
         now = delivery._clock()
         if error is None:

@@ -28,7 +28,7 @@ from .pause import PAUSE
 from .checkpoint import Checkpoint, FilePosition
 from .deadletter import DeadLetter
 from .records import SpanRecord
-from .sinks import ExportError, Receipt, RejectedError, SpanSink
+from .spansink import ExportError, Receipt, RejectedError, SpanSink
 
 log = logging.getLogger(__name__)
 
@@ -249,7 +249,7 @@ class ExportQueue:
             backoff = min(backoff * 2, self.max_backoff)
             return True
 
-        return deliver(self.sink, spans, reject=self._reject, progress=failed, dropped=self._dropped)
+        return send_in_parts(self.sink, spans, reject=self._reject, progress=failed, dropped=self._dropped)
 
     def _dropped(self, _part: list[SpanRecord], receipt: Receipt) -> None:
         """Count spans the backend accepted and dropped (the sink logged them)."""
@@ -306,9 +306,9 @@ class ExportQueue:
         self._on_commit()
 
 
-def deliver(sink: SpanSink, spans: list[SpanRecord], *, reject: Callable[[list[SpanRecord], str], bool],
-            progress: Callable[[list[SpanRecord], Exception | None], bool],
-            dropped: Callable[[list[SpanRecord], Receipt], None] | None = None) -> bool:
+def send_in_parts(sink: SpanSink, spans: list[SpanRecord], *, reject: Callable[[list[SpanRecord], str], bool],
+                  progress: Callable[[list[SpanRecord], Exception | None], bool],
+                  dropped: Callable[[list[SpanRecord], Receipt], None] | None = None) -> bool:
     """Send ``spans`` through ``sink`` in order, as many requests as it takes.
 
     A request the sink finds too large, or refuses for good, is halved until it fits or until the

@@ -22,14 +22,15 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from .checkpoint import FilePosition
-from .config import ModelOptions
+from .options import ModelOptions
 from .decode import decode_line
 from .display import duration
 from .events import DecodeError, Event
 from .identity import EDITED
-from .liveness import SessionView, locks_expected
+from .liveness import Liveness, locks_expected
+from .logreader import LogReader
 from .normalize import parse_version
-from .pipeline import Outputs, Warn, drive, finish
+from .pipeline import Outputs, Warn, finish
 from .records import salted
 from .sessions import READ_TYPES, SessionModel
 from .sources import session_id_of
@@ -51,11 +52,10 @@ class Follower:
     """One followed session log and everything the daemon knows about it."""
 
     path: Path
-    tail: FileTail
-    options: ModelOptions
-    # None while the session is compacted: it had ended (or its process was gone) with nothing open,
-    # so only its position is kept; new lines rebuild the model from the start of the file.
-    model: SessionModel | None = None
+    # Its tail and model (``tail``, ``model``). The model is None while the session is compacted: it had ended
+    # (or its process was gone) with nothing open, so only its position is kept; new lines rebuild the model
+    # from the start of the file.
+    reader: LogReader
     floor_line: int = 0  # outputs of the events on lines up to this one were already delivered (restart, compaction)
     pids: list[int] = field(default_factory=list)
     last_read: float = 0.0  # monotonic time new events were last read
@@ -78,10 +78,24 @@ class Follower:
     names: NameCache | None = None  # the session's name, from its workspace.yaml
 
     def __post_init__(self) -> None:
-        self.session_id = self.session_id or session_id_of(self.path)
+        self.session_id = self.session_id or self.reader.session_id
         self.names = self.names or NameCache(self.options.capture_content)
-        if self.model is None:
-            self.model = self.new_model()
+
+    @property
+    def tail(self) -> FileTail:
+        return self.reader.tail
+
+    @property
+    def model(self) -> SessionModel | None:
+        return self.reader.model
+
+    @model.setter
+    def model(self, model: SessionModel | None) -> None:
+        self.reader.model = model
+
+    @property
+    def options(self) -> ModelOptions:
+        return self.reader.options
 
     @classmethod
     def start(cls, path: Path, options: ModelOptions, *, max_line_bytes: int, restored: FilePosition | None = None,
@@ -91,26 +105,29 @@ class Follower:
         from its end (``skip_history``), or from the start.
 
         ``within``: the tree the file must stay inside, checked on every open."""
-        tail = FileTail(path, max_line_bytes=max_line_bytes, keep=READ_TYPES, within=within)
-        floor_line, session_id, moved_from = 0, "", ()
+        floor_line, session_id, moved_from = 0, session_id_of(path), ()
+        if restored is not None:
+            session_id = restored.session_id or session_id_of(Path(restored.path))
+        reader = LogReader(path, options, session_id=session_id, max_line_bytes=max_line_bytes, keep=READ_TYPES,
+                           within=within, summaries=False)
+        tail = reader.tail
         if restored is not None:
             tail.resume(restored.resume_offset, restored.resume_line, restored.identity, end=restored.offset,
                         crc=restored.crc)
             floor_line = restored.line
             generation = restored.generation
-            session_id = restored.session_id or session_id_of(Path(restored.path))
             moved_from = (restored.path,) if restored.path != str(path) else ()
         elif skip_history:
             tail.skip_history()
             floor_line = tail.line
-        follower = cls(path, tail, options, floor_line=floor_line, pids=pids or [], generation=generation,
+        follower = cls(path, reader, floor_line=floor_line, pids=pids or [], generation=generation,
                        whole=tail.offset == 0, session_id=session_id, moved_from=moved_from, history=history)
         if tail.offset > 0:
             _prime(follower.model, path, tail.offset, max_line_bytes)
         return follower
 
     def new_model(self) -> SessionModel:
-        return SessionModel(self.session_id, self.options, summaries=False)
+        return self.reader.new_model()
 
     # ------------------------------------------------------------ reading
 
@@ -149,13 +166,13 @@ class Follower:
             cut = _below(items, self.floor_line)
             if self.settle_at_floor:
                 before, items = items[:cut], items[cut:]
-                drive(self.model, before, out, source=str(self.path), warn=warn, floor=_floor(before, len(before)))
+                self.reader.drive(before, out, warn=warn, floor=_floor(before, len(before)))
                 cut = 0
                 if items:
                     self.settle_at_floor = False
                     if not self.model.quiescent:
                         self.model.finish()  # delivered when it happened: nothing to export again
-            drive(self.model, items, out, source=str(self.path), warn=warn, floor=_floor(items, cut))
+            self.reader.drive(items, out, warn=warn, floor=_floor(items, cut))
             self._salt(out, start)
             self._ahead(items[cut:], out)
             self.abandoned_at = None
@@ -266,7 +283,7 @@ class Follower:
     def move(self, path: Path) -> None:
         """Follow the same log at another path (its folder was renamed): the same session, position and ids."""
         self.moved_from = (*self.moved_from, str(self.path))
-        self.path = self.tail.path = Path(path)
+        self.path = self.reader.path = self.tail.path = Path(path)
 
     @property
     def locks_expected(self) -> bool:
@@ -277,15 +294,15 @@ class Follower:
             return True
         return locks_expected(self.pids, parse_version(self.model.cli_version), seen=self.locks_seen)
 
-    def view(self) -> SessionView:
+    def liveness(self) -> Liveness:
         """A frozen snapshot for the scrape thread (which never touches the model)."""
         model = self.model
         if model is None:
-            return SessionView(self.session_id, IDLE, 0, tuple(self.pids), self.abandoned_at, self.locks_expected,
+            return Liveness(self.session_id, IDLE, 0, tuple(self.pids), self.abandoned_at, self.locks_expected,
                                seen_at=self.seen_at)
         summary = model.summary()
         tool = summary.waiting_on or (self.cut_off_tool if self.abandoned_at is not None else None)
-        return SessionView(self.session_id, summary.state, summary.last_event_ns, tuple(self.pids), self.abandoned_at,
+        return Liveness(self.session_id, summary.state, summary.last_event_ns, tuple(self.pids), self.abandoned_at,
                            self.locks_expected, tool, summary.repository, self.seen_at)
 
 

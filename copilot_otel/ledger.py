@@ -18,7 +18,7 @@ skipped) is known by its inode, size and modification time.
 A replay holds its ledger's lock file (``<name>.lock``, its pid inside) while it runs: a second
 replay of the same logs to the same destination is refused at once, naming the first. A damaged
 ledger (not a database, truncated, another schema) is rebuilt empty, with a warning: the logs it
-recorded are sent again, with the same trace and span ids (design.md section 2), which a backend
+recorded are sent again, with the same trace and span ids (README.md, "The trace"), which a backend
 that keys spans by id keeps once; a trace file gets their lines twice.
 """
 

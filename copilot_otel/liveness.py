@@ -5,7 +5,7 @@ The probes (``pid_alive``, ``lock_pids``) read the process table and the session
 the probe are passed in, so it is tested without processes.
 
 The daemon measures a session's silence on the monotonic clock, from when its reader last saw
-an event arrive (``SessionView.seen_at``): a clock stepped back or forward, or a log written
+an event arrive (``Liveness.seen_at``): a clock stepped back or forward, or a log written
 with a wrong clock, neither hides nor invents a stuck or abandoned session. Without a daemon
 (`inspect`, `sessions --from-files`) there is no such memory: the last event's own timestamp
 is compared with the wall clock.
@@ -100,7 +100,7 @@ class StuckPolicy:
 
 
 @dataclass(frozen=True, slots=True)
-class SessionView:
+class Liveness:
     """A frozen snapshot of one followed session, published by the reader for scrapes to read."""
 
     session_id: str
@@ -116,34 +116,34 @@ class SessionView:
     seen_at: float | None = None  # monotonic time the daemon last saw one of its events (None: no daemon)
 
 
-def live_state(view: SessionView, *, now: float, policy: StuckPolicy, alive: Callable[[int], bool],
+def live_state(session: Liveness, *, now: float, policy: StuckPolicy, alive: Callable[[int], bool],
                monotonic: float | None = None) -> tuple[str, float] | None:
     """(state, seconds stalled) of a session now; None when it is not live.
 
     Abandoned sessions stay visible until ABANDONED_RETENTION after their last event; a live
     one at work with no event for longer than ``policy`` allows is stuck. Silence is
-    ``monotonic - view.seen_at`` for a daemon's view (``monotonic``: time.monotonic() now), else
+    ``monotonic - session.seen_at`` for a daemon's view (``monotonic``: time.monotonic() now), else
     ``now`` (wall time) minus the last event's timestamp.
     """
-    stalled = max(0.0, silence(view, now=now, monotonic=monotonic))
-    if view.abandoned_at is not None:
+    stalled = max(0.0, silence(session, now=now, monotonic=monotonic))
+    if session.abandoned_at is not None:
         return (ABANDONED, stalled) if stalled < ABANDONED_RETENTION else None
-    if not view.pids and not view.locks_expected:
+    if not session.pids and not session.locks_expected:
         if stalled >= ABANDONED_RETENTION:
             return None  # silent this long with no process to ask: no longer shown as live
-    elif not any(alive(pid) for pid in view.pids):
+    elif not any(alive(pid) for pid in session.pids):
         return None
-    threshold = policy.threshold(view.state, view.waiting_on)
+    threshold = policy.threshold(session.state, session.waiting_on)
     if threshold is not None and stalled > threshold:
         return STUCK, stalled
-    return view.state, 0.0
+    return session.state, 0.0
 
 
-def silence(view: SessionView, *, now: float, monotonic: float | None = None) -> float:
+def silence(session: Liveness, *, now: float, monotonic: float | None = None) -> float:
     """Seconds since the session's last event: as the daemon saw it arrive, else by its own timestamp."""
-    if view.seen_at is not None:
-        return (time.monotonic() if monotonic is None else monotonic) - view.seen_at
-    return now - view.last_event_ns / 1e9
+    if session.seen_at is not None:
+        return (time.monotonic() if monotonic is None else monotonic) - session.seen_at
+    return now - session.last_event_ns / 1e9
 
 
 def verdict(*, mid_turn: bool, awaiting_confirmation: bool, since_event: float, quiet: float,

@@ -1,6 +1,6 @@
 """Every Prometheus metric in one place: one prefix, one private registry.
 
-Names, types and labels of the ``copilot_*`` metrics are a contract (design.md §2):
+Names, types and labels of the ``copilot_*`` metrics are a contract (docs/metrics.md):
 dashboards and alert rules depend on them. Live session states are computed at
 scrape time by :class:`LiveSessionsCollector`.
 """
@@ -18,7 +18,7 @@ from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.platform_collector import PlatformCollector
 
 from .pause import PAUSE
-from . import __version__
+from .version import __version__
 from .config import DEFAULT_MAX_LABEL_VALUES
 from .decode import REASONS
 from .genai_metrics import GenAi, GenAiMetrics

@@ -92,11 +92,11 @@ class SessionNotices:
         if live is not None and live[0] == STUCK:
             if path in self._stuck:
                 return []
-            view = follower.view()
-            what = waiting_on(view.waiting_on)
+            liveness = follower.liveness()
+            what = waiting_on(liveness.waiting_on)
             self._stuck[path] = what
-            threshold = self.policy.threshold(view.state, view.waiting_on) or 0.0
-            place = f" in {view.repository}" if view.repository else ""
+            threshold = self.policy.threshold(liveness.state, liveness.waiting_on) or 0.0
+            place = f" in {liveness.repository}" if liveness.repository else ""
             log.warning("session %s is stuck%s: %s, no event for %s (its threshold: %s)", follower.session_id, place,
                         what, duration(live[1]), duration(threshold))
             model = follower.model

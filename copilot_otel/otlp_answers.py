@@ -36,7 +36,7 @@ import orjson
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError
 
-from .sinks import ExportError, Receipt, RejectedError
+from .spansink import ExportError, Receipt, RejectedError
 
 PROTOBUF = "application/x-protobuf"
 PROTOBUF_TYPES = frozenset({PROTOBUF, "application/protobuf"})  # the second: RFC 9331's name for it

@@ -10,7 +10,7 @@ from typing import Any, Mapping, Sequence
 
 import orjson
 
-from . import __version__
+from .version import __version__
 from .limits import clean
 from .records import SpanRecord
 

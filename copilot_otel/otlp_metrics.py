@@ -31,13 +31,13 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from prometheus_client import CollectorRegistry
 
-from . import __version__
+from .version import __version__
 from .config import ENV_OTLP_METRICS_ENDPOINT, OtlpSettings
 from .genai_metrics import GenAiMetrics
 from .metrics import SPAN_ID, TRACE_ID
 from .otlp_answers import Signal
 from .otlp_json import SCOPE_NAME
-from .sinks import ExportError
+from .spansink import ExportError
 
 log = logging.getLogger(__name__)
 
@@ -242,7 +242,7 @@ def start_pushing(settings: OtlpSettings, registry: CollectorRegistry,
                   genai: GenAiMetrics | None = None) -> MetricsPusher:
     """A started pusher of ``registry`` (and the GenAI instruments) to where the settings say
     (OTEL_METRICS_EXPORTER=otlp)."""
-    from .sinks import build_resource
+    from .resource import build_resource
 
     pusher = MetricsPusher(registry, make_exporter(settings), build_resource(), genai=genai)
     log.info("pushing metrics every %g s over OTLP (%s) to %s", pusher.interval, settings.protocol,

@@ -19,7 +19,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
-from . import __version__
+from .version import __version__
 from .config import DEFAULT_MAX_REQUEST_BYTES, ENV_OTLP_TRACES_ENDPOINT, OtlpSettings
 from .limits import clean
 from .logs import RateLimitedLog
@@ -27,7 +27,8 @@ from .otlp_answers import Signal
 from .otlp_json import SCOPE_NAME
 from .otlp_transport import make_transport
 from .records import KIND_CLIENT, STATUS_ERROR, STATUS_OK, SpanRecord
-from .sinks import Receipt, RejectedError, build_resource
+from .resource import build_resource
+from .spansink import Receipt, RejectedError
 
 log = logging.getLogger(__name__)
 

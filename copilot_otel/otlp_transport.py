@@ -20,11 +20,11 @@ from dataclasses import replace
 from typing import Any
 from urllib.parse import urlparse
 
-from . import __version__
+from .version import __version__
 from .config import ENV_OTLP_ENDPOINT, OtlpSettings
 from .otlp_answers import (MAX_ANSWER_BYTES, PROTOBUF, HttpAnswer, Signal, grpc_error, http_answer, quote,
                            receipt_of)
-from .sinks import ExportError, Receipt
+from .spansink import ExportError, Receipt
 
 USER_AGENT = f"copilot-otel/{__version__}"
 CLOSE_WAIT = 2.0  # seconds for the HTTP session and its loop to close

@@ -1,7 +1,7 @@
 """Every known session at a glance, for the web view and its JSON API (``/api/sessions``).
 
 A source says which sessions exist and how each stands now: :class:`DaemonSessions` reads the
-frozen values the daemon's reader publishes (``Daemon.summaries`` and ``Daemon.views``);
+frozen values the daemon's reader publishes (one :class:`Published`, swapped whole);
 :class:`HistorySessions` replays session logs without a daemon (``copilot-otel view PATH``).
 Both name a session's state with the daemon's own rule (``liveness.live_state``), and both hand
 out a :class:`Board`: the rows sorted live first, counted by state and repository, from which
@@ -13,21 +13,20 @@ from __future__ import annotations
 import threading
 import time
 from pathlib import Path
-from typing import Callable, Protocol
+from typing import TYPE_CHECKING, Callable, Protocol
 
 from .board import Board, Live, make_board
-from .config import DEFAULT_MAX_LINE_BYTES, ModelOptions
-from .liveness import (ABANDONED_RETENTION, SessionView, StuckPolicy, live_state, lock_pids, locks_expected,
-                       pid_alive, silence)
-from .normalize import parse_version
-from .pipeline import Outputs, drive
+from .config import DEFAULT_MAX_LINE_BYTES, Config
+from .history import history_liveness, now_live, summarize_log
+from .liveness import Liveness, StuckPolicy, live_state, pid_alive, silence
+from .options import ModelOptions
+from .published import Published
 from .settle import settled
-from .sessions import READ_TYPES, SessionModel
-from .sources import SourceError, UnreadableLog, session_id_of
+from .sources import SourceError, UnreadableLog
 from .summary import SessionSummary
-from .tail import read_all
-from .workspace import named
-from .vocab import IDLE
+
+if TYPE_CHECKING:
+    from .catalog import Catalog
 
 LIVE_EVERY = 1.0  # seconds between re-evaluations of the live states (stuck comes with time)
 
@@ -65,7 +64,7 @@ class _Probe:
 
 
 class _LiveStates:
-    """The live states of a set of views, re-evaluated at most every LIVE_EVERY seconds."""
+    """The live states of the sessions' liveness records, re-evaluated at most every LIVE_EVERY seconds."""
 
     def __init__(self, policy: StuckPolicy, clock: Callable[[], float]) -> None:
         self.policy = policy
@@ -81,18 +80,18 @@ class _LiveStates:
         """time.monotonic() when the states were last measured."""
         return self._at
 
-    def of(self, token: object, views: tuple[SessionView, ...]) -> dict[str, Live]:
-        """session id -> state of the live ones; ``token`` moves when the views do."""
+    def of(self, token: object, liveness: tuple[Liveness, ...]) -> dict[str, Live]:
+        """session id -> state of the live ones; ``token`` moves when the records do."""
         with self._lock:
             monotonic = time.monotonic()
             if token != self._token or monotonic - self._at >= LIVE_EVERY:
                 now, probe = self.clock(), _Probe()
                 states = {}
-                for view in views:
-                    live = live_state(view, now=now, policy=self.policy, alive=probe, monotonic=monotonic)
+                for session in liveness:
+                    live = live_state(session, now=now, policy=self.policy, alive=probe, monotonic=monotonic)
                     if live is not None:
-                        quiet = max(0.0, silence(view, now=now, monotonic=monotonic))
-                        states[view.session_id] = Live(live[0], live[1], quiet, view.state)
+                        quiet = max(0.0, silence(session, now=now, monotonic=monotonic))
+                        states[session.session_id] = Live(live[0], live[1], quiet, session.state)
                 self.states, self._token, self._at = states, token, monotonic
                 self.fingerprint = frozenset((sid, live.state, live.activity) for sid, live in states.items())
             return self.states
@@ -106,16 +105,16 @@ class _Boarded:
         self._board: Board | None = None
         self._board_lock = threading.Lock()
 
-    def _published(self) -> tuple[int, tuple[SessionView, ...]]:
-        """(generation, views): the generation read first, as it moves only after the views."""
+    def _published(self) -> tuple[int, tuple[Liveness, ...]]:
+        """(generation, liveness) as they were published together."""
         raise NotImplementedError
 
     def _summaries(self) -> list[tuple[Path, SessionSummary]]:
         raise NotImplementedError
 
     def change_key(self) -> tuple:
-        generation, views = self._published()
-        self._live.of(generation, views)
+        generation, liveness = self._published()
+        self._live.of(generation, liveness)
         return (generation, self._live.fingerprint)
 
     def board(self) -> Board:
@@ -136,83 +135,65 @@ class DaemonSessions(_Boarded):
     ``rescan_every`` seconds in the web view's workers.
     """
 
-    def __init__(self, daemon, *, catalog=None, rescan_every: float = 5.0,
+    def __init__(self, config: Config, published: Callable[[], Published], *, catalog: Catalog | None = None,
+                 problem: Callable[[], str | None] = lambda: None, rescan_every: float = 5.0,
                  clock: Callable[[], float] = time.time) -> None:
-        super().__init__(daemon.config.stuck_policy, clock)
-        self._daemon = daemon
+        super().__init__(config.stuck_policy, clock)
+        self._published_now = published
+        self._problem = problem
         self._catalog = catalog
+        self._idle_quiet = config.idle_quiet
         self._rescan_every = rescan_every
         self._scanned = -rescan_every
         self._from_files: dict[Path, SessionSummary] = {}
         self._files_generation = 0
         self._walked = False  # the first scan walks the files whatever the reader knows (it may not have started)
-        self.options: ModelOptions = daemon.config.model
-        self.max_line_bytes: int = daemon.config.max_line_bytes
-        self.copilot_home: Path = daemon.config.copilot_home
+        self.options: ModelOptions = config.model
+        self.max_line_bytes: int = config.max_line_bytes
+        self.copilot_home: Path = config.copilot_home
 
     def stale(self) -> bool:
         return self._catalog is not None and time.monotonic() - self._scanned >= self._rescan_every
 
     def problem(self) -> str | None:
         """Why no session can be seen now (COPILOT_HOME missing, unreadable), as /healthz says it; None if none."""
-        return self._daemon.discoverer.problem()
+        return self._problem()
 
     def scan(self) -> None:
         """Sum up from the files the sessions the reader does not know whole."""
         if self._catalog is None:
             return
-        partial = set(self._daemon.partial)
+        published = self._published_now()
+        partial = published.partial
         if self._walked and not partial and not self._from_files:
             # Since the first walk, the reader read every log it follows from its first line, and one it
             # has not met yet it meets within a pass: nothing to sum up (a walk of 10,000 logs saved).
             self._scanned = time.monotonic()
             return
-        whole = {path: summary for path, summary in list(self._daemon.summaries.items()) if path not in partial}
+        whole = {path: summary for path, summary in published.summaries.items() if path not in partial}
         try:
             found = self._catalog.scan(known=whole, workers=1)
         except SourceError:  # no session-state folder yet: /healthz says why, when it matters
             found = []
-        idle_quiet = self._daemon.config.idle_quiet
-        from_files = {item.path: settled(item.summary, item.path.parent, idle_quiet=idle_quiet) for item in found
-                      if item.summary is not None and item.path not in whole}
+        from_files = {item.path: settled(item.summary, item.path.parent, idle_quiet=self._idle_quiet)
+                      for item in found if item.summary is not None and item.path not in whole}
         if from_files != self._from_files:
             self._from_files = from_files
             self._files_generation += 1
         self._scanned = time.monotonic()
         self._walked = True
 
-    def _published(self) -> tuple[tuple[int, int], tuple[SessionView, ...]]:
-        generation = self._daemon.generation
-        return (generation, self._files_generation), self._daemon.views
+    def _published(self) -> tuple[tuple[int, int], tuple[Liveness, ...]]:
+        published = self._published_now()
+        return (published.generation, self._files_generation), published.liveness
 
     def _summaries(self) -> list[tuple[Path, SessionSummary]]:
+        summaries = self._published_now().summaries
         if not self._from_files:  # the usual case: no copy of 10,000 entries to merge into
-            return list(self._daemon.summaries.items())  # each entry is replaced whole by the reader
-        merged = dict(self._daemon.summaries)
+            return list(summaries.items())
+        merged = dict(summaries)
         merged.update(self._from_files)
         return list(merged.items())
-
-
-def summarise(path: Path, options: ModelOptions, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> SessionSummary:
-    """One log replayed to its end (nothing closed that its end leaves open), summed up."""
-    model = SessionModel(session_id_of(path), options, summaries=False, metrics=False)
-    drive(model, read_all(path, max_line_bytes=max_line_bytes, keep=READ_TYPES), Outputs(), source=str(path),
-          warn=lambda *a: None)
-    return named(model.summary(), path.parent, capture=options.capture_content)
-
-
-def history_view(path: Path, summary: SessionSummary) -> SessionView:
-    """How the daemon would see a replayed session: its lock files, and whether it died mid-turn."""
-    pids = tuple(lock_pids(path.parent))
-    expected = locks_expected(pids, parse_version(summary.cli_version))
-    state = IDLE if summary.ended else summary.state
-    abandoned_at = None
-    if state != IDLE and pids and not any(pid_alive(pid) for pid in pids):
-        abandoned_at = summary.last_event_ns / 1e9  # mid-turn, and its process is gone
-    if state != IDLE and not pids and expected and summary.last_event_ns:
-        abandoned_at = summary.last_event_ns / 1e9  # the lock went with the process
-    return SessionView(summary.session_id, state, summary.last_event_ns, pids, abandoned_at, expected,
-                       summary.waiting_on, summary.repository)
 
 
 class HistorySessions(_Boarded):
@@ -231,7 +212,7 @@ class HistorySessions(_Boarded):
         self._generation = 0
         self._scanned = -rescan_every
         self._lock = threading.Lock()
-        self.views: tuple[SessionView, ...] = ()
+        self.liveness: tuple[Liveness, ...] = ()
         self._shown: dict[Path, SessionSummary] = {}  # the summaries settled as the daemon would hold them
 
     def scan(self) -> None:
@@ -249,7 +230,7 @@ class HistorySessions(_Boarded):
                 known = self._known.get(path)
                 if known is None or known[0] != stamp:
                     try:
-                        self._known[path] = (stamp, summarise(path, self.options, self.max_line_bytes))
+                        self._known[path] = (stamp, summarize_log(path, self.options, self.max_line_bytes))
                     except UnreadableLog:
                         continue  # unreadable now (it says why where it is read: replay, inspect, sessions)
                     changed = True
@@ -257,27 +238,20 @@ class HistorySessions(_Boarded):
                 del self._known[path]
                 changed = True
             now = self._clock()
-            views = tuple(history_view(path, summary) for path, (_stamp, summary) in self._known.items()
-                          if now_live(summary, now))  # again each time: a process may have died since
+            liveness = tuple(history_liveness(path, summary) for path, (_stamp, summary) in self._known.items()
+                             if now_live(summary, now))  # again each time: a process may have died since
             shown = {path: settled(summary, path.parent, now=now) for path, (_stamp, summary) in self._known.items()}
-            if changed or views != self.views or shown != self._shown:
-                self.views, self._shown = views, shown
-                self._generation += 1  # after the views, as the daemon does
+            if changed or liveness != self.liveness or shown != self._shown:
+                self.liveness, self._shown = liveness, shown
+                self._generation += 1
             self._scanned = time.monotonic()
 
     def stale(self) -> bool:
         """True when a rescan is due (the web view runs it in a worker)."""
         return time.monotonic() - self._scanned >= self._rescan_every
 
-    def _published(self) -> tuple[int, tuple[SessionView, ...]]:
-        generation = self._generation
-        return generation, self.views
+    def _published(self) -> tuple[int, tuple[Liveness, ...]]:
+        return self._generation, self.liveness
 
     def _summaries(self) -> list[tuple[Path, SessionSummary]]:
         return list(self._shown.items())
-
-
-def now_live(summary: SessionSummary, now: float) -> bool:
-    """Could a replayed session still be live (not shut down, written to within the abandoned retention)?"""
-    return summary.ended is None and now - summary.last_event_ns / 1e9 < ABANDONED_RETENTION
-

@@ -1,23 +1,23 @@
-"""What scrapes read from the daemon: the live states of the views its reader publishes, at the
-moment they are asked for (the reader replaces the views whole; nothing here touches a model)."""
+"""What scrapes read from the daemon: the live states of the sessions whose liveness its reader publishes, at
+the moment they are asked for (the reader replaces them whole; nothing here touches a model)."""
 
 from __future__ import annotations
 
 import time
 from typing import Callable
 
-from .liveness import SessionView, StuckPolicy, live_state, pid_alive
+from .liveness import Liveness, StuckPolicy, live_state, pid_alive
 from .metrics import LiveSession
 from .vocab import WAITING_TOOL, WORKING
 
 
 class Readout:
-    """Scrape-time questions about the sessions in ``views()``."""
+    """Scrape-time questions about the sessions in ``liveness()``."""
 
-    def __init__(self, policy: StuckPolicy, *, views: Callable[[], tuple[SessionView, ...]],
+    def __init__(self, policy: StuckPolicy, *, liveness: Callable[[], tuple[Liveness, ...]],
                  clock: Callable[[], float] = time.time) -> None:
         self.policy = policy
-        self.views = views
+        self.liveness = liveness
         self.clock = clock
 
     def live_sessions(self) -> list[LiveSession]:
@@ -32,12 +32,13 @@ class Readout:
             return known
 
         out = []
-        for view in self.views():
-            live = live_state(view, now=now, policy=self.policy, alive=probe, monotonic=monotonic)
+        for session in self.liveness():
+            live = live_state(session, now=now, policy=self.policy, alive=probe, monotonic=monotonic)
             if live is not None:
-                out.append(LiveSession(view.session_id, *live, view.waiting_on or "", view.repository or ""))
+                out.append(LiveSession(session.session_id, *live, session.waiting_on or "", session.repository or ""))
         return out
 
     def sessions_at_work(self) -> bool:
         """Some session is mid-turn (working or waiting on a tool) and not abandoned: lag means something."""
-        return any(view.state in (WORKING, WAITING_TOOL) and view.abandoned_at is None for view in self.views())
+        return any(session.state in (WORKING, WAITING_TOOL) and session.abandoned_at is None
+                   for session in self.liveness())

@@ -10,25 +10,27 @@ shard is streamed by the parent instead, in its turn.
 from __future__ import annotations
 
 import logging
-from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
 import orjson
 
-from .config import DEFAULT_MAX_LINE_BYTES, DEFAULT_MAX_REQUEST_BYTES, ModelOptions
+from .config import DEFAULT_MAX_LINE_BYTES, DEFAULT_MAX_REQUEST_BYTES
+from .options import ModelOptions
 from .decode import decode_line
 from .events import DecodeError, Event
 from .ledger import content_identity
-from .delivery import Batch, Deliver, Exporter
+from .logreader import LogReader
+from .batches import Batch, ReplayStats
+from .delivery import RetryingSender, SendBatch
 from .otlp_json import OtlpJsonEncoder
 from .pipeline import Outputs, drive, finish
-from .records import MetricUpdate, SpanRecord
-from .sessions import READ_TYPES, SessionModel
-from .sinks import FileSink, SpanSink
+from .records import SpanRecord
+from .sessions import SessionModel
+from .sinks import FileSink
+from .spansink import SpanSink
 from .sources import EVENTS_FILE, SESSION_STATE, SourceError, find_event_files, resolve, session_id_of
-from .tail import FileTail
 from .workers import MAX_WORKERS, WorkerPool, available_cpus
 
 log = logging.getLogger(__name__)
@@ -43,42 +45,6 @@ SHARD_FILES = 64
 SHARD_BYTES = 32 << 20  # nor more than this much of logs (a larger file is a shard of its own)
 READ_BYTES = 4 << 20  # what is read of a log at a time
 PARALLEL_MIN_FILES = 2 * SHARD_FILES  # fewer files replay in this process: starting workers costs more
-
-
-@dataclass
-class ReplayStats:
-    """What one replay read, rejected and exported."""
-
-    files: int = 0
-    events: int = 0
-    spans: int = 0
-    refused: int = 0  # spans the backend refused for good (kept in the dead-letter file, if any)
-    dropped: int = 0  # spans the backend accepted and dropped all the same (OTLP partial success)
-    drop_message: str = ""  # what it said of them, last
-    rejected: Counter = field(default_factory=Counter)
-    out_of_order: Counter = field(default_factory=Counter)
-    metrics: list[MetricUpdate] | None = field(default_factory=list)  # None: the model makes none
-
-    def add(self, other: ReplayStats) -> None:
-        """Fold in the figures of another part of the same replay."""
-        self.files += other.files
-        self.events += other.events
-        self.spans += other.spans
-        self.refused += other.refused
-        self.dropped += other.dropped
-        self.drop_message = other.drop_message or self.drop_message
-        self.rejected.update(other.rejected)
-        self.out_of_order.update(other.out_of_order)
-        if self.metrics is not None and other.metrics:
-            self.metrics.extend(other.metrics)
-
-    def fold(self, out: Outputs) -> None:
-        """Count what one session's drive produced (its spans are the caller's)."""
-        self.events += sum(out.events.values())
-        self.rejected.update(out.rejected)
-        self.out_of_order.update(out.out_of_order)
-        if self.metrics is not None:
-            self.metrics.extend(out.metrics)
 
 
 def replay_session(session_id: str, items: list[Event | DecodeError], stats: ReplayStats, *, source: str,
@@ -203,14 +169,13 @@ class ShardJob:
         """One log's spans, a read at a time, its first ``skip`` left out; what is open at its end closed as
         incomplete. A log that cannot be read (at any read) stops there, named in ``failed``; one read to its
         last byte gets its content identity in ``owner`` (for the ledger)."""
-        model = SessionModel(session_id_of(path), self.options, metrics=stats.metrics is not None)
-        tail = FileTail(path, max_line_bytes=self.max_line_bytes, keep=READ_TYPES)
+        reader = LogReader(path, self.options, max_line_bytes=self.max_line_bytes, metrics=stats.metrics is not None)
+        tail = reader.tail
         while True:
-            result = tail.read(max_bytes=READ_BYTES)
+            result, out = reader.read(max_bytes=READ_BYTES)
             if result.error or result.gone:
                 failed.append((str(path), result.error or "no such file"))
                 return
-            out = drive(model, result.items, Outputs(), source=str(path))
             stats.fold(out)
             spans, skip = out.spans[skip:], max(0, skip - len(out.spans))
             # What these spans were made from (their ledger row names it): the bytes read so far.
@@ -220,7 +185,7 @@ class ShardJob:
                 break
         whole = tail.crc is not None and tail.offset == tail.size
         owner[3] = content_identity(tail.offset, tail.crc, whole=True) if whole else ""
-        out = finish(model, Outputs())
+        out = reader.finish()
         stats.fold(out)
         yield out.spans[skip:]
 
@@ -263,14 +228,14 @@ def replay_files(files: list[Item], sink: SpanSink, *, options: ModelOptions = M
                  workers: int | None = None, keep_metrics: bool = False, shard_files: int = SHARD_FILES,
                  shard_bytes: int = SHARD_BYTES, max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
                  refused: Callable[[list[SpanRecord], str], None] | None = None, retry_for: float = 0.0,
-                 batch: int = BATCH, deliver: Deliver | None = None,
+                 batch: int = BATCH, send: SendBatch | None = None,
                  unreadable: list[tuple[str, str]] | None = None) -> ReplayStats:
     """Export every file's spans through ``sink``, in file order; raise ExportError if delivery fails.
 
     A ``(path, skip)`` item leaves out the log's first ``skip`` spans (a replay that continues).
     ``workers`` processes share the work (None: :func:`default_workers`); the spans, their order
     and the requests are the same for any number. ``keep_metrics``: keep the model's metric
-    updates in ``stats.metrics`` (else the model makes none). ``deliver(batch, sink, stats)`` sends
+    updates in ``stats.metrics`` (else the model makes none). ``send(batch, sink, stats)`` sends
     each batch; by default spans the backend refuses for good go to ``refused`` (None: that is an
     ExportError) and a failing request is retried for ``retry_for`` seconds. Logs that cannot be
     read make no span and are added to ``unreadable`` (logged without one). Raises WorkerError if a
@@ -281,7 +246,7 @@ def replay_files(files: list[Item], sink: SpanSink, *, options: ModelOptions = M
     shards = plan_shards(files, shard_files, shard_bytes)
     count = min(default_workers(len(files)) if workers is None else workers, len(shards))
     stats = ReplayStats(metrics=[] if keep_metrics else None)
-    send = deliver or Exporter(refused, retry_for)
+    send = send or RetryingSender(refused, retry_for)
 
     def stream(shard: Shard, callback: Callable[[Path], None] | None) -> None:
         part = ReplayStats(metrics=[] if keep_metrics else None)
@@ -364,9 +329,9 @@ def replay_stream(data: bytes, sink: SpanSink, *, options: ModelOptions = ModelO
         offset += len(raw) + 1
     stats = ReplayStats()
     spans = replay_session(session_id, items, stats, source="<stdin>", options=options, live_idle=True)
-    exporter = Exporter(refused, retry_for)
+    sender = RetryingSender(refused, retry_for)
     for batch in (spans[i:i + BATCH] for i in range(0, len(spans), BATCH)):
-        exporter.export(sink, batch, stats)
+        sender.export(sink, batch, stats)
         stats.spans += len(batch)
     stats.files = 1
     return stats

@@ -20,14 +20,16 @@ import click
 from .config import Config
 from .deadletter import FILE_NAME as DEAD_LETTER_FILE
 from .deadletter import DeadLetter
-from .delivery import Delivery, GaveUp
+from .delivery import GaveUp, ReplaySender
 from .ledger import Ledger, identity_of, same_log
 from .otlp_json import OtlpJsonEncoder
 from .private import write_private
-from .replay import BATCH, Batch, ReplayStats, replay_files, replay_stream
+from .batches import Batch, ReplayStats
+from .replay import BATCH, replay_files, replay_stream
 from .resource import resource_attributes
 from .safe_text import safe
-from .sinks import ExportError, FileSink, SpanSink
+from .sinks import FileSink
+from .spansink import ExportError, SpanSink
 from .sources import session_id_of
 from .workers import WorkerError
 
@@ -132,19 +134,19 @@ def replay_logs(files: list[Path], sink: SpanSink, config: Config, *, workers: i
         def delivered(batch: Batch) -> None:
             elapsed = max(time.monotonic() - started, 1e-6)
             bar.update(task, advance=sum(1 for _p, _n, last in batch.parts if last), description="replaying",
-                       spans=delivery.spans, rate=f"{delivery.spans / elapsed:.0f}")
+                       spans=sender.spans, rate=f"{sender.spans / elapsed:.0f}")
 
         def waiting(_reason: str, seconds: float) -> None:
             bar.update(task, description=f"refused, retry {seconds:.0f}s")
 
         dead_letter = DeadLetter(config.state_dir / DEAD_LETTER_FILE, OtlpJsonEncoder(resource_attributes()))
-        delivery = Delivery(ledger=ledger, identities=identities, sent={str(p): s for p, s in todo}, rate=rate,
-                            give_up_after=give_up_after, refused=dead_letter.add, on_delivered=delivered,
-                            on_waiting=waiting)
+        sender = ReplaySender(ledger=ledger, identities=identities, sent={str(p): s for p, s in todo}, rate=rate,
+                              give_up_after=give_up_after, refused=dead_letter.add, on_delivered=delivered,
+                              on_waiting=waiting)
         batch = min(BATCH, max(1, int(rate))) if rate > 0 else BATCH
         try:
             outcome.stats = replay_files(todo, sink, options=config.model, max_line_bytes=config.max_line_bytes,
-                                         workers=workers, keep_metrics=keep_metrics, batch=batch, deliver=delivery,
+                                         workers=workers, keep_metrics=keep_metrics, batch=batch, send=sender,
                                          max_request_bytes=config.max_request_bytes, unreadable=outcome.unreadable)
         except OSError as exc:  # the dead-letter file could not be written
             outcome.code = EXIT_FAILED
@@ -157,9 +159,9 @@ def replay_logs(files: list[Path], sink: SpanSink, config: Config, *, workers: i
             outcome.code, outcome.reason = EXIT_INTERRUPTED, "interrupted"
         finally:
             dead_letter.close()
-    outcome.delivered, outcome.retries, outcome.completed = delivery.spans, delivery.retries, len(delivery.done)
+    outcome.delivered, outcome.retries, outcome.completed = sender.spans, sender.retries, len(sender.done)
     outcome.seconds = time.monotonic() - started
-    finished = {str(p) for p in files} - {str(p) for p, _skip in todo} | delivery.done
+    finished = {str(p) for p in files} - {str(p) for p, _skip in todo} | sender.done
     outcome.undelivered = [path for path in files if str(path) not in finished]
     if outcome.unreadable and outcome.code == EXIT_OK:
         outcome.code, outcome.reason = EXIT_FAILED, f"{len(outcome.unreadable)} session log(s) could not be read"
@@ -281,7 +283,7 @@ def write_metrics(stats: ReplayStats, config: Config, metrics_file: Path | None)
     if config.metrics_otlp is None:
         return True
     from .otlp_metrics import MetricsPusher, make_exporter  # the OTel SDK: only to push
-    from .sinks import build_resource
+    from .resource import build_resource
 
     pusher = MetricsPusher(metrics.registry, make_exporter(config.metrics_otlp), build_resource(),
                            genai=metrics.genai)

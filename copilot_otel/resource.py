@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 from urllib.parse import unquote
 
-from . import __version__
+from .version import __version__
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.resources import Resource
 
 log = logging.getLogger(__name__)
 
@@ -62,3 +65,10 @@ def _from_sdk() -> dict[str, Any]:
     if str(attributes.get(SERVICE_NAME, "")).startswith("unknown_service"):
         attributes[SERVICE_NAME] = DEFAULT_SERVICE_NAME
     return attributes
+
+
+def build_resource() -> "Resource":
+    """Our resource as the SDK's Resource (OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES honoured)."""
+    from opentelemetry.sdk.resources import Resource
+
+    return Resource(resource_attributes())

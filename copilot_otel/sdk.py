@@ -28,7 +28,8 @@ from .export import ExportQueue
 from .metrics import LiveSession, Metrics
 from .pipeline import Outputs, drive, finish
 from .sessions import SessionModel
-from .sinks import SpanSink, make_sink
+from .sinks import make_sink
+from .spansink import SpanSink
 from .vocab import IDLE
 
 log = logging.getLogger(__name__)

@@ -33,8 +33,9 @@ def run_daemon(config: Config) -> int:
         daemon = Daemon(config, freeze_gc=True)
         catalog = Catalog(daemon.root, cache_file=config.summary_cache, max_line_bytes=config.max_line_bytes,
                           capture=config.model.capture_content)
-        view = WebView(DaemonSessions(daemon, catalog=catalog), trace_url=config.trace_url,
-                       budgets=config.budgets, resource=resource_attributes())
+        view = WebView(DaemonSessions(config, lambda: daemon.published, catalog=catalog,
+                                      problem=daemon.discoverer.problem),
+                       trace_url=config.trace_url, budgets=config.budgets, resource=resource_attributes())
         # The socket is made while the daemon holds the state folder's lock: one daemon, one socket.
         endpoint = Endpoint(config, daemon.metrics.registry, view.routes(), health=daemon.health,
                             unix_socket=config.daemon_socket, web_config=web_config)

@@ -20,12 +20,12 @@ from .changes import CodeChanges
 from .compaction import CompactionBook
 from .interactions import AgentLoop
 from .normalize import Normalizer
-from .config import ModelOptions
+from .options import ModelOptions
 from .decode import type_set
 from .events import Event
 from .records import SpanRecord, Step
 from .spans import InteractionSummary, Outbox
-from .summary import SessionSummary, Tally, summarize
+from .summary import SessionSummary, Tally, make_summary
 from .tools import ToolBook
 from .views import (SessionError, SessionFacts, SubagentEnd, SubagentStart, TaskComplete, ToolEnd, ToolStart, Usage,
                     UserMessage, as_str, permission_result, request_id, requested_tools,
@@ -165,11 +165,11 @@ class SessionModel:
         oldest = self._book.oldest_tool()
         waiting = (str(oldest.attributes[A.GEN_AI_TOOL_NAME]), oldest.start_ns) if oldest is not None else (None, 0)
         current = self._loop.current
-        return summarize(self.session_id, self.state, self.ended, self.facts, self.tally, self.last_event_ns, waiting,
-                         running_tools=len(self._book.tools),
-                         confirms=current.pending_end if self.awaiting_confirmation else None,
-                         cut_off_end=(current.pending_end or END_INCOMPLETE) if current is not None else None,
-                         asking=self.asking)
+        return make_summary(self.session_id, self.state, self.ended, self.facts, self.tally, self.last_event_ns, waiting,
+                            running_tools=len(self._book.tools),
+                            confirms=current.pending_end if self.awaiting_confirmation else None,
+                            cut_off_end=(current.pending_end or END_INCOMPLETE) if current is not None else None,
+                            asking=self.asking)
 
     @property
     def interactions(self) -> list[InteractionSummary]:

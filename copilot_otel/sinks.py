@@ -1,18 +1,11 @@
-"""Where finished spans go: an OTLP JSON lines file, OTLP over gRPC or HTTP (otlp_sink.py), or memory.
-
-A sink raises :class:`ExportError` when delivery failed and may succeed later (the export
-queue retries), and :class:`RejectedError` when the destination refused the spans for good:
-too large a request (split it) or spans it cannot accept (dead-lettered). A delivery may come with
-a :class:`Receipt`: spans the destination accepted and dropped all the same (OTLP partial success).
-"""
+"""The sinks: an OTLP JSON lines file, OTLP over gRPC or HTTP (otlp_sink.py), or memory; the contract is spansink.py."""
 
 from __future__ import annotations
 
 import logging
 import threading
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, Protocol, Sequence
+from typing import Any, Mapping, Sequence
 
 from .config import DEFAULT_MAX_REQUEST_BYTES, ConfigError, OtlpSettings
 from .linefile import FileBusy
@@ -21,60 +14,10 @@ from .private import private_dir
 from .records import SpanRecord
 from .resource import resource_attributes
 from .rotation import RotatingFile, Rotation
+from .spansink import ExportError, Receipt, RejectedError, SpanSink  # noqa: F401 (read from here too)
 from .strictmodes import UnsafePath, check_folder
 
-if TYPE_CHECKING:
-    from opentelemetry.sdk.resources import Resource
-
 log = logging.getLogger(__name__)
-
-
-class ExportError(RuntimeError):
-    """Spans could not be delivered to their destination now; a later attempt may succeed."""
-
-
-class RejectedError(ExportError):
-    """The destination refused these spans for good: retrying the same request cannot succeed.
-
-    ``too_large``: the request was over a size limit (ours or the backend's): its halves may pass.
-    """
-
-    def __init__(self, message: str, *, too_large: bool = False) -> None:
-        super().__init__(message)
-        self.too_large = too_large
-
-
-@dataclass(frozen=True, slots=True)
-class Receipt:
-    """What the destination said of a request it accepted: how many of its items it dropped all the same
-    (OTLP partial success; it does not say which) and its message (sent alone, it is a warning)."""
-
-    rejected: int = 0
-    message: str = ""
-
-
-def build_resource() -> "Resource":
-    """Our resource as the SDK's Resource (OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES honoured)."""
-    from opentelemetry.sdk.resources import Resource
-
-    return Resource(resource_attributes())
-
-
-# ---------------------------------------------------------------- sinks
-
-class SpanSink(Protocol):
-    """Where finished spans go. ``export`` raises ExportError when delivery failed, and may return a Receipt.
-
-    A sink that waits on a network may also have ``abort()``: end the request in flight now (the
-    daemon stops), which then fails with an ExportError."""
-
-    description: str
-
-    def export(self, records: Sequence[SpanRecord]) -> Receipt | None: ...
-
-    def sync(self) -> None: ...
-
-    def shutdown(self) -> None: ...
 
 
 class MemorySink:

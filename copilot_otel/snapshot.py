@@ -14,16 +14,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from .config import DEFAULT_MAX_LINE_BYTES, ModelOptions
+from .config import DEFAULT_MAX_LINE_BYTES
+from .options import ModelOptions
 from .liveness import StuckPolicy, pid_alive
-from .pipeline import Outputs, Warn, drive
+from .logreader import LogReader
+from .pipeline import Warn
 from .records import SpanRecord
-from .sessions import READ_TYPES, SessionModel
+from .sessions import SessionModel
 from .sources import UnreadableLog, session_id_of
 from .spans import InteractionSummary
 from .status import SessionStatus, status_of
 from .summary import SessionSummary
-from .tail import FileTail
 from .vocab import ABANDONED, ENDED
 from .workspace import named
 
@@ -54,9 +55,9 @@ class SessionReader:
         self.warn = warn
         self._reset()
 
-    def _reset(self) -> None:
-        self.model = SessionModel(self.session_id, self.options)
-        self.tail = FileTail(self.path, max_line_bytes=self.max_line_bytes, keep=READ_TYPES)
+    def _reset(self, reader: LogReader | None = None) -> None:
+        self.reader = reader or LogReader(self.path, self.options, session_id=self.session_id,
+                                          max_line_bytes=self.max_line_bytes, warn=self.warn)
         self.spans: list[SpanRecord] = []
         self.rejected = 0
         self.events = 0  # lines that were session events
@@ -65,19 +66,16 @@ class SessionReader:
 
     def update(self) -> bool:
         """Read what was appended; True if there were new lines. Raises UnreadableLog."""
-        result = self.tail.read(max_bytes=1 << 62)
+        result, out = self.reader.read(max_bytes=1 << 62)
         if result.gone or result.error:
             raise UnreadableLog(self.path, "no such file" if result.gone else result.error)
-        if result.restarted:  # truncated or replaced: the tail read it from the start
-            tail = self.tail
-            self._reset()
-            self.tail = tail
+        if result.restarted:  # truncated or replaced: read from the start, into a new model
+            self._reset(self.reader)
         elif result.items and self._closed is not None:  # resumed after we closed it: read it again whole
             self._reset()
             return self.update()
         if not result.items:
             return False
-        out = drive(self.model, result.items, Outputs(), source=str(self.path), warn=self.warn)
         self.spans.extend(out.spans)
         self.rejected += sum(out.rejected.values())
         self.events += sum(out.events.values())
@@ -88,6 +86,11 @@ class SessionReader:
         if self.events or not self.rejected:
             return None
         return f"{self.path}: not a Copilot session log (none of its {self.rejected} line(s) is a session event)"
+
+    @property
+    def model(self) -> SessionModel:
+        """The session model, as read so far."""
+        return self.reader.model
 
     def snapshot(self, *, policy: StuckPolicy, now: float | None = None,
                  alive: Callable[[int], bool] = pid_alive) -> Snapshot:

@@ -1,8 +1,8 @@
 """The current state of one session, for `sessions` and `inspect`: its summary and its state now, named
-by the daemon's rule, the same the web view applies (``overview.history_view``: the daemon's view of a
+by the daemon's rule, the same the web view applies (``history.history_liveness``: the daemon's view of a
 log read to its end; then ``liveness.live_state``).
 
-Its JSON form is a row of the web view's ``/api/sessions`` (``overview.row_json``), so that
+Its JSON form is a row of the web view's ``/api/sessions`` (``rows.row_json``), so that
 `sessions --json` prints the same whether a daemon answered or the files were read.
 """
 
@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .board import Row, row_json
-from .liveness import SessionView, StuckPolicy, live_state, pid_alive, silence
-from .overview import history_view
+from .history import history_liveness
+from .liveness import Liveness, StuckPolicy, live_state, pid_alive, silence
 from .settle import settled
 from .summary import SessionSummary
 from .vocab import ENDED, IDLE, STUCK, WAITING_TOOL, WORKING
@@ -76,17 +76,17 @@ class SessionStatus:
 
 
 def status_of(summary: SessionSummary, path: Path, *, policy: StuckPolicy, now: float | None = None,
-              alive: Callable[[int], bool] = pid_alive, view: SessionView | None = None,
+              alive: Callable[[int], bool] = pid_alive, liveness: Liveness | None = None,
               monotonic: float | None = None) -> SessionStatus:
-    """A session's status now. ``view``: the daemon's own, when it follows the session (its silence measured
-    on the monotonic clock); without one, the view the daemon would hold of the log read to its end (its lock
+    """A session's status now. ``liveness``: the daemon's own record, when it follows the session (its silence measured
+    on the monotonic clock); without one, the record the daemon would hold of the log read to its end (its lock
     files, whether it died mid-turn), its silence measured from the last event's timestamp."""
     now = time.time() if now is None else now
-    if view is None:  # read from the files: named by the daemon's view of the log, summed up as it would be
-        view = history_view(Path(path), summary)
+    if liveness is None:  # read from the files: named by the daemon's record of the log, summed up as it would be
+        liveness = history_liveness(Path(path), summary)
         summary = settled(summary, Path(path).parent, now=now, alive=alive)
-    live = live_state(view, now=now, policy=policy, alive=alive, monotonic=monotonic)
+    live = live_state(liveness, now=now, policy=policy, alive=alive, monotonic=monotonic)
     if live is None:
         return SessionStatus(summary, ENDED, 0.0, str(path))
-    return SessionStatus(summary, live[0], live[1], str(path), view.state,
-                         max(0.0, silence(view, now=now, monotonic=monotonic)))
+    return SessionStatus(summary, live[0], live[1], str(path), liveness.state,
+                         max(0.0, silence(liveness, now=now, monotonic=monotonic)))

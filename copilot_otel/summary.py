@@ -93,10 +93,10 @@ def credits_text(nano_aiu: int, status: str | None = None) -> str:
     return text + "+" if status in ("partial", "unavailable") else text
 
 
-def summarize(session_id: str, state: str, ended: str | None, facts: "SessionFacts", tally: Tally,
-              last_event_ns: int, waiting: tuple[str | None, int], *, running_tools: int = 0,
-              confirms: str | None = None, cut_off_end: str | None = None,
-              asking: tuple[str, int] | None = None) -> SessionSummary:
+def make_summary(session_id: str, state: str, ended: str | None, facts: "SessionFacts", tally: Tally,
+                 last_event_ns: int, waiting: tuple[str | None, int], *, running_tools: int = 0,
+                 confirms: str | None = None, cut_off_end: str | None = None,
+                 asking: tuple[str, int] | None = None) -> SessionSummary:
     """Freeze a session's tally with its facts and state; ``waiting``: (oldest running tool, its start). Tools
     still running count as tool calls (as the spans of `inspect` and the web view's waterfall show them);
     ``asking``: (what a person is asked, since when)."""

@@ -1,6 +1,6 @@
 """The words every stage shares: live states, interaction ends, signals, outcomes and metric keys.
 
-The label values here are a contract (design.md §2): dashboards and alert rules match on
+The label values here are a contract (docs/metrics.md): dashboards and alert rules match on
 them. The session model emits them and metrics.py declares the series that carry them, so
 each is spelled once, here.
 """

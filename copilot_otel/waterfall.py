@@ -26,11 +26,10 @@ from typing import Iterator
 import orjson
 
 from . import attrs as A
-from .config import DEFAULT_MAX_LINE_BYTES, ModelOptions
-from .pipeline import Outputs, drive
+from .config import DEFAULT_MAX_LINE_BYTES
+from .options import ModelOptions
 from .records import STATUS_ERROR, STATUS_OK, SpanRecord
-from .sessions import SessionModel
-from .tail import FileTail
+from .logreader import LogReader, quiet
 
 READ_BYTES = 1 << 20  # per read (8 MiB of lines decoded at once held 60 MB more); a refresh reads to the end
 MAX_SESSIONS = 8  # traces kept at once besides those a live view follows
@@ -140,7 +139,8 @@ class SessionTrace:
         self.session_id = session_id
         self._options = options
         self._max_line_bytes = max_line_bytes
-        self._tail = FileTail(path, max_line_bytes=max_line_bytes)
+        self._reader = LogReader(path, options, session_id=session_id, max_line_bytes=max_line_bytes,
+                                 summaries=False, metrics=False, warn=quiet)
         self._lock = threading.Lock()
         self.token = ""
         self._reset()
@@ -152,7 +152,6 @@ class SessionTrace:
     def _reset(self, *, new_token: bool = True) -> None:
         if new_token:  # the spans start over (a truncated or replaced file): clients start over too
             self.token = f"{_PROCESS}-{next(_tokens)}"
-        self._model = SessionModel(self.session_id, self._options, summaries=False, metrics=False)
         self._spans: list[bytes] = []
         self.held_bytes = 0  # of the finished spans' JSON held
         self.dropped = 0  # spans dropped from the front to stay under the cap
@@ -176,7 +175,7 @@ class SessionTrace:
 
     def _refresh(self) -> None:
         while True:
-            result = self._tail.read(max_bytes=READ_BYTES)
+            result, out = self._reader.read(max_bytes=READ_BYTES)
             if result.gone or result.error:
                 self.gone = result.gone
                 return
@@ -184,11 +183,10 @@ class SessionTrace:
                 self._reset()
             if not result.items:
                 return
-            out = drive(self._model, result.items, Outputs(), source=str(self.path), warn=lambda *a: None)
             encoded = [_encode(span_json(span)) for span in out.spans]
             self._spans.extend(encoded)
             self.held_bytes += sum(map(len, encoded))
-            self.size = self._tail.offset
+            self.size = self._reader.tail.offset
 
     def reread(self, *, unless_within: float = 0.0) -> None:
         """Read the log again from its start (unless it was within ``unless_within`` seconds), to hold the spans
@@ -197,7 +195,7 @@ class SessionTrace:
         with self._lock:
             if time.monotonic() - self.reread_at < unless_within:
                 return  # another request did it meanwhile
-            self._tail = FileTail(self.path, identity=self._tail.identity, max_line_bytes=self._max_line_bytes)
+            self._reader.start_over()
             self._reset(new_token=False)
             self.reread_at = time.monotonic()
             self.reads += 1
@@ -233,9 +231,9 @@ class SessionTrace:
                     finished = finished[:starts[1]]
                     end = start + starts[1]
             open_spans = [span_json(s, running=bool(s.attributes.get(A.COPILOT_RUNNING)))
-                          for s in self._model.open_spans()]
+                          for s in self._reader.model.open_spans()]
             head = {"token": self.token, "reset": reset, "from": start, "next": end, "more": end < self.total,
-                    "total": self.total, "dropped": self.dropped, "last_event_ms": self._model.last_event_ns / 1e6,
+                    "total": self.total, "dropped": self.dropped, "last_event_ms": self._reader.model.last_event_ns / 1e6,
                     "open": open_spans}
             return Page(head, finished)
 

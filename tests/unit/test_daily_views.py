@@ -16,7 +16,7 @@ from copilot_otel.board import Row, row_json
 from copilot_otel.config import ModelOptions
 from copilot_otel.listing import place_matches
 from copilot_otel.liveness import StuckPolicy
-from copilot_otel.overview import summarise
+from copilot_otel.history import summarize_log
 from copilot_otel.settle import settled
 from copilot_otel.status import SessionStatus
 from copilot_otel.vocab import END_INCOMPLETE, ENDED, IDLE, STUCK, WAITING_TOOL
@@ -37,7 +37,7 @@ def test_a_log_cut_off_mid_turn_is_summed_up_ended_as_incomplete_once_its_proces
     tools, none failed; its process gone, it is settled as the daemon ends it (incomplete); a live holder keeps
     it as it is."""
     folder = fixture_session(tmp_path, "parallel_subagents_stream", "9d84a1e5")
-    raw = summarise(folder / "events.jsonl", ModelOptions())
+    raw = summarize_log(folder / "events.jsonl", ModelOptions())
     assert raw.state != IDLE and raw.ended is None and raw.tool_calls == 6 and raw.tool_failures == 0
     done = settled(raw, folder)
     assert (done.ended, done.last_end, done.tool_calls) == (END_INCOMPLETE, END_INCOMPLETE, 6)
@@ -49,7 +49,7 @@ def test_an_idle_end_is_confirmed_after_the_quiet_period_only(tmp_path):
     """A log that ends on its final answer: its end is confirmed once --idle-quiet has passed since its last
     event, as the daemon confirms it, not before."""
     folder = fixture_session(tmp_path, "0.0.400", "43f82241")  # multi_turn: answered, no shutdown written
-    raw = summarise(folder / "events.jsonl", ModelOptions())
+    raw = summarize_log(folder / "events.jsonl", ModelOptions())
     assert raw.confirms == "idle" and raw.last_end is None
     last = raw.last_event_ns / 1e9
     assert settled(raw, folder, now=last + 1.0, idle_quiet=2.0) == raw
@@ -80,15 +80,15 @@ def test_the_name_is_the_one_workspace_yaml_holds(tmp_path):
 def test_repository_selects_a_repository_a_folder_or_none(tmp_path, pattern, in_git, outside):
     """--repository: a repository by name or glob; outside git a folder by path, what lies under a path, its
     last part or a glob; `none`: the sessions in no repository."""
-    git = summarise(next((FIXTURES / "cli" / "1.0.102" / "git_repo").rglob("events.jsonl")), ModelOptions())
-    plain = summarise(next((FIXTURES / "cli" / "1.0.102" / "plain").rglob("events.jsonl")), ModelOptions())
+    git = summarize_log(next((FIXTURES / "cli" / "1.0.102" / "git_repo").rglob("events.jsonl")), ModelOptions())
+    plain = summarize_log(next((FIXTURES / "cli" / "1.0.102" / "plain").rglob("events.jsonl")), ModelOptions())
     assert (git.repository, plain.repository, plain.cwd) == ("octo-org/octo-repo", None,
                                                             "/tmp/copilot-record/<run>/work")
     assert (place_matches(git, pattern), place_matches(plain, pattern)) == (in_git, outside)
 
 
 def daemon_row(state: str, activity: str, silent: float, tool: str | None = "bash") -> SessionStatus:
-    summary = summarise(next((FIXTURES / "cli" / "1.0.102" / "plain").rglob("events.jsonl")), ModelOptions())
+    summary = summarize_log(next((FIXTURES / "cli" / "1.0.102" / "plain").rglob("events.jsonl")), ModelOptions())
     return SessionStatus(replace(summary, waiting_on=tool), state, silent if state == STUCK else 0.0,
                          activity=activity, silent_seconds=silent)
 

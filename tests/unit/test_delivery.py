@@ -8,7 +8,7 @@ from collections import Counter
 
 import pytest
 
-from copilot_otel.delivery import Delivery, GaveUp, RateLimit
+from copilot_otel.delivery import GaveUp, RateLimit, ReplaySender
 from copilot_otel.ledger import Ledger, Progress, identity_of
 from copilot_otel.replay import replay_files
 from copilot_otel.sinks import ExportError, MemorySink
@@ -85,8 +85,8 @@ def test_refusals_are_waited_out_and_every_span_arrives_once(tmp_path):
     replay_files(logs(tmp_path), reference)
     sink = Refusing(lambda attempt: attempt <= 5)
     ledger = Ledger(tmp_path / "state" / "replay" / "x.sqlite")
-    delivery = Delivery(ledger=ledger, give_up_after=60, clock=time.clock, sleep=time.sleep)
-    replay_files(sorted((tmp_path / "session-state").glob("*/events.jsonl")), sink, deliver=delivery, batch=4)
+    delivery = ReplaySender(ledger=ledger, give_up_after=60, clock=time.clock, sleep=time.sleep)
+    replay_files(sorted((tmp_path / "session-state").glob("*/events.jsonl")), sink, send=delivery, batch=4)
     assert keys(sink.records) == keys(reference.records) and max(keys(sink.records).values()) == 1
     assert time.slept == [0.5, 1.0, 2.0, 4.0, 8.0] and delivery.retries == 5
     assert all(progress.done for progress in ledger.load().values()) and len(ledger.load()) == 6
@@ -97,9 +97,9 @@ def test_a_backend_refusing_past_the_deadline_ends_the_replay(tmp_path):
     time = FakeTime()
     sink = Refusing(lambda attempt: attempt > 2)
     ledger = Ledger(tmp_path / "l.sqlite")
-    delivery = Delivery(ledger=ledger, give_up_after=20, clock=time.clock, sleep=time.sleep)
+    delivery = ReplaySender(ledger=ledger, give_up_after=20, clock=time.clock, sleep=time.sleep)
     with pytest.raises(GaveUp, match="RESOURCE_EXHAUSTED"):
-        replay_files(logs(tmp_path), sink, deliver=delivery, batch=4)
+        replay_files(logs(tmp_path), sink, send=delivery, batch=4)
     assert sum(time.slept) == pytest.approx(20)
     assert sum(progress.sent for progress in ledger.load().values()) == len(sink.records) == 8
 
@@ -121,9 +121,9 @@ def test_give_up_after_counts_the_time_attempts_take(tmp_path):
     (counted from the start of the first attempt), not after a third attempt beyond 30 s as before."""
     time = FakeTime()
     started = time.now
-    delivery = Delivery(give_up_after=20, clock=time.clock, sleep=time.sleep)
+    delivery = ReplaySender(give_up_after=20, clock=time.clock, sleep=time.sleep)
     with pytest.raises(GaveUp, match="no answer within the OTLP timeout of 10 s"):
-        replay_files(logs(tmp_path, sessions=1), TimingOut(time, 10), deliver=delivery)
+        replay_files(logs(tmp_path, sessions=1), TimingOut(time, 10), send=delivery)
     assert 20 <= time.now - started <= 20 + 10
     assert time.slept == [0.5]
 
@@ -139,7 +139,7 @@ def test_a_replay_that_stopped_continues_without_sending_a_span_twice(tmp_path):
     sink = Refusing(lambda attempt: attempt > 3)
     first = Ledger(ledger_path)
     with pytest.raises(GaveUp):
-        replay_files(paths, sink, deliver=Delivery(ledger=first, give_up_after=1,
+        replay_files(paths, sink, send=ReplaySender(ledger=first, give_up_after=1,
                                                    identities={str(p): identity_of(p) for p in paths},
                                                    clock=time.clock, sleep=time.sleep), batch=5)
     first.close()  # the first run ends
@@ -149,7 +149,7 @@ def test_a_replay_that_stopped_continues_without_sending_a_span_twice(tmp_path):
     todo = [(p, progress[str(p)].sent if str(p) in progress else 0) for p in paths
             if not (str(p) in progress and progress[str(p)].done)]
     sink.refuse = lambda attempt: False
-    replay_files(todo, sink, deliver=Delivery(ledger=second, sent=dict((str(p), n) for p, n in todo)), batch=5)
+    replay_files(todo, sink, send=ReplaySender(ledger=second, sent=dict((str(p), n) for p, n in todo)), batch=5)
     second.close(remove=True)
     assert keys(sink.records) == keys(reference.records) and max(keys(sink.records).values()) == 1
     assert identity_of(paths[0]) != "" and identity_of(tmp_path / "missing") == ""

@@ -86,7 +86,7 @@ def test_a_finished_session_is_compacted_to_its_position(tmp_path):
     assert follower.compact() is True
     assert follower.model is None
     assert follower.tail.offset == path.stat().st_size
-    assert (follower.view().state, follower.view().last_event_ns) == (IDLE, 0)
+    assert (follower.liveness().state, follower.liveness().last_event_ns) == (IDLE, 0)
 
 
 def test_a_session_with_open_work_is_not_compacted(tmp_path):
@@ -233,7 +233,7 @@ def test_finish_and_view(tmp_path):
     log = turn_running()
     last = log.tool_start("bash", "call-1")
     _path, follower = following(tmp_path, log, pids=[4242])
-    view = follower.view()
+    view = follower.liveness()
     assert (view.session_id, view.state, view.last_event_ns, view.pids) == (SID, WAITING_TOOL, log.ns(last), (4242,))
     out = Outputs()
     follower.finish(out, END_INCOMPLETE)
@@ -324,4 +324,4 @@ def test_silence_is_counted_from_arrival_except_for_a_log_written_before_the_dae
         follower = start(path, history=history)
         read(follower)
         assert time.monotonic() - follower.seen_at == pytest.approx(expected, abs=5)
-        assert follower.view().seen_at == follower.seen_at
+        assert follower.liveness().seen_at == follower.seen_at

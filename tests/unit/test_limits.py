@@ -13,7 +13,7 @@ from copilot_otel.limits import INT64_MAX, INT64_MIN, MAX_ATTRIBUTE_CHARS, MAX_N
 from copilot_otel.otlp_json import OtlpJsonEncoder
 from copilot_otel.otlp_sink import to_readable_span
 from copilot_otel.records import STATUS_ERROR, SpanEvent, SpanRecord
-from copilot_otel.sinks import build_resource
+from copilot_otel.resource import build_resource
 
 SECRET = "ghp_" + "s3cr3t" * 40
 

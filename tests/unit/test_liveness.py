@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from copilot_otel.liveness import (ABANDON, ABANDONED_RETENTION, DORMANT, DORMANT_AFTER, GRACE_SECONDS, SessionView,
+from copilot_otel.liveness import (ABANDON, ABANDONED_RETENTION, DORMANT, DORMANT_AFTER, GRACE_SECONDS, Liveness,
                                    StuckPolicy, live_state, locks_expected, lock_pids, pid_alive,
                                    verdict)
 from copilot_otel.vocab import ABANDONED, IDLE, STUCK, WAITING_TOOL, WAITING_USER, WORKING
@@ -18,9 +18,9 @@ POLICY = StuckPolicy(STUCK_AFTER, STUCK_AFTER_TOOL, {"bash": 3600.0})
 
 
 def view(state: str, *, quiet_for: float, pids=(101,), abandoned_at: float | None = None,
-         tool: str | None = None) -> SessionView:
+         tool: str | None = None) -> Liveness:
     """A session whose last event was ``quiet_for`` seconds before NOW (waiting on ``tool``)."""
-    return SessionView("s-1", state, int((NOW - quiet_for) * 1e9), tuple(pids), abandoned_at, True, tool, "acme/api")
+    return Liveness("s-1", state, int((NOW - quiet_for) * 1e9), tuple(pids), abandoned_at, True, tool, "acme/api")
 
 
 def alive(*pids: int):
@@ -163,12 +163,12 @@ def test_locks_expected_by_version():
 def test_a_daemons_view_is_stalled_from_when_its_last_event_arrived(stamped):
     """With the daemon's monotonic arrival time (seen_at), silence ignores the event's own timestamp: 50 min
     behind or 2 h ahead of the wall clock, the session is working 10 s after arrival and stuck 601 s after."""
-    def daemon_view(seen_at: float) -> SessionView:
-        return SessionView("s-1", WORKING, int((NOW + stamped) * 1e9), (101,), seen_at=seen_at)
+    def daemon_view(seen_at: float) -> Liveness:
+        return Liveness("s-1", WORKING, int((NOW + stamped) * 1e9), (101,), seen_at=seen_at)
 
     assert live_state(daemon_view(5000.0), now=NOW, policy=POLICY, alive=alive(101), monotonic=5010.0) == (WORKING, 0.0)
     assert live_state(daemon_view(5000.0), now=NOW, policy=POLICY, alive=alive(101), monotonic=5601.0) == (STUCK, 601.0)
-    abandoned = SessionView("s-1", WORKING, int((NOW + stamped) * 1e9), (), abandoned_at=5000.0, seen_at=5000.0)
+    abandoned = Liveness("s-1", WORKING, int((NOW + stamped) * 1e9), (), abandoned_at=5000.0, seen_at=5000.0)
     assert live_state(abandoned, now=NOW, policy=POLICY, alive=alive(), monotonic=5010.0) == (ABANDONED, 10.0)
     assert live_state(abandoned, now=NOW, policy=POLICY, alive=alive(),
                       monotonic=5000.0 + ABANDONED_RETENTION) is None

@@ -247,18 +247,18 @@ def test_the_daemons_sessions_walk_the_files_only_while_the_reader_knows_some_lo
     daemon = read_all_logs(config)
     try:
         catalog = WalkCountingCatalog(daemon.root)
-        sessions = DaemonSessions(daemon, catalog=catalog, rescan_every=0)
+        sessions = DaemonSessions(config, lambda: daemon.published, catalog=catalog, rescan_every=0)
         sessions.scan()  # the first scan walks, whatever the reader knows
         sessions.scan()
         sessions.scan()
-        assert catalog.walks == 1 and len(daemon.summaries) == 7 and not daemon.partial
+        assert catalog.walks == 1 and len(daemon.published.summaries) == 7 and not daemon.published.partial
         before = {row.session_id: row.summary for row in sessions.board().rows}
     finally:
         stop(daemon)
     restarted = read_all_logs(config)  # resumes every log at its checkpoint: none known whole
     try:
         catalog = WalkCountingCatalog(restarted.root)
-        sessions = DaemonSessions(restarted, catalog=catalog, rescan_every=0)
+        sessions = DaemonSessions(config, lambda: restarted.published, catalog=catalog, rescan_every=0)
         sessions.scan()
         sessions.scan()
         assert catalog.walks == 2

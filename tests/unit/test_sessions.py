@@ -173,7 +173,7 @@ def test_a_failed_tool():
 
 
 def test_metric_updates_of_a_session():
-    """Each event counts what design.md §2 says: sessions, turns, calls, tokens by type, tools, durations, signals."""
+    """Each event counts as docs/metrics.md says: sessions, turns, calls, tokens by type, tools, durations, signals."""
     log = plain_session()
     fed = feed(SessionModel(SID), log.events())
     usages = [u["data"]["usage"] for u in by_type(log, "session.usage_record")]

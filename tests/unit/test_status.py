@@ -72,7 +72,7 @@ def test_a_session_waiting_on_a_tool_is_named_by_that_tools_threshold(tmp_path, 
     now = summary.last_event_ns / 1e9 + quiet
     from_files = status_of(summary, path, policy=POLICY, now=now)
     # The daemon, which saw that last event arrive ``quiet`` seconds ago on its monotonic clock.
-    by_daemon = status_of(summary, path, policy=POLICY, now=now, view=follower.view(),
+    by_daemon = status_of(summary, path, policy=POLICY, now=now, liveness=follower.liveness(),
                           monotonic=follower.seen_at + quiet)
     assert (from_files.state, from_files.waiting_on) == (by_daemon.state, by_daemon.waiting_on) == (state, "bash")
     assert from_files.stalled_seconds == pytest.approx(quiet if state == STUCK else 0.0)
