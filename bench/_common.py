@@ -26,7 +26,7 @@ def copilot_otel_bin() -> list[str]:
     exe = Path(sys.executable).with_name("copilot-otel")
     if exe.exists():
         return [str(exe)]
-    return [sys.executable, "-c", "from copilot_otel.cli import main; main()"]
+    return [sys.executable, "-c", "from copilot_otel.cli.main import main; main()"]
 
 
 def median(values) -> float:

@@ -86,7 +86,7 @@ def big_log(work: Path, megabytes: int) -> None:
     result = subprocess.run([sys.executable, "-c",
                              "import runpy, sys\n"
                              "sys.argv = ['copilot-otel', 'replay', sys.argv[1], '--traces-file', sys.argv[2]]\n"
-                             "try:\n    runpy.run_module('copilot_otel.cli', run_name='__main__')\n"
+                             "try:\n    runpy.run_module('copilot_otel.cli.main', run_name='__main__')\n"
                              "finally:\n    print('PEAK', next(line.split()[1] for line in open('/proc/self/status') "
                              "if line.startswith('VmHWM:')), file=sys.stderr)\n", str(path), str(traces)],
                             capture_output=True, text=True)

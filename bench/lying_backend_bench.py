@@ -38,7 +38,7 @@ LOG = next((REPO / "tests" / "fixtures" / "cli" / "1.0.102" / "multi_turn" / "se
 
 def command(*args: str) -> list[str]:
     """copilot-otel ARGS, from the checkout that is the working directory."""
-    return [sys.executable, "-m", "copilot_otel.cli", *args]
+    return [sys.executable, "-m", "copilot_otel.cli.main", *args]
 
 
 def env_for(checkout: Path, base: str) -> dict[str, str]:

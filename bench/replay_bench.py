@@ -3,7 +3,7 @@
 Over a synthesized COPILOT_HOME of a few thousand real-shaped sessions (bench/corpus.py):
 
   baseline    read every line of every events.jsonl and json.loads it (stdlib json)
-  in-process  copilot_otel.replay.resolve + replay_files into a FileSink (what the CLI calls;
+  in-process  copilot_otel.replay.runner.resolve + replay_files into a FileSink (what the CLI calls;
               with many sessions that is one worker process per CPU)
   subprocess  `copilot-otel replay HOME --traces-file TMP`, wall time including start-up
 
@@ -35,12 +35,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import DEFAULT_SOURCE, copilot_otel_bin, machine, median  # noqa: E402
 from corpus import synthesize  # noqa: E402
 
-from copilot_otel.otlp_json import OtlpJsonEncoder  # noqa: E402
-from copilot_otel.replay import BATCH, ReplayStats, default_workers, replay_files, replay_session, resolve  # noqa: E402
-from copilot_otel.resource import resource_attributes  # noqa: E402
-from copilot_otel.sinks import FileSink  # noqa: E402
-from copilot_otel.sources import session_id_of  # noqa: E402
-from copilot_otel.tail import read_all  # noqa: E402
+from copilot_otel.export.otlp_json import OtlpJsonEncoder  # noqa: E402
+from copilot_otel.replay.runner import BATCH, ReplayStats, default_workers, replay_files, replay_session, resolve  # noqa: E402
+from copilot_otel.export.resource import resource_attributes  # noqa: E402
+from copilot_otel.export.sinks import FileSink  # noqa: E402
+from copilot_otel.source.sources import session_id_of  # noqa: E402
+from copilot_otel.source.tail import read_all  # noqa: E402
 
 
 def baseline(files: list[Path]) -> int:
@@ -83,7 +83,7 @@ def timed_command(argv: list[str]) -> float:
 
 def import_time() -> float:
     """Wall time of a fresh interpreter that imports what `replay` imports, and exits."""
-    code = "import copilot_otel.cli, copilot_otel.replay, copilot_otel.sinks"
+    code = "import copilot_otel.cli.main, copilot_otel.replay.runner, copilot_otel.export.sinks"
     started = time.perf_counter()
     subprocess.run([sys.executable, "-c", code], check=True)
     return time.perf_counter() - started

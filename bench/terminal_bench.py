@@ -27,10 +27,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from rich.console import Console  # noqa: E402
 
 from copilot_otel import listing  # noqa: E402
-from copilot_otel.safe_text import SafeFormatter, safe  # noqa: E402
-from copilot_otel.status import SessionStatus  # noqa: E402
-from copilot_otel.strictmodes import check_folder  # noqa: E402
-from copilot_otel.summary import SessionSummary  # noqa: E402
+from copilot_otel.base.safe_text import SafeFormatter, safe  # noqa: E402
+from copilot_otel.catalog.status import SessionStatus  # noqa: E402
+from copilot_otel.base.strictmodes import check_folder  # noqa: E402
+from copilot_otel.model.summary import SessionSummary  # noqa: E402
 
 CLEAN = "claude-sonnet-4.5 · octo-org/octo-repo@feature/otel-fixtures"
 HOSTILE = "m\x1b]52;c;cHduZWQ=\x07\x1b]0;pwned\x07\x1b[2J\u202e" + CLEAN
@@ -82,7 +82,7 @@ def ledger_locks(folder: Path) -> None:
             source = next((fixtures / scenario / "session-state").glob("*/events.jsonl"))
             (home / "session-state" / f"{scenario}-{n}").mkdir(parents=True)
             shutil.copy(source, home / "session-state" / f"{scenario}-{n}" / "events.jsonl")
-    cmd = [sys.executable, "-m", "copilot_otel.cli", "replay", str(home), "--state-dir", str(state),
+    cmd = [sys.executable, "-m", "copilot_otel.cli.main", "replay", str(home), "--state-dir", str(state),
            "--traces-file", str(traces)]
     first = subprocess.Popen([*cmd, "--rate", "50"], stderr=subprocess.DEVNULL)
     while not (traces.exists() and traces.stat().st_size):
@@ -96,7 +96,7 @@ def ledger_locks(folder: Path) -> None:
     locked = refusal_seconds(cmd, 3)
     holder.close()
     started = time.monotonic()
-    subprocess.run([sys.executable, "-m", "copilot_otel.cli", "--version"], capture_output=True)
+    subprocess.run([sys.executable, "-m", "copilot_otel.cli.main", "--version"], capture_output=True)
     print(f"a replay refused while another runs: {min(busy):.2f}-{max(busy):.2f} s; while a program locks the "
           f"ledger: {min(locked):.2f}-{max(locked):.2f} s (copilot-otel --version: {time.monotonic() - started:.2f} s)")
 
@@ -107,7 +107,7 @@ def main() -> None:
     args = parser.parse_args()
     print(f"safe() on a clean 60-character string: {per_call(safe, CLEAN):.2f} us")
     print(f"safe() on a hostile string: {per_call(safe, HOSTILE):.2f} us")
-    record = logging.LogRecord("copilot_otel.sessions", logging.INFO, __file__, 1, "session %s started (%s)",
+    record = logging.LogRecord("copilot_otel.model.sessions", logging.INFO, __file__, 1, "session %s started (%s)",
                                ("8f1c2d3e-aaaa", CLEAN), None)
     plain, escaped = logging.Formatter("%(levelname)s %(name)s: %(message)s"), SafeFormatter(
         "%(levelname)s %(name)s: %(message)s")

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 from urllib.parse import urlparse
 
-from .otlp_settings import (  # noqa: F401 (the OTLP settings' names are read from here too)
+from .export.otlp_settings import (  # noqa: F401 (the OTLP settings' names are read from here too)
     DEFAULT_OTLP_TIMEOUT,
     ENV_METRICS_EXPORTER,
     ENV_OTLP_ENDPOINT,
@@ -28,15 +28,15 @@ from .otlp_settings import (  # noqa: F401 (the OTLP settings' names are read fr
     TRACES_EXPORTERS,
     OtlpSettings,
 )
-from .parsing import ConfigError  # noqa: F401 (every front end catches it from here)
-from .parsing import parse_bool as _parse_bool
-from .parsing import DURATION_HINT, duration_seconds
-from .parsing import parse_seconds as _parse_seconds
-from .parsing import parse_int as _parse_int
-from .parsing import parse_path as _parse_path
-from .liveness import StuckPolicy
-from .options import DEFAULT_CONTENT_MAX_CHARS, ModelOptions  # noqa: F401 (read from here too)
-from .rotation import Rotation
+from .base.parsing import ConfigError  # noqa: F401 (every front end catches it from here)
+from .base.parsing import parse_bool as _parse_bool
+from .base.parsing import DURATION_HINT, duration_seconds
+from .base.parsing import parse_seconds as _parse_seconds
+from .base.parsing import parse_int as _parse_int
+from .base.parsing import parse_path as _parse_path
+from .source.liveness import StuckPolicy
+from .model.options import DEFAULT_CONTENT_MAX_CHARS, ModelOptions  # noqa: F401 (read from here too)
+from .export.rotation import Rotation
 
 # Our own variables: every flag --some-flag is COPILOT_OTEL_SOME_FLAG.
 ENV_PREFIX = "COPILOT_OTEL_"
@@ -143,7 +143,7 @@ class Config:
 
     def __post_init__(self) -> None:
         if self.budgets_file is not None and not self.budgets:
-            from .budgets import load_budgets
+            from .export.budgets import load_budgets
 
             object.__setattr__(self, "budgets", load_budgets(self.budgets_file))
         object.__setattr__(self, "allowed_hosts", check_allowed_hosts(self.allowed_hosts))

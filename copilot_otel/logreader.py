@@ -12,11 +12,11 @@ from collections.abc import Collection
 from pathlib import Path
 
 from .config import DEFAULT_MAX_LINE_BYTES
-from .options import ModelOptions
-from .pipeline import Outputs, Warn, drive, finish
-from .sessions import READ_TYPES, SessionModel
-from .sources import UnreadableLog, session_id_of
-from .tail import FileTail, ReadResult
+from .model.options import ModelOptions
+from .model.pipeline import Outputs, Warn, drive, finish
+from .model.sessions import READ_TYPES, SessionModel
+from .source.sources import UnreadableLog, session_id_of
+from .source.tail import FileTail, ReadResult
 
 READ_BYTES = 4 << 20  # what is read of a log at a time
 

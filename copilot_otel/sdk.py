@@ -22,14 +22,14 @@ from typing import Any, Callable
 from prometheus_client import CollectorRegistry, Counter
 
 from .config import Config, OtlpSettings
-from .decode import decode_object
-from .events import DecodeError
-from .export import ExportQueue
-from .metrics import LiveSession, Metrics
-from .pipeline import Outputs, drive, finish
-from .sessions import SessionModel
-from .sinks import make_sink
-from .spansink import SpanSink
+from .decode.lines import decode_object
+from .decode.events import DecodeError
+from .export.queue import ExportQueue
+from .export.metrics import LiveSession, Metrics
+from .model.pipeline import Outputs, drive, finish
+from .model.sessions import SessionModel
+from .export.sinks import make_sink
+from .export.contract import SpanSink
 from .vocab import IDLE
 
 log = logging.getLogger(__name__)
@@ -207,7 +207,7 @@ _servers: dict[tuple[str, int], Any] = {}
 def serve_metrics(registry: CollectorRegistry, address: tuple[str, int], *, allowed_hosts: tuple[str, ...] = ()):
     """Serve /metrics and /healthz for the library's registry (once per address); like the daemon's, they answer
     only a Host that is localhost, an IP address or one of ``allowed_hosts`` (COPILOT_OTEL_ALLOWED_HOST)."""
-    from .server import MetricsServer
+    from .web.server import MetricsServer
 
     with _shared_lock:
         server = _servers.get(address)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from copilot_otel.access import HOST_REFUSED, NEEDS_TOKEN, write_token_file
+from copilot_otel.web.access import HOST_REFUSED, NEEDS_TOKEN, write_token_file
 from tests.support.commands import REPO, clean_env, run_copilot_otel
 from tests.support.daemon import DaemonProcess
 from tests.support.events import SessionLog
@@ -214,7 +214,7 @@ def test_a_rebinding_page_is_refused_on_every_route_of_an_all_interfaces_bind(wo
     log_path = tmp_path / "daemon.log"
     with open(log_path, "wb") as log:
         proc = subprocess.Popen([unshare, "--net", "sh", "-c", 'ip link set lo up && exec "$@"', "sh",
-                                 sys.executable, "-m", "copilot_otel.cli", "run", "--copilot-home", str(home),
+                                 sys.executable, "-m", "copilot_otel.cli.main", "run", "--copilot-home", str(home),
                                  "--state-dir", str(state), "--metrics-address", "0.0.0.0:9464",
                                  "--allowed-host", "copilot-otel", *FAST], env=clean_env(), cwd=REPO,
                                 stdin=subprocess.DEVNULL, stdout=log, stderr=log)

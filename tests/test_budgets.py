@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from copilot_otel.budgets import Budget, month_start_ns, progress
-from copilot_otel.summary import SessionSummary
+from copilot_otel.export.budgets import Budget, month_start_ns, progress
+from copilot_otel.model.summary import SessionSummary
 from tests.support.commands import run_copilot_otel
 from tests.support.daemon import DaemonProcess
 from tests.support.deploy import RULES, promtool, run

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from copilot_otel.records import STATUS_ERROR
-from copilot_otel.replay import ReplayStats, replay_files
-from copilot_otel.sinks import MemorySink
-from copilot_otel.sources import resolve
+from copilot_otel.model.records import STATUS_ERROR
+from copilot_otel.replay.runner import ReplayStats, replay_files
+from copilot_otel.export.sinks import MemorySink
+from copilot_otel.source.sources import resolve
 from copilot_otel.vocab import ATTRIBUTED, Metric
 from tests.provider import AUTOPILOT_NUDGES
 

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from copilot_otel.replay import replay_files
-from copilot_otel.sinks import MemorySink
-from copilot_otel.sources import resolve
+from copilot_otel.replay.runner import replay_files
+from copilot_otel.export.sinks import MemorySink
+from copilot_otel.source.sources import resolve
 from copilot_otel.vocab import Metric
 from tests.support.commands import run_copilot_otel, run_inspect, run_replay
 from tests.support.daemon import DaemonProcess

@@ -129,7 +129,7 @@ def inspect_json(home: Path, session_id: str) -> dict:
     """`copilot-otel inspect --json`, run in this process (115 subprocesses would cost minutes)."""
     from click.testing import CliRunner
 
-    from copilot_otel.cli import main
+    from copilot_otel.cli.main import main
 
     result = CliRunner().invoke(main, ["inspect", session_id, "--copilot-home", str(home), "--json"],
                                 env={"OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": None})
@@ -184,8 +184,8 @@ def test_a_compaction_is_no_chat_call_in_any_view(tmp_path):
     GenAI conventions name one, and a compaction carries an operation of its own; `inspect` prints each
     compaction as one, with its tokens, and counts only the calls the usage records name as LLM calls."""
     from copilot_otel.config import ModelOptions
-    from copilot_otel.replay import replay_files
-    from copilot_otel.sinks import MemorySink
+    from copilot_otel.replay.runner import replay_files
+    from copilot_otel.export.sinks import MemorySink
 
     sink = MemorySink()
     replay_files(sorted(FIXTURES.rglob("events.jsonl")), sink, options=ModelOptions())

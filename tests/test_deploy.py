@@ -314,7 +314,7 @@ def test_every_shipped_scraper_and_probe_names_the_daemon_as_it_answers():
     """The daemon refuses a Host that is neither localhost, an IP address nor an --allowed-host name: compose's
     Prometheus scrapes it by its service name, which the compose file allows; the image's health check and the
     Kubernetes probes (no host set: the pod IP) and ServiceMonitors (pod IPs) use addresses."""
-    from copilot_otel.access import host_allowed
+    from copilot_otel.web.access import host_allowed
     from copilot_otel.config import check_allowed_hosts
 
     env = compose_services()["copilot-otel"]["environment"]

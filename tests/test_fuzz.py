@@ -19,12 +19,12 @@ import pytest
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
-from copilot_otel.decode import REASONS, decode_line
-from copilot_otel.events import DecodeError, Event
-from copilot_otel.genai_metrics import INSTRUMENTS
+from copilot_otel.decode.lines import REASONS, decode_line
+from copilot_otel.decode.events import DecodeError, Event
+from copilot_otel.export.genai_metrics import INSTRUMENTS
 from copilot_otel.config import ModelOptions
-from copilot_otel.records import MetricUpdate, SpanRecord, span_id_for
-from copilot_otel.sessions import HANDLED_TYPES, SessionModel
+from copilot_otel.model.records import MetricUpdate, SpanRecord, span_id_for
+from copilot_otel.model.sessions import HANDLED_TYPES, SessionModel
 from copilot_otel.vocab import IDLE, Metric
 
 HISTOGRAMS = (Metric.TURN_DURATION, Metric.TOOL_DURATION, Metric.LLM_CALL_DURATION)

@@ -419,7 +419,7 @@ def _replay_peak_rss_kb(path: Path, traces: Path) -> int:
     code = ("import resource, runpy, sys\n"
             "sys.argv = ['copilot-otel', 'replay', sys.argv[1], '--traces-file', sys.argv[2], "
             f"'--max-line-bytes', '{MAX_LINE}']\n"
-            "try:\n    runpy.run_module('copilot_otel.cli', run_name='__main__')\n"
+            "try:\n    runpy.run_module('copilot_otel.cli.main', run_name='__main__')\n"
             "finally:\n    print('PEAK', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "COPILOT_OTEL_"))}
     result = subprocess.run([sys.executable, "-c", code, str(path), str(traces)], capture_output=True, env=env,

@@ -17,11 +17,12 @@ from collections import Counter
 import pytest
 from prometheus_client import CollectorRegistry
 
-from copilot_otel import attach, attach_async
-from copilot_otel.metrics import Metrics
-from copilot_otel.replay import ReplayStats, replay_session
-from copilot_otel.tail import read_all
-from copilot_otel.sinks import FileSink, MemorySink
+from copilot_otel import attach
+from copilot_otel import attach_async
+from copilot_otel.export.metrics import Metrics
+from copilot_otel.replay.runner import ReplayStats, replay_session
+from copilot_otel.source.tail import read_all
+from copilot_otel.export.sinks import FileSink, MemorySink
 from tests.copilot_cli import MODEL, prompt_for
 from tests.support.otlp_json import read_spans
 from tests.support.scrape import keyed
@@ -211,7 +212,7 @@ def test_headless_json_stream_piped_live(cli, provider, tmp_path):
     producer = subprocess.Popen(argv, cwd=cwd, env=cli.env(home=home, port=provider.port, otel_file=None,
                                                            extra_env=None),
                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
-    consumer = subprocess.run([sys.executable, "-m", "copilot_otel.cli", "replay", "-", "--traces-file", str(traces),
+    consumer = subprocess.run([sys.executable, "-m", "copilot_otel.cli.main", "replay", "-", "--traces-file", str(traces),
                                "--metrics-file", str(metrics_file)], stdin=producer.stdout, capture_output=True,
                               timeout=120)
     producer.stdout.close()
@@ -242,7 +243,7 @@ def test_headless_stream_shows_each_failed_attempt(cli_corpus, tmp_path):
     failures = [e for e in run.stdout_events() if e.get("type") == "model.call_failure"]
     assert len(failures) >= 2, "the CLI retries a failed call"
     traces, metrics_file = tmp_path / "stream.jsonl", tmp_path / "stream.prom"
-    result = subprocess.run([sys.executable, "-m", "copilot_otel.cli", "replay", "-", "--traces-file", str(traces),
+    result = subprocess.run([sys.executable, "-m", "copilot_otel.cli.main", "replay", "-", "--traces-file", str(traces),
                              "--metrics-file", str(metrics_file)], input=run.stdout_path.read_bytes(),
                             capture_output=True, timeout=120)
     assert result.returncode == 0, result.stderr.decode()

@@ -7,9 +7,9 @@ import grpc
 import pytest
 
 from copilot_otel.config import OtlpSettings
-from copilot_otel.otlp_sink import OtlpSink
-from copilot_otel.records import SpanRecord
-from copilot_otel.sinks import ExportError, RejectedError
+from copilot_otel.export.otlp_sink import OtlpSink
+from copilot_otel.model.records import SpanRecord
+from copilot_otel.export.sinks import ExportError, RejectedError
 from tests.otlp_receiver import OtlpReceiver
 from tests.support.backends import AnsweringGrpc, AnsweringHttp, StrictBackend
 from tests.support.daemon import DaemonProcess

@@ -26,8 +26,8 @@ from pathlib import Path
 import pytest
 
 from copilot_otel.config import ModelOptions
-from copilot_otel.replay import replay_files
-from copilot_otel.sinks import MemorySink
+from copilot_otel.replay.runner import replay_files
+from copilot_otel.export.sinks import MemorySink
 from tests.copilot_cli import CliRun, prompt_for
 from tests.provider import echo_secret_answer
 from tests.support.commands import run_replay
@@ -359,7 +359,7 @@ def test_otlp_headers_never_in_daemon_log(planted, tmp_path, unused_port):
         for daemon, _token in runs.values():
             daemon.start()
         for daemon, _token in runs.values():
-            wait_until(lambda: "copilot_otel.export" in daemon.log_text(), timeout=30, what="our export warning")
+            wait_until(lambda: "copilot_otel.export.queue" in daemon.log_text(), timeout=30, what="our export warning")
     finally:
         for daemon, _token in runs.values():
             daemon.kill9()  # the logs are complete up to here; a graceful stop waits out the retries
@@ -377,7 +377,7 @@ def test_malformed_otlp_headers_stop_the_daemon_without_the_token(planted, tmp_p
     """A header written 'key: value' is a configuration error: one line naming the variable and
     the header, exit 2, and the value (a token) nowhere."""
     token = "tok" + uuid.uuid4().hex
-    result = subprocess.run([sys.executable, "-m", "copilot_otel.cli", "run", "--copilot-home", str(planted.home),
+    result = subprocess.run([sys.executable, "-m", "copilot_otel.cli.main", "run", "--copilot-home", str(planted.home),
                              "--state-dir", str(tmp_path / "state"), "--metrics-address", f"127.0.0.1:{unused_port}"],
                             env={**{k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "COPILOT_"))},
                                  **_otlp_env(unused_port, "http/protobuf", "malformed", token)},
@@ -421,7 +421,7 @@ def _daemon_in_private_network(tmp_path: Path, *args: str) -> tuple[str, set]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "COPILOT_"))}
     log_path = tmp_path / "daemon.log"
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen([unshare, "--net", sys.executable, "-m", "copilot_otel.cli", "run", "--copilot-home",
+        proc = subprocess.Popen([unshare, "--net", sys.executable, "-m", "copilot_otel.cli.main", "run", "--copilot-home",
                                  str(tmp_path / "home"), "--state-dir", str(tmp_path / "state"), *args], env=env,
                                 stdin=subprocess.DEVNULL, stdout=log, stderr=log)
     try:

@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from copilot_otel import attrs as A
-from copilot_otel.replay import find_event_files, replay_files, resolve
-from copilot_otel.sinks import MemorySink
-from copilot_otel.workers import WorkerError
+from copilot_otel.model import attrs as A
+from copilot_otel.replay.runner import find_event_files, replay_files, resolve
+from copilot_otel.export.sinks import MemorySink
+from copilot_otel.base.workers import WorkerError
 from tests.copilot_cli import CORPUS_SCENARIOS, prompt_for
 from tests.support.commands import run_inspect, run_replay
 from tests.support.otlp_json import iso_ns, read_spans

@@ -27,7 +27,7 @@ from prometheus_client.openmetrics.parser import text_string_to_metric_families 
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
 from copilot_otel.config import ConfigError
-from copilot_otel.server import SERVER, MetricsServer
+from copilot_otel.web.server import SERVER, MetricsServer
 
 OPENMETRICS = "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5"
 
@@ -431,7 +431,7 @@ def test_connection_cap_bounds_descriptors_and_keeps_health():
 SERVE_UNDER_LIMIT = """
 import logging, resource, sys
 from prometheus_client import CollectorRegistry
-from copilot_otel.server import MetricsServer
+from copilot_otel.web.server import MetricsServer
 logging.basicConfig(level=logging.WARNING)
 server = MetricsServer(("127.0.0.1", 0), CollectorRegistry())
 server.start()

@@ -29,7 +29,7 @@ def replay(tmp_path: Path, *sources: Path, stdin: bytes | None = None, name: str
     """`copilot-otel replay` of ``sources`` (or of stdin): the spans and the metrics file's samples."""
     traces, metrics = tmp_path / f"{name}.jsonl", tmp_path / f"{name}.prom"
     args = [str(s) for s in sources] or ["-"]
-    result = subprocess.run([sys.executable, "-m", "copilot_otel.cli", "replay", *args, "--traces-file", str(traces),
+    result = subprocess.run([sys.executable, "-m", "copilot_otel.cli.main", "replay", *args, "--traces-file", str(traces),
                              "--metrics-file", str(metrics), "--state-dir", str(tmp_path / "state")],
                             input=stdin, capture_output=True, timeout=120)
     assert result.returncode == 0, result.stderr.decode()

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from copilot_otel.safe_text import UNSAFE
+from copilot_otel.base.safe_text import UNSAFE
 from tests.support.commands import COMMAND, REPO, clean_env, run_copilot_otel
 from tests.support.daemon import DaemonProcess
 from tests.support.events import iso

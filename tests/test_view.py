@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from copilot_otel.config import ModelOptions
-from copilot_otel.replay import replay_files
-from copilot_otel.sinks import MemorySink
-from copilot_otel.waterfall import PAGE_SPANS
-from copilot_otel.web import MAX_STREAMS
+from copilot_otel.replay.runner import replay_files
+from copilot_otel.export.sinks import MemorySink
+from copilot_otel.web.waterfall import PAGE_SPANS
+from copilot_otel.web.routes import MAX_STREAMS
 from tests.copilot_cli import prompt_for
 from tests.support.biglog import grow
 from tests.support.browser import screenshot, view_url
@@ -216,7 +216,7 @@ def test_every_response_is_locked_down_and_nothing_else_is_served(daemon):
         "/", f"/session/{session_id}", "/api/sessions", f"/api/session/{session_id}", "/static/session.js",
         "/static/view.css", "/metrics", "/healthz", "/api/sessions/stream", f"/api/session/{session_id}/stream",
         "/static/", "/static", "/static/../README.md", "/static/%2e%2e/web.py", "/webstatic/view.css",
-        "/copilot_otel/web.py", "/session/../../etc/passwd", "/session/nope", "/api/sessions?state=bogus")}
+        "/copilot_otel/web/routes.py", "/session/../../etc/passwd", "/session/nope", "/api/sessions?state=bogus")}
     for path, (status, headers, _body) in answers.items():
         assert "script-src 'self'" in headers.get("Content-Security-Policy", ""), path
         assert headers.get("X-Content-Type-Options") == "nosniff", path
@@ -302,7 +302,7 @@ def test_a_page_opens_only_with_its_token_and_the_cookie_carries_it_across_reloa
     """Without the token the browser gets the fixed 401 on every page; the URL `copilot-otel open` gives
     (the page with ?token=) sets an HttpOnly, SameSite=Strict cookie named after the port, lands on the
     same page without the token in its address, and the pages then work across reloads and clicks."""
-    from copilot_otel.access import NEEDS_TOKEN
+    from copilot_otel.web.access import NEEDS_TOKEN
 
     session_id = copy_session("failing_tool", daemon.home).parent.name
     browser.context.clear_cookies()

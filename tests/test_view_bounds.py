@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from copilot_otel.config import ModelOptions
-from copilot_otel.replay import replay_files
-from copilot_otel.sinks import MemorySink
-from copilot_otel.waterfall import PAGE_SPANS
-from copilot_otel.webio import WRITE_TIMEOUT
+from copilot_otel.replay.runner import replay_files
+from copilot_otel.export.sinks import MemorySink
+from copilot_otel.web.waterfall import PAGE_SPANS
+from copilot_otel.web.streams import WRITE_TIMEOUT
 from tests.support.biglog import another_copy, grow
 from tests.support.daemon import DaemonProcess
 from tests.support.files import append, new_session

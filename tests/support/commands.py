@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent.parent
-COMMAND = (sys.executable, "-m", "copilot_otel.cli")
+COMMAND = (sys.executable, "-m", "copilot_otel.cli.main")
 # Inherited variables that would change where copilot-otel reads from or exports to.
 SCRUBBED_PREFIXES = ("OTEL_", "COPILOT_")
 

@@ -187,7 +187,7 @@ def cannot_run_as_nobody() -> str | None:
     setpriv and a checkout that nobody may read (a clone inside a private folder is not)."""
     if SETPRIV is None:
         return "setpriv is missing: cannot run the daemon as another user"
-    probe = subprocess.run([*AS_NOBODY, sys.executable, "-c", "import copilot_otel.cli"], capture_output=True,
+    probe = subprocess.run([*AS_NOBODY, sys.executable, "-c", "import copilot_otel.cli.main"], capture_output=True,
                            cwd=REPO)
     if probe.returncode != 0:
         return f"cannot run the daemon as nobody: {probe.stderr.decode(errors='replace')[-300:]}"

@@ -32,8 +32,8 @@ import json
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from copilot_otel.decode import decode_line
-from copilot_otel.events import DecodeError, Event
+from copilot_otel.decode.lines import decode_line
+from copilot_otel.decode.events import DecodeError, Event
 
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 BASE_TIME = datetime(2026, 12, 3, 12, 0, 0, tzinfo=timezone.utc)

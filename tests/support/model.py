@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from copilot_otel import attrs as A
-from copilot_otel.events import Event
-from copilot_otel.records import Anomaly, MetricUpdate, SpanRecord, Step
-from copilot_otel.sessions import SessionModel
+from copilot_otel.model import attrs as A
+from copilot_otel.decode.events import Event
+from copilot_otel.model.records import Anomaly, MetricUpdate, SpanRecord, Step
+from copilot_otel.model.sessions import SessionModel
 from copilot_otel.vocab import Metric
 
 

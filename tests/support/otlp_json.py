@@ -48,6 +48,6 @@ def read_spans(path: Path) -> list[ReceivedSpan]:
 
 
 def iso_ns(timestamp: str) -> int:
-    """An event's ISO timestamp as epoch nanoseconds (independently of copilot_otel.decode)."""
+    """An event's ISO timestamp as epoch nanoseconds (independently of copilot_otel.decode.lines)."""
     moment = datetime.fromisoformat(timestamp.replace("Z", "+00:00"))
     return round(moment.timestamp() * 1000) * 1_000_000

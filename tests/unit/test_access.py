@@ -7,9 +7,9 @@ import os
 
 import pytest
 
-from copilot_otel.access import host_allowed, read_token_file, token_file, write_token_file
+from copilot_otel.web.access import host_allowed, read_token_file, token_file, write_token_file
 from copilot_otel.config import Config, ConfigError, check_allowed_hosts
-from copilot_otel.webconfig import load_web_config
+from copilot_otel.web.webconfig import load_web_config
 
 
 @pytest.mark.parametrize("header", ["localhost", "localhost:9464", "LOCALHOST:9464", "view.localhost:9464",
@@ -87,7 +87,7 @@ def test_every_http_error_reason_is_documented():
     """docs/metrics.md names each reason copilot_otel_http_errors_total counts."""
     from pathlib import Path
 
-    from copilot_otel.http_guard import REASONS
+    from copilot_otel.web.guard import REASONS
 
     text = (Path(__file__).resolve().parents[2] / "docs" / "metrics.md").read_text()
     assert "copilot_otel_http_errors_total{reason}" in text

@@ -4,7 +4,7 @@ package's own."""
 from opentelemetry.semconv._incubating.attributes import gen_ai_attributes, vcs_attributes
 from opentelemetry.semconv.attributes import error_attributes, exception_attributes, http_attributes
 
-from copilot_otel import attrs
+from copilot_otel.model import attrs
 
 CONVENTIONS = (gen_ai_attributes, vcs_attributes, error_attributes, exception_attributes, http_attributes)
 
@@ -26,5 +26,5 @@ def test_operation_names_are_the_conventions_values():
 def test_attrs_imports_no_semconv():
     import subprocess
     import sys
-    code = "import sys, copilot_otel.attrs; print(any(m.startswith('opentelemetry') for m in sys.modules))"
+    code = "import sys, copilot_otel.model.attrs; print(any(m.startswith('opentelemetry') for m in sys.modules))"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "False\n"

@@ -12,8 +12,8 @@ import orjson
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from copilot_otel.catalog import Catalog
-from copilot_otel.status import SessionStatus
+from copilot_otel.catalog.cache import Catalog
+from copilot_otel.catalog.status import SessionStatus
 from tests.support.events import SessionLog
 
 JSON = st.recursive(st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.floats(allow_nan=False) | st.text(),
@@ -61,7 +61,7 @@ def test_any_damage_to_one_entry_costs_only_a_re_read(tmp_path, caplog, which, f
     cache = tmp_path / "summaries.json"
     cache.write_text(json.dumps(document))
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="copilot_otel.catalog"):
+    with caplog.at_level(logging.WARNING, logger="copilot_otel.catalog.cache"):
         got = {item.path: item.summary for item in Catalog(ROOT, cache_file=cache).scan()}
         again = {item.path: item.summary for item in Catalog(ROOT, cache_file=cache).scan()}
     damaged = Path(name)

@@ -12,15 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from copilot_otel.board import Row, row_json
+from copilot_otel.catalog.board import Row, row_json
 from copilot_otel.config import ModelOptions
-from copilot_otel.listing import place_matches
-from copilot_otel.liveness import StuckPolicy
-from copilot_otel.history import summarize_log
-from copilot_otel.settle import settled
-from copilot_otel.status import SessionStatus
+from copilot_otel.cli.listing import place_matches
+from copilot_otel.source.liveness import StuckPolicy
+from copilot_otel.catalog.history import summarize_log
+from copilot_otel.catalog.settle import settled
+from copilot_otel.catalog.status import SessionStatus
 from copilot_otel.vocab import END_INCOMPLETE, ENDED, IDLE, STUCK, WAITING_TOOL
-from copilot_otel.workspace import MAX_BYTES, read_name
+from copilot_otel.source.workspace import MAX_BYTES, read_name
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 

@@ -7,9 +7,9 @@ from datetime import datetime, timezone
 
 import pytest
 
-from copilot_otel import decode
-from copilot_otel.decode import decode_line, decode_object, parse_timestamp
-from copilot_otel.events import DecodeError, Event
+from copilot_otel.decode import lines as decode
+from copilot_otel.decode.lines import decode_line, decode_object, parse_timestamp
+from copilot_otel.decode.events import DecodeError, Event
 from tests.support.events import SessionLog, event_line
 
 TS = "2026-12-03T12:01:45.787Z"

@@ -14,9 +14,9 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from copilot_otel.decode import NO_DATA, decode_line
-from copilot_otel.events import DecodeError, Event
-from copilot_otel.sessions import HANDLED_TYPES, READ_TYPES
+from copilot_otel.decode.lines import NO_DATA, decode_line
+from copilot_otel.decode.events import DecodeError, Event
+from copilot_otel.model.sessions import HANDLED_TYPES, READ_TYPES
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 REAL_LINES = [line for path in sorted(FIXTURES.rglob("events.jsonl")) for line in path.read_bytes().splitlines() if line]

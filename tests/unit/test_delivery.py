@@ -8,10 +8,10 @@ from collections import Counter
 
 import pytest
 
-from copilot_otel.delivery import GaveUp, RateLimit, ReplaySender
-from copilot_otel.ledger import Ledger, Progress, identity_of
-from copilot_otel.replay import replay_files
-from copilot_otel.sinks import ExportError, MemorySink
+from copilot_otel.replay.delivery import GaveUp, RateLimit, ReplaySender
+from copilot_otel.replay.ledger import Ledger, Progress, identity_of
+from copilot_otel.replay.runner import replay_files
+from copilot_otel.export.sinks import ExportError, MemorySink
 from tests.support.events import SessionLog
 
 
@@ -172,7 +172,7 @@ def test_a_ledger_row_names_a_log_by_its_content(tmp_path):
     import os
     import zlib
 
-    from copilot_otel.ledger import content_identity, same_log
+    from copilot_otel.replay.ledger import content_identity, same_log
 
     path = tmp_path / "events.jsonl"
     data = b'{"a":1}\n{"b":2}\n'

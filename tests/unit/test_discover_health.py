@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import errno
 
-from copilot_otel.discover import MISSING_GRACE, Discoverer
+from copilot_otel.source.discover import MISSING_GRACE, Discoverer
 
 
 class Clock:

@@ -9,13 +9,13 @@ import time
 import orjson
 import pytest
 
-from copilot_otel.checkpoint import FilePosition
-from copilot_otel.deadletter import DeadLetter
-from copilot_otel.export import ExportQueue
-from copilot_otel.otlp_json import OtlpJsonEncoder
-from copilot_otel.records import SpanRecord
-from copilot_otel.sinks import ExportError, MemorySink, RejectedError
-from copilot_otel.tail import FileIdentity
+from copilot_otel.export.checkpoint import FilePosition
+from copilot_otel.export.deadletter import DeadLetter
+from copilot_otel.export.queue import ExportQueue
+from copilot_otel.export.otlp_json import OtlpJsonEncoder
+from copilot_otel.model.records import SpanRecord
+from copilot_otel.export.sinks import ExportError, MemorySink, RejectedError
+from copilot_otel.source.tail import FileIdentity
 from tests.support.net import wait_until
 
 EXPORT_THREAD = "copilot-otel-export"

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from copilot_otel import attrs as A
+from copilot_otel.model import attrs as A
 from copilot_otel.config import DEFAULT_MAX_LINE_BYTES, ModelOptions
-from copilot_otel.follow import Follower
-from copilot_otel.pipeline import Outputs
+from copilot_otel.daemon.follow import Follower
+from copilot_otel.model.pipeline import Outputs
 from copilot_otel.vocab import END_INCOMPLETE, IDLE, INCOMPLETE, WAITING_TOOL, Metric
 from tests.support.events import MODEL, SessionLog
 from tests.support.files import append

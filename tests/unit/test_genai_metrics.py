@@ -3,12 +3,12 @@ OTLP data points with the CLI's bounds, min and max, capped names and an exempla
 
 from __future__ import annotations
 
-from copilot_otel import attrs as A
-from copilot_otel.genai_metrics import AGENT_BOUNDS, CALL_BOUNDS, GenAi, GenAiMetrics, updates
-from copilot_otel.metrics import Metrics
-from copilot_otel.pipeline import Outputs, drive, finish
-from copilot_otel.records import SpanRecord
-from copilot_otel.sessions import SessionModel
+from copilot_otel.model import attrs as A
+from copilot_otel.export.genai_metrics import AGENT_BOUNDS, CALL_BOUNDS, GenAi, GenAiMetrics, updates
+from copilot_otel.export.metrics import Metrics
+from copilot_otel.model.pipeline import Outputs, drive, finish
+from copilot_otel.model.records import SpanRecord
+from copilot_otel.model.sessions import SessionModel
 from tests.support.events import MODEL, SessionLog
 
 

@@ -10,13 +10,13 @@ import zlib
 from dataclasses import replace
 from pathlib import Path
 
-from copilot_otel.checkpoint import Checkpoint
+from copilot_otel.export.checkpoint import Checkpoint
 from copilot_otel.config import DEFAULT_MAX_LINE_BYTES, ModelOptions
-from copilot_otel.follow import Follower
-from copilot_otel.identity import EDITED, REPLACED, TRUNCATED, first_event_id, prefix_crc
-from copilot_otel.moves import Moves
-from copilot_otel.pipeline import Outputs
-from copilot_otel.tail import FileTail
+from copilot_otel.daemon.follow import Follower
+from copilot_otel.source.identity import EDITED, REPLACED, TRUNCATED, first_event_id, prefix_crc
+from copilot_otel.daemon.moves import Moves
+from copilot_otel.model.pipeline import Outputs
+from copilot_otel.source.tail import FileTail
 from copilot_otel.vocab import Metric
 from tests.support.events import SessionLog
 from tests.support.files import append
@@ -143,7 +143,7 @@ def test_a_restored_position_is_checked_against_the_file_whatever_its_inode(tmp_
 
 def test_the_crc_follows_reads_across_an_over_long_line(tmp_path, monkeypatch):
     """Read a little at a time, through a line too long to keep, the CRC is still that of the bytes read."""
-    from copilot_otel import tail as tail_module
+    from copilot_otel.source import tail as tail_module
 
     monkeypatch.setattr(tail_module, "CHUNK", 64)
     log = session()

@@ -8,12 +8,12 @@ import orjson
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from copilot_otel import attrs as A
-from copilot_otel.limits import INT64_MAX, INT64_MIN, MAX_ATTRIBUTE_CHARS, MAX_NAME_CHARS, MAX_TIME_NS, clean
-from copilot_otel.otlp_json import OtlpJsonEncoder
-from copilot_otel.otlp_sink import to_readable_span
-from copilot_otel.records import STATUS_ERROR, SpanEvent, SpanRecord
-from copilot_otel.resource import build_resource
+from copilot_otel.model import attrs as A
+from copilot_otel.export.limits import INT64_MAX, INT64_MIN, MAX_ATTRIBUTE_CHARS, MAX_NAME_CHARS, MAX_TIME_NS, clean
+from copilot_otel.export.otlp_json import OtlpJsonEncoder
+from copilot_otel.export.otlp_sink import to_readable_span
+from copilot_otel.model.records import STATUS_ERROR, SpanEvent, SpanRecord
+from copilot_otel.export.resource import build_resource
 
 SECRET = "ghp_" + "s3cr3t" * 40
 

@@ -11,12 +11,12 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as openmetrics_latest
 
 from copilot_otel import __version__
-from copilot_otel.decode import NOT_JSON, REASONS
-from copilot_otel.genai_metrics import GenAi
-from copilot_otel.metrics import MAX_EVENT_TYPES, LiveSession, Metrics
-from copilot_otel.pipeline import Outputs, drive, finish
-from copilot_otel.records import MetricUpdate
-from copilot_otel.sessions import SessionModel
+from copilot_otel.decode.lines import NOT_JSON, REASONS
+from copilot_otel.export.genai_metrics import GenAi
+from copilot_otel.export.metrics import MAX_EVENT_TYPES, LiveSession, Metrics
+from copilot_otel.model.pipeline import Outputs, drive, finish
+from copilot_otel.model.records import MetricUpdate
+from copilot_otel.model.sessions import SessionModel
 from copilot_otel.vocab import (ABANDONED, IDLE, SIGNALS, STATES, STUCK, WAITING_TOOL, WORKING, Metric)
 from tests.support.events import MODEL, SessionLog
 

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from copilot_otel import decode, vocab
-from copilot_otel.budgets import Budget
-from copilot_otel.metrics import LiveSession, Metrics
-from copilot_otel.pipeline import Outputs, drive, finish
-from copilot_otel.sessions import SessionModel
-from copilot_otel.resource import resource_attributes
+from copilot_otel.decode import lines as decode
+from copilot_otel import vocab
+from copilot_otel.export.budgets import Budget
+from copilot_otel.export.metrics import LiveSession, Metrics
+from copilot_otel.model.pipeline import Outputs, drive, finish
+from copilot_otel.model.sessions import SessionModel
+from copilot_otel.export.resource import resource_attributes
 from tests.support.contract import DocumentedMetric, documented_metrics
 from tests.support.events import SessionLog
 

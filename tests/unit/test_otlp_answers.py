@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from google.rpc.status_pb2 import Status
 
-from copilot_otel.otlp_answers import HttpAnswer, MAX_ANSWER_BYTES, grpc_error, http_answer, quote
-from copilot_otel.otlp_metrics import metrics_signal
-from copilot_otel.otlp_sink import traces_signal
-from copilot_otel.sinks import ExportError, Receipt, RejectedError
+from copilot_otel.export.otlp_answers import HttpAnswer, MAX_ANSWER_BYTES, grpc_error, http_answer, quote
+from copilot_otel.export.otlp_metrics import metrics_signal
+from copilot_otel.export.otlp_sink import traces_signal
+from copilot_otel.export.sinks import ExportError, Receipt, RejectedError
 from tests.support.liars import partial_success
 
 TRACES = traces_signal()

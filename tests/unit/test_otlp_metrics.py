@@ -9,9 +9,9 @@ from opentelemetry.sdk.metrics.export import Gauge, Histogram, MetricExporter, M
 from opentelemetry.sdk.resources import Resource
 
 from copilot_otel.config import Config, ConfigError, OtlpSettings
-from copilot_otel.metrics import LLM_BUCKETS, Metrics
-from copilot_otel.otlp_metrics import MetricsPusher, metrics_data
-from copilot_otel.records import MetricUpdate
+from copilot_otel.export.metrics import LLM_BUCKETS, Metrics
+from copilot_otel.export.otlp_metrics import MetricsPusher, metrics_data
+from copilot_otel.model.records import MetricUpdate
 from copilot_otel.vocab import Metric
 
 RESOURCE = Resource({"service.name": "copilot-otel", "team": "octo"})

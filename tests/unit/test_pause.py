@@ -5,11 +5,11 @@ from __future__ import annotations
 import threading
 import time
 
-from copilot_otel import pause
-from copilot_otel.pause import PAUSE
-from copilot_otel.pipeline import Outputs, drive
-from copilot_otel.sessions import SessionModel
-from copilot_otel.tail import FileTail, read_all
+from copilot_otel.base import pause
+from copilot_otel.base.pause import PAUSE
+from copilot_otel.model.pipeline import Outputs, drive
+from copilot_otel.model.sessions import SessionModel
+from copilot_otel.source.tail import FileTail, read_all
 from tests.support.events import SessionLog
 
 HELD = 0.5  # how long the test watches a held reader stay where it is, s

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import logging
 
-from copilot_otel.decode import INTERNAL_ERROR, NOT_JSON
-from copilot_otel.pipeline import Outputs, drive, finish
-from copilot_otel.sessions import SessionModel
+from copilot_otel.decode.lines import INTERNAL_ERROR, NOT_JSON
+from copilot_otel.model.pipeline import Outputs, drive, finish
+from copilot_otel.model.sessions import SessionModel
 from copilot_otel.vocab import DUPLICATE_ID, END_INCOMPLETE, Metric
 from tests.support.events import SessionLog
 from tests.support.model import label
@@ -97,7 +97,7 @@ def test_a_bug_of_the_model_costs_one_event(caplog):
     log.start()
     log.user()
     log.tool_turn(("bash", "call-1"))
-    caplog.set_level(logging.ERROR, logger="copilot_otel.pipeline")
+    caplog.set_level(logging.ERROR, logger="copilot_otel.model.pipeline")
     out = drive(BrokenModel(SID), log.decoded(), Outputs(), source="events.jsonl", warn=Warnings())
     assert out.rejected[INTERNAL_ERROR] == 1
     assert "events.jsonl:6: could not apply tool.execution_start" in caplog.text

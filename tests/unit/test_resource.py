@@ -1,4 +1,4 @@
-"""copilot_otel.resource gives the attributes the OTel SDK's Resource.create would, without importing it."""
+"""copilot_otel.export.resource gives the attributes the OTel SDK's Resource.create would, without importing it."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 from opentelemetry.sdk.resources import Resource
 
 from copilot_otel import __version__
-from copilot_otel.resource import _from_sdk, resource_attributes
+from copilot_otel.export.resource import _from_sdk, resource_attributes
 
 CASES = [
     {},

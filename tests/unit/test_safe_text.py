@@ -17,13 +17,13 @@ from hypothesis import strategies as st
 from rich.console import Console
 
 from copilot_otel.config import ModelOptions
-from copilot_otel.listing import render
-from copilot_otel.safe_text import UNSAFE, SafeFormatter, safe, safe_json
-from copilot_otel.snapshot import SessionReader
-from copilot_otel.status import SessionStatus
-from copilot_otel.summary import SessionSummary
-from copilot_otel.tree import build_tree
-from copilot_otel.liveness import StuckPolicy
+from copilot_otel.cli.listing import render
+from copilot_otel.base.safe_text import UNSAFE, SafeFormatter, safe, safe_json
+from copilot_otel.catalog.snapshot import SessionReader
+from copilot_otel.catalog.status import SessionStatus
+from copilot_otel.model.summary import SessionSummary
+from copilot_otel.cli.tree import build_tree
+from copilot_otel.source.liveness import StuckPolicy
 from tests.support.events import SessionLog
 
 UNSAFE_CATEGORIES = {"Cc", "Cf", "Zl", "Zp", "Cs"}

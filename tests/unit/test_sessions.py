@@ -3,10 +3,10 @@ metric updates each event causes (the ends of the loop are in test_session_ends.
 
 from __future__ import annotations
 
-from copilot_otel import attrs as A
+from copilot_otel.model import attrs as A
 from copilot_otel.config import ModelOptions
-from copilot_otel.records import KIND_CLIENT, STATUS_ERROR, STATUS_OK, STATUS_UNSET, span_id_for, trace_id_for
-from copilot_otel.sessions import SessionModel
+from copilot_otel.model.records import KIND_CLIENT, STATUS_ERROR, STATUS_OK, STATUS_UNSET, span_id_for, trace_id_for
+from copilot_otel.model.sessions import SessionModel
 from copilot_otel.vocab import (END_IDLE, ERROR, FAILURE, MAIN_AGENT, SIGNAL_IDLE, SIGNAL_SHUTDOWN, SUCCESS,
                                 Metric)
 from tests.support.events import MODEL, SessionLog

@@ -6,10 +6,10 @@ import os
 
 import orjson
 
-from copilot_otel import tail as tail_module
-from copilot_otel.decode import TOO_LONG
-from copilot_otel.events import DecodeError, Event
-from copilot_otel.tail import FileTail, read_all
+from copilot_otel.source import tail as tail_module
+from copilot_otel.decode.lines import TOO_LONG
+from copilot_otel.decode.events import DecodeError, Event
+from copilot_otel.source.tail import FileTail, read_all
 from tests.support.events import SessionLog
 from tests.support.files import append
 

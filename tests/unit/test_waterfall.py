@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 
 from copilot_otel.config import ModelOptions
-from copilot_otel.replay import ReplayStats, replay_session
-from copilot_otel.waterfall import SessionTrace, TraceCache, span_json
+from copilot_otel.replay.runner import ReplayStats, replay_session
+from copilot_otel.web.waterfall import SessionTrace, TraceCache, span_json
 from tests.support.biglog import grow
 from tests.support.events import SessionLog
 from tests.support.files import append
@@ -22,7 +22,7 @@ def subagent_log() -> Path:
 
 def replayed(path: Path, options: ModelOptions = ModelOptions()) -> list[dict]:
     """What replay exports for the whole file, as the page would read it."""
-    from copilot_otel.tail import read_all
+    from copilot_otel.source.tail import read_all
 
     spans = replay_session(path.parent.name, read_all(path), ReplayStats(), source=str(path), options=options)
     return [json.loads(json.dumps(span_json(s))) for s in spans]
@@ -254,7 +254,7 @@ def test_pages_are_cut_as_full_as_their_limits_allow():
     larger alone), and none could have taken the next span."""
     import random
 
-    from copilot_otel.waterfall import Page
+    from copilot_otel.web.waterfall import Page
 
     chance = random.Random(21)
     for _ in range(500):

@@ -6,9 +6,9 @@ import asyncio
 from pathlib import Path
 
 from copilot_otel.config import ModelOptions
-from copilot_otel.liveness import StuckPolicy
-from copilot_otel.overview import HistorySessions
-from copilot_otel.webio import Changes
+from copilot_otel.source.liveness import StuckPolicy
+from copilot_otel.web.overview import HistorySessions
+from copilot_otel.web.streams import Changes
 from tests.support.events import SessionLog
 from tests.support.files import append, new_session
 
@@ -74,10 +74,11 @@ def test_the_help_says_the_bounds_the_code_keeps():
     """`run --help` and `view --help` say what one client can cost with the figures the code uses."""
     from click.testing import CliRunner
 
-    from copilot_otel import server, webio
-    from copilot_otel.cli import main
-    from copilot_otel.waterfall import MAX_BYTES, PAGE_BYTES, PAGE_SPANS
-    from copilot_otel.web import MAX_STREAMS
+    from copilot_otel.web import server
+    from copilot_otel.web import streams as webio
+    from copilot_otel.cli.main import main
+    from copilot_otel.web.waterfall import MAX_BYTES, PAGE_BYTES, PAGE_SPANS
+    from copilot_otel.web.routes import MAX_STREAMS
 
     figures = (f"{PAGE_SPANS:,} spans", f"{PAGE_BYTES >> 20} MiB of JSON", f"{MAX_BYTES >> 20} MiB of spans held",
                f"{MAX_STREAMS} live views",

@@ -1,0 +1,43 @@
+"""A session log read to its end without a daemon: its summary, and how the daemon would see it now.
+
+`sessions`, `inspect`, the summary cache (catalog.py) and `view PATH` all name a session's state this way.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..config import DEFAULT_MAX_LINE_BYTES
+from ..source.liveness import ABANDONED_RETENTION, Liveness, lock_pids, locks_expected, pid_alive
+from ..decode.normalize import parse_version
+from ..model.options import ModelOptions
+from ..logreader import LogReader, quiet
+from ..model.summary import SessionSummary
+from ..vocab import IDLE
+from ..source.workspace import named
+
+
+def summarize_log(path: Path, options: ModelOptions, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> SessionSummary:
+    """One log replayed to its end (nothing closed that its end leaves open), summed up."""
+    reader = LogReader(path, options, max_line_bytes=max_line_bytes, summaries=False, metrics=False, warn=quiet)
+    reader.read_to_end()
+    return named(reader.model.summary(), path.parent, capture=options.capture_content)
+
+
+def history_liveness(path: Path, summary: SessionSummary) -> Liveness:
+    """How the daemon would see a replayed session: its lock files, and whether it died mid-turn."""
+    pids = tuple(lock_pids(path.parent))
+    expected = locks_expected(pids, parse_version(summary.cli_version))
+    state = IDLE if summary.ended else summary.state
+    abandoned_at = None
+    if state != IDLE and pids and not any(pid_alive(pid) for pid in pids):
+        abandoned_at = summary.last_event_ns / 1e9  # mid-turn, and its process is gone
+    if state != IDLE and not pids and expected and summary.last_event_ns:
+        abandoned_at = summary.last_event_ns / 1e9  # the lock went with the process
+    return Liveness(summary.session_id, state, summary.last_event_ns, pids, abandoned_at, expected,
+                       summary.waiting_on, summary.repository)
+
+
+def now_live(summary: SessionSummary, now: float) -> bool:
+    """Could a replayed session still be live (not shut down, written to within the abandoned retention)?"""
+    return summary.ended is None and now - summary.last_event_ns / 1e9 < ABANDONED_RETENTION

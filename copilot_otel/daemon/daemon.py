@@ -1,0 +1,424 @@
+"""The daemon: wiring, scheduling, health and shutdown. Discover -> follow -> pipeline -> export / metrics.
+
+One reader thread (``run``) owns every session model. After each pass it publishes one frozen
+:class:`~copilot_otel.daemon.published.Published` (a Liveness per live session, every summary), swapped
+whole; the scrape and web threads read only that, never a model.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import os
+import threading
+import time
+from dataclasses import replace
+from pathlib import Path
+from types import MappingProxyType
+from typing import Callable
+
+from ..export.checkpoint import Checkpoint, StateLock
+from ..config import Config
+from ..export.deadletter import FILE_NAME as DEAD_LETTER_FILE
+from ..export.deadletter import DeadLetter
+from ..source.discover import Discoverer, Tree
+from ..export.queue import ExportQueue
+from .follow import Follower
+from ..source.liveness import ABANDON, ABANDONED_RETENTION, DORMANT, Liveness, live_state, lock_pids, pid_alive, verdict
+from ..base.logs import RateLimitedLog, ReportedOnce
+from ..export.metrics import Metrics
+from .moves import Moves
+from .notices import SessionNotices
+from ..export.otlp_json import OtlpJsonEncoder
+from ..model.pipeline import Outputs
+from .published import Published
+from .readout import Readout
+from ..export.resource import resource_attributes
+from ..export.sinks import make_sink
+from ..export.contract import SpanSink
+from ..source.sources import SESSION_STATE
+from ..model.summary import SessionSummary
+from ..vocab import END_INCOMPLETE, END_SHUTDOWN
+
+log = logging.getLogger(__name__)
+
+TICK = 0.2  # seconds between housekeeping passes (idle confirmation, liveness)
+LIVENESS_EVERY = 1.0
+
+
+class Daemon:
+    """Follows every session under COPILOT_HOME/session-state; exports spans; keeps metrics."""
+
+    def __init__(self, config: Config, *, sink: SpanSink | None = None, metrics: Metrics | None = None,
+                 clock: Callable[[], float] = time.time, freeze_gc: bool = False) -> None:
+        self.config = config
+        self.root = config.copilot_home / SESSION_STATE
+        self.clock = clock
+        self.policy = config.stuck_policy
+        self.readout = Readout(self.policy, liveness=lambda: self.published.liveness, clock=clock)
+        self.metrics = metrics or Metrics(repository_label=not config.no_repository_label,
+                                          resource=resource_attributes(), max_label_values=config.max_label_values)
+        if config.budgets:
+            self.metrics.add_budgets(config.budgets, resource_attributes())
+        self.metrics.add_live_sessions(self.readout.live_sessions)
+        self.metrics.measure_lag_while(self.readout.sessions_at_work)
+        # One daemon per checkpoint (raises CheckpointError); a state folder others could change is refused.
+        self.lock = StateLock(config.state_dir, strict=not config.no_strict_modes)
+        self.lock.acquire()
+        # A damaged checkpoint is set aside only when starting afresh re-counts nothing (--from-end skips the history).
+        self.checkpoint = Checkpoint(config.state_dir / "checkpoint.sqlite", start_afresh=not config.from_start)
+        self.sink = sink or make_sink(traces_file=config.traces_file, otlp=config.otlp,
+                                      default_file=config.default_traces_file,
+                                      max_request_bytes=config.max_request_bytes, rotation=config.traces_rotation,
+                                      strict=not config.no_strict_modes)
+        self.dead_letter = DeadLetter(config.state_dir / DEAD_LETTER_FILE, OtlpJsonEncoder(resource_attributes()))
+        self.queue = ExportQueue(
+            self.sink, self.checkpoint, max_spans=config.max_buffered_spans, dead_letter=self.dead_letter,
+            on_exported=self.metrics.spans_exported.inc, on_failed=self.metrics.spans_failed.inc,
+            on_commit=self.metrics.checkpoint_commits.inc, on_dead_lettered=self.metrics.spans_dead_lettered.inc,
+            on_backend_dropped=self.metrics.spans_dropped_by_backend.inc)
+        # Read when scraped, so they stay true while the reader waits on a full queue.
+        self.metrics.files_watched.set_function(lambda: len(self.sessions))
+        self.metrics.export_queue.set_function(lambda: self.queue.depth)
+        self.discoverer = Discoverer(self.root, poll=config.poll, rescan_interval=config.rescan_interval)
+        self.sessions: dict[Path, Follower] = {}
+        # The sessions whose state can change without a new event (an idle loop to confirm, a process
+        # that may die) or that a scrape reports. Housekeeping and scrapes visit only these, so
+        # thousands of finished sessions cost nothing between their writes.
+        self._open: dict[Path, Follower] = {}
+        self._abandoned: dict[Path, Follower] = {}
+        # The reader's own copies, published in ``self.published`` after each pass: the live sessions, every
+        # known session at a glance (kept when its model is compacted away), and the logs whose summary counts
+        # only what followed the checkpoint it resumed from.
+        self._liveness: dict[Path, Liveness] = {}
+        self._summaries: dict[Path, SessionSummary] = {}
+        self._partial: set[Path] = set()
+        self._changed = False  # a summary or the set of logs changed since the last publication
+        self.published = Published()  # what other threads read: replaced whole, never changed
+        self.notices = SessionNotices(self.policy)
+        self._restored = self.checkpoint.load()
+        self.moves = Moves(self._restored)
+        self._started = clock()  # a log last written before this is history: its events were not seen arriving
+        self.tree = Tree(self.root)
+        # Taken here, before /healthz answers: a session created once the daemon is up is not history.
+        # --from-end: history present at the first start is skipped (a checkpoint still wins).
+        self._skip_history: set[Path] = set() if self.config.from_start else self.tree.logs()
+        self._unreadable = ReportedOnce(log)  # retried at every rescan
+        self._root_real = self.tree.real
+        # Files read up to their byte budget with more waiting: read again next round, after the others.
+        self._backlog: set[Path] = set()
+        # The generation a deleted log would start again at, were it written anew.
+        self._generations: dict[Path, int] = {}
+        self._stop = threading.Event()
+        self._bad_lines = RateLimitedLog(log)
+        self._last_loop = time.monotonic()
+        self._next_liveness = 0.0
+        # Once the history is read, its objects live as long as the process: moving them out of the
+        # collector's reach keeps full collections (100-400 ms with 10,000 sessions) off scrapes.
+        self._freeze_gc = freeze_gc
+
+    # ------------------------------------------------------------ lifecycle
+
+    def request_stop(self, *_args) -> None:
+        """Ask the loop to stop (signal handler)."""
+        self._stop.set()
+
+    def health(self) -> tuple[bool, str]:
+        """Healthy while the reader loop turns and sessions can be seen; says whether exports succeed, and what
+        was set aside."""
+        stalled = time.monotonic() - self._last_loop
+        if stalled > 30 and not self.queue.blocked:  # a reader paused by back-pressure is not hung
+            return False, f"reader loop stalled for {stalled:.0f} s"
+        problem = self.discoverer.problem()
+        if problem is not None:
+            return False, problem
+        notes = self.queue.notes()
+        return True, f"ok ({'; '.join(notes)})" if notes else "ok"
+
+    def run(self, ready: threading.Event | None = None) -> None:
+        """Run until stopped; flush and commit before returning."""
+        self.queue.start()
+        self.discoverer.start()
+        if ready is not None:
+            ready.set()
+        try:
+            while not self._stop.is_set():
+                self._pass()
+        finally:
+            self.discoverer.stop()
+            if not self.queue.stop(timeout=5.0):
+                log.warning("stopped with %d spans not yet exported; they will be re-read on the next start",
+                            self.queue.depth)
+            self.checkpoint.close()
+            self.sink.shutdown()
+            self.dead_letter.close()
+            self.lock.release()
+
+    def _pass(self) -> None:
+        """One turn of the reader loop: read what changed, housekeeping, publish the sessions' liveness."""
+        rescans = self.discoverer.rescans
+        files, lock_dirs = self.discoverer.wait(0.0 if self._backlog else TICK)
+        if self.discoverer.rescans != rescans:
+            files |= self._unreadable.paths
+        self._last_loop = time.monotonic()
+        # Round robin: each changed file gets one read of at most follow.READ_BYTES per pass, so a
+        # session that writes fast (or a flood) delays the others by one read, not by its backlog.
+        files |= self._backlog
+        self._backlog = set()
+        # Paths not followed yet first: a log moved from a followed path is taken up there before the old
+        # path is found gone (and its session ended).
+        for path in sorted(files, key=lambda p: (p in self.sessions, p)):
+            if self._stop.is_set():
+                break
+            try:
+                self._read(path)
+            except OSError as exc:  # a path that cannot even be looked at (permissions): said once, retried
+                self._unreadable.report(path, f"cannot look at {path}: {exc.strerror or exc}; will retry")
+        for folder in lock_dirs:
+            follower = self.sessions.get(folder / "events.jsonl")
+            if follower is not None:
+                follower.pids = lock_pids(folder)
+                if follower.model is not None and follower.model.ended is None:
+                    self._watch(follower)  # a CLI took it up again
+        self._housekeeping()
+        self._publish()
+        if self._freeze_gc and not files:
+            self._freeze_gc = False
+            gc.collect()
+            gc.freeze()
+
+    def _publish(self) -> None:
+        """Swap in what other threads read: the sessions' liveness every pass, summaries when one changed (a copy)."""
+        liveness, before = tuple(self._liveness.values()), self.published
+        if self._changed or len(liveness) != len(before.liveness):
+            self._changed = False
+            self.published = Published(before.generation + 1, liveness, MappingProxyType(dict(self._summaries)),
+                                       frozenset(self._partial))
+        else:
+            self.published = replace(before, liveness=liveness)
+
+    # ------------------------------------------------------------ reading
+
+    def _follower_for(self, path: Path) -> Follower | None:
+        follower = self.sessions.get(path)
+        if follower is not None or not path.is_file() or not self.tree.inside(path):
+            return follower
+        restored = self._restored.pop(str(path), None)
+        if restored is None:  # a log seen here first: did it move here?
+            first_id, moved, restored = self.moves.origin(path, self.sessions, within=self._root_real)
+            if moved is not None:
+                self._move(moved, path, first_id)
+                return moved
+        follower = Follower.start(path, self.config.model, max_line_bytes=self.config.max_line_bytes,
+                                  restored=restored, skip_history=path in self._skip_history, within=self._root_real,
+                                  generation=self._generations.pop(path, 0),
+                                  history=os.stat(path).st_mtime < self._started)
+        if restored is not None and restored.resume_offset == restored.offset \
+                and self.clock() - os.stat(path).st_mtime < ABANDONED_RETENTION:
+            # Nothing was open at its checkpoint, yet it was written lately: a run before may have found it
+            # abandoned. Read again from the first line (nothing delivered twice) to know, and to know it whole.
+            follower.reread()
+        self.sessions[path] = follower
+        return follower
+
+    def _move(self, follower: Follower, path: Path, first_id: str) -> None:
+        """Follow a log at the path it moved to (its folder was renamed): the same session, position and ids."""
+        old = follower.path
+        log.info("%s moved to %s; following it there as the same session %s", old, path, follower.session_id)
+        follower.move(path)
+        self.moves.moved(first_id, old, path)
+        for keyed in (self.sessions, self._open, self._abandoned, self._liveness, self._summaries):
+            if old in keyed:
+                keyed[path] = keyed.pop(old)
+        for marked in (self._partial, self._backlog):
+            if old in marked:
+                marked.symmetric_difference_update((old, path))
+        self.notices.moved(old, path)
+        self._changed = True
+        marker = follower.marker()
+        if marker is not None:  # the row moves to the new path once what is queued before it is exported
+            self.queue.put_marker(marker)
+
+    def _read(self, path: Path) -> None:
+        """One read of at most follow.READ_BYTES from one file; a file with more waiting joins the backlog."""
+        follower = self._follower_for(path)
+        if follower is None:
+            self._forget(path)
+            return
+        if follower.model is None and not follower.wake():
+            return
+        out = Outputs()
+        result = follower.read(out, warn=self._bad_lines.warning)
+        if result.gone:
+            self._forget(path)
+            return
+        if result.error:
+            self._unreadable.report(path, f"cannot read {path}: {result.error}; will retry")
+            return
+        self._unreadable.recovered(path)
+        if follower.tail.identity is not None:
+            self.moves.note(follower.tail.identity.first_id, path)
+        cut_off = None
+        if result.items:
+            self._abandoned.pop(path, None)
+            if follower.model.ended is None:  # learn the pid of a process that writes it (a finished one has none)
+                self._alive(follower)
+            cut_off = None if result.more else follower.close_at_floor()
+            if cut_off is not None:
+                self._found_abandoned(follower, cut_off)
+        if result.items or result.restarted or result.copied:  # copied: the position's new identity
+            self._deliver(follower, out)
+        if cut_off is not None:  # what it was doing when it died stays in its summary, as _abandon keeps it
+            self._summaries[path] = replace(self._summaries[path], waiting_on=cut_off.waiting_on,
+                                            waiting_since_ns=cut_off.waiting_since_ns)
+        if result.more:
+            self._backlog.add(path)
+        elif follower.model.ended is not None and follower.abandoned_at is None:
+            self._compact(follower)
+
+    def _deliver(self, follower: Follower, out: Outputs) -> None:
+        """Count what a read produced, queue its spans, then the checkpoint position behind them."""
+        self._count_and_queue(follower, out)
+        if follower.model.ended is None:
+            self._watch(follower, resumed=bool(out.events.get("session.resume")))
+        else:
+            self._unwatch(follower)
+        marker = follower.marker()
+        if marker is not None:
+            self.queue.put_marker(marker)
+        self._summaries[follower.path] = follower.summary()
+        if follower.whole:
+            self._partial.discard(follower.path)
+        else:
+            self._partial.add(follower.path)
+        self._changed = True
+
+    def _count_and_queue(self, follower: Follower, out: Outputs) -> None:
+        try:
+            self.metrics.apply_outputs(out)
+        except Exception:  # a metric bug must not stop the reader
+            log.exception("cannot count the metrics of %s", follower.path)
+        self.queue.put_spans(out.spans, should_stop=self._stop.is_set)
+
+    def _watch(self, follower: Follower, *, resumed: bool = False) -> None:
+        if follower.path not in self._open and self._alive(follower):
+            self.notices.started(follower, resumed=resumed)
+        self._open[follower.path] = follower
+        self._liveness[follower.path] = follower.liveness()
+
+    def _unwatch(self, follower: Follower) -> None:
+        if follower.model is not None and follower.model.ended == END_SHUTDOWN:
+            self.notices.ended(follower, "shut down")
+        self._open.pop(follower.path, None)
+        if follower.abandoned_at is None:
+            self._liveness.pop(follower.path, None)
+        else:
+            self._liveness[follower.path] = follower.liveness()
+
+    def _compact(self, follower: Follower) -> None:
+        if follower.compact():
+            self._open.pop(follower.path, None)
+            self._liveness.pop(follower.path, None)
+
+    def _forget(self, path: Path) -> None:
+        follower = self.sessions.pop(path, None)
+        self._open.pop(path, None)
+        self._abandoned.pop(path, None)
+        self._liveness.pop(path, None)
+        self._summaries.pop(path, None)
+        self._partial.discard(path)
+        self._changed = True
+        self._backlog.discard(path)
+        if follower is not None and follower.tail.identity is not None:
+            self._generations[path] = follower.generation + 1  # if it is written anew: a new generation
+            self.moves.forget(path)
+        if follower is not None:
+            self.notices.forget(follower, "its log was deleted")
+        if follower is not None and follower.model is not None:
+            log.info("%s was deleted; finishing session %s", path, follower.session_id)
+            out = Outputs()
+            follower.finish(out)
+            self._count_and_queue(follower, out)
+        self._restored.pop(str(path), None)
+        if str(path) not in self.moves.moved_away:  # a moved log's row goes when its new path's row is committed
+            self.checkpoint.forget(str(path))
+
+    # ------------------------------------------------------------ housekeeping
+
+    def _housekeeping(self) -> None:
+        now = self.clock()
+        monotonic = time.monotonic()
+        check_liveness = monotonic >= self._next_liveness
+        if check_liveness:
+            self._next_liveness = monotonic + LIVENESS_EVERY
+            for path, follower in list(self._abandoned.items()):
+                if follower.abandoned_at is None or monotonic - follower.seen_at >= ABANDONED_RETENTION:
+                    del self._abandoned[path]
+                    follower.abandoned_at = None
+                    self._liveness.pop(path, None)
+                    self._compact(follower)
+        for follower in list(self._open.values()):
+            model = follower.model
+            # Quiet is measured on our clock: a backlog read late must not look quiet.
+            quiet = monotonic - follower.last_read
+            if model.awaiting_confirmation and quiet >= self.config.idle_quiet:
+                out = Outputs()
+                follower.confirm_end(out)
+                self._deliver(follower, out)
+            if not check_liveness or follower.path in self._backlog:
+                continue  # a log with more waiting to be read: its last event read is not its last one
+            decision = verdict(mid_turn=model.mid_turn, awaiting_confirmation=model.awaiting_confirmation,
+                               since_event=monotonic - follower.seen_at, quiet=quiet,
+                               alive=lambda f=follower: self._alive(f), locks_expected=follower.locks_expected)
+            if decision == ABANDON:
+                self._abandon(follower, monotonic)
+            elif decision == DORMANT:  # its process is gone and nothing is open: set aside until it grows
+                self.notices.ended(follower, "its CLI process exited")
+                self._open.pop(follower.path, None)
+                self._liveness.pop(follower.path, None)
+                self._compact(follower)
+            elif model.mid_turn or self.notices.is_stuck(follower):
+                live = live_state(follower.liveness(), now=now, policy=self.policy, alive=pid_alive,
+                                  monotonic=monotonic)
+                self.queue.put_spans(self.notices.check_stuck(follower, live, now), should_stop=self._stop.is_set)
+        if check_liveness:
+            self.notices.sweep(self._open)
+
+    def _alive(self, follower: Follower) -> bool:
+        """Is a process holding the session? The known lock pids first, the folder listed again if none lives."""
+        if any(pid_alive(pid) for pid in follower.pids):
+            return True
+        pids = lock_pids(follower.path.parent)
+        if pids != follower.pids:
+            follower.pids = pids
+            if follower.path in self._liveness:
+                self._liveness[follower.path] = follower.liveness()
+        return any(pid_alive(pid) for pid in pids)
+
+    def _found_abandoned(self, follower: Follower, before: SessionSummary) -> None:
+        """A log re-read after a restart ends mid-turn where a run before closed its work: that run found its
+        process gone. Abandoned it stays, by the rule `inspect` and `sessions --from-files` apply (no live
+        process, within ABANDONED_RETENTION of its last event): a restart changes no state."""
+        monotonic = time.monotonic()
+        if monotonic - follower.seen_at < ABANDONED_RETENTION and not self._alive(follower) \
+                and (follower.pids or follower.locks_expected):
+            follower.abandoned_at = monotonic
+            self._abandoned[follower.path] = follower
+            log.info("session %s was abandoned mid-turn before this start (waiting on %s)", follower.session_id,
+                     before.waiting_on or "the model")
+
+    def _abandon(self, follower: Follower, monotonic: float) -> None:
+        """The process that held a session died mid-turn: end its open spans as incomplete."""
+        self.notices.forget(follower, "abandoned")
+        if monotonic - follower.seen_at < ABANDONED_RETENTION:
+            follower.abandoned_at = monotonic
+            self._abandoned[follower.path] = follower
+            log.warning("session %s was abandoned mid-turn (its CLI process is gone)", follower.session_id)
+        before = follower.model.summary()
+        out = Outputs()
+        follower.finish(out, END_INCOMPLETE)
+        self._deliver(follower, out)
+        # What it was doing when it died stays in its summary (the web view and `sessions` show it).
+        self._summaries[follower.path] = replace(self._summaries[follower.path], waiting_on=before.waiting_on,
+                                                 waiting_since_ns=before.waiting_since_ns)
+        self._changed = True

@@ -1,0 +1,69 @@
+"""`copilot-otel run`: the daemon with its HTTP endpoint (metrics, health, the web view) and, when
+asked, the OTLP metrics push; stopped by SIGTERM/SIGINT; its exit code."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sqlite3
+import sys
+
+from ..export.checkpoint import CheckpointError
+from ..config import Config, ConfigError
+from .daemon import Daemon
+
+log = logging.getLogger("copilot_otel.daemon")  # its lines read as the daemon's, as before
+
+# At SIGTERM the final metrics push gets this long at most (after at most 5 s flushing the trace queue),
+# so that a backend that never answers cannot hold the stop up to systemd's TimeoutStopSec (30 s).
+FINAL_PUSH_TIMEOUT = 5.0
+SWITCH_INTERVAL = 0.0005  # s
+
+
+def run_daemon(config: Config) -> int:
+    """`copilot-otel run`: start, serve until SIGTERM/SIGINT, flush, exit 0."""
+    from ..catalog.cache import Catalog
+    from ..web.endpoint import Endpoint, web_config_of
+    from ..web.overview import DaemonSessions
+    from ..export.resource import resource_attributes
+    from ..web.routes import WebView
+
+    try:
+        web_config = web_config_of(config)  # a bad file is said before anything starts
+        daemon = Daemon(config, freeze_gc=True)
+        catalog = Catalog(daemon.root, cache_file=config.summary_cache, max_line_bytes=config.max_line_bytes,
+                          capture=config.model.capture_content)
+        view = WebView(DaemonSessions(config, lambda: daemon.published, catalog=catalog,
+                                      problem=daemon.discoverer.problem),
+                       trace_url=config.trace_url, budgets=config.budgets, resource=resource_attributes())
+        # The socket is made while the daemon holds the state folder's lock: one daemon, one socket.
+        endpoint = Endpoint(config, daemon.metrics.registry, view.routes(), health=daemon.health,
+                            unix_socket=config.daemon_socket, web_config=web_config)
+    except ConfigError as exc:
+        log.error("%s", exc)
+        return 2
+    except (OSError, sqlite3.Error, CheckpointError) as exc:
+        log.error("cannot start: %s", exc)
+        return 2
+    # A thread that wakes (a request, a render, the exporter) waits this long at most for the GIL while the
+    # reader is busy (Python's default 5 ms made a /metrics request that takes the GIL dozens of times wait
+    # 100-200 ms behind a flood; issue 25). Threads that do not compete pay nothing.
+    sys.setswitchinterval(SWITCH_INTERVAL)
+    signal.signal(signal.SIGTERM, daemon.request_stop)
+    signal.signal(signal.SIGINT, daemon.request_stop)
+    endpoint.start()
+    log.info("following %s; metrics on %s/metrics, sessions on %s; traces to %s", daemon.root, endpoint.base,
+             endpoint.shown_url(), daemon.sink.description)
+    pusher = None
+    if config.metrics_otlp is not None:  # OTEL_METRICS_EXPORTER=otlp (the OTel SDK is imported only then)
+        from ..export.otlp_metrics import start_pushing
+
+        pusher = start_pushing(config.metrics_otlp, daemon.metrics.registry, daemon.metrics.genai)
+    try:
+        daemon.run()
+    finally:
+        endpoint.stop()
+        if pusher is not None:
+            pusher.stop(timeout=FINAL_PUSH_TIMEOUT)
+    log.info("stopped")
+    return 0

@@ -1,0 +1,261 @@
+"""The SQLite checkpoint: per file, its identity and how far its spans were exported.
+
+Two positions are kept per file. ``offset``/``line`` is the end of the last line whose
+spans are all exported: metrics and spans from events before it are never emitted
+again. ``resume_offset``/``resume_line`` is where reading restarts after a restart:
+the first event of the interaction still running then, so its open spans are rebuilt
+from their real start events. Rows are committed only after the export succeeded.
+
+With each position goes what makes the log the same log (identity.py): the id of its first
+event and a CRC-32 of its bytes up to ``offset``, so that a log copied over itself, moved to
+another folder or edited while the daemon was stopped is recognised at the next start; and
+the session id its spans were made under, which a log moved to another folder keeps.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import logging
+import os
+import sqlite3
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..config import ConfigError
+from ..source.identity import FileIdentity
+from ..base.private import open_private, private_dir, state_folder, touch_private
+from ..source.sources import path_from_text, path_text
+from ..base.strictmodes import UnsafePath, state_refusal
+
+log = logging.getLogger(__name__)
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS files (
+    path TEXT PRIMARY KEY,
+    device INTEGER NOT NULL,
+    inode INTEGER NOT NULL,
+    fingerprint TEXT NOT NULL,
+    fingerprint_len INTEGER NOT NULL,
+    offset INTEGER NOT NULL,
+    line INTEGER NOT NULL,
+    resume_offset INTEGER NOT NULL,
+    resume_line INTEGER NOT NULL,
+    updated REAL NOT NULL,
+    generation INTEGER NOT NULL DEFAULT 0,
+    crc INTEGER,
+    first_id TEXT NOT NULL DEFAULT '',
+    session_id TEXT NOT NULL DEFAULT ''
+)
+"""
+# Columns added since the first schema, and how to add each to an older checkpoint.
+_ADDED = {
+    "generation": "generation INTEGER NOT NULL DEFAULT 0",
+    "crc": "crc INTEGER",
+    "first_id": "first_id TEXT NOT NULL DEFAULT ''",
+    "session_id": "session_id TEXT NOT NULL DEFAULT ''",
+}
+_COLUMNS = ("path, device, inode, fingerprint, fingerprint_len, offset, line, resume_offset, resume_line, updated, "
+            "generation, crc, first_id, session_id")
+# What SQLite reports for a file that is damaged or no database at all: only these are set aside.
+_CORRUPT = ("SQLITE_CORRUPT", "SQLITE_NOTADB")
+
+
+class CheckpointError(RuntimeError):
+    """The checkpoint cannot be used now (locked, disk full, I/O error): the message says which."""
+
+
+def _describe(exc: sqlite3.Error) -> str:
+    name = getattr(exc, "sqlite_errorname", "")
+    return f"{exc} ({name})" if name else str(exc)
+
+
+def _corrupt(exc: sqlite3.Error) -> bool:
+    name = getattr(exc, "sqlite_errorname", None)
+    if name is None:
+        return "malformed" in str(exc) or "not a database" in str(exc)
+    return name.startswith(_CORRUPT)
+
+
+@dataclass(frozen=True, slots=True)
+class FilePosition:
+    """A committed position in one file."""
+
+    path: str
+    identity: FileIdentity
+    offset: int
+    line: int
+    resume_offset: int
+    resume_line: int
+    generation: int = 0  # how many times the file was truncated or replaced under the daemon
+    crc: int | None = None  # CRC-32 of the log's bytes before ``offset`` (None: not known)
+    session_id: str = ""  # the session id its spans are made under, when not its folder's name (a moved log)
+    moved_from: tuple[str, ...] = ()  # paths the log was followed at before: their rows go in the same commit
+
+
+class Checkpoint:
+    """A small store of file positions, safe against a kill -9 at any moment."""
+
+    def __init__(self, path: Path, *, busy_timeout: float = 5.0, start_afresh: bool = True) -> None:
+        self.path = Path(path)
+        self.busy_timeout = busy_timeout  # how long a statement waits for a lock another process holds
+        # A damaged checkpoint: set aside and start empty, or (False) refuse, saying what to do.
+        self.start_afresh = start_afresh
+        self._lock = threading.Lock()
+        self._db = self._open()
+
+    def _open(self) -> sqlite3.Connection:
+        private_dir(self.path.parent)
+        try:
+            touch_private(self.path)  # SQLite gives its -wal and -shm files the database's mode
+        except OSError as exc:  # a folder in the way, a link, someone else's file
+            raise CheckpointError(f"cannot open the checkpoint {self.path}: {exc.strerror or exc}") from None
+        try:
+            db = self._connect()
+            try:
+                db.execute("SELECT * FROM files").fetchall()  # every row read: a damaged page shows now, not later
+            except BaseException:
+                db.close()
+                raise
+            return db
+        except sqlite3.Error as exc:
+            if not _corrupt(exc):
+                raise CheckpointError(f"cannot open the checkpoint {self.path}: {_describe(exc)}") from None
+            if not self.start_afresh:
+                raise CheckpointError(
+                    f"the checkpoint {self.path} is damaged ({exc}): what was exported is unknown. To export every "
+                    "session again from its start (the same span ids; its metrics counted again), move it aside with "
+                    "its -wal and -shm files; to skip the history in the files, start with --from-end") from None
+            broken = self.path.with_name(f"{self.path.name}.corrupt-{int(time.time())}")
+            log.warning("checkpoint %s is unreadable (%s); moved it to %s and starting afresh",
+                        self.path, exc, broken)
+            for suffix in ("", "-wal", "-shm"):
+                source = Path(str(self.path) + suffix)
+                if source.exists():
+                    source.replace(Path(str(broken) + suffix))
+            touch_private(self.path)
+        try:
+            return self._connect()
+        except sqlite3.Error as exc:
+            raise CheckpointError(f"cannot create the checkpoint {self.path}: {_describe(exc)}") from None
+
+    def _connect(self) -> sqlite3.Connection:
+        db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=self.busy_timeout)
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")
+            db.execute(SCHEMA)
+            columns = {row[1] for row in db.execute("PRAGMA table_info(files)")}
+            for name, definition in _ADDED.items():  # a checkpoint written by an older version
+                if name not in columns:
+                    db.execute(f"ALTER TABLE files ADD COLUMN {definition}")
+        except BaseException:
+            db.close()
+            raise
+        return db
+
+    def load(self) -> dict[str, FilePosition]:
+        """Every committed position, by path."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT path, device, inode, fingerprint, fingerprint_len, offset, line, resume_offset, resume_line, "
+                "generation, crc, first_id, session_id FROM files").fetchall()
+        positions = (FilePosition(path_from_text(row[0]), FileIdentity(row[1], row[2], row[3], row[4], row[11]),
+                                  row[5], row[6], row[7], row[8], row[9], row[10], row[12]) for row in rows)
+        return {position.path: position for position in positions}
+
+    def commit(self, positions: list[FilePosition]) -> None:
+        """Store these positions in one transaction; raise CheckpointError (nothing stored) if it failed."""
+        if not positions:
+            return
+        now = time.time()
+        rows = [(path_text(p.path), p.identity.device, p.identity.inode, p.identity.fingerprint,
+                 p.identity.fingerprint_len, p.offset, p.line, p.resume_offset, p.resume_line, now, p.generation, p.crc,
+                 p.identity.first_id, p.session_id) for p in positions]
+        moved = [(path_text(old),) for p in positions for old in p.moved_from if old != p.path]
+        with self._lock:
+            try:
+                self._db.execute("BEGIN")
+                self._db.executemany(
+                    f"INSERT INTO files ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT(path) DO UPDATE "
+                    "SET device=excluded.device, inode=excluded.inode, fingerprint=excluded.fingerprint, "
+                    "fingerprint_len=excluded.fingerprint_len, offset=excluded.offset, line=excluded.line, "
+                    "resume_offset=excluded.resume_offset, resume_line=excluded.resume_line, updated=excluded.updated, "
+                    "generation=excluded.generation, crc=excluded.crc, first_id=excluded.first_id, "
+                    "session_id=excluded.session_id", rows)
+                if moved:
+                    self._db.executemany("DELETE FROM files WHERE path = ?", moved)
+                self._db.execute("COMMIT")
+            except sqlite3.Error as exc:
+                self._rollback()
+                raise CheckpointError(f"cannot commit to the checkpoint {self.path}: {_describe(exc)}") from None
+            except BaseException:
+                self._rollback()
+                raise
+
+    def _rollback(self) -> None:
+        # SQLite may have rolled back already (a full disk does): rolling back again would hide the error.
+        if self._db.in_transaction:
+            try:
+                self._db.execute("ROLLBACK")
+            except sqlite3.Error as exc:
+                log.debug("rollback of the checkpoint failed too: %s", exc)
+
+    def forget(self, path: str) -> None:
+        """Drop a file that no longer exists (a failure is logged: the row is dropped at a later forget)."""
+        with self._lock:
+            try:
+                self._db.execute("DELETE FROM files WHERE path = ?", (path_text(path),))
+            except sqlite3.Error as exc:
+                log.warning("cannot drop %s from the checkpoint %s: %s", path, self.path, _describe(exc))
+
+    def close(self) -> None:
+        """Close the database."""
+        with self._lock:
+            self._db.close()
+
+
+class StateLock:
+    """An exclusive lock on a state directory, held while a daemon runs: two daemons on one checkpoint
+    would export everything twice. Released when the process ends, however it ends."""
+
+    NAME = "daemon.lock"
+
+    def __init__(self, state_dir: Path, *, strict: bool = True) -> None:
+        self.path = Path(state_dir) / self.NAME
+        self.strict = strict  # refuse a state folder another user could change (strictmodes.py)
+        self._fd: int | None = None
+
+    def acquire(self) -> None:
+        """Check the state directory is writable and safe (creating it), then take the lock; raise ConfigError
+        for a directory that cannot be written or another user could change, CheckpointError naming the
+        daemon that holds it."""
+        state_dir = self.path.parent
+        try:
+            state_folder(state_dir, strict=self.strict)
+            fd = open_private(self.path, os.O_RDWR)
+        except UnsafePath as exc:
+            raise ConfigError(state_refusal(state_dir, exc)) from None
+        except OSError as exc:
+            raise ConfigError(f"state directory {state_dir} is not writable ({exc.strerror or exc}); "
+                              "choose another with --state-dir or COPILOT_OTEL_STATE_DIR") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+            os.close(fd)
+            if exc.errno in (errno.EWOULDBLOCK, errno.EACCES):
+                raise CheckpointError(f"another copilot-otel daemon (pid {holder}) is using the state directory "
+                                      f"{self.path.parent}; stop it, or give this one its own --state-dir") from None
+            raise
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self._fd = fd
+
+    def release(self) -> None:
+        """Let another daemon start."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None

@@ -1,0 +1,53 @@
+"""The sink contract: where finished spans go (``SpanSink``), and what a delivery can say.
+
+A sink raises :class:`ExportError` when delivery failed and may succeed later (the export
+queue retries), and :class:`RejectedError` when the destination refused the spans for good:
+too large a request (split it) or spans it cannot accept (dead-lettered). A delivery may come with
+a :class:`Receipt`: spans the destination accepted and dropped all the same (OTLP partial success).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, Sequence
+
+from ..model.records import SpanRecord
+
+
+class ExportError(RuntimeError):
+    """Spans could not be delivered to their destination now; a later attempt may succeed."""
+
+
+class RejectedError(ExportError):
+    """The destination refused these spans for good: retrying the same request cannot succeed.
+
+    ``too_large``: the request was over a size limit (ours or the backend's): its halves may pass.
+    """
+
+    def __init__(self, message: str, *, too_large: bool = False) -> None:
+        super().__init__(message)
+        self.too_large = too_large
+
+
+@dataclass(frozen=True, slots=True)
+class Receipt:
+    """What the destination said of a request it accepted: how many of its items it dropped all the same
+    (OTLP partial success; it does not say which) and its message (sent alone, it is a warning)."""
+
+    rejected: int = 0
+    message: str = ""
+
+
+class SpanSink(Protocol):
+    """Where finished spans go. ``export`` raises ExportError when delivery failed, and may return a Receipt.
+
+    A sink that waits on a network may also have ``abort()``: end the request in flight now (the
+    daemon stops), which then fails with an ExportError."""
+
+    description: str
+
+    def export(self, records: Sequence[SpanRecord]) -> Receipt | None: ...
+
+    def sync(self) -> None: ...
+
+    def shutdown(self) -> None: ...

@@ -1,0 +1,109 @@
+"""The sinks: an OTLP JSON lines file, OTLP over gRPC or HTTP (otlp_sink.py), or memory; the contract is spansink.py."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from ..config import DEFAULT_MAX_REQUEST_BYTES, ConfigError, OtlpSettings
+from ..base.linefile import FileBusy
+from .otlp_json import OtlpJsonEncoder
+from ..base.private import private_dir
+from ..model.records import SpanRecord
+from .resource import resource_attributes
+from .rotation import RotatingFile, Rotation
+from .contract import ExportError, Receipt, RejectedError, SpanSink  # noqa: F401 (read from here too)
+from ..base.strictmodes import UnsafePath, check_folder
+
+log = logging.getLogger(__name__)
+
+
+class MemorySink:
+    """Keeps exported spans in a list: for tests, and apps that inspect their own agents' spans."""
+
+    description = "memory"
+
+    def __init__(self) -> None:
+        self.records: list[SpanRecord] = []
+        self._lock = threading.Lock()
+
+    def export(self, records: Sequence[SpanRecord]) -> None:
+        """Append the batch."""
+        with self._lock:
+            self.records.extend(records)
+
+    def sync(self) -> None:
+        """Nothing to make durable."""
+
+    def shutdown(self) -> None:
+        """Nothing to release."""
+
+
+class FileSink:
+    """Appends OTLP JSON lines to a file, one ExportTraceServiceRequest of at most ``max_request_bytes``
+    per line (a single larger span gets a line of its own); a line is never left torn. The file is
+    created 0600 and rotates as ``rotation`` says; a file that is not ours, or a link, or a folder another
+    user may change (strictmodes.py) is refused with a ConfigError."""
+
+    def __init__(self, path: Path, *, resource: Mapping[str, Any] | None = None,
+                 max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES, rotation: Rotation = Rotation(),
+                 strict: bool = True) -> None:
+        self.path = Path(path)
+        self.description = str(self.path)
+        self.encoder = OtlpJsonEncoder(resource if resource is not None else resource_attributes())
+        self.max_request_bytes = max_request_bytes
+        try:
+            if strict:  # a folder others may change is refused (a sticky one is fine: the file is ours)
+                check_folder(self.path.parent)
+            private_dir(self.path.parent)
+            self._file = RotatingFile(self.path, rotation)
+        except UnsafePath as exc:
+            raise ConfigError(f"refusing to write traces to {self.path}: {exc}; choose another file with "
+                              "--traces-file") from None
+        except FileBusy:
+            raise ConfigError(f"refusing to write traces to {self.path}: another process (a daemon?) writes it "
+                              "and their lines would mix; choose another file with --traces-file") from None
+        except OSError as exc:
+            raise ConfigError(f"cannot write traces to {self.path} ({exc.strerror or exc}); "
+                              "choose another file with --traces-file, or another --state-dir") from None
+        self.fresh = self._file.size == 0  # nothing written there yet (a new file, or one emptied)
+
+    def export(self, records: Sequence[SpanRecord]) -> None:
+        """Write the batch as whole request lines and hand them to the OS."""
+        if records:
+            self.write_encoded(b"".join(self.encoder.encode_within(records, self.max_request_bytes)))
+
+    def write_encoded(self, lines: bytes) -> None:
+        """Append requests already encoded by ``self.encoder`` (whole lines): all of them, or none."""
+        try:
+            self._file.write(lines)
+        except OSError as exc:
+            raise ExportError(f"cannot write traces to {self.path}: {exc.strerror or exc}") from exc
+
+    def sync(self) -> None:
+        """Make every line written so far durable (before the checkpoint moves past it)."""
+        try:
+            self._file.sync()
+        except OSError as exc:
+            raise ExportError(f"cannot sync traces to {self.path}: {exc.strerror or exc}") from exc
+
+    def shutdown(self) -> None:
+        """Flush to disk and close."""
+        self._file.close()
+
+
+def make_sink(*, traces_file: Path | None, otlp: OtlpSettings, default_file: Path,
+              max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES, rotation: Rotation = Rotation(),
+              strict: bool = True) -> SpanSink:
+    """The destination the configuration names; a JSON-lines file when nothing is configured. ``strict``: a file
+    in a folder another user could change is refused."""
+    if traces_file is not None:
+        return FileSink(traces_file, max_request_bytes=max_request_bytes, rotation=rotation, strict=strict)
+    if otlp.endpoint:
+        from .otlp_sink import OtlpSink  # gRPC and protobuf load only when OTLP is used
+
+        return OtlpSink(otlp, max_request_bytes=max_request_bytes)
+    return FileSink(default_file, max_request_bytes=max_request_bytes, rotation=rotation, strict=strict)
+

@@ -1,0 +1,179 @@
+"""LLM calls: which reports are new calls, and their chat spans and metrics.
+
+A call can reach the model through two sources at once (a live subscriber gets both the
+persisted ``session.usage_record`` and the ephemeral ``assistant.usage``): such a pair is
+one call. Two reports from one source are two calls, even with the same ``apiCallId``:
+some providers reuse response ids.
+"""
+
+from __future__ import annotations
+
+from . import attrs as A
+from . import spanattrs
+from ..decode.events import Event
+from .records import KIND_CLIENT, span_id_for
+from .credits import CreditBook
+from .openwork import Agent, OpenSpan, Outbox, Turn
+from .summary import Tally
+from ..decode.payloads import Usage, as_num, as_str
+from ..vocab import END_ABORTED, ERROR, SUCCESS, Metric
+
+
+class CallBook:
+    """Tells each LLM call once, whichever source reports it, and builds its chat span."""
+
+    def __init__(self, session_id: str, out: Outbox, tally: Tally) -> None:
+        self.session_id = session_id
+        self.tally = tally
+        self.out = out
+        # apiCallId -> reports of that id not yet matched by the other source, per source (event type)
+        self._unmatched: dict[str, dict[str, int]] = {}
+        # agent id -> [model, accounted] of the call in flight (headless stream: model.call_start .. _finished)
+        self._in_flight: dict[str | None, list] = {}
+        self.tokens: dict[tuple[str, str], int] = {}  # (model, type) -> tokens counted so far
+        self.process_tokens: dict[tuple[str, str], int] = {}  # the same, since the session's last start or resume
+        self.premium: dict[str, float] = {}  # model -> premium requests counted so far
+        self.process_premium: dict[str, float] = {}  # the same, since the session's last start or resume
+        self.credits = CreditBook(out, tally)
+
+    def first_report(self, event: Event, usage: Usage) -> bool:
+        """A usage report: True unless it is the other source's report of a call already told."""
+        flight = self._in_flight.get(event.agent_id)
+        if flight is not None:
+            flight[1] = True
+        call_id = usage.api_call_id
+        if call_id is None:
+            return True
+        for source, unmatched in self._unmatched.items():
+            if source != event.type and unmatched.get(call_id):
+                unmatched[call_id] -= 1  # the same call, through the other source
+                return False
+        unmatched = self._unmatched.setdefault(event.type, {})
+        unmatched[call_id] = unmatched.get(call_id, 0) + 1
+        return True
+
+    def started(self, event: Event) -> None:
+        """model.call_start (live): the agent has a call in flight."""
+        previous = self._in_flight.get(event.agent_id)
+        model = as_str(event.data.get("model")) or (previous[0] if previous else None)
+        self._in_flight[event.agent_id] = [model, False]
+
+    def finished(self, event: Event) -> Usage | None:
+        """model.call_finished: the headless stream's only trace of a call that no usage event reported."""
+        flight = self._in_flight.pop(event.agent_id, None)
+        if flight is None or flight[1] or event.data.get("outcome") != "success":
+            return None
+        return Usage.known(flight[0], event.data.get("dispatchDurationMs"))
+
+    def failed(self, event: Event) -> tuple[Usage, str]:
+        """model.call_failure: a failed attempt the CLI will retry, and why it failed."""
+        flight = self._in_flight.pop(event.agent_id, None)
+        data = event.data
+        usage = Usage.known(as_str(data.get("model")) or (flight[0] if flight else None), data.get("durationMs"))
+        return usage, str(data.get("statusCode") or data.get("errorType") or "call_failed")
+
+    def record(self, event: Event, usage: Usage, agent: Agent, parent: OpenSpan, session_model: str | None,
+               *, error: str | None = None, nudge: bool = False, end_ns: int | None = None) -> None:
+        """Export the chat span of one call, ending at ``event`` (or ``end_ns``), and count it."""
+        end_ns = event.timestamp_ns if end_ns is None else end_ns
+        model = usage.model or session_model or "unknown"
+        turn = agent.turn
+        attributes, tokens = spanattrs.chat(self.session_id, agent.name, usage, model, None if turn is None else (
+            turn.turn_id, turn.span.attributes[A.COPILOT_INTERACTION_ID]))
+        provider = attributes.get(A.GEN_AI_PROVIDER_NAME)
+        if provider is not None:  # every span of the session names the provider its calls go to
+            self.out.shared[A.GEN_AI_PROVIDER_NAME] = provider
+        duration_ms = usage.duration_ms
+        # The CLI times the call from before it logs turn_start; never start before the parent.
+        start = max(end_ns - int(min(max(duration_ms, 0.0) * 1_000_000, end_ns)), parent.start_ns)
+        span = parent.child(span_id_for(self.session_id, event.id), f"{A.OP_CHAT} {model}", KIND_CLIENT, start,
+                            attributes)
+        self.out.span(span.close(end_ns, error_type=error))
+        tally, totals = self.tally, agent.totals
+        if error is None:
+            tally.llm_calls += 1
+            totals.llm_calls += 1
+            cost = as_num(usage.fields.get("cost"))
+            if "cost" in usage.fields:
+                totals.cost = (totals.cost or 0.0) + cost
+            if usage.fields.get("initiator") == "user" and cost > 0:
+                totals.premium_requests += cost
+                if nudge:
+                    tally.nudge_premium_requests += cost
+                    self.out.count(Metric.AUTOPILOT_PREMIUM_REQUESTS, model, value=cost, span=span)
+                self._count_premium(model, cost, span)
+            self.credits.call(usage, model, totals, nudge=nudge, span=span)
+            ttft = usage.fields.get("timeToFirstTokenMs")
+            if isinstance(ttft, (int, float)) and not isinstance(ttft, bool) and ttft >= 0:
+                self.out.count(Metric.LLM_TIME_TO_FIRST_TOKEN, model, value=ttft / 1000.0, span=span)
+        else:
+            tally.llm_errors += 1
+        for label, value in tokens.items():
+            totals.tokens[label] = totals.tokens.get(label, 0) + value
+            if label == "input":
+                tally.input_tokens += value
+            elif label == "output":
+                tally.output_tokens += value
+            elif label == "cache_read":
+                tally.cache_read_tokens += value
+        if turn is not None and error is None:
+            turn.llm_calls += 1
+            turn.truncated = usage.fields.get("finishReason") == "length"
+        self.out.count(Metric.LLM_CALLS, model, ERROR if error else SUCCESS, span=span)
+        self.out.count(Metric.LLM_CALL_DURATION, model, value=max(duration_ms, 0.0) / 1000.0, span=span)
+        for label, value in tokens.items():
+            if value > 0:
+                self._count_tokens(model, label, value, span)
+
+    def cut_off(self, abort: Event, turns: list[tuple[Agent, Turn]], model: str | None) -> None:
+        """The user's abort: a turn of ``turns`` with no call reported and no tool asked for had its LLM call in
+        flight (the CLI's own OTel has it as a chat span); it ends aborted, with its turn (or at the abort)."""
+        for agent, turn in turns:
+            if turn.llm_calls or turn.requested_tools or turn.errored:
+                continue
+            end_ns = turn.end_ns or abort.timestamp_ns
+            usage = Usage.known(model, (end_ns - turn.span.start_ns) / 1e6)
+            self.record(abort, usage, agent, turn.span, model, error=END_ABORTED, end_ns=end_ns)
+
+    def _count_premium(self, model: str, value: float, span: OpenSpan | None = None) -> None:
+        self.tally.premium_requests += value
+        self.premium[model] = self.premium.get(model, 0.0) + value
+        self.process_premium[model] = self.process_premium.get(model, 0.0) + value
+        self.out.count(Metric.PREMIUM_REQUESTS, model, value=value, span=span)
+
+    def _count_tokens(self, model: str, label: str, value: int, span: OpenSpan | None = None) -> None:
+        key = (model, label)
+        self.tokens[key] = self.tokens.get(key, 0) + value
+        self.process_tokens[key] = self.process_tokens.get(key, 0) + value
+        self.out.count(Metric.TOKENS, model, label, value=value, span=span)
+
+    def reconcile(self, model_metrics: object, *, cumulative: bool, tokens: bool) -> None:
+        """Count what a session's totals (session.shutdown ``modelMetrics``) hold beyond what the calls
+        told: premium requests (``requests.cost``) always, and tokens when ``tokens`` (CLIs that log no
+        usage per call). The totals are of the whole session (``cumulative``) or of the ending process."""
+        if not isinstance(model_metrics, dict):
+            return
+        for model, metrics in model_metrics.items():
+            if not isinstance(model, str) or not isinstance(metrics, dict):
+                continue
+            requests = metrics.get("requests")
+            cost = as_num(requests.get("cost")) if isinstance(requests, dict) else 0.0
+            missing = cost - (self.premium if cumulative else self.process_premium).get(model, 0.0)
+            if missing > 1e-9:  # costs are multipliers such as 0.33: sums are not exact
+                self._count_premium(model, missing)
+            usage = metrics.get("usage")
+            if not tokens or not isinstance(usage, dict):
+                continue
+            counted = self.tokens if cumulative else self.process_tokens
+            for key, _attr, label in A.USAGE_TOKENS:
+                total = usage.get(key)
+                if isinstance(total, int) and not isinstance(total, bool):
+                    missing = total - counted.get((model, label), 0)
+                    if missing > 0:
+                        self._count_tokens(model, label, missing)
+
+    def new_process(self) -> None:
+        """A session.start or resume: the totals the next shutdown writes count from here (per-process CLIs)."""
+        self.process_tokens.clear()
+        self.process_premium.clear()
+        self.credits.new_process()

@@ -1,0 +1,68 @@
+"""The code a session changed, from the totals its session.shutdown holds (``codeChanges``).
+
+The CLI writes lines added and removed and the files it modified at each shutdown: totals of
+the whole session (1.0.70 on: a resumed session's shutdown repeats what an earlier one held)
+or of the process that ends (older CLIs). Each is counted once: only what a shutdown adds to
+what was counted before. Files are told apart by path, so a file modified again after a resume
+is not counted twice.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .openwork import Outbox
+from ..decode.payloads import as_int
+from ..vocab import LINES_ADDED, LINES_REMOVED, Metric
+
+_LINE_KEYS = (("linesAdded", LINES_ADDED), ("linesRemoved", LINES_REMOVED))
+
+
+class CodeChanges:
+    """copilot_code_lines_total{change} and copilot_files_modified_total of one session."""
+
+    __slots__ = ("out", "lines", "process_lines", "files", "file_count")
+
+    def __init__(self, out: Outbox) -> None:
+        self.out = out
+        self.lines = dict.fromkeys((LINES_ADDED, LINES_REMOVED), 0)  # counted so far
+        self.process_lines = dict(self.lines)  # the same, since the session's last start or resume
+        self.files: set[str] = set()  # the paths counted so far
+        self.file_count = 0  # files counted (from paths, or from a bare count)
+
+    def new_process(self) -> None:
+        """A session.start or resume: per-process totals count from here."""
+        self.process_lines = dict.fromkeys(self.process_lines, 0)
+
+    def shutdown(self, data: dict[str, Any], *, cumulative: bool) -> None:
+        """Count what a session.shutdown's ``codeChanges`` adds (``accountingSnapshot.codeChanges`` gives
+        the file count when the list is missing)."""
+        changes = data.get("codeChanges")
+        snapshot = data.get("accountingSnapshot")
+        if not isinstance(changes, dict) and isinstance(snapshot, dict):
+            changes = snapshot.get("codeChanges")
+        if not isinstance(changes, dict):
+            return
+        for key, change in _LINE_KEYS:
+            total = as_int(changes.get(key))
+            if total is None:
+                continue
+            missing = total - (self.lines if cumulative else self.process_lines)[change]
+            if missing > 0:
+                self.lines[change] += missing
+                self.process_lines[change] += missing
+                self.out.count(Metric.CODE_LINES, change, value=missing)
+        paths = changes.get("filesModified")
+        if isinstance(paths, list):
+            new = {path for path in paths if isinstance(path, str)} - self.files
+            self.files |= new
+            self._count_files(len(new))
+        else:
+            total = as_int(changes.get("filesModifiedCount"))
+            if total is not None:
+                self._count_files(total - self.file_count if cumulative else total)
+
+    def _count_files(self, new: int) -> None:
+        if new > 0:
+            self.file_count += new
+            self.out.count(Metric.FILES_MODIFIED, value=new)

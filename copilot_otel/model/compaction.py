@@ -1,0 +1,75 @@
+"""Context compactions: the CLI summarises the conversation in the background, with LLM calls of its own.
+
+Those calls write no usage record, so without this they would appear nowhere. Each compaction
+gets a span under the interaction it started in (it runs beside the turns, so not under one),
+and its tokens count under their own types (``compaction_input``, ...).
+"""
+
+from __future__ import annotations
+
+from . import attrs as A
+from . import spanattrs
+from ..decode.events import Event
+from .records import KIND_INTERNAL, STATUS_OK, span_id_for
+from .openwork import OpenSpan, Outbox
+from ..decode.payloads import as_str
+from ..vocab import CANCELLED, OUT_OF_ORDER, Metric
+
+TOKEN_KEYS = (("inputTokens", "compaction_input"), ("outputTokens", "compaction_output"),
+              ("cacheReadTokens", "compaction_cache_read"), ("cacheWriteTokens", "compaction_cache_write"))
+
+
+class CompactionBook:
+    """Open compaction spans by compactionAttemptId."""
+
+    def __init__(self, session_id: str, out: Outbox) -> None:
+        self.session_id = session_id
+        self.out = out
+        self.open: dict[str, OpenSpan] = {}
+
+    def start(self, event: Event, parent: OpenSpan) -> None:
+        """session.compaction_start."""
+        attempt = as_str(event.data.get("compactionAttemptId")) or event.id
+        attributes = spanattrs.base(A.OP_COMPACTION, self.session_id)
+        attributes[A.COPILOT_COMPACTION_TRIGGER] = as_str(event.data.get("trigger")) or "unknown"
+        model = as_str(event.data.get("model"))
+        if model:
+            attributes[A.GEN_AI_REQUEST_MODEL] = model
+        self.open[attempt] = parent.child(span_id_for(self.session_id, event.id), A.OP_COMPACTION, KIND_INTERNAL,
+                                          event.timestamp_ns, attributes)
+
+    def complete(self, event: Event) -> int | None:
+        """session.compaction_complete: close its span, count its tokens; its end time (None if not open)."""
+        attempt = as_str(event.data.get("compactionAttemptId"))
+        span = self.open.pop(attempt, None) if attempt else None
+        if span is None:
+            self.out.anomaly(OUT_OF_ORDER, event)
+            return None
+        used = event.data.get("compactionTokensUsed")
+        used = used if isinstance(used, dict) else {}
+        model = as_str(used.get("model")) or str(span.attributes.get(A.GEN_AI_REQUEST_MODEL, "unknown"))
+        span.attributes[A.GEN_AI_REQUEST_MODEL] = model
+        for key, label in TOKEN_KEYS:
+            value = used.get(key)
+            if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+                span.attributes[f"{A.COPILOT_COMPACTION_TOKENS}.{label.removeprefix('compaction_')}"] = value
+                if value:
+                    self.out.count(Metric.TOKENS, model, label, value=value)
+        requests = used.get("requestCount")
+        if isinstance(requests, int) and not isinstance(requests, bool):
+            span.attributes[A.COPILOT_COMPACTION_REQUESTS] = requests
+        outcome = as_str(event.data.get("outcome"))
+        if outcome:
+            span.attributes[A.COPILOT_COMPACTION_OUTCOME] = outcome
+        if event.data.get("success") is False:
+            error = CANCELLED if outcome == CANCELLED else (outcome or "compaction_failed")
+            self.out.span(span.close(event.timestamp_ns, error_type=error))
+        else:
+            self.out.span(span.close(event.timestamp_ns, status=STATUS_OK))
+        return event.timestamp_ns
+
+    def cut_off(self, end_ns: int, error_type: str) -> None:
+        """The session ended with compactions still running."""
+        for span in self.open.values():
+            self.out.span(span.close(end_ns, error_type=error_type))
+        self.open.clear()

@@ -1,0 +1,98 @@
+"""The one loop that feeds a session model, used by every front end (daemon, replay, inspect, SDK).
+
+``drive`` applies decoded lines to a model and gathers what comes out into :class:`Outputs`:
+spans, metric updates, and what was wrong with the input (rejected lines by reason, ends
+out of order by event type), each bad line logged with its source and line number. It
+holds the one guard that turns a bug of the model into a skipped event, never a crash.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Callable, Iterable
+
+from ..decode.lines import INTERNAL_ERROR
+from ..decode.events import DecodeError, Event
+from ..base.pause import PAUSE
+from .records import EMPTY_STEP, MetricUpdate, SpanRecord, Step
+from .sessions import SessionModel
+from ..vocab import DUPLICATE_ID, END_INCOMPLETE
+
+log = logging.getLogger(__name__)
+
+Warn = Callable[..., None]  # logging.Logger.warning's signature
+
+
+@dataclass(slots=True)
+class Outputs:
+    """What driving a model produced since the caller last took it."""
+
+    spans: list[SpanRecord] = field(default_factory=list)
+    metrics: list[MetricUpdate] = field(default_factory=list)
+    rejected: dict[str, int] = field(default_factory=dict)  # reason -> lines skipped
+    out_of_order: dict[str, int] = field(default_factory=dict)  # event type -> ends of something not open
+    events: dict[str, int] = field(default_factory=dict)  # event type -> events applied
+    newest_ns: int = 0  # timestamp of the newest event applied
+    ahead: int = 0  # events stamped more than an hour ahead of the reader's clock (kept: a clock is wrong)
+
+    def add(self, step: Step) -> None:
+        """Fold in one step's spans and metric updates (its anomalies are counted by ``drive``)."""
+        if step is not EMPTY_STEP:
+            self.spans.extend(step.spans)
+            self.metrics.extend(step.metrics)
+
+    def take_spans(self) -> list[SpanRecord]:
+        """The spans gathered so far, no longer held here."""
+        spans, self.spans = self.spans, []
+        return spans
+
+
+def drive(model: SessionModel, items: Iterable[Event | DecodeError], out: Outputs, *, source: str,
+          warn: Warn = log.warning, floor: int = -1) -> Outputs:
+    """Apply every decoded line to ``model``, gathering into ``out``; return ``out``.
+
+    ``floor``: lines before this byte offset were delivered before (a restart, a rebuilt
+    model); they are applied, to rebuild what is open, but neither counted nor exported again.
+    """
+    rejected = out.rejected
+    events = out.events
+    feed = model.feed
+    pause = PAUSE
+    for item in items:
+        if pause.renders:  # a /metrics render runs: let it run alone (pause.py)
+            pause.wait()
+        if type(item) is DecodeError:
+            if item.offset >= floor:
+                rejected[item.reason] = rejected.get(item.reason, 0) + 1
+                warn("%s:%d: skipped line (%s): %s", source, item.line, item.reason, item.detail)
+            continue
+        try:
+            step = feed(item)
+        except Exception:  # a model bug must cost one event, never the daemon or the export
+            log.exception("%s:%d: could not apply %s", source, item.line, item.type)
+            rejected[INTERNAL_ERROR] = rejected.get(INTERNAL_ERROR, 0) + 1
+            continue
+        if item.offset < floor:
+            continue
+        kind = item.type
+        events[kind] = events.get(kind, 0) + 1
+        if item.timestamp_ns > out.newest_ns:
+            out.newest_ns = item.timestamp_ns
+        if step is EMPTY_STEP:
+            continue
+        out.spans.extend(step.spans)
+        out.metrics.extend(step.metrics)
+        for anomaly in step.anomalies:
+            warn("%s:%d: %s", source, item.line, anomaly.describe())
+            if anomaly.kind == DUPLICATE_ID:
+                rejected[DUPLICATE_ID] = rejected.get(DUPLICATE_ID, 0) + 1
+            else:
+                out.out_of_order[anomaly.event_type] = out.out_of_order.get(anomaly.event_type, 0) + 1
+    return out
+
+
+def finish(model: SessionModel, out: Outputs, reason: str = END_INCOMPLETE) -> Outputs:
+    """The session is over: close what is still open into ``out``."""
+    out.add(model.finish(reason))
+    return out

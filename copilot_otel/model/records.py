@@ -1,0 +1,119 @@
+"""Plain output records of the session model: finished spans, metric updates, anomalies, steps."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from hashlib import blake2b
+from typing import Any, Mapping
+
+from ..vocab import DUPLICATE_ID, Metric
+
+# OTel span kinds, as their OTLP enum values.
+KIND_INTERNAL = 1
+KIND_CLIENT = 3
+
+STATUS_UNSET = 0
+STATUS_OK = 1
+STATUS_ERROR = 2
+
+
+@dataclass(frozen=True, slots=True)
+class SpanEvent:
+    """A timestamped annotation on a span (e.g. an autopilot nudge)."""
+
+    name: str
+    time_ns: int
+    attributes: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class SpanRecord:
+    """One finished span, ready to be encoded for any exporter."""
+
+    trace_id: int
+    span_id: int
+    parent_span_id: int | None
+    name: str
+    kind: int
+    start_ns: int
+    end_ns: int
+    attributes: Mapping[str, Any]
+    status: int = STATUS_UNSET
+    status_message: str = ""
+    events: tuple[SpanEvent, ...] = ()
+    links: tuple[tuple[int, int], ...] = ()  # (trace id, span id) of related spans in other traces
+
+
+@dataclass(frozen=True, slots=True)
+class MetricUpdate:
+    """Add ``value`` to a counter, or observe it in a histogram (``metric`` says which).
+
+    ``labels`` are the label values in the order metrics.py declares the metric's labels; ``exemplar`` is the
+    (trace id, span id) of the span it measures, which the exposition links the series to.
+    """
+
+    metric: Metric  # or a genai_metrics.GenAi: an instrument of the OTLP push alone
+    labels: tuple[str, ...] = ()
+    value: float = 1.0
+    exemplar: tuple[int, int] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Anomaly:
+    """An event the model counted but could not use: a duplicate id, or an end whose start is not open."""
+
+    kind: str  # vocab.DUPLICATE_ID or vocab.OUT_OF_ORDER
+    event_type: str
+    event_id: str
+
+    def describe(self) -> str:
+        """One sentence for the log line that names the file and line."""
+        if self.kind == DUPLICATE_ID:
+            return f"skipped line ({DUPLICATE_ID}): event id {self.event_id} seen before"
+        return f"{self.event_type} out of order: it ends something that is not open; counted, not exported"
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """What applying one event (or finishing a session) produced."""
+
+    spans: tuple[SpanRecord, ...] = ()
+    metrics: tuple[MetricUpdate, ...] = ()
+    anomalies: tuple[Anomaly, ...] = ()
+
+
+EMPTY_STEP = Step()
+
+
+def _digest_int(text: str, size: int) -> int:
+    value = int.from_bytes(blake2b(text.encode("utf-8", "surrogatepass"), digest_size=size).digest(), "big")
+    return value or 1  # an all-zero id is invalid in OTel
+
+
+def trace_id_for(session_id: str, interaction_id: str) -> int:
+    """Deterministic 128-bit trace id of one interaction."""
+    return _digest_int(f"trace\x00{session_id}\x00{interaction_id}", 16)
+
+
+def span_id_for(session_id: str, event_id: str) -> int:
+    """Deterministic 64-bit span id from the session and the span's first event."""
+    return _digest_int(f"span\x00{session_id}\x00{event_id}", 8)
+
+
+def _salt(value: int, generation: int, size: int) -> int:
+    digest = blake2b(value.to_bytes(size, "big") + generation.to_bytes(8, "big"), digest_size=size).digest()
+    return int.from_bytes(digest, "big") or 1
+
+
+def salted(record: SpanRecord, generation: int) -> SpanRecord:
+    """The record with the ids of file generation ``generation`` (0: the record itself).
+
+    A log truncated or replaced under the daemon starts a new generation: its spans get ids of
+    their own, so that no id is ever exported twice with different content.
+    """
+    if not generation:
+        return record
+    return replace(
+        record, trace_id=_salt(record.trace_id, generation, 16), span_id=_salt(record.span_id, generation, 8),
+        parent_span_id=None if record.parent_span_id is None else _salt(record.parent_span_id, generation, 8),
+        links=tuple((_salt(t, generation, 16), _salt(s, generation, 8)) for t, s in record.links))

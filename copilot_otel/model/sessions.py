@@ -1,0 +1,406 @@
+"""The pure session state machine: one event in -> a Step (finished spans, metric updates, anomalies).
+
+A :class:`SessionModel` follows one Copilot session. It knows which interaction, turn,
+LLM call, tool and sub-agent are open, closes their spans from the events' own
+timestamps, infers the end of the agent loop (the file never holds ``assistant.idle``)
+and reports the session's live state. It touches no clock, file or socket.
+Tools and sub-agents are kept by :class:`~copilot_otel.model.tools.ToolBook`, LLM calls by
+:class:`~copilot_otel.model.calls.CallBook`; what each span carries is built in spanattrs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Callable
+
+from . import attrs as A
+from . import spanattrs
+from .calls import CallBook
+from .changes import CodeChanges
+from .compaction import CompactionBook
+from .interactions import AgentLoop
+from ..decode.normalize import Normalizer
+from .options import ModelOptions
+from ..decode.lines import type_set
+from ..decode.events import Event
+from .records import SpanRecord, Step
+from .openwork import InteractionSummary, Outbox
+from .summary import SessionSummary, Tally, make_summary
+from .tools import ToolBook
+from ..decode.payloads import (SessionError, SessionFacts, SubagentEnd, SubagentStart, TaskComplete, ToolEnd, ToolStart, Usage,
+                    UserMessage, as_str, permission_result, request_id, requested_tools,
+                    user_request)
+from ..vocab import (DUPLICATE_ID, ERROR, END_ABORTED, END_IDLE, END_INCOMPLETE, END_SHUTDOWN, IDLE, INCOMPLETE, SIGNAL_ERROR, SIGNAL_SHUTDOWN,
+                    SIGNAL_TASK_COMPLETE, USER_REQUESTS, WAITING_TOOL, WAITING_USER, WORKING, Metric)
+
+
+class SessionModel:
+    """Follows one session's events and turns them into spans and metric updates."""
+
+    def __init__(self, session_id: str, options: ModelOptions = ModelOptions(), *, live_idle: bool = False,
+                 summaries: bool = True, metrics: bool = True) -> None:
+        self.session_id = session_id
+        # With a live subscriber the real session.idle / assistant.idle ends the loop.
+        self.live_idle = live_idle
+        self.facts = SessionFacts(None, None, None)  # session.start / resume / model_change, merged
+        self.last_event_ns = 0
+        self.ended: str | None = None  # END_SHUTDOWN or END_INCOMPLETE once the session is over
+        self._capture = spanattrs.Capture(options.capture_content, options.content_max_chars)
+        self._out = Outbox(keep_metrics=metrics)
+        self.tally = Tally()
+        self._book = ToolBook(session_id, self._capture, self._out, self.tally)
+        self._calls = CallBook(session_id, self._out, self.tally)
+        self._loop = AgentLoop(session_id, self._out, self._book, self.tally, summaries=summaries)
+        self._compactions = CompactionBook(session_id, self._out)
+        self._changes = CodeChanges(self._out)
+        # Requests waiting for the user (permission, input, ...): id -> (what is asked, when, the tool call it gates).
+        self._requests: dict[str, tuple[str, int, str | None]] = {}
+        self._seen: set[int] = set()  # hashes of event ids, kept for the life of the model (one file generation)
+        self._normalize = Normalizer()  # the CLI-version layer: any version's events in the shape read here
+
+    # ------------------------------------------------------------ public
+
+    def feed(self, event: Event) -> Step:
+        """Apply one event; return the spans it closed, the metric updates and anomalies it causes."""
+        key = hash(event.id)
+        if key in self._seen:  # the same event twice (a log copied into itself, a replayed stream)
+            self._out.anomaly(DUPLICATE_ID, event)
+            return self._out.take()
+        self._seen.add(key)
+        for canonical in self._normalize(event):
+            self._apply(canonical)
+        return self._out.take()
+
+    def _apply(self, event: Event) -> None:
+        if event.type == "abort":
+            main = self._loop.main  # a turn ended just before the abort, or still open (logged in either order)
+            open_turn = [(main, main.turn)] if main.turn is not None and not self._book else []
+            self._calls.cut_off(event, [*self._loop.held, *open_turn], self.facts.model)
+        if self._loop.held and event.type != "session.error":
+            self._loop.release_held()
+        if event.type == "session.resume" and self.ended is None and not self.quiescent:
+            # The process that held the session died with work open (it resumes now): that work ended
+            # at the last event before the crash, as it does when the daemon sees the process die.
+            self._settle(END_INCOMPLETE)
+        if self.ended is not None and event.type != "session.shutdown":
+            self.ended = None  # resumed after a shutdown or a crash
+        if event.timestamp_ns > self.last_event_ns:
+            if not self.last_event_ns:
+                self.tally.first_event_ns = event.timestamp_ns
+            self.last_event_ns = event.timestamp_ns
+        handler = _HANDLERS.get(event.type)
+        if handler is not None:
+            handler(self, event)
+
+    def seen(self, event_id: str) -> bool:
+        """True if an event with this id was already applied."""
+        return hash(event_id) in self._seen
+
+    @property
+    def awaiting_confirmation(self) -> bool:
+        """The loop looks finished (final answer, task_complete, error) and nothing is open."""
+        current = self._loop.current
+        return (current is not None and current.pending_end is not None and not self._book.tools
+                and self._loop.main.turn is None and not self._compactions.open)
+
+    def confirm_end(self) -> Step:
+        """The caller saw no new event for a quiet period: the agent loop really went idle."""
+        if self.live_idle:
+            return self._out.take()  # the live stream says when the loop really ended
+        self._loop.release_held()
+        if self.awaiting_confirmation:
+            self._end(self._loop.current.pending_end)
+        return self._out.take()
+
+    def finish(self, reason: str = END_INCOMPLETE) -> Step:
+        """The session is over (end of a replayed file, or its process is gone): close everything.
+
+        A loop that looked finished ends normally; anything still open ends as incomplete.
+        """
+        if self.ended is None:
+            self._settle(reason)
+        return self._out.take()
+
+    def open_spans(self, end_ns: int | None = None) -> list[SpanRecord]:
+        """Snapshots of the spans still open, marked running, ending at ``end_ns`` (default: the last
+        event: `inspect` of a live session ends them now, the daemon when it finds the session stuck)."""
+        return self._loop.snapshots(self.last_event_ns if end_ns is None else end_ns)
+
+    @property
+    def state(self) -> str:
+        """The session's live state: waiting_user, waiting_tool, working or idle."""
+        if self._requests:
+            return WAITING_USER
+        if self._book.tools:
+            return WAITING_TOOL
+        if self._loop.turns_open():
+            return WORKING
+        return IDLE
+
+    @property
+    def quiescent(self) -> bool:
+        """Nothing is open: no interaction, turn, tool or sub-agent (the model holds no span)."""
+        return self._loop.current is None and not self._work_open
+
+    @property
+    def _work_open(self) -> bool:
+        """A tool, a sub-agent or a turn is still running."""
+        return bool(self._book) or bool(self._compactions.open) or self._loop.turns_open()
+
+    @property
+    def mid_turn(self) -> bool:
+        """True while a turn or tool is open (a process dying now abandons work)."""
+        return self.state != IDLE
+
+    @property
+    def open_interaction_start(self) -> tuple[int, int] | None:
+        """(byte offset, line number - 1) of the first event of the interaction still running, if any."""
+        current = self._loop.current
+        if current is None or current.start_offset < 0:
+            return None
+        return current.start_offset, current.start_line - 1
+
+    def summary(self) -> SessionSummary:
+        """The session at a glance, frozen (any thread may read it)."""
+        oldest = self._book.oldest_tool()
+        waiting = (str(oldest.attributes[A.GEN_AI_TOOL_NAME]), oldest.start_ns) if oldest is not None else (None, 0)
+        current = self._loop.current
+        return make_summary(self.session_id, self.state, self.ended, self.facts, self.tally, self.last_event_ns, waiting,
+                            running_tools=len(self._book.tools),
+                            confirms=current.pending_end if self.awaiting_confirmation else None,
+                            cut_off_end=(current.pending_end or END_INCOMPLETE) if current is not None else None,
+                            asking=self.asking)
+
+    @property
+    def interactions(self) -> list[InteractionSummary]:
+        """The interactions that ended so far (kept only with summaries=True, for `inspect`)."""
+        return self._loop.summaries or []
+
+    def _end(self, how: str) -> None:
+        self._loop.end(how, self.last_event_ns)
+
+    def _settle(self, reason: str) -> None:
+        """End the session: a loop that looked finished ends normally, anything still open as incomplete."""
+        self._loop.release_held()
+        if self.awaiting_confirmation:
+            self._end(self._loop.current.pending_end)
+        self._close_everything(reason)
+
+    def _close_everything(self, reason: str) -> None:
+        self._loop.release_held()
+        had_open = self._work_open
+        self._loop.close_all(self.last_event_ns)
+        self._compactions.cut_off(self.last_event_ns, INCOMPLETE)
+        self._requests.clear()
+        if self._loop.current is not None:
+            # Work cut off (a shutdown or a crash mid-turn) makes the interaction incomplete too.
+            self._end(END_INCOMPLETE if reason == END_INCOMPLETE or had_open else reason)
+        self.ended = reason
+        # The id sets stay: a log copied into itself after its shutdown is still a duplicate.
+
+    # ------------------------------------------------------------ session and interaction events
+
+    @property
+    def model(self) -> str | None:
+        return self.facts.model
+
+    @property
+    def cwd(self) -> str | None:
+        return self.facts.cwd
+
+    @property
+    def cli_version(self) -> str | None:
+        return self.facts.cli_version
+
+    def _on_session_start(self, event: Event) -> None:
+        self.facts = self._loop.facts = self.facts.merged(SessionFacts.of(event))
+        self._out.shared.update(spanattrs.vcs(self.facts))
+        self._out.repository = self.facts.repository or ""
+        if event.type == "session.start":
+            self._out.count(Metric.SESSIONS_STARTED)
+        else:  # a new process: the totals it will write start from here
+            self._calls.new_process()
+            self._changes.new_process()
+
+    def _on_model_change(self, event: Event) -> None:
+        model = as_str(event.data.get("newModel")) or as_str(event.data.get("model"))
+        if event.agent_id is None and model:
+            self.facts = self._loop.facts = replace(self.facts, model=model)
+
+    def _on_user_message(self, event: Event) -> None:
+        message = UserMessage.of(event)
+        if not message.for_subagent:  # a sub-agent's prompt: its work hangs under the task call
+            self._loop.prompt(event, message, self._capture.text(message.content), self.last_event_ns)
+
+    def _on_turn_start(self, event: Event) -> None:
+        self._loop.start_turn(event)
+
+    def _on_turn_end(self, event: Event) -> None:
+        self._loop.end_turn(event)
+
+    def _on_assistant_message(self, event: Event) -> None:
+        self._loop.answer(event, requested_tools(event), self._capture.text(event.data.get("content")))
+
+    def _on_task_complete(self, event: Event) -> None:
+        if event.agent_id is None:
+            self._out.count(Metric.COMPLETION_SIGNALS, SIGNAL_TASK_COMPLETE)
+            task = TaskComplete.of(event)
+            self._loop.task_complete(task, self._capture.text(task.summary))
+
+    def _on_session_error(self, event: Event) -> None:
+        error = SessionError.of(event)
+        error = replace(error, message=self._capture.text(error.message))  # content capture decides
+        agent = self._loop.agent(event)
+        turns = [agent.turn] if agent.turn is not None else [turn for held, turn in self._loop.held if held is agent]
+        # An LLM call failed, unless the turn it ended got its answer (an empty one: "No response was returned").
+        # Live, each failed attempt arrives as model.call_failure instead.
+        if not self.live_idle and (error.status_code is not None or not any(t.llm_calls for t in turns)):
+            self.tally.llm_errors += 1
+            self._out.count(Metric.LLM_CALLS, self.model or "unknown", ERROR)
+        if event.agent_id is None:  # a sub-agent's error is its parent's failed task call, not a loop end
+            self._out.count(Metric.COMPLETION_SIGNALS, SIGNAL_ERROR)
+        self._loop.fail(event, agent, error)
+
+    def _on_abort(self, event: Event) -> None:
+        """The user stopped the loop: what is still running was cut off; the loop ends (the CLI goes idle)."""
+        if event.agent_id is None:
+            self._loop.abort(event, as_str(event.data.get("reason")) or END_ABORTED)
+
+    def _on_user_request(self, event: Event) -> None:
+        asked = user_request(event)
+        self._requests[request_id(event) or event.id] = (asked.describe(self._book.name_of(asked.call_id)),
+                                                         event.timestamp_ns, asked.call_id)
+
+    def _on_user_answer(self, event: Event) -> None:
+        answered = request_id(event)
+        done = [self._requests.pop(answered)] if answered in self._requests else []
+        if not answered:
+            done, self._requests = list(self._requests.values()), {}
+        for _what, asked_ns, call_id in done:
+            if event.type == "permission.completed":
+                self._book.waited_on_user(call_id, asked_ns, event.timestamp_ns, permission_result(event))
+
+    @property
+    def asking(self) -> tuple[str, int] | None:
+        """What the session waits for a person to answer (``permission for bash``, ``input``), and since when."""
+        first = min(self._requests.values(), key=lambda r: r[1], default=None)
+        return (first[0], first[1]) if first is not None else None
+
+    def _on_shutdown(self, event: Event) -> None:
+        cumulative = self._normalize.cumulative_totals
+        # Per-call premium requests (and, on CLIs that log no usage per call, tokens) are checked against the totals.
+        self._calls.reconcile(event.data.get("modelMetrics"), cumulative=cumulative,
+                              tokens=self._normalize.synthesizes_calls)
+        self._calls.credits.shutdown(event.data.get("modelMetrics"), cumulative=cumulative)
+        self._changes.shutdown(event.data, cumulative=cumulative)
+        self._calls.new_process()  # a resume starts a new process
+        self._changes.new_process()
+        if self.awaiting_confirmation:
+            self._end(self._loop.current.pending_end)
+        self._out.count(Metric.COMPLETION_SIGNALS, SIGNAL_SHUTDOWN)
+        self._close_everything(END_SHUTDOWN)
+
+    def _on_live_idle(self, event: Event) -> None:
+        if self.live_idle and event.agent_id is None and self._loop.current is not None:
+            self._end(self._loop.current.pending_end or END_IDLE)
+
+    def _on_notification(self, event: Event) -> None:
+        """system.notification: when it comes after the loop ended (a background shell finished), the work
+        the CLI does about it is new work of that interaction, with a root of its own."""
+        current = self._loop.current
+        if event.agent_id is None and (self.awaiting_confirmation or (current is None and self._loop.last_ended)):
+            self._loop.continue_after(event)
+
+    def _on_compaction_start(self, event: Event) -> None:
+        self._compactions.start(event, self._loop.interaction_for(event).root)
+
+    def _on_compaction_complete(self, event: Event) -> None:
+        end_ns = self._compactions.complete(event)
+        current = self._loop.current
+        if end_ns is not None and current is not None:
+            current.last_end_ns = max(current.last_end_ns, end_ns)  # the root never ends before it
+
+    # ------------------------------------------------------------ LLM calls, tools and sub-agents
+
+    def _on_usage_record(self, event: Event) -> None:
+        """One LLM call from the file (session.usage_record) or the live stream (assistant.usage)."""
+        usage = Usage.of(event)
+        if usage is not None and self._calls.first_report(event, usage):
+            self._llm_call(event, usage)
+
+    def _on_usage_checkpoint(self, event: Event) -> None:
+        self._calls.credits.checkpoint(event.data)
+
+    def _on_call_start(self, event: Event) -> None:
+        self._calls.started(event)
+
+    def _on_call_finished(self, event: Event) -> None:
+        usage = self._calls.finished(event)
+        if usage is not None:
+            self._llm_call(event, usage)
+
+    def _on_call_failure(self, event: Event) -> None:
+        usage, error = self._calls.failed(event)
+        self._llm_call(event, usage, error=error)
+
+    def _llm_call(self, event: Event, usage: Usage, *, error: str | None = None) -> None:
+        agent = self._loop.agent(event)
+        current = self._loop.current
+        self._calls.record(event, usage, agent, self._loop.work_parent(event, agent), self.model, error=error,
+                           nudge=current is not None and current.autopilot)
+
+    def _on_tool_start(self, event: Event) -> None:
+        view = ToolStart.of(event)
+        if view.call_id is not None:
+            agent = self._loop.agent(event)
+            self._book.start_tool(event, view, agent, self._loop.work_parent(event, agent))
+
+    def _on_tool_complete(self, event: Event) -> None:
+        self._book.complete_tool(event, ToolEnd.of(event))
+
+    def _on_subagent_started(self, event: Event) -> None:
+        view = SubagentStart.of(event)
+        if view.call_id is not None:
+            self._loop.start_subagent(event, view)
+
+    def _on_subagent_end(self, event: Event) -> None:
+        view = SubagentEnd.of(event)
+        span = self._book.end_subagent(event, view)
+        if span is not None:
+            self._loop.close_agent_turns(span, event.timestamp_ns)
+            self._book.close_subagent(span, event, view)
+
+
+_HANDLERS: dict[str, Callable[[SessionModel, Event], None]] = {
+    "session.start": SessionModel._on_session_start,
+    "session.resume": SessionModel._on_session_start,
+    "session.model_change": SessionModel._on_model_change,
+    "user.message": SessionModel._on_user_message,
+    "assistant.turn_start": SessionModel._on_turn_start,
+    "assistant.turn_end": SessionModel._on_turn_end,
+    "session.usage_record": SessionModel._on_usage_record,
+    "session.usage_checkpoint": SessionModel._on_usage_checkpoint,
+    "assistant.usage": SessionModel._on_usage_record,
+    "model.call_start": SessionModel._on_call_start,
+    "model.call_finished": SessionModel._on_call_finished,
+    "model.call_failure": SessionModel._on_call_failure,
+    "assistant.message": SessionModel._on_assistant_message,
+    "tool.execution_start": SessionModel._on_tool_start,
+    "tool.execution_complete": SessionModel._on_tool_complete,
+    "subagent.started": SessionModel._on_subagent_started,
+    "subagent.completed": SessionModel._on_subagent_end,
+    "subagent.failed": SessionModel._on_subagent_end,
+    "session.task_complete": SessionModel._on_task_complete,
+    "session.error": SessionModel._on_session_error,
+    **{f"{kind}.requested": SessionModel._on_user_request for kind in USER_REQUESTS},
+    **{f"{kind}.completed": SessionModel._on_user_answer for kind in USER_REQUESTS},
+    "session.shutdown": SessionModel._on_shutdown,
+    "abort": SessionModel._on_abort,
+    "session.idle": SessionModel._on_live_idle,
+    "system.notification": SessionModel._on_notification,
+    "session.compaction_start": SessionModel._on_compaction_start,
+    "session.compaction_complete": SessionModel._on_compaction_complete,
+    "assistant.idle": SessionModel._on_live_idle,
+}
+HANDLED_TYPES = frozenset(_HANDLERS)  # event types the model reads; every other type only advances positions
+READ_TYPES = type_set(HANDLED_TYPES)  # the same, as decode_line's ``keep``: lines of other types are skimmed

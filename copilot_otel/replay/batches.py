@@ -1,0 +1,65 @@
+"""What the parts of a replay hand each other: a :class:`Batch` of spans to send, and :class:`ReplayStats`."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from ..model.records import MetricUpdate, SpanRecord
+
+if TYPE_CHECKING:
+    from ..model.pipeline import Outputs
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """One batch's spans (as records, or encoded as request lines by a worker), and whose they are: (log,
+    its spans in this batch, whether this batch ends the log) for each log, in order. A log whose spans
+    all went in earlier batches ends in a part of 0 spans."""
+
+    records: list[SpanRecord]
+    encoded: bytes
+    parts: tuple[tuple[str, int, bool], ...]
+    content: tuple[tuple[str, str], ...] = ()  # (log, the content its spans so far were made from): ledger.py
+
+    @property
+    def spans(self) -> int:
+        return sum(count for _path, count, _last in self.parts)
+
+
+
+@dataclass
+class ReplayStats:
+    """What one replay read, rejected and exported."""
+
+    files: int = 0
+    events: int = 0
+    spans: int = 0
+    refused: int = 0  # spans the backend refused for good (kept in the dead-letter file, if any)
+    dropped: int = 0  # spans the backend accepted and dropped all the same (OTLP partial success)
+    drop_message: str = ""  # what it said of them, last
+    rejected: Counter = field(default_factory=Counter)
+    out_of_order: Counter = field(default_factory=Counter)
+    metrics: list[MetricUpdate] | None = field(default_factory=list)  # None: the model makes none
+
+    def add(self, other: ReplayStats) -> None:
+        """Fold in the figures of another part of the same replay."""
+        self.files += other.files
+        self.events += other.events
+        self.spans += other.spans
+        self.refused += other.refused
+        self.dropped += other.dropped
+        self.drop_message = other.drop_message or self.drop_message
+        self.rejected.update(other.rejected)
+        self.out_of_order.update(other.out_of_order)
+        if self.metrics is not None and other.metrics:
+            self.metrics.extend(other.metrics)
+
+    def fold(self, out: Outputs) -> None:
+        """Count what one session's drive produced (its spans are the caller's)."""
+        self.events += sum(out.events.values())
+        self.rejected.update(out.rejected)
+        self.out_of_order.update(out.out_of_order)
+        if self.metrics is not None:
+            self.metrics.extend(out.metrics)

@@ -1,0 +1,288 @@
+"""Finds session logs that changed: one recursive watchdog watch, backed by a periodic rescan.
+
+The watcher makes changes visible within milliseconds; the rescan makes a missed
+inotify event, an exhausted watch limit or a network filesystem cost a delay, never
+data. Both feed one set of "look at this path" hints that the daemon drains.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import threading
+import time
+import warnings
+from pathlib import Path
+
+from watchdog.events import (
+    DirCreatedEvent,
+    DirDeletedEvent,
+    DirMovedEvent,
+    FileCreatedEvent,
+    FileDeletedEvent,
+    FileModifiedEvent,
+    FileMovedEvent,
+    FileSystemEvent,
+    FileSystemEventHandler,
+)
+from watchdog.observers import Observer
+
+from .liveness import LOCK_PREFIX, LOCK_SUFFIX
+from ..base.logs import ReportedOnce
+
+log = logging.getLogger(__name__)
+
+EVENTS_FILE = "events.jsonl"
+# While the watcher is on, the rescan is only its back-up: space rescans so that they take at
+# most 1/RESCAN_BUDGET of a core (10,000 folders: about 80 ms a rescan, one every 16 s).
+RESCAN_BUDGET = 200
+# COPILOT_HOME missing for this long makes the daemon unhealthy (a misspelled path reads nothing).
+MISSING_GRACE = 60.0
+# Only changes to the tree. Without a filter inotify also reports every open and close, and
+# reading a log would report it changed: the daemon would re-read every file forever.
+WATCHED_EVENTS = [FileCreatedEvent, FileModifiedEvent, FileDeletedEvent, FileMovedEvent,
+                  DirCreatedEvent, DirDeletedEvent, DirMovedEvent]
+
+
+class Tree:
+    """COPILOT_HOME/session-state as the daemon reads it: the logs in it now, and whether a path lies inside it."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+        self.real = self.root.resolve()
+        self._outside: set[Path] = set()  # symlinks out of the tree, reported once
+
+    def logs(self) -> set[Path]:
+        """The session logs there now (none, said once, when the folder cannot be listed)."""
+        try:
+            return set(self.root.glob(f"*/{EVENTS_FILE}"))
+        except OSError as exc:  # an unreadable COPILOT_HOME is waited for, not a reason to stop
+            log.warning("cannot list %s (%s)", self.root, exc.strerror or exc)
+            return set()
+
+    def inside(self, path: Path) -> bool:
+        """False (said once) for a log that resolves outside the tree."""
+        try:
+            if path.parent.parent == self.root and not (os.path.islink(path.parent) or os.path.islink(path)):
+                inside = True  # a plain file in a plain folder of the root (the usual case: 2 lstat, not 8)
+            else:
+                inside = path.resolve().is_relative_to(self.real)
+        except OSError:
+            inside = False
+        if not inside and path not in self._outside:
+            self._outside.add(path)
+            log.warning("%s leads outside %s; not following it", path, self.root)
+        return inside
+
+
+class _Handler(FileSystemEventHandler):
+    def __init__(self, discoverer: "Discoverer") -> None:
+        self._discoverer = discoverer
+
+    def on_any_event(self, event: FileSystemEvent) -> None:
+        for raw in (event.src_path, getattr(event, "dest_path", "")):
+            if raw:
+                self._discoverer.hint(Path(os.fsdecode(raw)), is_directory=event.is_directory)
+
+
+class Discoverer:
+    """Watches ``root`` (COPILOT_HOME/session-state) and says which logs and folders changed."""
+
+    def __init__(self, root: Path, *, poll: bool = False, rescan_interval: float = 10.0,
+                 clock=time.monotonic) -> None:
+        self.root = Path(root)
+        self.poll = poll
+        self.rescan_interval = rescan_interval
+        self._clock = clock
+        self._cond = threading.Condition()
+        self._files: set[Path] = set()
+        self._lock_dirs: set[Path] = set()
+        self._known: dict[str, tuple[int, int]] = {}  # events file -> (inode, size) at the last rescan
+        self._observer = None
+        self._next_rescan = 0.0
+        self._scan_seconds = 0.0  # how long the last walk over the folders took
+        self._warned_missing = False
+        self._reported = ReportedOnce()
+        self.rescans = 0
+        # What keeps it from seeing sessions: (message, monotonic time it began, whether a grace applies).
+        self._problem: tuple[str, float, bool] | None = None
+        self._watch_error: str | None = None
+
+    def problem(self, grace: float = MISSING_GRACE) -> str | None:
+        """Why sessions cannot be seen now (a missing COPILOT_HOME only after ``grace`` seconds), or None."""
+        problem = self._problem
+        if problem is not None:
+            message, since, graced = problem
+            if not graced or self._clock() - since >= grace:
+                return message
+        return self._watch_error
+
+    def _set_problem(self, message: str | None, *, graced: bool = False) -> None:
+        if message is None:
+            self._problem = None
+        elif self._problem is None or self._problem[0] != message:
+            self._problem = (message, self._clock(), graced)
+
+    # ---------------------------------------------------------------- hints
+
+    def hint(self, path: Path, *, is_directory: bool = False) -> None:
+        """Note a changed path from the watcher (or a test)."""
+        name = path.name
+        with self._cond:
+            if name == EVENTS_FILE:
+                self._files.add(path)
+            elif name.startswith(LOCK_PREFIX) and name.endswith(LOCK_SUFFIX):
+                self._lock_dirs.add(path.parent)
+            elif is_directory and path.parent == self.root:
+                # A new session folder: its log may be written before the watch on it exists.
+                self._files.add(path / EVENTS_FILE)
+                self._lock_dirs.add(path)
+            else:
+                return
+            self._cond.notify()
+
+    def wait(self, timeout: float) -> tuple[set[Path], set[Path]]:
+        """Block up to ``timeout`` for hints; return (changed event files, folders whose locks changed)."""
+        if self._clock() >= self._next_rescan:
+            self.rescan()
+        with self._cond:
+            if not self._files and not self._lock_dirs:
+                self._cond.wait(min(timeout, max(0.0, self._next_rescan - self._clock())))
+            files, dirs = self._files, self._lock_dirs
+            self._files, self._lock_dirs = set(), set()
+        return files, dirs
+
+    # ---------------------------------------------------------------- rescan
+
+    def rescan(self) -> None:
+        """Stat every session log; hint those that are new, grew, shrank, changed inode or vanished."""
+        started = self._clock()
+        interval = self.rescan_interval if self.rescan_interval > 0 else 3600.0
+        self._next_rescan = started + interval
+        self.rescans += 1
+        self._scan_seconds = 0.0
+        self._rescan()
+        if self._observer is not None:
+            self._next_rescan = started + max(interval, self._scan_seconds * RESCAN_BUDGET)
+
+    def _list_root(self) -> list[os.DirEntry] | None:
+        """The session folders, or None (and the problem set, said once) when the root cannot be listed."""
+        try:
+            with os.scandir(self.root) as listing:
+                entries = list(listing)
+        except OSError as exc:
+            if exc.errno in (errno.ENOENT, errno.ENOTDIR):
+                self._missing()
+            else:
+                message = f"cannot read {self.root}: {exc.strerror or exc}"
+                self._set_problem(message)
+                self._reported.report(self.root, f"{message}; will retry")
+            return None
+        self._set_problem(None)
+        self._reported.recovered(self.root)
+        if self._warned_missing:
+            log.info("%s appeared; following it", self.root)
+            self._warned_missing = False
+        return entries
+
+    def _missing(self) -> None:
+        """No session-state folder: normal before the CLI's first session, unless COPILOT_HOME is missing too."""
+        if not self._warned_missing:
+            log.warning("%s does not exist yet; waiting for the Copilot CLI to create it", self.root)
+            self._warned_missing = True
+        home = self.root.parent
+        try:
+            os.stat(home)
+        except (FileNotFoundError, NotADirectoryError):
+            self._set_problem(f"{home} does not exist (is COPILOT_HOME or --copilot-home right?)", graced=True)
+        except OSError as exc:
+            self._set_problem(f"cannot read {home}: {exc.strerror or exc}")
+        else:
+            self._set_problem(None)
+
+    def _rescan(self) -> None:
+        scan_started = time.monotonic()
+        entries = self._list_root()
+        if entries is None:
+            return
+        if self._observer is None and not self.poll:
+            self._start_observer()
+        # Plain strings while walking: a Path is built only for what changed (10,000 folders, every 10 s).
+        seen: dict[str, tuple[int, int]] = {}
+        changed: list[str] = []
+        known = self._known
+        suffix = os.sep + EVENTS_FILE
+        for entry in entries:
+            path = entry.path + suffix
+            try:
+                st = os.stat(path, follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                self._reported.report(Path(path), f"cannot look at {path}: {exc.strerror or exc}; will retry")
+                continue
+            if self._reported.paths:
+                self._reported.recovered(Path(path))
+            key = (st.st_ino, st.st_size)
+            seen[path] = key
+            if known.get(path) != key:
+                changed.append(path)
+        changed.extend(p for p in known if p not in seen)
+        self._known = seen
+        self._scan_seconds = time.monotonic() - scan_started
+        if changed:
+            with self._cond:
+                self._files.update(map(Path, changed))
+                self._cond.notify()
+
+    # ---------------------------------------------------------------- lifecycle
+
+    def _start_observer(self) -> None:
+        # watchdog's inotify observer warns (a RuntimeWarning of kilobytes, on stderr) when a folder is
+        # re-created under a recursive watch; the watch is renewed all the same, so the warning says nothing.
+        warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"watchdog\.observers\.")
+        observer = Observer()
+        try:
+            observer.schedule(_Handler(self), str(self.root), recursive=True, event_filter=WATCHED_EVENTS)
+            observer.start()
+        except OSError as exc:
+            # inotify watch limit, unsupported filesystem...: rescans alone still find everything, late.
+            _close_quietly(observer)
+            error = (f"cannot watch {self.root} ({exc.strerror or exc}); changes are found only by rescans "
+                     f"every {self.rescan_interval:.0f} s: raise fs.inotify.max_user_watches, or run with --poll")
+            if error != self._watch_error:
+                log.warning("%s", error)
+            self._watch_error = error
+            self._observer = None
+            return
+        if self._watch_error is not None:
+            log.info("watching %s again", self.root)
+            self._watch_error = None
+        self._observer = observer
+
+    def start(self) -> None:
+        """Start watching (or, when the root does not exist yet, wait for it)."""
+        self.rescan()
+
+    def stop(self) -> None:
+        """Stop the watcher thread."""
+        observer, self._observer = self._observer, None
+        if observer is not None:
+            observer.stop()
+            observer.join(timeout=5)
+        with self._cond:
+            self._cond.notify_all()
+
+
+
+def _close_quietly(observer) -> None:
+    """Release what an observer that failed to start holds (watchdog's inotify reader thread among it)."""
+    try:
+        observer.stop()
+        if observer.is_alive():
+            observer.join(timeout=5)
+    except Exception:  # it never started properly: nothing more to release
+        pass
+    for emitter in list(getattr(observer, "emitters", ())):
+        emitter.stop()

@@ -1,0 +1,87 @@
+"""The HTTP endpoint as `run` and `view` open it: a fresh token, the access settings, the URL they give.
+
+The token is made at each start and kept 0600 in the state folder (``web-<port>.json``, with
+the page's URL), where `copilot-otel open` and scripts read it. The URL with the token is said
+only on a terminal: a service's log (journald, a container's) is read by more people than the
+user, and a token in it would outlive the moment; `copilot-otel open` is the way in there.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+from typing import Callable, Iterable
+
+from prometheus_client import CollectorRegistry
+
+from .access import new_token, token_file, write_token_file
+from ..config import Config
+from ..base.private import private_dir
+from .server import MetricsServer
+from .webconfig import WebConfig, load_web_config
+
+log = logging.getLogger(__name__)
+
+
+class Endpoint:
+    """A MetricsServer with the view's token, ``config``'s Host names and web config; ``start``/``stop``."""
+
+    def __init__(self, config: Config, registry: CollectorRegistry, routes: Iterable = (), *,
+                 health: Callable[[], tuple[bool, str]] | None = None, unix_socket: Path | None = None,
+                 web_config: WebConfig | None = None, address_flag: str = "--metrics-address") -> None:
+        web_config = web_config or web_config_of(config)
+        self.token = new_token()
+        extra = {"health": health} if health is not None else {}
+        self.server = MetricsServer(config.metrics_address, registry, routes=routes, token=self.token,
+                                    allowed_hosts=config.allowed_hosts, web_config=web_config,
+                                    unix_socket=unix_socket, address_flag=address_flag, **extra)
+        host, port = self.server.address
+        scheme = "https" if web_config is not None and web_config.tls is not None else "http"
+        self.base = f"{scheme}://{_reachable(host)}:{port}"
+        self.token_path = token_file(config.state_dir, port)
+        self._state_dir = config.state_dir
+
+    @property
+    def url(self) -> str:
+        """The sessions page, without its token."""
+        return self.base + "/"
+
+    def shown_url(self) -> str:
+        """The page's URL as the start-up line says it: with the token on a terminal, else how to open it."""
+        if sys.stderr.isatty():
+            return f"{self.url}?token={self.token}"
+        return f"{self.url} (`copilot-otel open` opens it with its token)"
+
+    def start(self) -> None:
+        """Write the token file, then serve (the port is bound already): whoever sees /healthz answer finds it."""
+        try:
+            private_dir(self._state_dir)
+            write_token_file(self.token_path, self.url, self.token)
+        except OSError as exc:
+            log.warning("cannot keep the view's token in %s (%s): `copilot-otel open` will not find it",
+                        self.token_path, exc.strerror or exc)
+        try:
+            self.server.start()
+        except BaseException:
+            self.token_path.unlink(missing_ok=True)
+            raise
+
+    def stop(self) -> None:
+        """Stop serving and remove the token file (its token dies with this server)."""
+        self.server.stop()
+        self.token_path.unlink(missing_ok=True)
+
+
+def web_config_of(config: Config) -> WebConfig | None:
+    """The --web-config-file read and checked (a ConfigError says what is wrong), or None without one."""
+    return load_web_config(config.web_config_file) if config.web_config_file is not None else None
+
+
+def _reachable(host: str) -> str:
+    """The address a local browser uses to reach a server bound to ``host``."""
+    if host in ("0.0.0.0", ""):
+        return "127.0.0.1"
+    if host == "::":
+        return "[::1]"
+    return f"[{host}]" if ":" in host else host
