@@ -83,19 +83,17 @@ class Follower:
 
     @property
     def tail(self) -> FileTail:
+        """Where the log was read up to (its reader's)."""
         return self.reader.tail
 
     @property
     def model(self) -> SessionModel | None:
+        """The session model (its reader's); None while compacted."""
         return self.reader.model
 
     @model.setter
     def model(self, model: SessionModel | None) -> None:
         self.reader.model = model
-
-    @property
-    def options(self) -> ModelOptions:
-        return self.reader.options
 
     @classmethod
     def start(cls, path: Path, options: ModelOptions, *, max_line_bytes: int, restored: FilePosition | None = None,
