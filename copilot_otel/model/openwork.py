@@ -7,7 +7,7 @@ from typing import Any
 
 from . import attrs as A
 from ..decode.events import Event
-from ..export.genai_metrics import updates as genai_updates
+from .genai import updates as genai_updates
 from .records import EMPTY_STEP, STATUS_ERROR, Anomaly, MetricUpdate, SpanEvent, SpanRecord, Step
 from ..vocab import ATTRIBUTED, CANCELLED, END_ABORTED, INCOMPLETE, Metric
 
