@@ -10,15 +10,41 @@ import pytest
 
 # ---------------------------------------------------------------------------------------
 # Real Copilot CLI fixtures: a scripted provider on loopback and a corpus of real event logs.
-# (tests/provider.py, tests/copilot_cli.py; proved by tests/test_fixture_scenarios.py)
+# (tests/support/provider.py, tests/support/copilot_cli.py; proved by tests/e2e/test_fixture_scenarios.py)
 
 _REPO = str(Path(__file__).resolve().parent.parent)
 if _REPO not in sys.path:  # `tests.*` imports work however pytest was started
     sys.path.insert(0, _REPO)
 
-from tests.copilot_cli import Corpus, CopilotCLI, CopilotCLIMissing, generate_corpus  # noqa: E402
-from tests.provider import ScriptedProvider  # noqa: E402
+from tests.support.copilot_cli import Corpus, CopilotCLI, CopilotCLIMissing, generate_corpus  # noqa: E402
+from tests.support.provider import ScriptedProvider  # noqa: E402
 from tests.support.net import free_port  # noqa: E402
+
+# ---------------------------------------------------------------------------------------
+# Three layers, by folder: `pytest -m unit` (or tests/unit) and so on; registered in pyproject.toml.
+#   unit       in-process, no subprocess: one module at a time, real files and sockets
+#   component  in-process over the stored real-CLI fixtures: fixture and version suites, fuzz, properties
+#   e2e        real processes: the Copilot CLI, the daemon, the browser, Prometheus, the OTLP receiver
+
+TESTS = Path(__file__).resolve().parent
+LAYERS = ("unit", "component", "e2e")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark each test with the layer its folder names; a test outside the three folders is an error."""
+    stray = set()
+    for item in items:
+        try:
+            layer = item.path.resolve().relative_to(TESTS).parts[0]
+        except ValueError:
+            continue  # not under tests/ (a path given explicitly elsewhere)
+        if layer in LAYERS:
+            item.add_marker(getattr(pytest.mark, layer))
+        else:
+            stray.add(str(item.path.relative_to(TESTS)))
+    if stray:
+        raise pytest.UsageError(f"tests outside tests/unit, tests/component, tests/e2e: {', '.join(sorted(stray))}")
+
 
 # The threads of session-scoped fixtures: they serve many tests, so they are no test's leak.
 _SESSION_THREADS: list[Callable[[], Iterable[threading.Thread]]] = []
