@@ -245,26 +245,3 @@ def test_llm_data_from_every_version():
         assert "unknown" not in models, version
     assert seen["1.0.24"] == {("test-model", True)}  # outputTokens on each assistant.message
     assert seen["1.0.102"] == {("test-model", True)}  # session.usage_record
-
-
-def test_live_daemon_counts_every_call_of_a_provider_that_reuses_ids(cli, provider, tmp_path):
-    """The real CLI against a provider that gives every completion the same id, followed by the live
-    daemon: each of the calls the provider answered is a chat span and an LLM call on /metrics."""
-    from tests.support.copilot_cli import prompt_for
-    from tests.support.daemon import DaemonProcess, complete_lines_spans
-    from tests.support.net import wait_until
-    from tests.support.scrape import value
-    from tests.support.provider import provider_marker
-
-    home, traces = tmp_path / "home", tmp_path / "traces.jsonl"
-    (home / "session-state").mkdir(parents=True)
-    with DaemonProcess(home, tmp_path / "state", traces_file=traces, args=("--idle-quiet", "0.2")) as daemon:
-        run = cli.run(prompt_for("multi_turn", text=f"{provider_marker('reuse_ids')} Please do the task."),
-                      home=home, port=provider.port, cwd=tmp_path / "work")
-        calls = [e for e in run.events() if e["type"] == "session.usage_record"]
-        assert len(calls) == 3 and {c["data"]["usage"]["apiCallId"] for c in calls} == {"chatcmpl-reused"}
-        wait_until(lambda: value(daemon.scrape(), "copilot_completion_signals_total", signal="shutdown") == 1,
-                   what="the session read to its end")
-        assert value(daemon.scrape(), "copilot_llm_calls_total", model="test-model", outcome="success") == 3
-        wait_until(lambda: len([s for s in complete_lines_spans(traces) if s.name.startswith("chat ")]) == 3,
-                   what="3 chat spans")

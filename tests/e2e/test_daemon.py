@@ -8,14 +8,10 @@ final files (replay itself is checked against the events in test_replay.py).
 
 from __future__ import annotations
 
-import os
-import shutil
 import signal
 import time
 import urllib.error
 import urllib.request
-
-import pytest
 
 from tests.support.copilot_cli import prompt_for
 from tests.support.otlp_receiver import OtlpReceiver
@@ -25,6 +21,7 @@ from tests.support.net import wait_until
 from tests.support.scrape import value
 from tests.support.spans import expected_keys, key, spans_now, wait_for_keys
 from tests.support.model import label
+from tests.support.provider import provider_marker
 
 FAST = ("--idle-quiet", "0.3", "--rescan-interval", "1")
 
@@ -68,129 +65,26 @@ def test_live_sessions_end_to_end(cli, provider, tmp_path):
         assert value(samples, "copilot_otel_spans_exported_total") == len(expected)
 
 
+def test_live_daemon_counts_every_call_of_a_provider_that_reuses_ids(cli, provider, tmp_path):
+    """The real CLI against a provider that gives every completion the same id, followed by the live
+    daemon: each of the calls the provider answered is a chat span and an LLM call on /metrics."""
+    home, traces = tmp_path / "home", tmp_path / "traces.jsonl"
+    (home / "session-state").mkdir(parents=True)
+    with DaemonProcess(home, tmp_path / "state", traces_file=traces, args=("--idle-quiet", "0.2")) as daemon:
+        run = cli.run(prompt_for("multi_turn", text=f"{provider_marker('reuse_ids')} Please do the task."),
+                      home=home, port=provider.port, cwd=tmp_path / "work")
+        calls = [e for e in run.events() if e["type"] == "session.usage_record"]
+        assert len(calls) == 3 and {c["data"]["usage"]["apiCallId"] for c in calls} == {"chatcmpl-reused"}
+        wait_until(lambda: value(daemon.scrape(), "copilot_completion_signals_total", signal="shutdown") == 1,
+                   what="the session read to its end")
+        assert value(daemon.scrape(), "copilot_llm_calls_total", model="test-model", outcome="success") == 3
+        wait_until(lambda: len([s for s in complete_lines_spans(traces) if s.name.startswith("chat ")]) == 3,
+                   what="3 chat spans")
+
+
 # ------------------------------------------------------------------------ file faults
-
-def test_line_written_in_two_pieces(cli_corpus, tmp_path):
-    """A partial line waits for its newline: no error, no span, then the span."""
-    lines = lines_of(cli_corpus["plain"])
-    home, traces = tmp_path / "home", tmp_path / "traces.jsonl"
-    path = new_session(home, "two-pieces")
-    cut = next(i for i, l in enumerate(lines) if b'"tool.execution_complete"' in l)
-    with DaemonProcess(home, tmp_path / "state", traces_file=traces, args=FAST) as daemon:
-        append(path, b"".join(lines[:cut]))
-        half = len(lines[cut]) // 2
-        append(path, lines[cut][:half])
-        wait_until(lambda: value(daemon.scrape(), "copilot_otel_events_read_total", type="tool.execution_start"),
-                   what="the lines before the split one")
-        time.sleep(0.5)
-        assert not [s for s in complete_lines_spans(traces) if s.name.startswith("execute_tool")]
-        append(path, lines[cut][half:] + b"".join(lines[cut + 1:]))
-        wait_for_keys(traces, expected_keys([path]))
-        assert sum(v for (n, _l), v in daemon.scrape().items() if n == "copilot_otel_lines_rejected_total") == 0
-
-
-def test_restart_with_partial_last_line(cli_corpus, tmp_path):
-    """Stopped while a line is half written, restarted after it completes: exported once."""
-    lines = lines_of(cli_corpus["multi_tools"])
-    home, traces, state = tmp_path / "home", tmp_path / "traces.jsonl", tmp_path / "state"
-    path = new_session(home, "partial-restart")
-    cut = len(lines) // 2
-    with DaemonProcess(home, state, traces_file=traces, args=FAST) as daemon:
-        append(path, b"".join(lines[:cut]) + lines[cut][:10])
-        wait_until(lambda: daemon.scrape().get(("copilot_otel_checkpoint_commits_total", ())), what="a commit")
-    append(path, lines[cut][10:] + b"".join(lines[cut + 1:]))
-    with DaemonProcess(home, state, traces_file=traces, args=FAST):
-        got = wait_for_keys(traces, expected_keys([path]))
-        time.sleep(0.5)
-    assert len(spans_now(traces)) == len(got) == len(set(got))
-
-
-def test_restart_between_export_and_checkpoint(cli_corpus, tmp_path):
-    """Commits lost after an export: the restart re-sends, with identical ids, and loses nothing."""
-    lines = lines_of(cli_corpus["subagent"])
-    home, traces, state = tmp_path / "home", tmp_path / "traces.jsonl", tmp_path / "state"
-    path = new_session(home, "lost-commit")
-    cut = next(i for i, l in enumerate(lines) if b'"subagent.started"' in l)
-    with DaemonProcess(home, state, traces_file=traces, args=FAST) as daemon:
-        append(path, b"".join(lines[:cut]))
-        wait_until(lambda: value(daemon.scrape(), "copilot_otel_events_read_total", type="subagent.started") == 0
-                   and value(daemon.scrape(), "copilot_otel_checkpoint_commits_total"), what="a commit")
-    saved = tmp_path / "checkpoint-before"
-    shutil.copytree(state, saved)
-    append(path, b"".join(lines[cut:]))
-    with DaemonProcess(home, state, traces_file=traces, args=FAST):
-        wait_for_keys(traces, expected_keys([path]))
-    shutil.rmtree(state)
-    shutil.copytree(saved, state)  # as if every commit after the first export never happened
-    with DaemonProcess(home, state, traces_file=traces, args=FAST):
-        wait_until(lambda: len(spans_now(traces)) > len(set(spans_now(traces))), what="the re-sent spans")
-        time.sleep(0.5)
-    got = spans_now(traces)
-    assert set(got) == set(expected_keys([path]))  # duplicates are byte-identical spans, nothing lost
-
-
-@pytest.mark.parametrize("keep", ["nothing", "half"])
-def test_truncate_then_write(cli_corpus, tmp_path, keep):
-    """A truncated file (to nothing, or to its first half: the same first bytes) is read again
-    from the start: both generations are exported, the second with ids of its own."""
-    home, traces = tmp_path / "home", tmp_path / "traces.jsonl"
-    path = new_session(home, "truncated")
-    first, second = cli_corpus["plain"].events_path, cli_corpus["failing_tool"].events_path
-    with DaemonProcess(home, tmp_path / "state", traces_file=traces, args=FAST):
-        path.write_bytes(first.read_bytes())
-        wait_for_keys(traces, expected_keys([path]))
-        before = set(spans_now(traces))
-        lines = first.read_bytes().splitlines(keepends=True)
-        with open(path, "r+b") as handle:
-            handle.truncate(0 if keep == "nothing" else len(b"".join(lines[:len(lines) // 2])))
-        time.sleep(0.3)
-        append(path, second.read_bytes())
-        wait_for_keys(traces, sorted(before | set(expected_keys([path], generation=1))))
-
-
-def test_file_replaced_by_a_new_one(cli_corpus, tmp_path):
-    """A new file (new inode) under the same name is read from its start, as a new generation."""
-    home, traces = tmp_path / "home", tmp_path / "traces.jsonl"
-    path = new_session(home, "replaced")
-    with DaemonProcess(home, tmp_path / "state", traces_file=traces, args=FAST):
-        path.write_bytes(cli_corpus["multi_turn"].events_path.read_bytes())
-        wait_for_keys(traces, expected_keys([path]))
-        before = set(spans_now(traces))
-        fresh = path.with_name("events.jsonl.new")
-        fresh.write_bytes(cli_corpus["autopilot"].events_path.read_bytes())
-        os.replace(fresh, path)
-        wait_for_keys(traces, sorted(before | set(expected_keys([path], generation=1))))
-
-
-def test_deleted_empty_blank_and_crlf(cli_corpus, tmp_path):
-    """A file deleted as soon as it appears, an empty file written later, blank and CRLF lines:
-    no crash, no rejected line, every span of the surviving logs."""
-    home, traces = tmp_path / "home", tmp_path / "traces.jsonl"
-    gone = new_session(home, "deleted")
-    empty = new_session(home, "empty-then-written")
-    crlf = new_session(home, "crlf")
-    # The deleted log appears whole (a rename) and vanishes at once: the daemon may or may not
-    # catch it in between, so its spans may be exported, complete, but never in part.
-    copy = tmp_path / "copy" / "deleted" / "events.jsonl"
-    copy.parent.mkdir(parents=True)
-    copy.write_bytes(cli_corpus["plain"].events_path.read_bytes())
-    staged = gone.with_name("staged")
-    with DaemonProcess(home, tmp_path / "state", traces_file=traces, args=FAST) as daemon:
-        staged.write_bytes(copy.read_bytes())
-        os.rename(staged, gone)
-        gone.unlink()
-        empty.write_bytes(b"")
-        text = cli_corpus["multi_tools"].events_path.read_bytes()
-        crlf.write_bytes(b"\n\n" + text.replace(b"\n", b"\r\n\n"))
-        time.sleep(0.5)
-        append(empty, cli_corpus["plain"].events_path.read_bytes())
-        wanted = set(expected_keys([empty, crlf]))
-        wait_until(lambda: set(spans_now(traces)) >= wanted, timeout=20, what="the surviving logs' spans")
-        extra = set(spans_now(traces)) - wanted
-        assert not extra or extra == set(expected_keys([copy])), "the deleted log exported in part"
-        samples = daemon.scrape()
-        assert sum(v for (n, _l), v in samples.items() if n == "copilot_otel_lines_rejected_total") == 0
-        assert value(samples, "copilot_otel_files_watched") == 2
+# Files written in pieces, truncated, replaced, deleted, polled, and restarts over them: the real Daemon in
+# process, tests/component/test_daemon_files.py. Here, what needs the process and a backend.
 
 
 def test_backend_down_then_back(cli_corpus, tmp_path):
@@ -280,16 +174,6 @@ def test_a_finished_session_resumed_later(cli_corpus, tmp_path):
     assert value(samples, "copilot_sessions_started_total") == 1
 
 
-def test_rescan_finds_what_no_watch_reported(cli_corpus, tmp_path):
-    """Without inotify (--poll), the periodic rescan alone finds new folders and appends."""
-    home, traces = tmp_path / "home", tmp_path / "traces.jsonl"
-    with DaemonProcess(home, tmp_path / "state", traces_file=traces,
-                       args=("--poll", "--rescan-interval", "0.3", "--idle-quiet", "0.3")):
-        path = new_session(home, "polled")
-        path.write_bytes(cli_corpus["plain"].events_path.read_bytes())
-        wait_for_keys(traces, expected_keys([path]))
-
-
 def test_sigterm_flushes_and_exits_promptly(cli_corpus, tmp_path):
     """SIGTERM: exit 0 within a few seconds, with every span written and committed."""
     home, traces, state = tmp_path / "home", tmp_path / "traces.jsonl", tmp_path / "state"
@@ -307,15 +191,3 @@ def test_sigterm_flushes_and_exits_promptly(cli_corpus, tmp_path):
         time.sleep(0.5)
     assert len(spans_now(traces)) == count
 
-
-def test_from_end_skips_history(cli_corpus, tmp_path):
-    """--from-end: history present at the first start is not exported; what comes later is."""
-    home, traces = tmp_path / "home", tmp_path / "traces.jsonl"
-    old = new_session(home, "history")
-    old.write_bytes(cli_corpus["plain"].events_path.read_bytes())
-    with DaemonProcess(home, tmp_path / "state", traces_file=traces, args=FAST + ("--from-end",)) as daemon:
-        fresh = new_session(home, "after-start")
-        fresh.write_bytes(cli_corpus["multi_turn"].events_path.read_bytes())
-        wait_for_keys(traces, expected_keys([fresh]))
-        assert value(daemon.scrape(), "copilot_sessions_started_total") == 1
-    assert not [s for s in complete_lines_spans(traces) if s.attributes.get("gen_ai.conversation.id") == "history"]
