@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from datetime import timedelta, timezone
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -27,7 +28,6 @@ from copilot_otel.sessions import HANDLED_TYPES, SessionModel
 from copilot_otel.vocab import IDLE, Metric
 
 HISTOGRAMS = (Metric.TURN_DURATION, Metric.TOOL_DURATION, Metric.LLM_CALL_DURATION)
-from tests.support.copilot_cli import CORPUS_SCENARIOS
 
 FUZZ = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 SESSION_ID = "fuzz-session"
@@ -80,11 +80,25 @@ class Logs(dict):
         return f"<{len(self)} real event logs>"
 
 
+STORED = Path(__file__).resolve().parents[1] / "fixtures"
+
+
+def _stored_logs() -> dict[str, Path]:
+    """Every session log the real CLI wrote into the stored fixtures (tests/fixtures/cli/<version>/<scenario>,
+    tests/fixtures/situations/<name>), by "<folder>/<session id>"; no CLI runs here."""
+    logs = sorted(STORED.glob("cli/*/*/session-state/*/events.jsonl")) + sorted(
+        STORED.glob("situations/*/session-state/*/events.jsonl"))
+    return {f"{p.parents[3].name}/{p.parents[2].name}/{p.parent.name[:8]}": p for p in logs}
+
+
+LOGS = _stored_logs()
+SCENARIOS = tuple(LOGS)
+
+
 @pytest.fixture(scope="module")
-def real_logs(cli_corpus) -> Logs:
-    """The lines of every real CLI session log of the corpus, in scenario order."""
-    return Logs({scenario: [line for line in cli_corpus[scenario].events_path.read_bytes().split(b"\n") if line]
-                 for scenario in CORPUS_SCENARIOS})
+def real_logs() -> Logs:
+    """The lines of every stored real CLI session log, in a stable order."""
+    return Logs({name: [line for line in path.read_bytes().split(b"\n") if line] for name, path in LOGS.items()})
 
 
 @pytest.fixture(scope="module")
@@ -305,7 +319,7 @@ def test_decode_line_accepts_any_bytes(raw, max_bytes):
 @given(data=st.data())
 def test_decode_line_accepts_mutated_real_lines(real_logs, data):
     """Real lines with flipped bytes, truncation, NULs, invalid UTF-8 or retyped fields never raise."""
-    line = data.draw(st.sampled_from(real_logs[data.draw(st.sampled_from(CORPUS_SCENARIOS))]))
+    line = data.draw(st.sampled_from(real_logs[data.draw(st.sampled_from(SCENARIOS))]))
     for _ in range(data.draw(st.integers(1, 4))):
         line = mutate_line(data.draw, line)
     check_decoded(decode_line(line, offset=0, line=1, max_bytes=1 << 20))
@@ -326,7 +340,7 @@ def test_session_model_closes_every_span_of_mutated_logs(model_logs, data, captu
     """Any decoded sequence (mutated real logs) is absorbed without an exception; after finish()
     every span started was emitted, ends no earlier than it starts, has an emitted parent of its
     own trace, and the model is idle."""
-    lines = mutate_log(data.draw, model_logs[data.draw(st.sampled_from(CORPUS_SCENARIOS))])
+    lines = mutate_log(data.draw, model_logs[data.draw(st.sampled_from(SCENARIOS))])
     events = decode_log(lines)
     note("events fed: " + "".join(f"\n  {describe(event)}" for event in events))
     model, spans, _metrics = run_model(events, capture_content=capture, live_idle=live_idle)
@@ -337,7 +351,7 @@ def test_session_model_closes_every_span_of_mutated_logs(model_logs, data, captu
 @given(data=st.data())
 def test_session_model_metric_updates_are_applicable(model_logs, data):
     """Metric updates from any input can be applied to Prometheus: finite values, no negative counter steps."""
-    events = decode_log(mutate_log(data.draw, model_logs[data.draw(st.sampled_from(CORPUS_SCENARIOS))]))
+    events = decode_log(mutate_log(data.draw, model_logs[data.draw(st.sampled_from(SCENARIOS))]))
     _model, _spans, metrics = run_model(events)
     for update in metrics:
         assert math.isfinite(update.value), update
