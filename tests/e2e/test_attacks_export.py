@@ -8,6 +8,7 @@ What must arrive is the replay of the final logs (tests/support/spans.py).
 from __future__ import annotations
 
 import os
+import re
 import sqlite3
 import subprocess
 import time
@@ -264,8 +265,8 @@ def test_a_full_disk_leaves_no_torn_line_and_loses_nothing(tmp_path, small_disk)
 
 
 def test_checkpoint_positions_do_not_pile_up_while_the_backend_is_down(tmp_path):
-    """With the backend down, thousands of appends that make no span leave at most one checkpoint
-    position per file waiting (/healthz says how many), and nothing is lost when it comes back."""
+    """With the backend down, thousands of appends that make no span add no checkpoint position: one per file
+    waits behind each put of spans (/healthz says how many), and nothing is lost when it comes back."""
     home = tmp_path / "home"
     path = new_session(home, "many-appends")
     log = SessionLog("many-appends")
@@ -280,23 +281,39 @@ def test_checkpoint_positions_do_not_pile_up_while_the_backend_is_down(tmp_path)
                 first = len(log.entries)
                 log.usage()
                 log.message("hi")
-                log.turn_end()  # a span that cannot leave: every later position waits behind it
+                log.turn_end()  # the LLM call's span and the turn's cannot leave: every later position waits
                 append(path, log.jsonl(first))
                 wait_until(lambda: "trace export failing" in health(daemon), timeout=30, what="the outage seen")
+                daemon.wait_for_metric("copilot_otel_events_read_total", 1, timeout=60, type="assistant.turn_end")
+                # One more line read: the read that queued the turn's span has queued its position too.
+                shown = len(log.entries)
+                log.add("session.info", {"n": -1})
+                append(path, log.jsonl(shown))
+                daemon.wait_for_metric("copilot_otel_events_read_total", 1, timeout=60, type="session.info")
+                before = positions(health(daemon))
                 for n in range(3000):
                     shown = len(log.entries)
                     log.add("session.info", {"n": n})
                     append(path, log.jsonl(shown))
                     if n % 100 == 0:
                         time.sleep(0.01)
-                daemon.wait_for_metric("copilot_otel_events_read_total", 3000, timeout=60, type="session.info")
-                healthz = health(daemon)
+                daemon.wait_for_metric("copilot_otel_events_read_total", 3001, timeout=60, type="session.info")
+                after = positions(health(daemon))
             log.answer()
             log.shutdown()
             append(path, log.jsonl(shown + 1))
             expected = expected_keys([path])
             assert received_keys(receiver, len(expected), timeout=60) == expected
-    assert "1 checkpoint position(s) queued" in healthz, healthz
+    # One position per put of spans: the LLM call's and the turn's spans came in one read (1) or, the reader having
+    # met their lines in two reads, two (the turn's lines were still being written). The appends add none.
+    assert before in (1, 2) and after == before, (before, after)
+
+
+def positions(healthz: str) -> int:
+    """The checkpoint positions /healthz says are queued behind spans that cannot leave."""
+    found = re.search(r"(\d+) checkpoint position\(s\) queued", healthz)
+    assert found, healthz
+    return int(found.group(1))
 
 
 # ------------------------------------------------------------------------ defect 8: the checkpoint and the state dir

@@ -19,6 +19,7 @@ import pytest
 
 from tests.support.otlp_receiver import OtlpReceiver
 from tests.support.commands import COMMAND, REPO, clean_env, run_replay
+from tests.support.net import wait_until
 from tests.support.otlp_json import read_spans
 from tests.support.terminal import plain as strip_terminal_codes
 from tests.support.terminal import run_on_pty
@@ -115,17 +116,24 @@ def test_an_interrupted_replay_continues_where_it_stopped(corpus_home, expected,
     """Ctrl-C (SIGINT) while the backend throttles: the replay stops at once, saying how to continue; the
     same command then delivers the rest, each span once."""
     with OtlpReceiver() as receiver, ThrottlingGate(receiver) as gate:
-        env = clean_env(otlp_env(gate, "grpc"))
+        # PYTHONFAULTHANDLER: were it ever to hang after Ctrl-C, SIGABRT makes it print where each thread is.
+        env = clean_env({**otlp_env(gate, "grpc"), "PYTHONFAULTHANDLER": "1"})
         gate.accept_then_refuse(2)
         process = subprocess.Popen([*COMMAND, "replay", str(corpus_home), "--state-dir", str(tmp_path), "--rate", "60"],
                                    env=env,
                                    stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO)
         try:
-            deadline = time.monotonic() + 60
-            while gate.refused < 2 and time.monotonic() < deadline:
-                time.sleep(0.05)
+            # Interrupted while the backend throttles (two requests refused), not before it is even reached.
+            wait_until(lambda: gate.refused >= 2 or process.poll() is not None, timeout=120, interval=0.05,
+                       what="the replay to be refused twice")
+            assert process.poll() is None, f"the replay ended before it was interrupted: {process.communicate()}"
             os.kill(process.pid, signal.SIGINT)
-            _out, err = process.communicate(timeout=30)
+            try:
+                _out, err = process.communicate(timeout=60)
+            except subprocess.TimeoutExpired:
+                process.send_signal(signal.SIGABRT)
+                _out, err = process.communicate(timeout=30)
+                pytest.fail(f"the replay did not stop within 60 s of SIGINT:\n{err.decode(errors='replace')}")
         finally:
             if process.poll() is None:
                 process.kill()
