@@ -23,6 +23,7 @@ from copilot_otel.replay import ReplayStats, replay_session
 from copilot_otel.tail import read_all
 from copilot_otel.sinks import FileSink, MemorySink
 from tests.support.copilot_cli import MODEL, prompt_for
+from tests.support import aio
 from tests.support.otlp_json import read_spans
 from tests.support.scrape import keyed
 
@@ -104,7 +105,7 @@ async def drive(cli, provider, home, scenarios, *, before_send=None):
 @pytest.fixture(scope="module")
 def sdk_run(cli, provider, tmp_path_factory):
     home = tmp_path_factory.mktemp("sdk") / "home"
-    return home, asyncio.run(drive(cli, provider, home, ["plain", "subagent", "failing_tool"]))
+    return home, aio.run(drive(cli, provider, home, ["plain", "subagent", "failing_tool"]))
 
 
 def test_attach_matches_the_file(sdk_run):
@@ -157,8 +158,8 @@ def test_handler_exception_is_contained(cli, provider, tmp_path, caplog):
         handle.metrics.apply_outputs = apply_outputs
 
     with caplog.at_level(logging.ERROR, logger="copilot_otel"):
-        _sid, handle, idles, _sink = asyncio.run(drive(cli, provider, tmp_path / "home", ["plain"],
-                                                      before_send=sabotage))
+        _sid, handle, idles, _sink = aio.run(drive(cli, provider, tmp_path / "home", ["plain"],
+                                                    before_send=sabotage))
     assert len(idles) == 1  # the session finished normally
     assert handle.registry.get_sample_value("copilot_otel_lines_rejected_total", {"reason": "internal_error"}) == 1
     assert handle.registry.get_sample_value("copilot_otel_handler_errors_total") == 1
@@ -188,7 +189,7 @@ def test_two_sessions_share_one_registry(cli, provider, tmp_path):
         return registry, handles, live
 
     shared_file = FileSink(tmp_path / "both.jsonl")
-    registry, handles, live = asyncio.run(both())
+    registry, handles, live = aio.run(both())
     shared_file.shutdown()
     assert live == 2
     turns = registry.get_sample_value("copilot_turns_total", {"agent": "main"})

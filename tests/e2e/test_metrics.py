@@ -16,6 +16,7 @@ import pytest
 
 from tests.support.copilot_cli import prompt_for
 from tests.support.prometheus_harness import Prometheus
+from tests.support import aio
 from tests.support.daemon import DaemonProcess
 from tests.support.deploy import RULES, dashboard_queries, promtool, render_grafana_expr
 from tests.support.net import wait_until
@@ -356,4 +357,4 @@ def test_live_states_of_an_sdk_session(cli, provider, tmp_path):
                 assert not [k for k in daemon.scrape() if k[0] == "copilot_session_stalled_seconds"]
                 await session.disconnect()
 
-        asyncio.run(scenario())
+        aio.run(scenario())
