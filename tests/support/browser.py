@@ -44,7 +44,8 @@ class Browser:
             self._playwright.stop()
             self._profile.cleanup()
             raise
-        self.context.set_default_timeout(15_000)
+        # A deadline, not a pace: a page of a large session on a busy 2-core machine took over 15 s to load.
+        self.context.set_default_timeout(60_000)
 
     def page(self):
         """A new tab; its uncaught script errors land in ``page.errors`` (tests assert there are none)."""
