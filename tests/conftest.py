@@ -1,3 +1,6 @@
+import fcntl
+import os
+import pickle
 import shutil
 import sys
 import tempfile
@@ -73,8 +76,21 @@ def cli() -> CopilotCLI:
 @pytest.fixture(scope="session")
 def cli_corpus(cli, provider, tmp_path_factory) -> Corpus:
     """Every corpus scenario run once by the real CLI: scenario name -> CliRun, with
-    ``.root`` and ``.home_all`` (one COPILOT_HOME holding all the sessions)."""
-    return generate_corpus(cli, provider.port, tmp_path_factory.mktemp("cli_corpus"))
+    ``.root`` and ``.home_all`` (one COPILOT_HOME holding all the sessions).
+
+    Tests only read it, so pytest-xdist's workers share one: the first to need it runs the CLI into
+    the run's common temp folder, the others wait on a lock and read what it stored."""
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        return generate_corpus(cli, provider.port, tmp_path_factory.mktemp("cli_corpus"))
+    shared = tmp_path_factory.getbasetemp().parent / "cli_corpus"  # the workers' basetemps are its siblings
+    stored = shared / "corpus.pickle"
+    with open(f"{shared}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if stored.exists():
+            return pickle.loads(stored.read_bytes())
+        corpus = generate_corpus(cli, provider.port, shared)
+        stored.write_bytes(pickle.dumps(corpus))
+        return corpus
 
 
 @pytest.fixture(scope="session")
