@@ -132,7 +132,7 @@ def _misplaced(log: Log) -> dict[str, Planted]:
     last_message = next(i for i in range(last_turn + 1, len(log.events) + 1)
                         if log.events[i - 1]["type"] == "assistant.message" and not log.events[i - 1].get("agentId"))
     child_complete = log.index(lambda e: e["type"] == "tool.execution_complete" and e.get("agentId"))
-    # An event stamped ahead of the clock is no bad line: it is kept (tests/test_attacks_logs.py).
+    # An event stamped ahead of the clock is no bad line: it is kept (tests/e2e/test_attacks_logs.py).
     return {
         # Copies of real lines (same event id): believed, they would reopen a turn or end a tool twice.
         "duplicate_id": Planted(last_message, (log.lines[last_turn - 1], log.lines[child_complete - 1]),

@@ -201,7 +201,7 @@ def test_every_dashboard_query_runs_against_real_data(corpus_daemon):
             empty.append((title, expr))
     # Stuck/abandoned sessions do not exist in a finished corpus: those panels may be empty here;
     # test_stuck_and_abandoned_sessions runs them on live sessions. The corpus runs BYOK and changes
-    # no code: tests/test_cost.py runs the cost panels on sessions with a Copilot subscription that do.
+    # no code: tests/e2e/test_cost.py runs the cost panels on sessions with a Copilot subscription that do.
     live_only = [t for t, e in empty if "copilot_session_stalled_seconds" in e]
     cost_only = [t for t, e in empty if any(m in e for m in COST_METRICS)]
     assert [t for t, _ in empty if t not in live_only + cost_only] == []

@@ -363,7 +363,7 @@ def _resume(c: Ctx) -> Reply:
     return Reply(content="Resumed and done.")
 
 
-# edit_file (tests/test_cost.py): the agent changes code, so session.shutdown's codeChanges are not zero.
+# edit_file (tests/e2e/test_cost.py): the agent changes code, so session.shutdown's codeChanges are not zero.
 EDIT_FILE_NAME = "edit_me.txt"  # the test writes EDIT_FILE_TEXT there first
 EDIT_FILE_TEXT = "one\ntwo\nthree\n"
 EDIT_CREATED = ("created-1.txt", "created-2.txt", "created-3.txt")
@@ -384,7 +384,7 @@ def _edit_file(c: Ctx) -> Reply:
     return Reply(content=FINAL_ANSWER)
 
 
-# echo_secret (added for tests/test_privacy.py): a secret reaches every content field.
+# echo_secret (added for tests/e2e/test_privacy.py): a secret reaches every content field.
 SECRET_FILLER = " and so on" * 500  # pads the final answer past the default 4096-char capture limit
 
 
