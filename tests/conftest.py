@@ -110,6 +110,14 @@ def browser():
         chromium.close()
 
 
+@pytest.fixture(autouse=True)
+def _close_browser_tabs(request):
+    """After a test that used the browser, close the tabs it left open (see Browser.close_pages)."""
+    yield
+    if "browser" in request.fixturenames:
+        request.getfixturevalue("browser").close_pages()
+
+
 # ---------------------------------------------------------------------------------------
 # General fixtures.
 

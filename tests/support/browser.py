@@ -35,6 +35,7 @@ class Browser:
         from playwright.sync_api import sync_playwright
 
         self._profile = tempfile.TemporaryDirectory(prefix="copilot-otel-chromium-")
+        self._pages: list = []
         self._playwright = sync_playwright().start()
         try:
             self.context = self._playwright.chromium.launch_persistent_context(
@@ -44,15 +45,23 @@ class Browser:
             self._playwright.stop()
             self._profile.cleanup()
             raise
-        # A deadline, not a pace: a page of a large session on a busy 2-core machine took over 15 s to load.
-        self.context.set_default_timeout(60_000)
+        self.context.set_default_timeout(15_000)
 
     def page(self):
         """A new tab; its uncaught script errors land in ``page.errors`` (tests assert there are none)."""
         page = self.context.new_page()
+        self._pages.append(page)
         page.errors = []
         page.on("pageerror", lambda error: page.errors.append(str(error)))
         return page
+
+    def close_pages(self) -> None:
+        """Close every tab still open: each holds its page's event stream, and Chromium gives a host six
+        connections, so tabs left open by earlier tests kept a later page from loading at all."""
+        pages, self._pages = self._pages, []
+        for page in pages:
+            if not page.is_closed():
+                page.close()
 
     def close(self) -> None:
         try:
