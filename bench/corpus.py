@@ -86,8 +86,8 @@ class Template:
 
 def generate_source(dest: Path) -> Path:
     """Run every test scenario once with the real Copilot CLI (tests/cli) offline; return the home."""
-    from tests.copilot_cli import CopilotCLI, generate_corpus
-    from tests.provider import ScriptedProvider
+    from tests.support.copilot_cli import CopilotCLI, generate_corpus
+    from tests.support.provider import ScriptedProvider
 
     print(f"{dest}: no real sessions yet; running the Copilot CLI scenarios once (about a minute)...",
           file=sys.stderr)
@@ -107,7 +107,7 @@ def source_logs(source: Path) -> list[Path]:
     files = sorted(p for p in root.glob(f"*/{EVENTS_FILE}") if p.is_file() and p.stat().st_size)
     if not files:
         raise SystemExit(f"{source}: no */{EVENTS_FILE} found; generate the corpus first "
-                         "(tests/copilot_cli.py generate_corpus)")
+                         "(tests/support/copilot_cli.py generate_corpus)")
     return files
 
 

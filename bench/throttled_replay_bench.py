@@ -1,7 +1,7 @@
 """A replay of thousands of sessions into a backend that throttles: is every span delivered exactly once?
 
-The receiver is Rotel (tests/otlp_receiver.py) behind the throttling gate of
-tests/throttling_receiver.py, which refuses as a backend at capacity does (gRPC
+The receiver is Rotel (tests/support/otlp_receiver.py) behind the throttling gate of
+tests/support/throttling_receiver.py, which refuses as a backend at capacity does (gRPC
 RESOURCE_EXHAUSTED): it takes at most ``--capacity`` spans a second and, every ``--every``
 seconds, refuses everything for ``--outage`` seconds. Two runs over the same corpus:
 
@@ -32,9 +32,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import DEFAULT_SOURCE, REPO  # noqa: E402
 from corpus import synthesize  # noqa: E402
 
-from tests.otlp_receiver import OtlpReceiver  # noqa: E402
+from tests.support.otlp_receiver import OtlpReceiver  # noqa: E402
 from tests.support.commands import COMMAND, clean_env  # noqa: E402
-from tests.throttling_receiver import ThrottlingGate  # noqa: E402
+from tests.support.throttling_receiver import ThrottlingGate  # noqa: E402
 
 
 def outages(gate: ThrottlingGate, every: float, outage: float, stop: threading.Event) -> None:

@@ -1,3 +1,6 @@
+import fcntl
+import os
+import pickle
 import shutil
 import sys
 import tempfile
@@ -10,15 +13,41 @@ import pytest
 
 # ---------------------------------------------------------------------------------------
 # Real Copilot CLI fixtures: a scripted provider on loopback and a corpus of real event logs.
-# (tests/provider.py, tests/copilot_cli.py; proved by tests/test_fixture_scenarios.py)
+# (tests/support/provider.py, tests/support/copilot_cli.py; proved by tests/e2e/test_fixture_scenarios.py)
 
 _REPO = str(Path(__file__).resolve().parent.parent)
 if _REPO not in sys.path:  # `tests.*` imports work however pytest was started
     sys.path.insert(0, _REPO)
 
-from tests.copilot_cli import Corpus, CopilotCLI, CopilotCLIMissing, generate_corpus  # noqa: E402
-from tests.provider import ScriptedProvider  # noqa: E402
+from tests.support.copilot_cli import Corpus, CopilotCLI, CopilotCLIMissing, generate_corpus  # noqa: E402
+from tests.support.provider import ScriptedProvider  # noqa: E402
 from tests.support.net import free_port  # noqa: E402
+
+# ---------------------------------------------------------------------------------------
+# Three layers, by folder: `pytest -m unit` (or tests/unit) and so on; registered in pyproject.toml.
+#   unit       in-process, no subprocess: one module at a time, real files and sockets
+#   component  in-process over the stored real-CLI fixtures: fixture and version suites, fuzz, properties
+#   e2e        real processes: the Copilot CLI, the daemon, the browser, Prometheus, the OTLP receiver
+
+TESTS = Path(__file__).resolve().parent
+LAYERS = ("unit", "component", "e2e")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark each test with the layer its folder names; a test outside the three folders is an error."""
+    stray = set()
+    for item in items:
+        try:
+            layer = item.path.resolve().relative_to(TESTS).parts[0]
+        except ValueError:
+            continue  # not under tests/ (a path given explicitly elsewhere)
+        if layer in LAYERS:
+            item.add_marker(getattr(pytest.mark, layer))
+        else:
+            stray.add(str(item.path.relative_to(TESTS)))
+    if stray:
+        raise pytest.UsageError(f"tests outside tests/unit, tests/component, tests/e2e: {', '.join(sorted(stray))}")
+
 
 # The threads of session-scoped fixtures: they serve many tests, so they are no test's leak.
 _SESSION_THREADS: list[Callable[[], Iterable[threading.Thread]]] = []
@@ -47,8 +76,21 @@ def cli() -> CopilotCLI:
 @pytest.fixture(scope="session")
 def cli_corpus(cli, provider, tmp_path_factory) -> Corpus:
     """Every corpus scenario run once by the real CLI: scenario name -> CliRun, with
-    ``.root`` and ``.home_all`` (one COPILOT_HOME holding all the sessions)."""
-    return generate_corpus(cli, provider.port, tmp_path_factory.mktemp("cli_corpus"))
+    ``.root`` and ``.home_all`` (one COPILOT_HOME holding all the sessions).
+
+    Tests only read it, so pytest-xdist's workers share one: the first to need it runs the CLI into
+    the run's common temp folder, the others wait on a lock and read what it stored."""
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        return generate_corpus(cli, provider.port, tmp_path_factory.mktemp("cli_corpus"))
+    shared = tmp_path_factory.getbasetemp().parent / "cli_corpus"  # the workers' basetemps are its siblings
+    stored = shared / "corpus.pickle"
+    with open(f"{shared}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if stored.exists():
+            return pickle.loads(stored.read_bytes())
+        corpus = generate_corpus(cli, provider.port, shared)
+        stored.write_bytes(pickle.dumps(corpus))
+        return corpus
 
 
 @pytest.fixture(scope="session")
@@ -66,6 +108,14 @@ def browser():
         yield chromium
     finally:
         chromium.close()
+
+
+@pytest.fixture(autouse=True)
+def _close_browser_tabs(request):
+    """After a test that used the browser, close the tabs it left open (see Browser.close_pages)."""
+    yield
+    if "browser" in request.fixturenames:
+        request.getfixturevalue("browser").close_pages()
 
 
 # ---------------------------------------------------------------------------------------

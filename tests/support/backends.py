@@ -3,7 +3,7 @@
 ``AnsweringHttp`` answers every OTLP/HTTP request with one status; ``AnsweringGrpc`` every
 TraceService/Export call with one gRPC code (RetryInfo attached if asked; over TLS if given a certificate);
 ``HangingGrpc`` takes every call and never answers. ``StrictBackend`` sits in
-front of a real receiver (tests/otlp_receiver.py) and refuses, with HTTP 400, any request holding a
+front of a real receiver (tests/support/otlp_receiver.py) and refuses, with HTTP 400, any request holding a
 span whose name contains a word, as a backend that validates spans would; other requests it
 forwards and relays the receiver's answer. Each stops by itself at the end of its ``with`` block.
 """

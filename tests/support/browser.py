@@ -35,6 +35,7 @@ class Browser:
         from playwright.sync_api import sync_playwright
 
         self._profile = tempfile.TemporaryDirectory(prefix="copilot-otel-chromium-")
+        self._pages: list = []
         self._playwright = sync_playwright().start()
         try:
             self.context = self._playwright.chromium.launch_persistent_context(
@@ -49,9 +50,18 @@ class Browser:
     def page(self):
         """A new tab; its uncaught script errors land in ``page.errors`` (tests assert there are none)."""
         page = self.context.new_page()
+        self._pages.append(page)
         page.errors = []
         page.on("pageerror", lambda error: page.errors.append(str(error)))
         return page
+
+    def close_pages(self) -> None:
+        """Close every tab still open: each holds its page's event stream, and Chromium gives a host six
+        connections, so tabs left open by earlier tests kept a later page from loading at all."""
+        pages, self._pages = self._pages, []
+        for page in pages:
+            if not page.is_closed():
+                page.close()
 
     def close(self) -> None:
         try:

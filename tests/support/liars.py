@@ -3,7 +3,7 @@
 ``LyingBackend`` is a small real HTTP server that answers every POST with one ``Answer``: an HTML
 page, a JSON error, random bytes labelled protobuf, a valid body of the wrong type, a redirect, or a
 correct answer sent one byte every few seconds (``trickle``). With ``receiver`` (a real Rotel,
-tests/otlp_receiver.py) it forwards the first ``honest_for`` requests and relays Rotel's answer, then
+tests/support/otlp_receiver.py) it forwards the first ``honest_for`` requests and relays Rotel's answer, then
 lies; ``honest()`` makes it forward every request from then on, at the same address, so a replay's
 ledger (kept per destination) carries over. ``partial`` forwards and then answers an OTLP partial
 success of its own. ``Silent`` accepts connections and never answers. Each stops by itself at the end

@@ -15,7 +15,7 @@ from pathlib import Path
 from google.protobuf import json_format
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
-from tests.otlp_receiver import ReceivedSpan, spans_from_request
+from tests.support.otlp_receiver import ReceivedSpan, spans_from_request
 
 
 def _hex_to_b64(value: str) -> str:

@@ -1,4 +1,4 @@
-"""otlp_answers.py, pure: what each OTLP answer means (the same answers over real sockets: tests/test_backend_answers.py)."""
+"""otlp_answers.py, pure: what each OTLP answer means (the same answers over real sockets: tests/component/test_backend_answers.py)."""
 
 from __future__ import annotations
 

@@ -75,7 +75,7 @@ def test_a_bad_metrics_setting_is_one_clear_error(environ, message):
 
 class _Refusing(MetricExporter):
     """An exporter whose backend refuses (or, with ``raises``, that raises): what the real ones do is
-    tested against a real receiver in tests/test_cost.py."""
+    tested against a real receiver in tests/e2e/test_cost.py."""
 
     def __init__(self, raises: bool = False) -> None:
         super().__init__()

@@ -9,6 +9,7 @@ from copilot_otel.config import ModelOptions
 from copilot_otel.source.liveness import StuckPolicy
 from copilot_otel.web.overview import HistorySessions
 from copilot_otel.web.streams import Changes
+from tests.support import aio
 from tests.support.events import SessionLog
 from tests.support.files import append, new_session
 
@@ -67,7 +68,7 @@ def test_one_look_builds_the_board_once_for_every_view_and_wakes_them_all(tmp_pa
         await asyncio.sleep(0)
         assert task.cancelled() or task.done()
 
-    asyncio.run(main())
+    aio.run(main())  # a fresh loop on its own thread: a browser test before this one leaves a loop running
 
 
 def test_the_help_says_the_bounds_the_code_keeps():

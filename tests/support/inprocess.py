@@ -1,0 +1,67 @@
+"""The daemon in this process: the real ``Daemon`` following real files in a thread, into a MemorySink.
+
+For behaviour that needs no process of its own (the reader, the watcher, the queue, the checkpoint):
+the same class ``copilot-otel run`` runs, without the process start, the HTTP endpoint or an encoding
+sink. ``tests/support/daemon.py`` runs the real process where the process itself is under test.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+from prometheus_client import generate_latest
+
+from copilot_otel.config import Config
+from copilot_otel.daemon.daemon import Daemon
+from copilot_otel.export.limits import clean
+from copilot_otel.export.sinks import MemorySink
+from tests.support.net import wait_until
+from tests.support.scrape import Samples, parse
+from tests.support.spans import record_key
+
+FAST = {"idle_quiet": 0.3, "rescan_interval": 1.0}  # the flags DaemonProcess tests pass as FAST
+
+
+class InProcessDaemon:
+    """``Daemon(Config(home, state, **settings))`` running in a thread while the ``with`` block lasts.
+
+    ``sink``: where spans go (pass one sink to several daemons to see what a restart sends again)."""
+
+    def __init__(self, home: Path, state_dir: Path, *, sink: MemorySink | None = None, **settings) -> None:
+        self.config = Config(copilot_home=Path(home), state_dir=Path(state_dir), **{**FAST, **settings})
+        self.sink = sink if sink is not None else MemorySink()
+        self.daemon: Daemon | None = None
+        self._thread: threading.Thread | None = None
+
+    def __enter__(self) -> InProcessDaemon:
+        (self.config.copilot_home / "session-state").mkdir(parents=True, exist_ok=True)
+        self.daemon = Daemon(self.config, sink=self.sink)
+        ready = threading.Event()
+        self._thread = threading.Thread(target=self.daemon.run, args=(ready,), name="daemon-in-process")
+        self._thread.start()
+        assert ready.wait(30), "the in-process daemon did not start"
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.daemon.request_stop()
+        self._thread.join(30)
+        assert not self._thread.is_alive(), "the in-process daemon did not stop within 30 s"
+
+    def scrape(self) -> Samples:
+        """What /metrics would show now."""
+        return parse(generate_latest(self.daemon.metrics.registry).decode())
+
+    def keys(self) -> list:
+        """The keys of every span exported so far, sorted, duplicates kept (as an encoding sink writes them)."""
+        with self.sink._lock:
+            records = list(self.sink.records)
+        return sorted(record_key(clean(record)) for record in records)
+
+    def wait_for_keys(self, expected: list, timeout: float = 20.0) -> list:
+        """Wait until the exported spans are ``expected`` (as a set); return them all, duplicates too."""
+        wanted = set(expected)
+        wait_until(lambda: set(self.keys()) >= wanted, timeout=timeout, what=f"{len(wanted)} spans")
+        got = self.keys()
+        assert set(got) == wanted
+        return got
