@@ -14,8 +14,6 @@ the session id its spans were made under, which a log moved to another folder ke
 
 from __future__ import annotations
 
-import errno
-import fcntl
 import logging
 import os
 import sqlite3
@@ -26,6 +24,7 @@ from pathlib import Path
 
 from ..config import ConfigError
 from ..source.identity import FileIdentity
+from ..base import pidlock
 from ..base.private import open_private, private_dir, state_folder, touch_private
 from ..source.sources import path_from_text, path_text
 from ..base.strictmodes import UnsafePath, state_refusal
@@ -242,16 +241,11 @@ class StateLock:
             raise ConfigError(f"state directory {state_dir} is not writable ({exc.strerror or exc}); "
                               "choose another with --state-dir or COPILOT_OTEL_STATE_DIR") from None
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
-            os.close(fd)
-            if exc.errno in (errno.EWOULDBLOCK, errno.EACCES):
-                raise CheckpointError(f"another copilot-otel daemon (pid {holder}) is using the state directory "
-                                      f"{self.path.parent}; stop it, or give this one its own --state-dir") from None
-            raise
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+            pidlock.lock(fd)
+        except pidlock.Held as held:
+            raise CheckpointError(f"another copilot-otel daemon (pid {held.pid}) is using the state directory "
+                                  f"{self.path.parent}; stop it, or give this one its own --state-dir") from None
+        pidlock.say_holder(fd)
         self._fd = fd
 
     def release(self) -> None:

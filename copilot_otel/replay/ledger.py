@@ -24,8 +24,6 @@ that keys spans by id keeps once; a trace file gets their lines twice.
 
 from __future__ import annotations
 
-import errno
-import fcntl
 import hashlib
 import logging
 import os
@@ -35,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
+from ..base import pidlock
 from ..base.private import open_private, private_dir, touch_private
 from ..source.sources import path_from_text, path_text
 
@@ -136,21 +135,16 @@ class Ledger:
         while True:
             fd = open_private(self.lock_path, os.O_RDWR)
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError as exc:
-                holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
-                os.close(fd)
-                if exc.errno in (errno.EWOULDBLOCK, errno.EACCES):
-                    raise LedgerBusy(f"another replay of the same sessions to the same destination is running "
-                                     f"(pid {holder}, {self.lock_path}); wait for it to finish, or stop it") from None
-                raise
+                pidlock.lock(fd)
+            except pidlock.Held as held:
+                raise LedgerBusy(f"another replay of the same sessions to the same destination is running "
+                                 f"(pid {held.pid}, {self.lock_path}); wait for it to finish, or stop it") from None
             try:
                 same = os.fstat(fd).st_ino == os.stat(self.lock_path).st_ino
             except FileNotFoundError:
                 same = False
             if same:
-                os.ftruncate(fd, 0)
-                os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+                pidlock.say_holder(fd)
                 return fd
             os.close(fd)  # removed by the replay that held it, between our open and our lock: again
 
