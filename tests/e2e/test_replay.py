@@ -73,9 +73,12 @@ def test_one_span_per_turn_llm_call_and_tool(exported, scenario):
     tool_spans = by_op(spans, "execute_tool")
     assert sorted(s.attributes["gen_ai.tool.call.id"] for s in tool_spans) == sorted(e["data"]["toolCallId"] for e in tools)
     completes = {e["data"]["toolCallId"]: e for e in events if e["type"] == "tool.execution_complete"}
+    # A task call holds its sub-agent: it ends at its completion, or at the sub-agent's if that comes later.
+    subagents = {e["data"]["toolCallId"]: iso_ns(e["timestamp"]) for e in events if e["type"] == "subagent.completed"}
     for span in tool_spans:
-        done = completes[span.attributes["gen_ai.tool.call.id"]]
-        assert span.end_time_unix_nano == iso_ns(done["timestamp"])
+        call_id = span.attributes["gen_ai.tool.call.id"]
+        done = completes[call_id]
+        assert span.end_time_unix_nano == max(iso_ns(done["timestamp"]), subagents.get(call_id, 0))
         assert (span.status_code == "ERROR") == (done["data"]["success"] is False)
         if done["data"]["success"] is False:
             assert span.attributes["error.type"] == done["data"]["error"]["code"]
