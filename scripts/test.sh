@@ -8,7 +8,8 @@
 #   scripts/test.sh                  every layer (extra pytest options go to each: scripts/test.sh -q -x)
 #   scripts/test.sh unit component   only these layers
 #   scripts/test.sh tests/e2e/test_view.py -k token   anything else: one pytest run with these arguments
-# TEST_WORKERS=N: processes for the e2e layer (default 4, pytest-xdist: the layer mostly waits on processes, 268 s of CPU in 516 s with 2 workers, 308 s in 278 s with 4 on 2 cores; 0 runs it in this process).
+# TEST_WORKERS=N: processes for the e2e layer (default 4, pytest-xdist; 0 runs it in this process). The layer
+# mostly waits on processes: 268 s of CPU in 516 s with 2 workers, 308 s in 278 s with 4, on 2 cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
