@@ -165,8 +165,8 @@ class SessionModel:
         oldest = self._book.oldest_tool()
         waiting = (str(oldest.attributes[A.GEN_AI_TOOL_NAME]), oldest.start_ns) if oldest is not None else (None, 0)
         current = self._loop.current
-        return make_summary(self.session_id, self.state, self.ended, self.facts, self.tally, self.last_event_ns, waiting,
-                            running_tools=len(self._book.tools),
+        return make_summary(self.session_id, self.state, self.ended, self.facts, self.tally, self.last_event_ns,
+                            waiting, running_tools=len(self._book.tools),
                             confirms=current.pending_end if self.awaiting_confirmation else None,
                             cut_off_end=(current.pending_end or END_INCOMPLETE) if current is not None else None,
                             asking=self.asking)
