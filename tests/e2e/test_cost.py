@@ -36,7 +36,7 @@ COST_METRICS = ("copilot_premium_requests_total", "copilot_autopilot_premium_req
                 "copilot_code_lines_total", "copilot_files_modified_total", "copilot_ai_credits_total",
                 "copilot_autopilot_ai_credits_total", "copilot_llm_calls_without_credits_total")
 # Panels of the month-to-date rules (evaluated once a minute) and of --budgets-file: proven by promtool and
-# tests/test_budgets.py, not waited for here.
+# tests/e2e/test_budgets.py, not waited for here.
 MONTHLY = ("month_to_date", "copilot_budget_")
 
 

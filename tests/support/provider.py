@@ -749,7 +749,7 @@ class _Handler(BaseHTTPRequestHandler):
             if usage is not None:
                 chunk["usage"] = usage
                 billed = self.server.owner.copilot_usage(model, reply, ctx)
-                if billed is not None:  # the Copilot API's amount, in the last chunk (tests/copilot_api.py)
+                if billed is not None:  # the Copilot API's amount, in the last chunk (tests/support/copilot_api.py)
                     chunk["copilot_usage"] = billed
             self.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
             self.wfile.flush()
