@@ -15,7 +15,7 @@ import yaml
 from tests.support import viewclient as view_api
 from tests.support.commands import run_copilot_otel
 from tests.support.daemon import DaemonProcess
-from tests.support.net import wait_until
+from tests.support.net import wait_until, wait_until_steady
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 CLI = FIXTURES / "cli" / "1.0.102"
@@ -150,16 +150,13 @@ def test_every_view_says_the_same_of_every_fixture_session(tmp_path):
         # Old logs with no CLI process: the daemon confirms their ends, ends what their death cut off, and then
         # holds none of them live. Then what it says is what it will say: its answer no longer changes over three
         # polls a second apart (longer than the quiet period and a rescan), with no session live.
-        answers: list[dict] = []
-
-        def settled() -> dict | None:
+        def answer() -> dict | None:
             rows = {row["id"]: {field: row[field] for field in SAME}
                     for row in view_api.get_json(daemon.port, "/api/sessions?limit=500")["sessions"]}
             live = any(v for k, v in daemon.scrape().items() if k[0] == "copilot_sessions")
-            answers[:] = [*answers[-2:], None if live else rows]
-            return rows if len(answers) == 3 and all(a == rows for a in answers) else None
+            return None if live else rows
 
-        wait_until(settled, timeout=90, interval=1.0, what="the daemon's answer to settle")
+        wait_until_steady(answer, timeout=90, interval=1.0, what="the daemon's answer to settle")
         api = {row["id"]: row for row in view_api.get_json(daemon.port, "/api/sessions?limit=500")["sessions"]}
         through_daemon = sessions_json(home, state)
     from_files = sessions_json(home, tmp_path / "other", "--from-files")

@@ -19,7 +19,7 @@ from copilot_otel.web.streams import WRITE_TIMEOUT
 from tests.support.biglog import another_copy, grow
 from tests.support.daemon import DaemonProcess
 from tests.support.files import append, new_session
-from tests.support.net import wait_until
+from tests.support.net import wait_until, wait_until_steady
 from tests.support.scrape import value
 from tests.support.viewclient import EventStream, get_json, send_get
 
@@ -146,14 +146,11 @@ def test_a_live_view_is_sent_only_what_its_own_session_did(tmp_path):
         wait_until(lambda: get_json(daemon.port, "/api/sessions")["total"] == 2, what="both sessions")
         # The daemon first settles what it read (an interaction's end confirmed after the quiet period, a session
         # with no process ended): A's row moves then, for A's own reasons. Wait until it no longer does.
-        rows: list[dict] = []
-
-        def settled() -> bool:
+        def a_row() -> dict:
             row = get_json(daemon.port, "/api/session/session-a?limit=1")["session"]
-            rows[:] = [*rows[-2:], {k: v for k, v in row.items() if not k.endswith(("_s", "_ms"))}]
-            return len(rows) == 3 and rows[0] == rows[1] == rows[2]
+            return {k: v for k, v in row.items() if not k.endswith(("_s", "_ms"))}  # durations tick
 
-        wait_until(settled, timeout=30, interval=0.5, what="A's row to settle")
+        wait_until_steady(a_row, timeout=30, interval=0.5, what="A's row to settle")
         with EventStream(daemon.port, "/api/session/session-a/stream") as on_a, \
                 EventStream(daemon.port, "/api/session/session-b/stream") as on_b:
             _id, first_a = on_a.message()

@@ -40,3 +40,18 @@ def wait_until(predicate: Callable[[], T], timeout: float = 20.0, interval: floa
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout} s waiting for {what or predicate}")
         time.sleep(interval)
+
+
+def wait_until_steady(read: Callable[[], T | None], *, polls: int = 3, timeout: float = 30.0, interval: float = 0.5,
+                      what: str = "") -> T:
+    """Poll ``read()`` until it gave the same value ``polls`` times running (None never counts); return it.
+    For what settles on its own schedule (a daemon confirming what it read): wait for it to stop moving."""
+    seen: list[T | None] = []
+
+    def steady() -> bool:
+        value = read()
+        seen[:] = [*seen[-(polls - 1):], value]
+        return len(seen) == polls and value is not None and all(v == value for v in seen)
+
+    wait_until(steady, timeout=timeout, interval=interval, what=what)
+    return seen[-1]
