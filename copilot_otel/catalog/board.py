@@ -142,9 +142,9 @@ def make_board(key: tuple, summaries: Iterable[tuple[Path, SessionSummary]],
         count += 1
         state, stalled, silent, activity = Live(*live.get(summary.session_id, NOT_LIVE))
         old = by_id.get(summary.session_id)
-        if old is not None and old.summary is summary and old.state == state and old.stalled_s == stalled \
-                and old.activity == activity:
-            continue
+        if old is not None and (old.summary is summary or old.summary == summary) and old.state == state \
+                and old.stalled_s == stalled and old.activity == activity:
+            continue  # the same row: a summary made again with the same values moves nothing (no page, no push)
         row = by_id[summary.session_id] = Row(_RANK.get(state, len(_RANK)), -summary.last_event_ns,
                                               summary.session_id, path, summary, state, stalled, silent, activity, at)
         changed.append(row)
