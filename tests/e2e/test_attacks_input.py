@@ -201,7 +201,7 @@ def test_a_log_swapped_for_a_fifo_hangs_nothing(tmp_path):
         other = new_session(home, "other")
         other.write_bytes(real_log("multi_turn"))
         wait_for_keys(traces, sorted(before | set(expected_keys([other]))))
-        wait_until(lambda: "not a regular file" in daemon.log_text(), timeout=10, what="the FIFO refused")
+        wait_until(lambda: "not a regular file" in daemon.log_text(), timeout=30, what="the FIFO refused")
         code = daemon.stop(signal.SIGTERM, timeout=15)
     assert code == 0
 
