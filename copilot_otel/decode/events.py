@@ -7,26 +7,34 @@ the session model keys on are lifted out of ``data``; everything else stays in
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any, Mapping
+
+from msgspec import Struct
 
 MAIN_AGENT = "main"
 
 
-@dataclass(frozen=True, slots=True)
-class Event:
+# msgspec structs: built in C (a frozen dataclass's __init__ sets each field through object.__setattr__, and its
+# class is compiled with exec at import), equal, hashable, ordered by field and picklable as the dataclass was.
+# gc=False: an event holds plain JSON values, never itself, so it can form no cycle.
+class Event(Struct, frozen=True, gc=False):
     """One session event, as written by the CLI (or streamed live)."""
 
     type: str
     timestamp_ns: int
     id: str
-    data: Mapping[str, Any] = field(repr=False)
+    data: Mapping[str, Any]
     parent_id: str | None = None
     agent_id: str | None = None
     ephemeral: bool = False
     # Where the event came from: byte offset of its line and its 1-based line number.
     offset: int = -1
     line: int = 0
+
+    def __repr__(self) -> str:  # without ``data``: what a log holds must not reach our own log through a repr
+        return (f"Event(type={self.type!r}, timestamp_ns={self.timestamp_ns!r}, id={self.id!r}, "
+                f"parent_id={self.parent_id!r}, agent_id={self.agent_id!r}, ephemeral={self.ephemeral!r}, "
+                f"offset={self.offset!r}, line={self.line!r})")
 
     @property
     def interaction_id(self) -> str | None:
@@ -47,8 +55,7 @@ class Event:
         return value if isinstance(value, str) else None
 
 
-@dataclass(frozen=True, slots=True)
-class DecodeError:
+class DecodeError(Struct, frozen=True, gc=False):
     """A line that is not a usable event, with the reason it was rejected."""
 
     reason: str

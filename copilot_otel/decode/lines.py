@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import re
-from typing import Iterable
+from typing import Any, Iterable
 from datetime import datetime, timezone
 from functools import lru_cache
 from types import MappingProxyType
 
 
-import orjson
+import msgspec
 
 from .events import DecodeError, Event
 
@@ -37,12 +37,32 @@ def _whole_seconds(prefix: str) -> int:
     return int((datetime.fromisoformat(prefix).replace(tzinfo=timezone.utc) - _EPOCH).total_seconds())
 
 
+_SECOND_NS: dict[str, int] = {}  # 'YYYY-MM-DDTHH:MM:SS' -> its nanoseconds since the epoch (the CLI's own form)
+_SECONDS_KEPT = 4096  # then it starts again: a log's events share seconds, a long-running daemon's do not
+
+
 def parse_timestamp(value: object) -> int | None:
     """ISO-8601 with a time zone -> nanoseconds since the epoch; None when unusable."""
-    if not isinstance(value, str) or len(value) < 20:
-        return None
+    if type(value) is not str or len(value) < 20:
+        if not isinstance(value, str) or len(value) < 20:
+            return None
+    # Fast path for the CLI's own form, 2026-12-02T18:15:16.733Z: one dict lookup for the second.
+    elif len(value) == 24 and value[23] == "Z" and value[19] == "." and value[10] == "T":
+        fraction = value[20:23]
+        if fraction.isascii() and fraction.isdigit():
+            second = value[:19]
+            ns = _SECOND_NS.get(second)
+            if ns is None:
+                try:
+                    ns = _whole_seconds(second) * 1_000_000_000
+                except ValueError:
+                    return None
+                if len(_SECOND_NS) >= _SECONDS_KEPT:
+                    _SECOND_NS.clear()
+                _SECOND_NS[second] = ns
+            return ns + int(fraction) * 1_000_000
     try:
-        # Fast path for the CLI's own form: 2026-12-02T18:15:16.733Z
+        # The other fractions of the same form: 2026-12-02T18:15:16.733123Z
         if value[-1] == "Z" and value[19] == "." and value[10] == "T":
             fraction = value[20:-1]
             if fraction.isdigit() and len(fraction) <= 9:
@@ -80,6 +100,22 @@ def decode_object(obj: object, *, offset: int = -1, line: int = 0) -> Event | De
     return Event(event_type, timestamp, event_id, data, parent_id if isinstance(parent_id, str) else None,
                  agent_id if isinstance(agent_id, str) and agent_id else None, obj.get("ephemeral") is True,
                  offset, line)
+
+
+class _Line(msgspec.Struct, gc=False):
+    """A line's top-level fields, as they are: decode_line checks each (any other key is skipped unread)."""
+
+    type: Any = None
+    timestamp: Any = None
+    data: Any = None
+    id: Any = None
+    parentId: Any = None  # noqa: N815 (the CLI's names)
+    agentId: Any = None  # noqa: N815
+    ephemeral: Any = None
+
+
+_decode_head = msgspec.json.Decoder(_Line).decode
+_decode_any = msgspec.json.Decoder().decode
 
 
 # The CLI writes every line as {"type":"T","data":{...}[,"agentId":"A"],"id":"I","timestamp":"S","parentId":P[,"agentId":"A"]}.
@@ -168,11 +204,31 @@ def decode_line(raw: bytes, *, offset: int = -1, line: int = 0, max_bytes: int =
     if b"\x00" in raw:
         return DecodeError(NUL_BYTE, "line contains NUL bytes", offset, line)
     try:
-        obj = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
+        head = _decode_head(raw)
+    except msgspec.ValidationError:  # JSON but no object, or a number out of range in a field read
+        try:
+            return decode_object(_decode_any(raw), offset=offset, line=line)
+        except (msgspec.DecodeError, RecursionError) as exc:
+            return DecodeError(NOT_JSON, f"not JSON: {exc}", offset, line)
+    except (msgspec.DecodeError, RecursionError) as exc:  # RecursionError: nested deeper than Python goes
         try:
             raw.decode("utf-8")
         except UnicodeDecodeError:
             return DecodeError(INVALID_UTF8, "line is not valid UTF-8", offset, line)
         return DecodeError(NOT_JSON, f"not JSON: {exc}", offset, line)
-    return decode_object(obj, offset=offset, line=line)
+    event_type = head.type
+    if type(event_type) is not str or not event_type:
+        return DecodeError(BAD_TYPE, "missing or non-string 'type'", offset, line)
+    timestamp = parse_timestamp(head.timestamp)
+    if timestamp is None:
+        return DecodeError(BAD_TIMESTAMP, f"{event_type}: missing or unusable 'timestamp' (ISO-8601 with zone)", offset, line)
+    data = head.data
+    if type(data) is not dict:
+        what = "missing" if data is None else "not an object"
+        return DecodeError(BAD_DATA, f"{event_type}: 'data' is {what}", offset, line)
+    event_id = head.id
+    if type(event_id) is not str or not event_id:
+        event_id = f"@{offset}" if offset >= 0 else f"@line{line}"
+    parent_id, agent_id = head.parentId, head.agentId
+    return Event(event_type, timestamp, event_id, data, parent_id if type(parent_id) is str else None,
+                 agent_id if type(agent_id) is str and agent_id else None, head.ephemeral is True, offset, line)

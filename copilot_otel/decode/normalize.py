@@ -18,7 +18,7 @@ The differences (measured with the real CLI; see README "CLI versions"):
 
 from __future__ import annotations
 
-from dataclasses import replace
+from msgspec.structs import replace
 
 from .events import Event
 

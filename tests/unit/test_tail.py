@@ -186,7 +186,7 @@ def test_a_read_stops_between_lines_after_about_max_bytes(tmp_path):
         parts.append(items)
     assert [i.id for part in parts for i in part] == [e["id"] for e in log.entries]
     assert len(parts) >= 2
-    assert max(sum(len(orjson.dumps(e)) for e in part) for part in parts) < 2 * tail_module.CHUNK
+    assert max(sum(len(orjson.dumps(e.data)) for e in part) for part in parts) < 2 * tail_module.CHUNK
 
 
 def test_a_read_that_stops_at_its_budget_says_there_is_more(tmp_path):
