@@ -6,6 +6,8 @@ import json
 from datetime import datetime, timezone
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from copilot_otel.decode import lines as decode
 from copilot_otel.decode.lines import decode_line, decode_object, parse_timestamp
@@ -138,3 +140,39 @@ def test_every_reason_is_a_known_label():
     """The reasons decode gives are the label values copilot_otel_lines_rejected_total is created with."""
     reasons = {value for name, value in vars(decode).items() if name.isupper() and isinstance(value, str)}
     assert reasons == set(decode.REASONS)
+
+
+# A line read by decode_line (a msgspec decoder into its top-level fields) and the same line read by the
+# stdlib's json and handed to decode_object (the SDK's and the stream's path) give the same event.
+_JSON = st.recursive(st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.floats(allow_nan=False,
+                     allow_infinity=False) | st.text(max_size=8), lambda children: st.lists(children, max_size=3)
+                     | st.dictionaries(st.text(max_size=6), children, max_size=3), max_leaves=8)
+_FIELD = st.one_of(_JSON, st.text(max_size=12), st.sampled_from([TS, "2026-12-03T12:01:45.787123Z", "e-1", "main"]))
+
+
+@given(st.dictionaries(st.sampled_from(["type", "timestamp", "data", "id", "parentId", "agentId", "ephemeral",
+                                        "other"]), _FIELD | st.dictionaries(st.text(max_size=4), _JSON, max_size=3),
+                       max_size=8), st.lists(st.sampled_from(["type", "timestamp", "data", "id"]), unique=True),
+       st.booleans())
+@settings(max_examples=400, deadline=None)
+def test_a_line_reads_as_the_stdlib_reads_it(changes, missing, spaced):
+    """Whatever the top-level fields hold (wrong types, nested values, unknown keys, fields left out), the event
+    or the reason is the one decode_object gives for the stdlib's parse of the same line."""
+    obj = {"type": "tool.execution_start", "data": {"toolCallId": "c-1", "arguments": {"x": [1]}}, "id": "e-1",
+           "timestamp": TS, "parentId": None, **changes}
+    for key in missing:
+        obj.pop(key, None)
+    raw = json.dumps(obj, separators=(", ", ": ") if spaced else (",", ":")).encode()
+    assert decode_line(raw, offset=7, line=3) == decode_object(json.loads(raw), offset=7, line=3)
+
+
+@given(st.datetimes(min_value=datetime(1970, 1, 2), max_value=datetime(2200, 1, 1)), st.sampled_from([0, 3, 6]))
+@settings(max_examples=400, deadline=None)
+def test_the_fast_timestamp_path_agrees_with_datetime(moment, digits):
+    """The CLI's form (read through a cache of whole seconds) gives the nanoseconds datetime gives, at every
+    precision the path serves and beside it."""
+    text = moment.strftime("%Y-%m-%dT%H:%M:%S") + (f".{moment.microsecond:06d}"[:digits + 1] if digits else "") + "Z"
+    expected = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    delta = expected - datetime(1970, 1, 1, tzinfo=timezone.utc)
+    want = (delta.days * 86_400 + delta.seconds) * 1_000_000_000 + delta.microseconds * 1_000
+    assert parse_timestamp(text) == parse_timestamp(text) == want
