@@ -169,7 +169,8 @@ class ShardJob:
         """One log's spans, a read at a time, its first ``skip`` left out; what is open at its end closed as
         incomplete. A log that cannot be read (at any read) stops there, named in ``failed``; one read to its
         last byte gets its content identity in ``owner`` (for the ledger)."""
-        reader = LogReader(path, self.options, max_line_bytes=self.max_line_bytes, metrics=stats.metrics is not None)
+        reader = LogReader(path, self.options, max_line_bytes=self.max_line_bytes, metrics=stats.metrics is not None,
+                           summaries=False)  # the interactions `inspect` lists: nothing a replay reads
         tail = reader.tail
         while True:
             result, out = reader.read(max_bytes=READ_BYTES)
