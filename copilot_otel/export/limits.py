@@ -91,7 +91,8 @@ def clean(record: SpanRecord) -> SpanRecord:
     """The record as it may be encoded: the record itself when nothing needs clamping or cutting."""
     if (0 <= record.start_ns <= record.end_ns <= MAX_TIME_NS and len(record.name) <= MAX_NAME_CHARS
             and len(record.status_message) <= MAX_STATUS_CHARS and _attributes_ok(record.attributes)
-            and all(0 <= e.time_ns <= MAX_TIME_NS and _attributes_ok(e.attributes) for e in record.events)):
+            and (not record.events or all(0 <= e.time_ns <= MAX_TIME_NS and _attributes_ok(e.attributes)
+                                          for e in record.events))):
         return record
     start = clamp_time(record.start_ns)
     return replace(

@@ -51,6 +51,7 @@ class OtlpJsonEncoder:
     def __init__(self, resource_attributes: Mapping[str, Any]) -> None:
         self.resource_attributes = dict(resource_attributes)
         self._pairs: dict[tuple[str, str], bytes] = {}
+        self._keys: dict[str, bytes] = {}  # key -> the start of its pair, for values that are no string
         self._head = (b'{"resourceSpans":[{"resource":{"attributes":[' + self._key_values(self.resource_attributes)
                       + b']},"scopeSpans":[{"scope":' + _DUMPS({"name": SCOPE_NAME, "version": SCOPE_VERSION})
                       + b',"spans":[')
@@ -65,15 +66,26 @@ class OtlpJsonEncoder:
         pairs = self._pairs
         out = []
         for key, value in attributes.items():
-            if type(value) is str:  # only strings: True == 1 would otherwise share with an int
+            kind = type(value)
+            if kind is str:  # only strings: True == 1 would otherwise share with an int
                 pair = pairs.get((key, value))
                 if pair is None:
                     if len(pairs) >= CACHE_PAIRS:
                         pairs.clear()
                     pair = pairs[(key, value)] = (b'{"key":' + _DUMPS(key) + b',"value":{"stringValue":'
                                                   + _DUMPS(value) + b"}}")
-            else:
-                pair = _DUMPS({"key": key, "value": _any_value(value)})
+            else:  # the key's part is kept, the value written in place: what orjson writes for the pair
+                head = self._keys.get(key)
+                if head is None:
+                    if len(self._keys) >= CACHE_PAIRS:
+                        self._keys.clear()
+                    head = self._keys[key] = b'{"key":' + _DUMPS(key) + b',"value":'
+                if kind is int:
+                    pair = head + b'{"intValue":"%d"}}' % value
+                elif kind is float:
+                    pair = head + b'{"doubleValue":' + _DUMPS(value) + b"}}"
+                else:
+                    pair = head + _DUMPS(_any_value(value)) + b"}"
             out.append(pair)
         return b",".join(out)
 
