@@ -102,8 +102,9 @@ def decode_object(obj: object, *, offset: int = -1, line: int = 0) -> Event | De
                  offset, line)
 
 
-class _Line(msgspec.Struct, gc=False):
-    """A line's top-level fields, as they are: decode_line checks each (any other key is skipped unread)."""
+class _Line(msgspec.Struct, gc=False, forbid_unknown_fields=True):
+    """A line's top-level fields, as they are: decode_line checks each. A line with another key is read in full
+    (msgspec would skip its value unread, invalid UTF-8 and all): the CLI writes none."""
 
     type: Any = None
     timestamp: Any = None
@@ -204,12 +205,10 @@ def decode_line(raw: bytes, *, offset: int = -1, line: int = 0, max_bytes: int =
     if b"\x00" in raw:
         return DecodeError(NUL_BYTE, "line contains NUL bytes", offset, line)
     try:
-        head = _decode_head(raw)
-    except msgspec.ValidationError:  # JSON but no object, or a number out of range in a field read
         try:
+            head = _decode_head(raw)
+        except msgspec.ValidationError:  # no object (said before the rest is read), another key, a number out of range
             return decode_object(_decode_any(raw), offset=offset, line=line)
-        except (msgspec.DecodeError, RecursionError) as exc:
-            return DecodeError(NOT_JSON, f"not JSON: {exc}", offset, line)
     except (msgspec.DecodeError, RecursionError) as exc:  # RecursionError: nested deeper than Python goes
         try:
             raw.decode("utf-8")

@@ -176,3 +176,42 @@ def test_the_fast_timestamp_path_agrees_with_datetime(moment, digits):
     delta = expected - datetime(1970, 1, 1, tzinfo=timezone.utc)
     want = (delta.days * 86_400 + delta.seconds) * 1_000_000_000 + delta.microseconds * 1_000
     assert parse_timestamp(text) == parse_timestamp(text) == want
+
+
+def _read_by_the_rules(raw: bytes):
+    """The rules of a rejected line, read independently: NUL bytes, then UTF-8, then JSON (the stdlib's, with
+    the numbers JSON has no value for refused), then what decode_object says of the object."""
+    if b"\x00" in raw:
+        return decode.NUL_BYTE
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return decode.INVALID_UTF8
+
+    def finite(number: str) -> float:
+        value = float(number)
+        if value in (float("inf"), float("-inf")):
+            raise ValueError(number)
+        return value
+
+    try:
+        obj = json.loads(text, parse_float=finite, parse_constant=lambda name: finite("inf"))
+    except (ValueError, RecursionError):
+        return decode.NOT_JSON
+    return decode_object(obj, offset=7, line=3)
+
+
+@given(st.lists(st.tuples(st.integers(0, 400), st.sampled_from([b"\xff", b"\x00", b'"', b",", b"]", b"\xc3", b"\xa9",
+                                                                b"5", b"{", b"1e999", b' ', b'"x":1'])), max_size=3))
+@settings(max_examples=400, deadline=None)
+def test_a_damaged_line_is_rejected_for_the_reason_the_rules_give(damage):
+    """Bytes put anywhere in a real-shaped line: the event, or the reason (NUL, UTF-8, JSON, object), is the one
+    the rules give, in that order."""
+    raw = event_line("tool.execution_start", TS, "e-1", {"toolCallId": "c-1", "arguments": {"x": [1, "é"]}})
+    for at, junk in damage:
+        at = min(at, len(raw))
+        raw = raw[:at] + junk + raw[at:]
+    result = decode_line(raw, offset=7, line=3)
+    expected = _read_by_the_rules(raw)
+    assert (result.reason if isinstance(result, DecodeError) else result) == (
+        expected.reason if isinstance(expected, DecodeError) else expected)
