@@ -10,6 +10,7 @@ from types import MappingProxyType
 
 
 import msgspec
+import orjson
 
 from .events import DecodeError, Event
 
@@ -103,8 +104,8 @@ def decode_object(obj: object, *, offset: int = -1, line: int = 0) -> Event | De
 
 
 class _Line(msgspec.Struct, gc=False, forbid_unknown_fields=True):
-    """A line's top-level fields, as they are: decode_line checks each. A line with another key is read in full
-    (msgspec would skip its value unread, invalid UTF-8 and all): the CLI writes none."""
+    """A line's top-level fields, as they are: decode_line checks each. A line with another key takes the full
+    parse (msgspec would skip its value unread, invalid UTF-8 and all): the CLI writes none."""
 
     type: Any = None
     timestamp: Any = None
@@ -116,7 +117,6 @@ class _Line(msgspec.Struct, gc=False, forbid_unknown_fields=True):
 
 
 _decode_head = msgspec.json.Decoder(_Line).decode
-_decode_any = msgspec.json.Decoder().decode
 
 
 # The CLI writes every line as {"type":"T","data":{...}[,"agentId":"A"],"id":"I","timestamp":"S","parentId":P[,"agentId":"A"]}.
@@ -205,16 +205,19 @@ def decode_line(raw: bytes, *, offset: int = -1, line: int = 0, max_bytes: int =
     if b"\x00" in raw:
         return DecodeError(NUL_BYTE, "line contains NUL bytes", offset, line)
     try:
+        head = _decode_head(raw)
+    except (msgspec.DecodeError, RecursionError):  # ValidationError included
+        # Not the CLI's shape: no object, another key, a number out of range, nesting deeper than msgspec goes
+        # (Python's recursion limit): read as ever, by orjson (1,024 levels) and decode_object.
         try:
-            head = _decode_head(raw)
-        except msgspec.ValidationError:  # no object (said before the rest is read), another key, a number out of range
-            return decode_object(_decode_any(raw), offset=offset, line=line)
-    except (msgspec.DecodeError, RecursionError) as exc:  # RecursionError: nested deeper than Python goes
-        try:
-            raw.decode("utf-8")
-        except UnicodeDecodeError:
-            return DecodeError(INVALID_UTF8, "line is not valid UTF-8", offset, line)
-        return DecodeError(NOT_JSON, f"not JSON: {exc}", offset, line)
+            obj = orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            try:
+                raw.decode("utf-8")
+            except UnicodeDecodeError:
+                return DecodeError(INVALID_UTF8, "line is not valid UTF-8", offset, line)
+            return DecodeError(NOT_JSON, f"not JSON: {exc}", offset, line)
+        return decode_object(obj, offset=offset, line=line)
     event_type = head.type
     if type(event_type) is not str or not event_type:
         return DecodeError(BAD_TYPE, "missing or non-string 'type'", offset, line)

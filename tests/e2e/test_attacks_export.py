@@ -361,7 +361,8 @@ def test_a_full_disk_under_the_checkpoint_is_reported_and_commits_resume(tmp_pat
     first.write_bytes(real_log("plain"))
     with DaemonProcess(home, state, traces_file=traces, args=FAST, log_path=tmp_path / "daemon.log") as daemon:
         wait_for_keys(traces, expected_keys([first]))
-        commits = daemon.wait_for_metric("copilot_otel_checkpoint_commits_total", 1, timeout=10)
+        daemon.wait_for_metric("copilot_otel_checkpoint_commits_total", 1, timeout=10)  # it returns seconds waited
+        commits = value(daemon.scrape(), "copilot_otel_checkpoint_commits_total")
         filler = small_disk / "filler"
         with open(filler, "wb", buffering=0) as handle:
             try:
