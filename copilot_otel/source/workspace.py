@@ -10,9 +10,9 @@ capture on, as the prompt itself would be.
 from __future__ import annotations
 
 import os
-from dataclasses import replace
 from pathlib import Path
 
+from msgspec.structs import replace
 import yaml
 
 from ..model.summary import SessionSummary

@@ -7,10 +7,10 @@ from __future__ import annotations
 import os
 import shutil
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from msgspec.structs import replace
 
 from copilot_otel.catalog.board import Row, row_json
 from copilot_otel.config import ModelOptions
