@@ -13,14 +13,12 @@ import os
 from pathlib import Path
 
 from msgspec.structs import replace
-import yaml
 
 from ..model.summary import SessionSummary
 
 FILE_NAME = "workspace.yaml"
 MAX_BYTES = 64 << 10  # a workspace.yaml is a few hundred bytes; a bigger one is not read
 MAX_NAME_CHARS = 200
-_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 def read_name(folder: Path, *, capture: bool = False) -> str | None:
@@ -33,8 +31,10 @@ def read_name(folder: Path, *, capture: bool = False) -> str | None:
         return None
     if len(data) > MAX_BYTES:
         return None
+    import yaml  # here: its import (~0.1 G instructions) is paid only where there is a workspace.yaml to read
+
     try:
-        document = yaml.load(data, Loader=_Loader)  # noqa: S506 - a safe loader: plain values only
+        document = yaml.load(data, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # noqa: S506 - safe
     except (yaml.YAMLError, ValueError):
         return None
     name = document.get("name") if isinstance(document, dict) else None
