@@ -5,10 +5,12 @@ from __future__ import annotations
 import math
 import os
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 from urllib.parse import urlparse
+
+from msgspec import Struct, field
+from msgspec.structs import force_setattr
 
 from .export.otlp_settings import (  # noqa: F401 (the OTLP settings' names are read from here too)
     DEFAULT_OTLP_TIMEOUT,
@@ -99,8 +101,7 @@ def parse_address(value: str) -> tuple[str, int]:
     return host, int(port)
 
 
-@dataclass(frozen=True)
-class Config:
+class Config(Struct, frozen=True):
     """Everything the commands and the SDK front end need, validated before anything starts."""
 
     copilot_home: Path = field(default_factory=default_copilot_home)
@@ -145,8 +146,8 @@ class Config:
         if self.budgets_file is not None and not self.budgets:
             from .export.budgets import load_budgets
 
-            object.__setattr__(self, "budgets", load_budgets(self.budgets_file))
-        object.__setattr__(self, "allowed_hosts", check_allowed_hosts(self.allowed_hosts))
+            force_setattr(self, "budgets", load_budgets(self.budgets_file))
+        force_setattr(self, "allowed_hosts", check_allowed_hosts(self.allowed_hosts))
         _positive("--stuck-after", self.stuck_after)
         _positive("--stuck-after-tool", self.stuck_after_tool)
         for tool, seconds in self.stuck_after_tools:

@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import logging
 import threading
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
+from msgspec.structs import replace
 from prometheus_client import CollectorRegistry, Counter
 
 from .config import Config, OtlpSettings

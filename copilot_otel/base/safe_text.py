@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import re
+from functools import cache
 
 # Categories Cc, Cf, Zl, Zp and Cs (Unicode 15.1; tests/unit/test_safe_text.py checks them against the
 # running Python's unicodedata), written out: computing them costs a third of a second at each start.
@@ -27,9 +28,18 @@ def _char_class(ranges) -> str:
     return "".join(f"\\U{a:08x}" if a == b else f"\\U{a:08x}-\\U{b:08x}" for a, b in ranges)
 
 
-UNSAFE = re.compile(f"[{_char_class(_RANGES)}]")
-# In JSON written by orjson, C0 characters are escaped already; the raw ones are its own newlines.
-_UNSAFE_IN_JSON = re.compile(f"[{_char_class(((0x7F, 0x9F), *_RANGES[2:]))}]")
+# Both patterns are compiled when first needed: most text is printable (safe() then needs neither), and
+# compiling them at import cost every command about 12 M instructions.
+@cache
+def unsafe() -> re.Pattern[str]:
+    """The characters safe() escapes, as one character class."""
+    return re.compile(f"[{_char_class(_RANGES)}]")
+
+
+@cache
+def _unsafe_in_json() -> re.Pattern[str]:
+    # In JSON written by orjson, C0 characters are escaped already; the raw ones are its own newlines.
+    return re.compile(f"[{_char_class(((0x7F, 0x9F), *_RANGES[2:]))}]")
 
 
 _SHORT = {"\t": "\\t", "\n": "\\n", "\r": "\\r"}
@@ -47,7 +57,7 @@ def safe(text: str) -> str:
     """``text`` with every control and invisible format character escaped; printable text unchanged."""
     if text.isprintable():  # C speed; every character escaped here is one isprintable() refuses
         return text
-    return UNSAFE.sub(_escaped, text)
+    return unsafe().sub(_escaped, text)
 
 
 def safe_lines(text: str) -> str:
@@ -66,7 +76,8 @@ def _json_escaped(match: re.Match) -> str:
 def safe_json(document: bytes) -> bytes:
     """JSON (orjson's) with the characters a terminal would act on written as ``\\uXXXX``: the same values."""
     text = document.decode()
-    return _UNSAFE_IN_JSON.sub(_json_escaped, text).encode() if _UNSAFE_IN_JSON.search(text) else document
+    pattern = _unsafe_in_json()
+    return pattern.sub(_json_escaped, text).encode() if pattern.search(text) else document
 
 
 class SafeFormatter(logging.Formatter):

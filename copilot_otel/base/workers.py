@@ -11,15 +11,15 @@ from __future__ import annotations
 import gc
 import logging
 import os
-import queue
-import signal
 import sys
 import threading
 from collections import deque
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
-if TYPE_CHECKING:  # imported where a pool is made: a replay of a few sessions never pays for them
+# queue and signal, and these, are imported where a pool is made or a worker runs (where concurrent.futures has
+# imported them already): a replay of a few sessions never pays for them
+if TYPE_CHECKING:
     from concurrent.futures import Future
 
 LOGGER = "copilot_otel"  # the records of this logger (and its children) travel back to the parent
@@ -51,6 +51,8 @@ def _context():
 
 
 def _init_worker(level: int) -> None:
+    import signal
+
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle: it stops the pool
     logging.getLogger(LOGGER).setLevel(level)
     # A worker lives for one replay and frees what a share allocates by reference counting:
@@ -63,6 +65,7 @@ def _init_worker(level: int) -> None:
 def _call(func: Callable[[Any], Any], item: Any) -> tuple[Any, list[logging.LogRecord]]:
     """Run ``func(item)`` in a worker, keeping what it logs to hand back with its result."""
     import logging.handlers
+    import queue
 
     records: queue.SimpleQueue = queue.SimpleQueue()
     logger = logging.getLogger(LOGGER)

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Mapping, NamedTuple
+
+from msgspec import Struct
 
 from ..model.summary import SessionSummary
 from ..vocab import ABANDONED, ENDED, IDLE, STUCK, WAITING_TOOL, WAITING_USER, WORKING
@@ -48,8 +49,7 @@ class Live(NamedTuple):
 _RANK = {state: i for i, state in enumerate(STATE_ORDER)}
 
 
-@dataclass(frozen=True, slots=True)
-class Board:
+class Board(Struct, frozen=True):
     """Every known session, sorted live first (by STATE_ORDER) then by last activity, with counts."""
 
     key: tuple

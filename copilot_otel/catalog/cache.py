@@ -14,10 +14,11 @@ import logging
 import math
 import os
 import threading
-from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Mapping
 
+from msgspec import Struct
+from msgspec.structs import asdict
 import orjson
 
 from ..config import DEFAULT_MAX_LINE_BYTES
@@ -31,13 +32,12 @@ log = logging.getLogger(__name__)
 
 # A summary with other fields, or made by other rules (2: a name shown by the content capture rule), makes the
 # cached ones unusable: start afresh.
-CACHE_VERSION = "2:" + ",".join(f.name for f in fields(SessionSummary))
+CACHE_VERSION = "2:" + ",".join(SessionSummary.__struct_fields__)
 PARALLEL_MIN = 128  # fewer logs to read are read in this process: starting workers costs more
 SHARD = 32
 
 
-@dataclass(frozen=True, slots=True)
-class LogSummary:
+class LogSummary(Struct, frozen=True):
     """A session log and its summary (None: the log could not be read; ``error`` says why)."""
 
     path: Path
@@ -54,8 +54,7 @@ def log_summary(path: Path, *, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES, cap
         return LogSummary(path, None, exc.reason)
 
 
-@dataclass(frozen=True)
-class _Shard:
+class _Shard(Struct, frozen=True):
     """Summarize a list of logs (plain data: a worker process can be handed it)."""
 
     max_line_bytes: int
@@ -69,7 +68,8 @@ def _key(st: os.stat_result) -> list[int]:
     return [st.st_ino, st.st_size, st.st_mtime_ns]
 
 
-_KINDS = {f.name: f.type for f in fields(SessionSummary)}  # 'str', 'str | None', 'int' or 'float'
+# Each field's annotation as written: 'str', 'str | None', 'int' or 'float'.
+_KINDS = {name: SessionSummary.__annotations__[name] for name in SessionSummary.__struct_fields__}
 _INT64 = 2**63 - 1
 
 

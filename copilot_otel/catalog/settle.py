@@ -10,9 +10,10 @@ the same of a session: how its last interaction ended, and whether the session e
 from __future__ import annotations
 
 import time
-from dataclasses import replace
 from pathlib import Path
 from typing import Callable
+
+from msgspec.structs import replace
 
 from ..config import DEFAULT_IDLE_QUIET
 from ..source.liveness import ABANDONED_RETENTION, GRACE_SECONDS, lock_pids, locks_expected, pid_alive

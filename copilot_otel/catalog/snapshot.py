@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
+
+from msgspec import Struct
 
 from ..config import DEFAULT_MAX_LINE_BYTES
 from ..model.options import ModelOptions
@@ -31,8 +32,7 @@ from ..source.workspace import named
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class Snapshot:
+class Snapshot(Struct, frozen=True):
     """A session at one moment."""
 
     status: SessionStatus

@@ -9,9 +9,11 @@ Its JSON form is a row of the web view's ``/api/sessions`` (``rows.row_json``), 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
+
+from msgspec import Struct
+from msgspec.structs import replace
 
 from .board import Row, row_json
 from .history import history_liveness
@@ -23,8 +25,7 @@ from ..vocab import ENDED, IDLE, STUCK, WAITING_TOOL, WORKING
 _MS = 1_000_000
 
 
-@dataclass(frozen=True, slots=True)
-class SessionStatus:
+class SessionStatus(Struct, frozen=True):
     """One session now: its summary, its state (one of vocab.SESSION_STATES) and where its log is."""
 
     summary: SessionSummary

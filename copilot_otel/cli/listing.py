@@ -14,11 +14,11 @@ import http.client
 import logging
 import os
 import time
-from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Iterable
 
+from msgspec import Struct
 import orjson
 from rich.console import Console
 from rich.text import Text
@@ -44,8 +44,7 @@ _STYLES = {WORKING: "cyan", WAITING_TOOL: "cyan", WAITING_USER: "magenta", STUCK
            ENDED: "dim"}
 
 
-@dataclass(frozen=True)
-class Listing:
+class Listing(Struct, frozen=True):
     """The sessions, where they came from, and the logs that could not be read (path, reason)."""
 
     statuses: list[SessionStatus]

@@ -9,8 +9,9 @@ Tool arguments appear only when content capture is on (the model holds none othe
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import asdict, dataclass
 
+from msgspec import Struct
+from msgspec.structs import asdict
 import orjson
 from rich.console import Group
 from rich.text import Text
@@ -36,8 +37,7 @@ _STATE_STYLES = {WORKING: "cyan", WAITING_TOOL: "cyan", WAITING_USER: "magenta",
                  ABANDONED: "bold red"}
 
 
-@dataclass(slots=True)
-class Totals:
+class Totals(Struct):
     """What a set of spans adds up to (an interaction's, or the session's)."""
 
     turns: int = 0

@@ -12,10 +12,11 @@ import logging
 import os
 import threading
 import time
-from dataclasses import replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Callable
+
+from msgspec.structs import replace
 
 from ..export.checkpoint import Checkpoint, StateLock
 from ..config import Config

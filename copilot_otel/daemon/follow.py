@@ -18,8 +18,10 @@ from __future__ import annotations
 import logging
 import os
 import time
-from dataclasses import dataclass, field, replace
 from pathlib import Path
+
+from msgspec import Struct, field
+from msgspec.structs import replace
 
 from ..export.checkpoint import FilePosition
 from ..model.options import ModelOptions
@@ -47,8 +49,7 @@ READ_BYTES = 4 << 20  # what one read takes from a file before the daemon turns 
 AHEAD_S = 3600.0
 
 
-@dataclass
-class Follower:
+class Follower(Struct):
     """One followed session log and everything the daemon knows about it."""
 
     path: Path

@@ -7,17 +7,17 @@ generation agree.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import Mapping
+
+from msgspec import Struct, field
 
 from ..source.liveness import Liveness
 from ..model.summary import SessionSummary
 
 
-@dataclass(frozen=True, slots=True)
-class Published:
+class Published(Struct, frozen=True):
     """The daemon's sessions as its reader left them after a pass; nothing in it changes once published."""
 
     generation: int = 0  # moves when a summary or the set of live sessions changed (the web view polls it)

@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import fnmatch
 import re
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable, Mapping
+
+from msgspec import Struct
 
 from ..base.parsing import ConfigError
 
@@ -33,8 +34,7 @@ _KEYS = {"name", "ai_credits", "repository", "user", "team", "warn_at"}
 USER_ATTRIBUTE, TEAM_ATTRIBUTE = "user.name", "team"
 
 
-@dataclass(frozen=True, slots=True)
-class Budget:
+class Budget(Struct, frozen=True):
     """One monthly budget of AI credits and the calls it covers."""
 
     name: str

@@ -19,8 +19,9 @@ import os
 import sqlite3
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
+
+from msgspec import Struct
 
 from ..config import ConfigError
 from ..source.identity import FileIdentity
@@ -78,8 +79,7 @@ def _corrupt(exc: sqlite3.Error) -> bool:
     return name.startswith(_CORRUPT)
 
 
-@dataclass(frozen=True, slots=True)
-class FilePosition:
+class FilePosition(Struct, frozen=True):
     """A committed position in one file."""
 
     path: str

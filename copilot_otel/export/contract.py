@@ -8,8 +8,9 @@ a :class:`Receipt`: spans the destination accepted and dropped all the same (OTL
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Protocol, Sequence
+
+from msgspec import Struct
 
 from ..model.records import SpanRecord
 
@@ -29,8 +30,7 @@ class RejectedError(ExportError):
         self.too_large = too_large
 
 
-@dataclass(frozen=True, slots=True)
-class Receipt:
+class Receipt(Struct, frozen=True):
     """What the destination said of a request it accepted: how many of its items it dropped all the same
     (OTLP partial success; it does not say which) and its message (sent alone, it is a warning)."""
 

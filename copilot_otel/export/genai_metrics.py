@@ -9,8 +9,9 @@ from __future__ import annotations
 import math
 import threading
 from bisect import bisect_left
-from dataclasses import dataclass
 from typing import Any, Callable
+
+from msgspec import Struct
 
 # the instruments, for the push and the tests (their definitions are the model's)
 from ..model.genai import (AGENT_BOUNDS, CALL_BOUNDS, CAPPED, INSTRUMENTS, MAX_KNOWN, GenAi,  # noqa: F401
@@ -18,8 +19,7 @@ from ..model.genai import (AGENT_BOUNDS, CALL_BOUNDS, CAPPED, INSTRUMENTS, MAX_K
 from ..model.records import MetricUpdate
 
 
-@dataclass(slots=True)
-class _Point:
+class _Point(Struct):
     """The running total of one instrument's series: a sum, or a histogram's buckets, count, sum, min and max."""
 
     value: float = 0.0

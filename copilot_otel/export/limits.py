@@ -8,8 +8,9 @@ values a metric label may take. Everything a log writes passes through here on i
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 from typing import Any, Mapping
+
+from msgspec.structs import replace
 
 from ..model import attrs as A
 from ..config import DEFAULT_MAX_LABEL_VALUES, DEFAULT_MAX_REQUEST_BYTES, MIN_MAX_REQUEST_BYTES  # noqa: F401

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import re
 import time
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
+from msgspec import Struct
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily
-from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.platform_collector import PlatformCollector
+from prometheus_client.process_collector import ProcessCollector
 
 from ..base.pause import PAUSE
 from ..version import __version__
@@ -100,8 +100,7 @@ class LabelCap:
         return value
 
 
-@dataclass(frozen=True, slots=True)
-class LiveSession:
+class LiveSession(Struct, frozen=True):
     """One session's state as the collector sees it at scrape time."""
 
     session_id: str

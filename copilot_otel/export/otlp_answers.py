@@ -29,12 +29,12 @@ Failures, by HTTP status or gRPC code:
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Any
 
-import orjson
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError
+from msgspec import Struct
+import orjson
 
 from .contract import ExportError, Receipt, RejectedError
 
@@ -49,8 +49,7 @@ QUOTED_CHARS = 200
 _TOO_LARGE = re.compile(r"too large|larger than", re.IGNORECASE)
 
 
-@dataclass(frozen=True, slots=True)
-class Signal:
+class Signal(Struct, frozen=True):
     """One OTLP signal: where its requests go and what its backend answers."""
 
     name: str  # traces, metrics
@@ -62,8 +61,7 @@ class Signal:
     endpoint_variable: str  # the signal's own endpoint variable, named in hints
 
 
-@dataclass(frozen=True, slots=True)
-class HttpAnswer:
+class HttpAnswer(Struct, frozen=True):
     """What came back from one OTLP/HTTP request (``body`` cut at MAX_ANSWER_BYTES, then ``truncated``)."""
 
     status: int

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
 from urllib.parse import urlparse
+
+from msgspec import Struct
 
 from ..base.parsing import ConfigError, parse_bool
 
@@ -97,19 +98,22 @@ def _readable_file(variable: str, value: str) -> Path | None:
     return path
 
 
-@dataclass(frozen=True)
-class OtlpSettings:
+class OtlpSettings(Struct, frozen=True):
     """Where a signal goes over OTLP and how (None endpoint means 'not configured'), from OTEL_EXPORTER_OTLP_*."""
 
     endpoint: str | None
     protocol: str
-    headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)  # values may be tokens
+    headers: tuple[tuple[str, str], ...] = ()  # values may be tokens: __repr__ leaves them out
     timeout: float = DEFAULT_OTLP_TIMEOUT  # seconds for one request, as the Python SDK reads it
     compression: str = "none"  # none or gzip
     certificate: Path | None = None  # CA bundle that verifies the backend
     client_key: Path | None = None
     client_certificate: Path | None = None
     insecure: bool | None = None  # gRPC without TLS; None: decided by the endpoint's scheme
+
+    def __repr__(self) -> str:  # every field but the headers, whose values may be tokens
+        shown = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.__struct_fields__ if name != "headers")
+        return f"{type(self).__qualname__}({shown})"
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> "OtlpSettings":

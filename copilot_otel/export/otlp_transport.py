@@ -16,9 +16,10 @@ import gzip
 import os
 import ssl
 import threading
-from dataclasses import replace
 from typing import Any
 from urllib.parse import urlparse
+
+from msgspec.structs import replace
 
 from ..version import __version__
 from ..config import ENV_OTLP_ENDPOINT, OtlpSettings

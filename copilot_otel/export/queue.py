@@ -21,8 +21,9 @@ import logging
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, field
 from typing import Callable
+
+from msgspec import Struct, field
 
 from ..base.pause import PAUSE
 from .checkpoint import Checkpoint, FilePosition
@@ -36,8 +37,7 @@ COMMIT_RETRY = 1.0  # seconds between attempts to commit positions a failed comm
 JOIN_AFTER_ABORT = 5.0  # seconds for the exporter thread to end once its request in flight was abandoned
 
 
-@dataclass(slots=True)
-class _Segment:
+class _Segment(Struct):
     """Spans in order, then the positions that may be committed once they are delivered."""
 
     spans: list[SpanRecord] = field(default_factory=list)

@@ -20,10 +20,10 @@ import os
 import re
 import stat
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from msgspec import Struct
 import orjson
 
 from ..base.linefile import LineFile
@@ -35,8 +35,7 @@ TIME_FORMAT = "%Y-%m-%dT%H-%M-%S"  # then ".mmm": the Collector's (lumberjack's)
 _STAMP = re.compile(r"\d{4}-\d\d-\d\dT\d\d-\d\d-\d\d\.\d{3}")
 
 
-@dataclass(frozen=True, slots=True)
-class Rotation:
+class Rotation(Struct, frozen=True):
     """When a trace file rotates: past ``max_bytes`` (0: never), keeping ``backups`` old files."""
 
     max_bytes: int = 0

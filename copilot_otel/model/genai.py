@@ -13,8 +13,9 @@ inference here either.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
 from typing import Any, Mapping
+
+from msgspec import Struct
 
 from . import attrs as A
 from .records import MetricUpdate, SpanRecord
@@ -51,8 +52,7 @@ class GenAi(enum.Enum):
     EXECUTE_TOOL_DURATION = "gen_ai.execute_tool.duration"
 
 
-@dataclass(frozen=True, slots=True)
-class Instrument:
+class Instrument(Struct, frozen=True):
     """What the CLI declares: description, unit, attribute keys (the order of an update's labels), and the
     bucket bounds of a histogram (None: a monotonic counter)."""
 

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
+
+from msgspec import Struct, field
 
 from . import attrs as A
 from ..decode.events import Event
@@ -19,8 +20,7 @@ _DESCRIPTIONS = {
 }
 
 
-@dataclass(slots=True)
-class OpenSpan:
+class OpenSpan(Struct):
     """A span whose end has not come yet."""
 
     trace_id: int
@@ -55,8 +55,7 @@ class OpenSpan:
         return OpenSpan(self.trace_id, span_id, self.span_id, name, kind, start_ns, attributes, parent=self)
 
 
-@dataclass(slots=True)
-class Turn:
+class Turn(Struct):
     """An open turn of one agent."""
 
     span: OpenSpan
@@ -77,8 +76,7 @@ class Turn:
         return self.span.close(self.end_ns, error_type=self.errored, message=self.error_message)
 
 
-@dataclass(slots=True)
-class Totals:
+class Totals(Struct):
     """What one invocation of an agent used: the main agent in one interaction, or one sub-agent."""
 
     turns: int = 0
@@ -91,8 +89,7 @@ class Totals:
     unpriced_calls: int = 0  # calls that reported no amount
 
 
-@dataclass(slots=True)
-class Agent:
+class Agent(Struct):
     """The main agent or one sub-agent: where its turns hang, its open turn, what it used."""
 
     name: str  # "main" or the sub-agent's name (a metric label)
@@ -101,8 +98,7 @@ class Agent:
     totals: Totals = field(default_factory=Totals)
 
 
-@dataclass(slots=True)
-class Interaction:
+class Interaction(Struct):
     """The running interaction: its root span and how it seems to be ending."""
 
     id: str
@@ -118,8 +114,7 @@ class Interaction:
     summary: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class InteractionSummary:
+class InteractionSummary(Struct, frozen=True):
     """What `inspect` needs to know about a finished interaction."""
 
     interaction_id: str

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from msgspec import Struct
 
 DEFAULT_CONTENT_MAX_CHARS = 4096
 
 
-@dataclass(frozen=True, slots=True)
-class ModelOptions:
+class ModelOptions(Struct, frozen=True):
     """What the session model needs from the configuration: content capture and its length."""
 
     capture_content: bool = False

@@ -9,8 +9,9 @@ holds the one guard that turns a bug of the model into a skipped event, never a 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
 from typing import Callable, Iterable
+
+from msgspec import Struct, field
 
 from ..decode.lines import INTERNAL_ERROR
 from ..decode.events import DecodeError, Event
@@ -24,8 +25,7 @@ log = logging.getLogger(__name__)
 Warn = Callable[..., None]  # logging.Logger.warning's signature
 
 
-@dataclass(slots=True)
-class Outputs:
+class Outputs(Struct):
     """What driving a model produced since the caller last took it."""
 
     spans: list[SpanRecord] = field(default_factory=list)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
 from hashlib import blake2b
 from typing import Any, Mapping
+
+from msgspec import Struct, field
+from msgspec.structs import replace
 
 from ..vocab import DUPLICATE_ID, Metric
 
@@ -17,8 +19,7 @@ STATUS_OK = 1
 STATUS_ERROR = 2
 
 
-@dataclass(frozen=True, slots=True)
-class SpanEvent:
+class SpanEvent(Struct, frozen=True):
     """A timestamped annotation on a span (e.g. an autopilot nudge)."""
 
     name: str
@@ -26,8 +27,7 @@ class SpanEvent:
     attributes: Mapping[str, Any] = field(default_factory=dict)
 
 
-@dataclass(frozen=True, slots=True)
-class SpanRecord:
+class SpanRecord(Struct, frozen=True):
     """One finished span, ready to be encoded for any exporter."""
 
     trace_id: int
@@ -44,8 +44,7 @@ class SpanRecord:
     links: tuple[tuple[int, int], ...] = ()  # (trace id, span id) of related spans in other traces
 
 
-@dataclass(frozen=True, slots=True)
-class MetricUpdate:
+class MetricUpdate(Struct, frozen=True):
     """Add ``value`` to a counter, or observe it in a histogram (``metric`` says which).
 
     ``labels`` are the label values in the order metrics.py declares the metric's labels; ``exemplar`` is the
@@ -58,8 +57,7 @@ class MetricUpdate:
     exemplar: tuple[int, int] | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class Anomaly:
+class Anomaly(Struct, frozen=True):
     """An event the model counted but could not use: a duplicate id, or an end whose start is not open."""
 
     kind: str  # vocab.DUPLICATE_ID or vocab.OUT_OF_ORDER
@@ -73,8 +71,7 @@ class Anomaly:
         return f"{self.event_type} out of order: it ends something that is not open; counted, not exported"
 
 
-@dataclass(frozen=True, slots=True)
-class Step:
+class Step(Struct, frozen=True):
     """What applying one event (or finishing a session) produced."""
 
     spans: tuple[SpanRecord, ...] = ()

@@ -7,15 +7,15 @@ value any thread may read.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from msgspec import Struct
 
 if TYPE_CHECKING:
     from ..decode.payloads import SessionFacts
 
 
-@dataclass(slots=True)
-class Tally:
+class Tally(Struct):
     """Running counts of one session (kept by the model whatever it exports)."""
 
     first_event_ns: int = 0
@@ -39,8 +39,7 @@ class Tally:
     last_end: str | None = None  # how the last interaction ended (an END_* value)
 
 
-@dataclass(frozen=True, slots=True)
-class SessionSummary:
+class SessionSummary(Struct, frozen=True):
     """One session: who, where, what it is doing now, and what it has cost so far."""
 
     session_id: str

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
+
+from msgspec import Struct, field
 
 from ..model.records import MetricUpdate, SpanRecord
 
@@ -12,8 +13,7 @@ if TYPE_CHECKING:
     from ..model.pipeline import Outputs
 
 
-@dataclass(frozen=True, slots=True)
-class Batch:
+class Batch(Struct, frozen=True):
     """One batch's spans (as records, or encoded as request lines by a worker), and whose they are: (log,
     its spans in this batch, whether this batch ends the log) for each log, in order. A log whose spans
     all went in earlier batches ends in a part of 0 spans."""
@@ -29,8 +29,7 @@ class Batch:
 
 
 
-@dataclass
-class ReplayStats:
+class ReplayStats(Struct):
     """What one replay read, rejected and exported."""
 
     files: int = 0

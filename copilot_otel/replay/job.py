@@ -11,11 +11,11 @@ import sqlite3
 import sys
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
 import click
+from msgspec import Struct, field
 
 from ..config import Config
 from ..export.deadletter import FILE_NAME as DEAD_LETTER_FILE
@@ -41,8 +41,7 @@ TEXTFILE_MODE = 0o644  # a node_exporter textfile: read by the exporter's own us
 METRICS_REFUSED = "export failed: the OTLP metrics endpoint did not accept the metrics"
 
 
-@dataclass
-class Outcome:
+class Outcome(Struct):
     """How a replay went: its figures, what was left undelivered, and the exit code."""
 
     stats: ReplayStats

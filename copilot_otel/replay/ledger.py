@@ -29,9 +29,10 @@ import logging
 import os
 import sqlite3
 import zlib
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
+
+from msgspec import Struct
 
 from ..base import pidlock
 from ..base.private import open_private, private_dir, touch_private
@@ -104,8 +105,7 @@ def _busy(exc: sqlite3.Error) -> bool:
     return name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")) or "locked" in str(exc)
 
 
-@dataclass(frozen=True, slots=True)
-class Progress:
+class Progress(Struct, frozen=True):
     """How far one log got: spans delivered, and whether that was all of them."""
 
     identity: str

@@ -10,10 +10,10 @@ shard is streamed by the parent instead, in its turn.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
+from msgspec import Struct, field
 import orjson
 
 from ..config import DEFAULT_MAX_LINE_BYTES, DEFAULT_MAX_REQUEST_BYTES
@@ -56,8 +56,7 @@ def replay_session(session_id: str, items: list[Event | DecodeError], stats: Rep
     return out.spans
 
 
-@dataclass
-class ShardResult:
+class ShardResult(Struct):
     """One shard's figures, its batches and the logs it could not read (path, reason).
 
     ``in_parent``: the worker left this shard (one large file) for the parent to stream.
@@ -76,16 +75,14 @@ def _path_skip(item: Item) -> tuple[Path, int]:
     return item if isinstance(item, tuple) else (item, 0)
 
 
-@dataclass(frozen=True)
-class Shard:
+class Shard(Struct, frozen=True):
     """Files replayed together; ``in_parent``: one file too large to hand back from a worker whole."""
 
     files: list[Item]
     in_parent: bool = False
 
 
-@dataclass(frozen=True)
-class ShardJob:
+class ShardJob(Struct, frozen=True):
     """How to replay a shard of files; plain data, so that a worker process can be handed it."""
 
     options: ModelOptions

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import hashlib
 import zlib
-from dataclasses import dataclass
 
+from msgspec import Struct
 import orjson
 
 FINGERPRINT_BYTES = 256
@@ -27,8 +27,7 @@ TRUNCATED = "truncated"  # the same file cut back, or rewritten in place with ot
 REPLACED = "replaced"  # another file holding another log
 
 
-@dataclass(frozen=True, slots=True)
-class FileIdentity:
+class FileIdentity(Struct, frozen=True):
     """Which file and which log: device and inode, a hash of its first bytes, and its first event's id."""
 
     device: int

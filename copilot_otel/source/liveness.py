@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping
+
+from msgspec import Struct, field
 
 from ..vocab import ABANDONED, STUCK, WAITING_TOOL, WORKING
 
@@ -78,8 +79,7 @@ def locks_expected(pids: list[int] | tuple[int, ...], cli_version: tuple[int, ..
     return bool(pids) or seen or cli_version is None or cli_version >= LOCKS_SINCE
 
 
-@dataclass(frozen=True, slots=True)
-class StuckPolicy:
+class StuckPolicy(Struct, frozen=True):
     """How long a session at work may go without an event before it is stuck.
 
     Working (the model thinking, a turn open): ``stuck_after``. Waiting on a tool: that tool's
@@ -99,8 +99,7 @@ class StuckPolicy:
         return None
 
 
-@dataclass(frozen=True, slots=True)
-class Liveness:
+class Liveness(Struct, frozen=True):
     """A frozen snapshot of one followed session, published by the reader for scrapes to read."""
 
     session_id: str

@@ -16,9 +16,11 @@ import os
 import stat
 import sys
 import zlib
-from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Collection
+
+from msgspec import Struct
+from msgspec.structs import replace
 
 from ..decode.lines import TOO_LONG, decode_line
 from ..decode.events import DecodeError, Event
@@ -33,8 +35,7 @@ CHUNK = 1 << 20
 _OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
 
 
-@dataclass(slots=True)
-class ReadResult:
+class ReadResult(Struct):
     """What one read produced, and whether the file restarted (a new generation) or changed under us."""
 
     items: list[Event | DecodeError]

@@ -9,18 +9,27 @@ capture on, as the prompt itself would be.
 
 from __future__ import annotations
 
+import codecs
 import os
-from dataclasses import replace
+import re
 from pathlib import Path
 
-import yaml
+from msgspec.structs import replace
 
 from ..model.summary import SessionSummary
 
 FILE_NAME = "workspace.yaml"
 MAX_BYTES = 64 << 10  # a workspace.yaml is a few hundred bytes; a bigger one is not read
 MAX_NAME_CHARS = 200
-_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_NOT_NAMED = re.compile(rb"^user_named: false\r?$", re.M)
+
+
+def _never_user_named(data: bytes) -> bool:
+    """Whether the YAML ``data`` cannot say ``user_named: true``, seen without parsing it: every ``user_named`` in
+    it begins a line ``user_named: false`` (what the CLI writes for a name it made), and nothing else could
+    spell the key (no escape, not UTF-16)."""
+    return (b"\\" not in data and not data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE))
+            and data.count(b"user_named") == len(_NOT_NAMED.findall(data)))
 
 
 def read_name(folder: Path, *, capture: bool = False) -> str | None:
@@ -31,10 +40,12 @@ def read_name(folder: Path, *, capture: bool = False) -> str | None:
             data = handle.read(MAX_BYTES + 1)
     except OSError:
         return None
-    if len(data) > MAX_BYTES:
+    if len(data) > MAX_BYTES or not capture and _never_user_named(data):  # no name to show: nothing to parse
         return None
+    import yaml  # here: its import (~0.1 G instructions) is paid only where a name may be shown
+
     try:
-        document = yaml.load(data, Loader=_Loader)  # noqa: S506 - a safe loader: plain values only
+        document = yaml.load(data, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # noqa: S506 - safe
     except (yaml.YAMLError, ValueError):
         return None
     name = document.get("name") if isinstance(document, dict) else None

@@ -19,10 +19,10 @@ import secrets
 import threading
 import time
 from collections import Counter, OrderedDict
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
+from msgspec import Struct
 import orjson
 
 from ..model import attrs as A
@@ -60,8 +60,7 @@ def _encode(value) -> bytes:
     return memoryview(orjson.dumps(value, default=str)).tobytes()
 
 
-@dataclass(frozen=True, slots=True)
-class Page:
+class Page(Struct, frozen=True):
     """What one answer holds: finished spans from one index on (shared with the trace, not copied) and
     the spans open now. ``head`` is the rest of the answer: token, reset, from, next, more, total,
     dropped, last_event_ms, open."""

@@ -13,9 +13,10 @@ read from the file's own folder, as the toolkit does.
 from __future__ import annotations
 
 import ssl
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from msgspec import Struct, field
 
 from ..base.parsing import ConfigError
 
@@ -38,8 +39,7 @@ _UNSUPPORTED = {"cipher_suites": "Go's cipher suite names have no OpenSSL equiva
                 "client_ca": "inline PEM is not read; use client_ca_file"}
 
 
-@dataclass(frozen=True)
-class WebConfig:
+class WebConfig(Struct, frozen=True):
     """What the endpoint serves with: a TLS context (or None: plain HTTP), basic-auth users, extra headers."""
 
     tls: ssl.SSLContext | None = None

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from copilot_otel.base.safe_text import UNSAFE
+from copilot_otel.base.safe_text import unsafe
 from tests.support.commands import COMMAND, REPO, clean_env, run_copilot_otel
 from tests.support.daemon import DaemonProcess
 from tests.support.events import iso
@@ -81,7 +81,7 @@ def home(tmp_path_factory) -> Path:
 
 def raw_controls(text: str, *, allowed: str = "\n") -> list[str]:
     """The characters a terminal would act on or hide, left in ``text`` (beyond ``allowed``)."""
-    return sorted({repr(c) for c in text if UNSAFE.match(c) and c not in allowed})
+    return sorted({repr(c) for c in text if unsafe().match(c) and c not in allowed})
 
 
 def test_inspect_piped_shows_every_field_escaped(home):

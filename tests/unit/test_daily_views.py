@@ -7,10 +7,13 @@ from __future__ import annotations
 import os
 import shutil
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import yaml
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+from msgspec.structs import replace
 
 from copilot_otel.catalog.board import Row, row_json
 from copilot_otel.config import ModelOptions
@@ -20,7 +23,7 @@ from copilot_otel.catalog.history import summarize_log
 from copilot_otel.catalog.settle import settled
 from copilot_otel.catalog.status import SessionStatus
 from copilot_otel.vocab import END_INCOMPLETE, ENDED, IDLE, STUCK, WAITING_TOOL
-from copilot_otel.source.workspace import MAX_BYTES, read_name
+from copilot_otel.source.workspace import MAX_BYTES, MAX_NAME_CHARS, read_name
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 
@@ -70,6 +73,57 @@ def test_the_name_is_the_one_workspace_yaml_holds(tmp_path):
     assert read_name(folder) is None
     (folder / "workspace.yaml").write_text("name: x\nfiller: " + "y" * MAX_BYTES + "\n")
     assert read_name(folder) is None
+
+
+def parsed_name(data: bytes, capture: bool) -> str | None:
+    """The name the YAML parser finds in ``data``: read_name without the shortcut that skips parsing."""
+    try:
+        document = yaml.load(data, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    except (yaml.YAMLError, ValueError):
+        return None
+    name = document.get("name") if isinstance(document, dict) else None
+    if not isinstance(name, str) or not (capture or document.get("user_named") is True):
+        return None
+    return " ".join(name.split())[:MAX_NAME_CHARS] or None
+
+
+REAL_WORKSPACE = b"".join(sorted(p.read_bytes() for p in FIXTURES.rglob("workspace.yaml"))[:1])
+# Pieces of YAML that may spell user_named true other than as the CLI writes it: a key repeated, escaped, in a
+# flow mapping, merged, complex, quoted; other spellings of true; other line ends.
+PIECES = ["user_named", ": ", "false", "true", "yes", "on", "True", "\n", "\r\n", "\r", "  ", "name: x", "name: 'a b'",
+          "'", '"', "\\x5f", "\\u005f", "user\\x5fnamed", "? ", "{", "}", ", ", "&a ", "*a", "<<: ", "- ", " # c",
+          "!!bool ", "!!str ", "|", ">", "---", "\ufeff", "user", "_named", "\nuser_named: true\n",
+          "\nuser_named: false\n", '\n"user\\x5fnamed": true\n', "\nb: &a {user_named: true}\n"]
+
+
+@settings(max_examples=400, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(pieces=st.lists(st.sampled_from(PIECES), max_size=14), prefix=st.booleans(), utf16=st.booleans())
+def test_the_name_read_without_parsing_is_the_parsers(tmp_path, pieces, prefix, utf16):
+    """read_name skips parsing a workspace.yaml that cannot say user_named true (what the CLI writes for a
+    name it made, shown only with content capture): the name it gives is the YAML parser's, whatever the file
+    holds."""
+    text = (REAL_WORKSPACE.decode() if prefix else "") + "".join(pieces)
+    data = text.encode("utf-16") if utf16 else text.encode()
+    try:
+        expected = [parsed_name(data, capture) for capture in (False, True)]
+    except (KeyError, TypeError):  # the parser fails on it in a way read_name does not catch either ("!!bool ")
+        assume(False)
+    (tmp_path / "workspace.yaml").write_bytes(data)
+    assert [read_name(tmp_path, capture=capture) for capture in (False, True)] == expected, data
+
+
+def test_the_cli_s_own_workspace_files_are_read_without_parsing_and_a_name_given_is_not(tmp_path):
+    """The CLI's files (user_named false) skip the parser; a name the user gave, or one spelled another way,
+    is still found."""
+    assert b"\nuser_named: false\n" in REAL_WORKSPACE
+    for data, shown in [(REAL_WORKSPACE, None),
+                        (REAL_WORKSPACE.replace(b"user_named: false", b"user_named: true"), True),
+                        (REAL_WORKSPACE + b"user_named: true\n", True),  # the last of a repeated key wins
+                        (REAL_WORKSPACE + b'"user\\x5fnamed": true\n', True),
+                        (REAL_WORKSPACE.replace(b"\n", b"\r\n"), None)]:
+        (tmp_path / "workspace.yaml").write_bytes(data)
+        assert read_name(tmp_path) == parsed_name(data, False)
+        assert (read_name(tmp_path) is not None) == bool(shown)
 
 
 @pytest.mark.parametrize(("pattern", "in_git", "outside"), [

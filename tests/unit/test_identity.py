@@ -7,8 +7,9 @@ import os
 import shutil
 import sqlite3
 import zlib
-from dataclasses import replace
 from pathlib import Path
+
+from msgspec.structs import replace
 
 from copilot_otel.export.checkpoint import Checkpoint
 from copilot_otel.config import DEFAULT_MAX_LINE_BYTES, ModelOptions

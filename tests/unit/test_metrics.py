@@ -4,9 +4,9 @@ registry.get_sample_value; bounded event-type labels; the live sessions collecto
 from __future__ import annotations
 
 import time
-from dataclasses import replace
 
 import pytest
+from msgspec.structs import replace
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as openmetrics_latest
 

@@ -18,7 +18,7 @@ from rich.console import Console
 
 from copilot_otel.config import ModelOptions
 from copilot_otel.cli.listing import render
-from copilot_otel.base.safe_text import UNSAFE, SafeFormatter, safe, safe_json
+from copilot_otel.base.safe_text import SafeFormatter, safe, safe_json, unsafe
 from copilot_otel.catalog.snapshot import SessionReader
 from copilot_otel.catalog.status import SessionStatus
 from copilot_otel.model.summary import SessionSummary
@@ -38,21 +38,22 @@ ONLY_SGR = re.compile(r"\x1b\[[0-9;]*m")
 
 def unsafe_in(output: str, *, allowed: str = "\n") -> set[str]:
     """The characters of ``output`` a terminal would act on or hide (other than ``allowed``)."""
-    return {c for c in output if UNSAFE.match(c) and c not in allowed}
+    return {c for c in output if unsafe().match(c) and c not in allowed}
 
 
 def test_the_table_holds_every_control_and_format_character_of_this_python():
     """The written-out ranges cover every Cc, Cf, Zl, Zp and Cs code point of the running unicodedata, and
     hold nothing printable (only those categories, or code points this Python does not know yet): so text
     that str.isprintable() passes (safe()'s fast path) holds none of them."""
+    pattern = unsafe()
     for code in range(0x110000):
         char = chr(code)
         category = unicodedata.category(char)
         if category in UNSAFE_CATEGORIES:
-            assert UNSAFE.match(char), f"U+{code:04X} ({category}) is not escaped"
-        elif UNSAFE.match(char):
+            assert pattern.match(char), f"U+{code:04X} ({category}) is not escaped"
+        elif pattern.match(char):
             assert category == "Cn", f"U+{code:04X} ({category}) would be escaped"
-        if UNSAFE.match(char):
+        if pattern.match(char):
             assert not char.isprintable(), f"U+{code:04X} is printable to Python"
 
 
@@ -62,9 +63,9 @@ def test_escaped_text_holds_no_unsafe_character_and_printable_text_is_unchanged(
     out = safe(text)
     assert not unsafe_in(out, allowed="")
     assert safe(out) == out
-    if not UNSAFE.search(text):
+    if not unsafe().search(text):
         assert out == text
-    assert UNSAFE.sub("", text) == "".join(c for c in text if not UNSAFE.match(c))
+    assert unsafe().sub("", text) == "".join(c for c in text if not unsafe().match(c))
 
 
 def test_the_escapes_are_visible_and_readable():

@@ -6,9 +6,9 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from dataclasses import replace
 
 import pytest
+from msgspec.structs import replace
 
 from copilot_otel.catalog.cache import Catalog
 from copilot_otel.config import ModelOptions
