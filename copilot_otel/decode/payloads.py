@@ -7,8 +7,9 @@ The model then reads plain attributes and never tests a type itself.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Mapping
+
+from msgspec import Struct
 
 from .events import Event
 
@@ -32,8 +33,7 @@ def _dict(value: Any) -> Mapping[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-@dataclass(frozen=True, slots=True)
-class SessionFacts:
+class SessionFacts(Struct, frozen=True):
     """session.start / session.resume: what the session runs with, and where (the git context, if any)."""
 
     model: str | None
@@ -47,8 +47,9 @@ class SessionFacts:
 
     def merged(self, newer: "SessionFacts") -> "SessionFacts":
         """These facts, updated with what ``newer`` knows."""
+        names = self.__struct_fields__  # in declaration order (__slots__ of a struct is not)
         return SessionFacts(*(new if new is not None else old for new, old in zip(
-            (getattr(newer, name) for name in self.__slots__), (getattr(self, name) for name in self.__slots__))))
+            (getattr(newer, name) for name in names), (getattr(self, name) for name in names))))
 
     @staticmethod
     def of(event: Event) -> "SessionFacts":
@@ -60,8 +61,7 @@ class SessionFacts:
                             as_str(context.get("repositoryHost")), as_str(context.get("hostType")))
 
 
-@dataclass(frozen=True, slots=True)
-class UserMessage:
+class UserMessage(Struct, frozen=True):
     """user.message: a prompt, an autopilot nudge, or a sub-agent's prompt."""
 
     interaction_id: str | None
@@ -78,8 +78,7 @@ class UserMessage:
                            event.agent_id is not None or source.startswith("agent-"), data.get("content"))
 
 
-@dataclass(frozen=True, slots=True)
-class Usage:
+class Usage(Struct, frozen=True):
     """One LLM call's usage: session.usage_record's ``usage``, assistant.usage's data, or what the
     headless stream knows (model.call_finished / model.call_failure)."""
 
@@ -118,8 +117,7 @@ class Usage:
         return Usage({"model": model, "duration": duration}, model, None, as_num(duration))
 
 
-@dataclass(frozen=True, slots=True)
-class ToolStart:
+class ToolStart(Struct, frozen=True):
     """tool.execution_start."""
 
     call_id: str | None
@@ -132,8 +130,7 @@ class ToolStart:
                          event.data.get("arguments"))
 
 
-@dataclass(frozen=True, slots=True)
-class ToolEnd:
+class ToolEnd(Struct, frozen=True):
     """tool.execution_complete."""
 
     call_id: str | None
@@ -154,8 +151,7 @@ class ToolEnd:
                        error.get("message") if isinstance(error, dict) else None, data.get("result"))
 
 
-@dataclass(frozen=True, slots=True)
-class SubagentStart:
+class SubagentStart(Struct, frozen=True):
     """subagent.started."""
 
     call_id: str | None
@@ -168,8 +164,7 @@ class SubagentStart:
                              as_str(data.get("agentName")) or as_str(data.get("agentDisplayName")) or "subagent")
 
 
-@dataclass(frozen=True, slots=True)
-class SubagentEnd:
+class SubagentEnd(Struct, frozen=True):
     """subagent.completed / subagent.failed."""
 
     call_id: str | None
@@ -189,8 +184,7 @@ class SubagentEnd:
                            data.get("error"), as_str(data.get("errorType")))
 
 
-@dataclass(frozen=True, slots=True)
-class SessionError:
+class SessionError(Struct, frozen=True):
     """session.error: why the agent loop stopped (an LLM call that failed, mostly)."""
 
     error_type: str
@@ -206,8 +200,7 @@ class SessionError:
                             as_str(data.get("errorCode")))
 
 
-@dataclass(frozen=True, slots=True)
-class TaskComplete:
+class TaskComplete(Struct, frozen=True):
     """session.task_complete."""
 
     summary: str | None
@@ -232,8 +225,7 @@ def request_id(event: Event) -> str | None:
 _ASKED = {"user_input": "input", "elicitation": "input", "exit_plan_mode": "plan approval"}
 
 
-@dataclass(frozen=True, slots=True)
-class UserRequest:
+class UserRequest(Struct, frozen=True):
     """A question put to the user: its kind (permission, user_input, ...), the permission's kind, the tool call."""
 
     kind: str

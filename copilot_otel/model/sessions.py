@@ -10,7 +10,7 @@ Tools and sub-agents are kept by :class:`~copilot_otel.model.tools.ToolBook`, LL
 
 from __future__ import annotations
 
-from dataclasses import replace
+from msgspec.structs import replace
 from typing import Callable
 
 from . import attrs as A
