@@ -46,7 +46,7 @@ def read_name(folder: Path, *, capture: bool = False) -> str | None:
 
     try:
         document = yaml.load(data, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # noqa: S506 - safe
-    except (yaml.YAMLError, ValueError):
+    except Exception:  # noqa: BLE001 - YAMLError, and what the parser raises on its own: KeyError for "!!bool "
         return None
     name = document.get("name") if isinstance(document, dict) else None
     if not isinstance(name, str) or not (capture or document.get("user_named") is True):

@@ -73,13 +73,15 @@ def test_the_name_is_the_one_workspace_yaml_holds(tmp_path):
     assert read_name(folder) is None
     (folder / "workspace.yaml").write_text("name: x\nfiller: " + "y" * MAX_BYTES + "\n")
     assert read_name(folder) is None
+    (folder / "workspace.yaml").write_text("name: x\nuser_named: !!bool \n")  # the parser's own KeyError
+    assert read_name(folder) is read_name(folder, capture=True) is None
 
 
 def parsed_name(data: bytes, capture: bool) -> str | None:
     """The name the YAML parser finds in ``data``: read_name without the shortcut that skips parsing."""
     try:
         document = yaml.load(data, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
-    except (yaml.YAMLError, ValueError):
+    except Exception:  # noqa: BLE001 - the parser raises KeyError of its own on "!!bool "
         return None
     name = document.get("name") if isinstance(document, dict) else None
     if not isinstance(name, str) or not (capture or document.get("user_named") is True):
