@@ -28,11 +28,11 @@ import hashlib
 import logging
 import os
 import sqlite3
-import zlib
 from pathlib import Path
 from typing import Iterable
 
 from msgspec import Struct
+from zlib_ng.zlib_ng import crc32  # the standard CRC-32 at an eighth of zlib 1.2's instructions a byte
 
 from ..base import pidlock
 from ..base.private import open_private, private_dir, touch_private
@@ -86,7 +86,7 @@ def same_log(recorded: str, path: Path) -> bool:
                 return False
             left = length
             while left > 0 and (chunk := handle.read(min(left, 1 << 20))):
-                crc = zlib.crc32(chunk, crc)
+                crc = crc32(chunk, crc)
                 left -= len(chunk)
     except OSError:
         return False

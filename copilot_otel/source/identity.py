@@ -11,10 +11,10 @@ the bytes the tailer reads anyway, so it costs no extra pass while nothing chang
 from __future__ import annotations
 
 import hashlib
-import zlib
 
-from msgspec import Struct
 import orjson
+from msgspec import Struct
+from zlib_ng.zlib_ng import crc32  # the standard CRC-32 at an eighth of zlib 1.2's instructions a byte
 
 FINGERPRINT_BYTES = 256
 HEAD_BYTES = 64 * 1024  # a first line longer than this names no log (its fingerprint does)
@@ -75,8 +75,8 @@ def prefix_crc(handle, end: int, at: int | None = None) -> tuple[int, int, int] 
             handle.seek(0)
             return None
         if position <= at < position + len(chunk):
-            crc_at = zlib.crc32(memoryview(chunk)[:at - position], crc)
-        crc = zlib.crc32(chunk, crc)
+            crc_at = crc32(memoryview(chunk)[:at - position], crc)
+        crc = crc32(chunk, crc)
         lines += chunk.count(b"\n")
         position += len(chunk)
     handle.seek(0)

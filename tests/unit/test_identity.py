@@ -9,12 +9,14 @@ import sqlite3
 import zlib
 from pathlib import Path
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from msgspec.structs import replace
 
 from copilot_otel.export.checkpoint import Checkpoint
 from copilot_otel.config import DEFAULT_MAX_LINE_BYTES, ModelOptions
 from copilot_otel.daemon.follow import Follower
-from copilot_otel.source.identity import EDITED, REPLACED, TRUNCATED, first_event_id, prefix_crc
+from copilot_otel.source.identity import EDITED, REPLACED, TRUNCATED, crc32, first_event_id, prefix_crc
 from copilot_otel.daemon.moves import Moves
 from copilot_otel.model.pipeline import Outputs
 from copilot_otel.source.tail import FileTail
@@ -280,3 +282,14 @@ def test_an_older_shorter_copy_put_back_is_a_new_generation(tmp_path):
     result = follower.read(out, warn=lambda *a: None)
     assert (result.restarted, result.lines, follower.generation) == (EDITED, 3, 1)
     assert out.events["session.start"] == 1
+
+
+@given(st.lists(st.binary(max_size=3000), max_size=6), st.integers(0, 2**32 - 1))
+@settings(max_examples=300, deadline=None)
+def test_the_crc_of_a_log_is_zlib_s_crc_32(chunks, start):
+    """The content identities written by earlier versions (zlib's CRC-32) are the ones read now: zlib-ng's CRC of
+    the same bytes, continued chunk by chunk from any value and over memoryviews, is zlib's."""
+    ours, theirs = start, start
+    for chunk in chunks:
+        ours, theirs = crc32(memoryview(chunk), ours), zlib.crc32(chunk, theirs)
+    assert ours == theirs
