@@ -25,6 +25,7 @@ from ..source.discover import Discoverer, Tree
 from ..export.queue import ExportQueue
 from .follow import Follower
 from ..source.liveness import ABANDON, ABANDONED_RETENTION, DORMANT, Liveness, live_state, lock_pids, pid_alive, verdict
+from ..base.collector import DeferredCollection
 from ..base.logs import RateLimitedLog, ReportedOnce
 from ..export.metrics import Metrics
 from .moves import Moves
@@ -50,7 +51,7 @@ class Daemon:
     """Follows every session under COPILOT_HOME/session-state; exports spans; keeps metrics."""
 
     def __init__(self, config: Config, *, sink: SpanSink | None = None, metrics: Metrics | None = None,
-                 clock: Callable[[], float] = time.time, freeze_gc: bool = False) -> None:
+                 clock: Callable[[], float] = time.time, own_gc: bool = False) -> None:
         self.config = config
         self.root = config.copilot_home / SESSION_STATE
         self.clock = clock
@@ -113,9 +114,11 @@ class Daemon:
         self._bad_lines = RateLimitedLog(log)
         self._last_loop = time.monotonic()
         self._next_liveness = 0.0
-        # Once the history is read, its objects live as long as the process: moving them out of the
-        # collector's reach keeps full collections (100-400 ms with 10,000 sessions) off scrapes.
-        self._freeze_gc = freeze_gc
+        # own_gc: this daemon owns the process's garbage collector. Once the history is read, its objects live
+        # as long as the process: moving them out of the collector's reach keeps full collections (100-400 ms
+        # with 10,000 sessions) off scrapes. While a backlog is read, collections wait (base/collector.py).
+        self._freeze_gc = own_gc
+        self._collection = DeferredCollection() if own_gc else None
 
     # ------------------------------------------------------------ lifecycle
 
@@ -145,6 +148,8 @@ class Daemon:
             while not self._stop.is_set():
                 self._pass()
         finally:
+            if self._collection is not None:
+                self._collection.resume()
             self.discoverer.stop()
             if not self.queue.stop(timeout=5.0):
                 log.warning("stopped with %d spans not yet exported; they will be re-read on the next start",
@@ -182,6 +187,8 @@ class Daemon:
                     self._watch(follower)  # a CLI took it up again
         self._housekeeping()
         self._publish()
+        if self._collection is not None:
+            self._collection.backlog(bool(self._backlog))
         if self._freeze_gc and not files:
             self._freeze_gc = False
             gc.collect()
