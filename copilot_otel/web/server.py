@@ -218,17 +218,20 @@ class MetricsServer:
         encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
         gzipped = gzip_accepted(request.headers.get("Accept-Encoding", ""))
         key = (content_type, gzipped)
-        render = self._renders.get(key)
-        if render is None:
-            if len(self._renders) >= MAX_PENDING_RENDERS:
-                self._count("render_busy")
-                raise web.HTTPServiceUnavailable(text="busy rendering other formats; retry\n",
-                                                 headers={"Retry-After": "1"})
-            # Scrapes that arrive while one renders the same format share its result.
-            render = self._workers.submit(_render, self._registry, encoder, gzipped)
-            self._renders[key] = render
-            render.add_done_callback(lambda done: self._render_done(key, done))
-        body = await asyncio.shield(render)
+        # The reader and the exporter wait at their next checkpoint from now until the body is here, so that
+        # neither the render nor this loop, when it takes the body, takes turns with them (base/pause.py).
+        with PAUSE.rendering():
+            render = self._renders.get(key)
+            if render is None:
+                if len(self._renders) >= MAX_PENDING_RENDERS:
+                    self._count("render_busy")
+                    raise web.HTTPServiceUnavailable(text="busy rendering other formats; retry\n",
+                                                     headers={"Retry-After": "1"})
+                # Scrapes that arrive while one renders the same format share its result.
+                render = self._workers.submit(_render, self._registry, encoder, gzipped)
+                self._renders[key] = render
+                render.add_done_callback(lambda done: self._render_done(key, done))
+            body = await asyncio.shield(render)
         headers = {"Content-Type": content_type, "Vary": "Accept, Accept-Encoding", "Cache-Control": "no-store"}
         if gzipped:
             headers["Content-Encoding"] = "gzip"
@@ -272,8 +275,7 @@ def connection_budget(nofile: int, wanted: int) -> tuple[int, int]:
 
 
 def _render(registry: CollectorRegistry, encoder: Callable[[CollectorRegistry], bytes], gzipped: bool) -> bytes:
-    with PAUSE.rendering():  # the reader waits at its next line or event: the render does not take turns with it
-        body = encoder(registry)
+    body = encoder(registry)
     return gzip.compress(body, compresslevel=6, mtime=0) if gzipped else body
 
 
