@@ -1,12 +1,12 @@
-"""The cyclic garbage collector waits while the reader works through a backlog (issue 25).
+"""The cyclic garbage collector waits while the reader reads (issue 25).
 
 A session that floods its log keeps the reader busy with reads of up to 4 MB, whose events, and the
 spans queued behind them, are 100,000-200,000 objects alive at any moment. Each automatic collection
 walked them all (20-150 ms, 1.5-2 s of a 9 s flood of 100,000 tool calls), holding every thread, a
 /metrics scrape included; and it found almost nothing: the reader's objects die by reference count.
-So while a backlog lasts the collector is off, and the reader collects once at most every
-MAX_DEFERRAL so that cycles cannot pile up without bound; the collector is on again once the backlog
-is read.
+So the collector is off while the reader reads (a pass over changed files, and every pass after it
+while a backlog lasts), and on between passes, when what a read made is gone; during a long backlog
+the reader collects once every MAX_DEFERRAL, so that cycles cannot pile up without bound.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ MAX_DEFERRAL = 30.0  # s the collector may stay off, from when a backlog began o
 
 
 class DeferredCollection:
-    """Turns the process's cyclic garbage collector off while the reader has a backlog, on when it has none."""
+    """Turns the process's cyclic garbage collector off while the reader reads, on when it rests."""
 
     def __init__(self, *, max_deferral: float = MAX_DEFERRAL, clock: Callable[[], float] = time.monotonic) -> None:
         self.max_deferral = max_deferral
@@ -31,9 +31,9 @@ class DeferredCollection:
         """Is the collector off, by us?"""
         return self._since is not None
 
-    def backlog(self, pending: bool) -> None:
-        """After each pass of the reader: ``pending`` says whether more waits to be read."""
-        if not pending:
+    def reading(self, busy: bool) -> None:
+        """Before a pass that reads (``busy``), and after each pass: ``busy`` if more waits to be read at once."""
+        if not busy:
             self.resume()
             return
         now = self._clock()

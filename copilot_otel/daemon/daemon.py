@@ -114,9 +114,10 @@ class Daemon:
         self._bad_lines = RateLimitedLog(log)
         self._last_loop = time.monotonic()
         self._next_liveness = 0.0
-        # own_gc: this daemon owns the process's garbage collector. Once the history is read, its objects live
-        # as long as the process: moving them out of the collector's reach keeps full collections (100-400 ms
-        # with 10,000 sessions) off scrapes. While a backlog is read, collections wait (base/collector.py).
+        # own_gc: this daemon owns the process's garbage collector. What is built before the first read (modules,
+        # wiring), and once the history is read its objects, live as long as the process: moving them out of the
+        # collector's reach keeps full collections (100-400 ms with 10,000 sessions) off scrapes. While the reader
+        # reads, collections wait (base/collector.py).
         self._freeze_gc = own_gc
         self._collection = DeferredCollection() if own_gc else None
 
@@ -140,6 +141,9 @@ class Daemon:
 
     def run(self, ready: threading.Event | None = None) -> None:
         """Run until stopped; flush and commit before returning."""
+        if self._collection is not None:
+            gc.collect()
+            gc.freeze()
         self.queue.start()
         self.discoverer.start()
         if ready is not None:
@@ -170,6 +174,8 @@ class Daemon:
         # session that writes fast (or a flood) delays the others by one read, not by its backlog.
         files |= self._backlog
         self._backlog = set()
+        if self._collection is not None and files:
+            self._collection.reading(True)
         # Paths not followed yet first: a log moved from a followed path is taken up there before the old
         # path is found gone (and its session ended).
         for path in sorted(files, key=lambda p: (p in self.sessions, p)):
@@ -188,7 +194,7 @@ class Daemon:
         self._housekeeping()
         self._publish()
         if self._collection is not None:
-            self._collection.backlog(bool(self._backlog))
+            self._collection.reading(bool(self._backlog))  # a backlog: the next pass reads at once
         if self._freeze_gc and not files:
             self._freeze_gc = False
             gc.collect()
