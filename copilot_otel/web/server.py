@@ -45,7 +45,7 @@ LISTEN_QUEUE = 1024  # connections the kernel holds for us (they cost no descrip
 RENDER_THREADS = 2
 ROUTE_THREADS = 2  # for the added routes' blocking work (run_blocking), apart from the renders
 MAX_PENDING_RENDERS = 8  # distinct formats rendering or queued; more is a flood: 503
-CACHED_FORMATS = 4  # formats (content types) whose lines are kept between renders; others render afresh
+CACHED_FORMATS = 2  # formats whose lines are kept between renders (about 6x the body in memory); others afresh
 STOP_GRACE = 0.5  # s for requests in progress to finish at stop() (aiohttp waits twice this at most)
 
 
