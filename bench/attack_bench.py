@@ -109,7 +109,9 @@ def big_log(work: Path, megabytes: int) -> None:
     print(f"  replay: peak RSS {replay_peak:.0f} MiB, {replay_s:.1f} s")
 
 
-def tool_flood(work: Path, tools: int) -> None:
+def tool_flood(work: Path, tools: int, *, checkout: Path | None = None) -> dict[str, float]:
+    """Prints the figures and returns them (read_s, p50_ms, p99_ms, after_p99_ms, peak_mib); ``checkout``: run
+    the daemon of that source tree."""
     home = work / "home"
     path = new_session(home, "tool-flood")
     log = SessionLog("tool-flood")
@@ -121,7 +123,7 @@ def tool_flood(work: Path, tools: int) -> None:
         log.tool_complete(f"call-{n}")
     log.turn_end()
     data = log.jsonl()
-    daemon = bench_daemon(home, work / "daemon", args=DAEMON_ARGS).start(timeout=300)
+    daemon = bench_daemon(home, work / "daemon", args=DAEMON_ARGS, checkout=checkout).start(timeout=300)
     times, sizes = [], []
     stop = threading.Event()
 
@@ -159,6 +161,8 @@ def tool_flood(work: Path, tools: int) -> None:
           f"p50 {median(times) * 1000:.1f} ms, p99 {percentile(times, 99) * 1000:.1f} ms")
     print(f"  /metrics after: {len(after[-1][1]) / 1024:.0f} KiB (target < 1 MB), p50 {median(after_times) * 1000:.1f} ms, "
           f"p99 {percentile(after_times, 99) * 1000:.1f} ms (target < 50)")
+    return {"read_s": read_s, "p50_ms": median(times) * 1000, "p99_ms": percentile(times, 99) * 1000,
+            "after_p99_ms": percentile(after_times, 99) * 1000, "peak_mib": peak}
 
 
 def junk_flood(work: Path, mbps: float, seconds: float) -> None:

@@ -12,12 +12,15 @@
   --startup-folders idle folders and has exported their spans, and its stop: start-up changes compared
   however busy the machine is.
 - flood: /metrics p99 while one session's log brings --tools distinct tool names
-  (bench/attack_bench.py's tools part). Target < 50 ms.
+  (bench/attack_bench.py's tools part). Target < 50 ms. --rounds N repeats it; --against DIR runs, in each
+  round, the daemon of another source tree first (main's, say), so that both meet the same load.
 - inspect: wall time of `copilot-otel inspect` of one session of the corpus (median of 7). Target < 100 ms.
 
     python bench/instructions_bench.py                          # everything
     python bench/instructions_bench.py --only instructions --digest
     python bench/instructions_bench.py --only startup --idle-folders 10000 --duration 30
+    git archive main | tar -x -C /tmp/main-tree
+    python bench/instructions_bench.py --only flood --rounds 5 --against /tmp/main-tree
 """
 
 from __future__ import annotations
@@ -153,8 +156,27 @@ def startup_instructions(args, work: Path) -> None:
 
 
 def flood(args, work: Path) -> None:
+    """--rounds floods; with --against, each round floods that checkout's daemon first, then this one's (the
+    machine's load drifts: compare within a round)."""
     from attack_bench import tool_flood
-    tool_flood(work, args.tools)
+    sides = [("against", args.against), ("this", None)] if args.against else [("this", None)]
+    figures: dict[str, list[dict[str, float]]] = {name: [] for name, _checkout in sides}
+    for round_ in range(args.rounds):
+        for name, checkout in sides:
+            print(f"round {round_ + 1}, {name}{f' ({checkout})' if checkout else ''}; "
+                  f"load average {os.getloadavg()[0]:.2f}")
+            folder = work / f"flood-{round_}-{name}"
+            figures[name].append(tool_flood(folder, args.tools, checkout=checkout))
+            shutil.rmtree(folder, ignore_errors=True)
+    if args.rounds > 1 or args.against:
+        for name, rounds in figures.items():
+            print(f"{name}: " + "; ".join(f"read {f['read_s']:.1f} s, p50 {f['p50_ms']:.0f}, p99 {f['p99_ms']:.0f} ms"
+                                          for f in rounds))
+        if args.against:
+            ratios = [this["p99_ms"] / other["p99_ms"] for this, other in zip(figures["this"], figures["against"])]
+            reads = [this["read_s"] / other["read_s"] for this, other in zip(figures["this"], figures["against"])]
+            print(f"this / against, by round: p99 {' '.join(f'{r:.2f}' for r in ratios)}; "
+                  f"read time {' '.join(f'{r:.2f}' for r in reads)}")
 
 
 def inspect(args, home: Path) -> None:
@@ -177,6 +199,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--idle-folders", type=int, default=10_000)
     parser.add_argument("--duration", type=float, default=30.0, help="idle CPU window, s (default 30)")
     parser.add_argument("--tools", type=int, default=100_000)
+    parser.add_argument("--rounds", type=int, default=1, help="flood: how many rounds (default 1)")
+    parser.add_argument("--against", type=Path, help="flood: a source tree of another commit (`git archive REV | tar "
+                        "-x -C DIR`) whose daemon floods before this one's in every round")
     parser.add_argument("--startup-folders", type=int, default=1000,
                         help="idle folders of startup-instructions (default 1000: callgrind runs 50x slower)")
     args = parser.parse_args(argv)

@@ -26,6 +26,7 @@ from ..source.discover import Discoverer, Tree
 from ..export.queue import ExportQueue
 from .follow import Follower
 from ..source.liveness import ABANDON, ABANDONED_RETENTION, DORMANT, Liveness, live_state, lock_pids, pid_alive, verdict
+from ..base.collector import DeferredCollection
 from ..base.logs import RateLimitedLog, ReportedOnce
 from ..export.metrics import Metrics
 from .moves import Moves
@@ -51,7 +52,7 @@ class Daemon:
     """Follows every session under COPILOT_HOME/session-state; exports spans; keeps metrics."""
 
     def __init__(self, config: Config, *, sink: SpanSink | None = None, metrics: Metrics | None = None,
-                 clock: Callable[[], float] = time.time, freeze_gc: bool = False) -> None:
+                 clock: Callable[[], float] = time.time, own_gc: bool = False) -> None:
         self.config = config
         self.root = config.copilot_home / SESSION_STATE
         self.clock = clock
@@ -114,9 +115,12 @@ class Daemon:
         self._bad_lines = RateLimitedLog(log)
         self._last_loop = time.monotonic()
         self._next_liveness = 0.0
-        # Once the history is read, its objects live as long as the process: moving them out of the
-        # collector's reach keeps full collections (100-400 ms with 10,000 sessions) off scrapes.
-        self._freeze_gc = freeze_gc
+        # own_gc: this daemon owns the process's garbage collector. What is built before the first read (modules,
+        # wiring), and once the history is read its objects, live as long as the process: moving them out of the
+        # collector's reach keeps full collections (100-400 ms with 10,000 sessions) off scrapes. While the reader
+        # reads, collections wait (base/collector.py).
+        self._freeze_gc = own_gc
+        self._collection = DeferredCollection() if own_gc else None
 
     # ------------------------------------------------------------ lifecycle
 
@@ -138,6 +142,9 @@ class Daemon:
 
     def run(self, ready: threading.Event | None = None) -> None:
         """Run until stopped; flush and commit before returning."""
+        if self._collection is not None:
+            gc.collect()
+            gc.freeze()
         self.queue.start()
         self.discoverer.start()
         if ready is not None:
@@ -146,6 +153,8 @@ class Daemon:
             while not self._stop.is_set():
                 self._pass()
         finally:
+            if self._collection is not None:
+                self._collection.resume()
             self.discoverer.stop()
             if not self.queue.stop(timeout=5.0):
                 log.warning("stopped with %d spans not yet exported; they will be re-read on the next start",
@@ -166,6 +175,8 @@ class Daemon:
         # session that writes fast (or a flood) delays the others by one read, not by its backlog.
         files |= self._backlog
         self._backlog = set()
+        if self._collection is not None and files:
+            self._collection.reading(True)
         # Paths not followed yet first: a log moved from a followed path is taken up there before the old
         # path is found gone (and its session ended).
         for path in sorted(files, key=lambda p: (p in self.sessions, p)):
@@ -183,6 +194,8 @@ class Daemon:
                     self._watch(follower)  # a CLI took it up again
         self._housekeeping()
         self._publish()
+        if self._collection is not None:
+            self._collection.reading(bool(self._backlog))  # a backlog: the next pass reads at once
         if self._freeze_gc and not files:
             self._freeze_gc = False
             gc.collect()

@@ -30,7 +30,7 @@ def run_daemon(config: Config) -> int:
 
     try:
         web_config = web_config_of(config)  # a bad file is said before anything starts
-        daemon = Daemon(config, freeze_gc=True)
+        daemon = Daemon(config, own_gc=True)
         catalog = Catalog(daemon.root, cache_file=config.summary_cache, max_line_bytes=config.max_line_bytes,
                           capture=config.model.capture_content)
         view = WebView(DaemonSessions(config, lambda: daemon.published, catalog=catalog,

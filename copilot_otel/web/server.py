@@ -4,7 +4,8 @@ One asyncio loop (aiohttp) in one daemon thread serves every connection, so idle
 clients cost a file descriptor and a few kilobytes each, never a thread; the limits that keep
 them bounded are in ``http_guard``. The registry is rendered in worker threads of its own, so a
 slow scrape never holds up /healthz, and the added routes' work (the web view) runs in others, so
-it never queues ahead of a scrape.
+it never queues ahead of a scrape. A render reuses the lines of the samples that did not change
+since the last one (exposition.py).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder, gzip_accepted
 
 from .access import Gate
+from .exposition import CachedExposition
 from ..config import ConfigError
 from .guard import Connections, LoopErrors, QuietLog, Workers, http_errors, raise_open_files_limit
 from ..base.pause import PAUSE
@@ -43,6 +45,7 @@ LISTEN_QUEUE = 1024  # connections the kernel holds for us (they cost no descrip
 RENDER_THREADS = 2
 ROUTE_THREADS = 2  # for the added routes' blocking work (run_blocking), apart from the renders
 MAX_PENDING_RENDERS = 8  # distinct formats rendering or queued; more is a flood: 503
+CACHED_FORMATS = 2  # formats whose lines are kept between renders (about 6x the body in memory); others afresh
 STOP_GRACE = 0.5  # s for requests in progress to finish at stop() (aiohttp waits twice this at most)
 
 
@@ -99,6 +102,7 @@ class MetricsServer:
         self._login_workers: Workers | None = None
         self._route_workers: Workers | None = None
         self._renders: dict[tuple[str, bool], asyncio.Future] = {}
+        self._expositions: dict[str, CachedExposition] = {}  # content type -> its renders' kept lines
         self._failure: BaseException | None = None
 
     def start(self) -> None:
@@ -218,21 +222,36 @@ class MetricsServer:
         encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
         gzipped = gzip_accepted(request.headers.get("Accept-Encoding", ""))
         key = (content_type, gzipped)
-        render = self._renders.get(key)
-        if render is None:
-            if len(self._renders) >= MAX_PENDING_RENDERS:
-                self._count("render_busy")
-                raise web.HTTPServiceUnavailable(text="busy rendering other formats; retry\n",
-                                                 headers={"Retry-After": "1"})
-            # Scrapes that arrive while one renders the same format share its result.
-            render = self._workers.submit(_render, self._registry, encoder, gzipped)
-            self._renders[key] = render
-            render.add_done_callback(lambda done: self._render_done(key, done))
-        body = await asyncio.shield(render)
+        # The reader and the exporter wait at their next checkpoint from now until the body is here, so that
+        # neither the render nor this loop, when it takes the body, takes turns with them (base/pause.py).
+        with PAUSE.rendering():
+            render = self._renders.get(key)
+            if render is None:
+                if len(self._renders) >= MAX_PENDING_RENDERS:
+                    self._count("render_busy")
+                    raise web.HTTPServiceUnavailable(text="busy rendering other formats; retry\n",
+                                                     headers={"Retry-After": "1"})
+                # Scrapes that arrive while one renders the same format share its result.
+                render = self._workers.submit(_render, self._registry, self._exposition(encoder, content_type),
+                                              gzipped)
+                self._renders[key] = render
+                render.add_done_callback(lambda done: self._render_done(key, done))
+            body = await asyncio.shield(render)
         headers = {"Content-Type": content_type, "Vary": "Accept, Accept-Encoding", "Cache-Control": "no-store"}
         if gzipped:
             headers["Content-Encoding"] = "gzip"
         return web.Response(body=body, headers=headers)
+
+    def _exposition(self, encoder: Callable[[CollectorRegistry], bytes],
+                    content_type: str) -> Callable[[CollectorRegistry], bytes]:
+        """The encoder of a format, its lines kept between renders (exposition.py) for the first CACHED_FORMATS."""
+        cached = self._expositions.get(content_type)
+        if cached is None:
+            if len(self._expositions) >= CACHED_FORMATS:  # an Accept header can name any version: bounded
+                return encoder
+            openmetrics = content_type.startswith("application/openmetrics-text")
+            cached = self._expositions[content_type] = CachedExposition(encoder, openmetrics=openmetrics)
+        return cached
 
     def _render_done(self, key: tuple[str, bool], done: asyncio.Future) -> None:
         if self._renders.get(key) is done:
@@ -272,8 +291,7 @@ def connection_budget(nofile: int, wanted: int) -> tuple[int, int]:
 
 
 def _render(registry: CollectorRegistry, encoder: Callable[[CollectorRegistry], bytes], gzipped: bool) -> bytes:
-    with PAUSE.rendering():  # the reader waits at its next line or event: the render does not take turns with it
-        body = encoder(registry)
+    body = encoder(registry)
     return gzip.compress(body, compresslevel=6, mtime=0) if gzipped else body
 
 
