@@ -17,7 +17,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Callable
 
-from ..export.checkpoint import Checkpoint, StateLock
+from ..export.checkpoint import Checkpoint, FilePosition, StateLock
 from ..config import Config
 from ..export.deadletter import FILE_NAME as DEAD_LETTER_FILE
 from ..export.deadletter import DeadLetter
@@ -31,6 +31,7 @@ from .moves import Moves
 from .notices import SessionNotices
 from ..export.otlp_json import OtlpJsonEncoder
 from ..model.pipeline import Outputs
+from ..model.records import SpanRecord
 from .published import Published
 from .readout import Readout
 from ..export.resource import resource_attributes
@@ -79,7 +80,7 @@ class Daemon:
             on_backend_dropped=self.metrics.spans_dropped_by_backend.inc)
         # Read when scraped, so they stay true while the reader waits on a full queue.
         self.metrics.files_watched.set_function(lambda: len(self.sessions))
-        self.metrics.export_queue.set_function(lambda: self.queue.depth)
+        self.metrics.export_queue.set_function(lambda: self.queue.depth + len(self._outbox))
         self.discoverer = Discoverer(self.root, poll=config.poll, rescan_interval=config.rescan_interval)
         self.sessions: dict[Path, Follower] = {}
         # The sessions whose state can change without a new event (an idle loop to confirm, a process
@@ -110,6 +111,13 @@ class Daemon:
         # The generation a deleted log would start again at, were it written anew.
         self._generations: dict[Path, int] = {}
         self._stop = threading.Event()
+        # What this pass read, counted and handed to the exporter once a batch of spans waits and at the end of
+        # the pass: the metric updates, the spans in order, then the checkpoint positions (each behind its own
+        # spans, as the exporter needs). At start-up thousands of logs bring a few spans each; a metrics update,
+        # an export, a durable write and a checkpoint commit per log cost more than reading it (issue 25).
+        self._outbox_outputs: list[Outputs] = []
+        self._outbox: list[SpanRecord] = []
+        self._outbox_markers: dict[str, FilePosition] = {}
         self._bad_lines = RateLimitedLog(log)
         self._last_loop = time.monotonic()
         self._next_liveness = 0.0
@@ -145,6 +153,7 @@ class Daemon:
             while not self._stop.is_set():
                 self._pass()
         finally:
+            self._send()
             self.discoverer.stop()
             if not self.queue.stop(timeout=5.0):
                 log.warning("stopped with %d spans not yet exported; they will be re-read on the next start",
@@ -181,6 +190,7 @@ class Daemon:
                 if follower.model is not None and follower.model.ended is None:
                     self._watch(follower)  # a CLI took it up again
         self._housekeeping()
+        self._send()
         self._publish()
         if self._freeze_gc and not files:
             self._freeze_gc = False
@@ -237,7 +247,7 @@ class Daemon:
         self._changed = True
         marker = follower.marker()
         if marker is not None:  # the row moves to the new path once what is queued before it is exported
-            self.queue.put_marker(marker)
+            self._queue_marker(marker)
 
     def _read(self, path: Path) -> None:
         """One read of at most follow.READ_BYTES from one file; a file with more waiting joins the backlog."""
@@ -278,14 +288,14 @@ class Daemon:
 
     def _deliver(self, follower: Follower, out: Outputs) -> None:
         """Count what a read produced, queue its spans, then the checkpoint position behind them."""
-        self._count_and_queue(follower, out)
+        self._queue_outputs(out)
         if follower.model.ended is None:
             self._watch(follower, resumed=bool(out.events.get("session.resume")))
         else:
             self._unwatch(follower)
         marker = follower.marker()
         if marker is not None:
-            self.queue.put_marker(marker)
+            self._queue_marker(marker)
         self._summaries[follower.path] = follower.summary()
         if follower.whole:
             self._partial.discard(follower.path)
@@ -293,12 +303,33 @@ class Daemon:
             self._partial.add(follower.path)
         self._changed = True
 
-    def _count_and_queue(self, follower: Follower, out: Outputs) -> None:
-        try:
-            self.metrics.apply_outputs(out)
-        except Exception:  # a metric bug must not stop the reader
-            log.exception("cannot count the metrics of %s", follower.path)
-        self.queue.put_spans(out.spans, should_stop=self._stop.is_set)
+    def _queue_outputs(self, out: Outputs) -> None:
+        """Queue what a read produced: its metric updates and its spans."""
+        self._outbox_outputs.append(out)
+        self._queue_spans(out.spans)
+
+    def _queue_spans(self, spans: list[SpanRecord]) -> None:
+        """Queue spans for export (sent at the end of the pass, or once a batch is waiting)."""
+        self._outbox.extend(spans)
+        if len(self._outbox) >= min(self.queue.batch, self.queue.max_spans):
+            self._send()
+
+    def _queue_marker(self, position: FilePosition) -> None:
+        """Queue a checkpoint position, committed once everything queued before it is exported."""
+        self._outbox_markers[position.path] = position
+
+    def _send(self) -> None:
+        """Count the metrics of what was queued, then hand its spans and positions to the exporter."""
+        if self._outbox_outputs:
+            outputs, self._outbox_outputs = self._outbox_outputs, []
+            try:
+                self.metrics.apply_all(outputs)
+            except Exception:  # a metric bug must not stop the reader
+                log.exception("cannot count the metrics of what was read from %d log(s)", len(outputs))
+        if self._outbox or self._outbox_markers:
+            spans, markers = self._outbox, self._outbox_markers
+            self._outbox, self._outbox_markers = [], {}
+            self.queue.put(spans, markers.values(), should_stop=self._stop.is_set)
 
     def _watch(self, follower: Follower, *, resumed: bool = False) -> None:
         if follower.path not in self._open and self._alive(follower):
@@ -338,7 +369,7 @@ class Daemon:
             log.info("%s was deleted; finishing session %s", path, follower.session_id)
             out = Outputs()
             follower.finish(out)
-            self._count_and_queue(follower, out)
+            self._queue_outputs(out)
         self._restored.pop(str(path), None)
         if str(path) not in self.moves.moved_away:  # a moved log's row goes when its new path's row is committed
             self.checkpoint.forget(str(path))
@@ -380,7 +411,7 @@ class Daemon:
             elif model.mid_turn or self.notices.is_stuck(follower):
                 live = live_state(follower.liveness(), now=now, policy=self.policy, alive=pid_alive,
                                   monotonic=monotonic)
-                self.queue.put_spans(self.notices.check_stuck(follower, live, now), should_stop=self._stop.is_set)
+                self._queue_spans(self.notices.check_stuck(follower, live, now))
         if check_liveness:
             self.notices.sweep(self._open)
 
