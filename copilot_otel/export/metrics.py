@@ -303,7 +303,8 @@ class Metrics:
             Metric.FILES_MODIFIED: self.files_modified,
         }
         assert set(self._series) == set(Metric), "every metric key needs its series"
-        assert HISTOGRAMS == {key for key, series in self._series.items() if isinstance(series, Histogram)} == set(_BOUNDS)
+        assert HISTOGRAMS == set(_BOUNDS) == {key for key, series in self._series.items()
+                                              if isinstance(series, Histogram)}
         self._children: dict = {}  # (metric key, label values) -> its series
         # (metric key, label values as the model gave them) -> its series, for values the cap let through unchanged
         # (bounded by the cap; a value cut or counted as 'other' goes through the cap each time, to be counted).

@@ -176,8 +176,8 @@ def _exposition(metrics: Metrics) -> str:
 
 def test_apply_all_leaves_every_series_as_applying_each_drive_in_turn():
     """The daemon counts the logs one pass read at once (apply_all): every series, of the real CLI logs of every
-    fixture and an odd one, ends with the value and the exemplar (on each histogram bucket) that apply_outputs of each drive in
-    turn gives."""
+    fixture and an odd one, ends with the value and the exemplar (on each histogram bucket) that apply_outputs
+    of each drive in turn gives."""
     fixtures = Path(__file__).resolve().parent.parent / "fixtures"
     outs = []
     for path in sorted(fixtures.rglob("events.jsonl")):
