@@ -33,7 +33,7 @@ class LogReader:
                  max_line_bytes: int = DEFAULT_MAX_LINE_BYTES, keep: Collection[str] | None = READ_TYPES,
                  within: Path | None = None, summaries: bool = True, metrics: bool = True, live_idle: bool = False,
                  warn: Warn | None = None) -> None:
-        self.path = Path(path)
+        self.path = path if isinstance(path, Path) else Path(path)
         self.session_id = session_id_of(self.path) if session_id is None else session_id
         self.options = options
         self.max_line_bytes = max_line_bytes

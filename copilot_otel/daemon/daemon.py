@@ -7,6 +7,7 @@ whole; the scrape and web threads read only that, never a model.
 
 from __future__ import annotations
 
+import errno
 import gc
 import logging
 import os
@@ -14,6 +15,7 @@ import threading
 import time
 from dataclasses import replace
 from pathlib import Path
+from stat import S_ISREG
 from types import MappingProxyType
 from typing import Callable
 
@@ -176,7 +178,7 @@ class Daemon:
         self._backlog = set()
         # Paths not followed yet first: a log moved from a followed path is taken up there before the old
         # path is found gone (and its session ended).
-        for path in sorted(files, key=lambda p: (p in self.sessions, p)):
+        for path in sorted(files, key=lambda p: (p in self.sessions, p.parts)):  # parts: Path's order, compared in C
             if self._stop.is_set():
                 break
             try:
@@ -211,8 +213,16 @@ class Daemon:
 
     def _follower_for(self, path: Path) -> Follower | None:
         follower = self.sessions.get(path)
-        if follower is not None or not path.is_file() or not self.tree.inside(path):
+        if follower is not None:
             return follower
+        try:
+            st = os.stat(path)  # one look at a log seen here first: a file? written before this start?
+        except OSError as exc:
+            if exc.errno in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP):  # not there (as Path.is_file says)
+                return None
+            raise
+        if not S_ISREG(st.st_mode) or not self.tree.inside(path):
+            return None
         restored = self._restored.pop(str(path), None)
         if restored is None:  # a log seen here first: did it move here?
             first_id, moved, restored = self.moves.origin(path, self.sessions, within=self._root_real)
@@ -221,10 +231,9 @@ class Daemon:
                 return moved
         follower = Follower.start(path, self.config.model, max_line_bytes=self.config.max_line_bytes,
                                   restored=restored, skip_history=path in self._skip_history, within=self._root_real,
-                                  generation=self._generations.pop(path, 0),
-                                  history=os.stat(path).st_mtime < self._started)
+                                  generation=self._generations.pop(path, 0), history=st.st_mtime < self._started)
         if restored is not None and restored.resume_offset == restored.offset \
-                and self.clock() - os.stat(path).st_mtime < ABANDONED_RETENTION:
+                and self.clock() - st.st_mtime < ABANDONED_RETENTION:
             # Nothing was open at its checkpoint, yet it was written lately: a run before may have found it
             # abandoned. Read again from the first line (nothing delivered twice) to know, and to know it whole.
             follower.reread()

@@ -62,7 +62,7 @@ class FileTail:
     def __init__(self, path: Path, *, offset: int = 0, line: int = 0, identity: FileIdentity | None = None,
                  crc: int | None = None, max_line_bytes: int = 16 * 1024 * 1024,
                  keep: Collection[str] | None = None, within: Path | None = None) -> None:
-        self.path = Path(path)
+        self.path = path if isinstance(path, Path) else Path(path)
         self.offset = offset  # end of the last complete line handed out
         self.line = line  # number of complete lines handed out
         self.identity = identity
