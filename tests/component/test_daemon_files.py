@@ -10,12 +10,16 @@ tests/unit/test_tail.py; here they go through discovery, the model and the expor
 
 from __future__ import annotations
 
+import gc
 import os
 import shutil
+import threading
 from pathlib import Path
 
 import pytest
 
+from copilot_otel.config import Config
+from copilot_otel.daemon.daemon import HISTORY_FULL_COLLECTIONS, Daemon
 from copilot_otel.export.sinks import MemorySink
 from tests.support.files import append, new_session
 from tests.support.inprocess import InProcessDaemon
@@ -187,3 +191,27 @@ def test_from_end_skips_history(tmp_path):
         daemon.wait_for_keys(expected_keys([fresh]))
         assert value(daemon.scrape(), "copilot_sessions_started_total") == 1
     assert not [r for r in daemon.sink.records if r.attributes.get("gen_ai.conversation.id") == "history"]
+
+
+def test_full_collections_wait_while_the_history_is_read_then_it_is_frozen(tmp_path):
+    """`copilot-otel run` (freeze_gc): while the logs there at the start are read, the collector's full
+    collections wait (each would walk everything read so far); once they are read, its thresholds are back as
+    they were and what the history left is frozen out of its reach."""
+    home = tmp_path / "home"
+    for n in range(20):
+        new_session(home, f"history-{n}").write_bytes(real_log("plain"))
+    before = gc.get_threshold()
+    config = Config(copilot_home=home, state_dir=tmp_path / "state", idle_quiet=0.3, rescan_interval=1.0)
+    daemon = Daemon(config, sink=MemorySink(), freeze_gc=True)
+    thread = threading.Thread(target=daemon.run, name="daemon-in-process")
+    try:
+        assert gc.get_threshold() == (*before[:2], HISTORY_FULL_COLLECTIONS)
+        thread.start()
+        wait_until(lambda: gc.get_freeze_count() > 0, what="the history frozen")
+        assert len(daemon.sessions) == 20
+        assert gc.get_threshold() == before
+    finally:
+        daemon.request_stop()
+        thread.join(30)
+        gc.unfreeze()
+        gc.set_threshold(*before)
