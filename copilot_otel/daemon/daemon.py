@@ -347,9 +347,9 @@ class Daemon:
             except Exception:  # a metric bug must not stop the reader
                 log.exception("cannot count the metrics of what was read from %d log(s)", len(outputs))
         if self._outbox or self._outbox_markers:
-            spans, markers = self._outbox, self._outbox_markers
+            # Emptied once queued: the export queue gauge (queue and outbox) never reads 0 while spans wait.
+            self.queue.put(self._outbox, self._outbox_markers.values(), should_stop=self._stop.is_set)
             self._outbox, self._outbox_markers = [], {}
-            self.queue.put(spans, markers.values(), should_stop=self._stop.is_set)
 
     def _watch(self, follower: Follower, *, resumed: bool = False) -> None:
         if follower.path not in self._open and self._alive(follower):
