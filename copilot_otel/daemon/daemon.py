@@ -7,18 +7,20 @@ whole; the scrape and web threads read only that, never a model.
 
 from __future__ import annotations
 
+import errno
 import gc
 import logging
 import os
 import threading
 import time
 from pathlib import Path
+from stat import S_ISREG
 from types import MappingProxyType
 from typing import Callable
 
 from msgspec.structs import replace
 
-from ..export.checkpoint import Checkpoint, StateLock
+from ..export.checkpoint import Checkpoint, FilePosition, StateLock
 from ..config import Config
 from ..export.deadletter import FILE_NAME as DEAD_LETTER_FILE
 from ..export.deadletter import DeadLetter
@@ -33,6 +35,7 @@ from .moves import Moves
 from .notices import SessionNotices
 from ..export.otlp_json import OtlpJsonEncoder
 from ..model.pipeline import Outputs
+from ..model.records import SpanRecord
 from .published import Published
 from .readout import Readout
 from ..export.resource import resource_attributes
@@ -81,7 +84,7 @@ class Daemon:
             on_backend_dropped=self.metrics.spans_dropped_by_backend.inc)
         # Read when scraped, so they stay true while the reader waits on a full queue.
         self.metrics.files_watched.set_function(lambda: len(self.sessions))
-        self.metrics.export_queue.set_function(lambda: self.queue.depth)
+        self.metrics.export_queue.set_function(lambda: self.queue.depth + len(self._outbox))
         self.discoverer = Discoverer(self.root, poll=config.poll, rescan_interval=config.rescan_interval)
         self.sessions: dict[Path, Follower] = {}
         # The sessions whose state can change without a new event (an idle loop to confirm, a process
@@ -112,6 +115,13 @@ class Daemon:
         # The generation a deleted log would start again at, were it written anew.
         self._generations: dict[Path, int] = {}
         self._stop = threading.Event()
+        # What this pass read, counted and handed to the exporter once a batch of spans waits and at the end of
+        # the pass: the metric updates, the spans in order, then the checkpoint positions (each behind its own
+        # spans, as the exporter needs). At start-up thousands of logs bring a few spans each; a metrics update,
+        # an export, a durable write and a checkpoint commit per log cost more than reading it (issue 25).
+        self._outbox_outputs: list[Outputs] = []
+        self._outbox: list[SpanRecord] = []
+        self._outbox_markers: dict[str, FilePosition] = {}
         self._bad_lines = RateLimitedLog(log)
         self._last_loop = time.monotonic()
         self._next_liveness = 0.0
@@ -153,6 +163,7 @@ class Daemon:
             while not self._stop.is_set():
                 self._pass()
         finally:
+            self._send()
             if self._collection is not None:
                 self._collection.resume()
             self.discoverer.stop()
@@ -179,7 +190,7 @@ class Daemon:
             self._collection.reading(True)
         # Paths not followed yet first: a log moved from a followed path is taken up there before the old
         # path is found gone (and its session ended).
-        for path in sorted(files, key=lambda p: (p in self.sessions, p)):
+        for path in sorted(files, key=lambda p: (p in self.sessions, p.parts)):  # parts: Path's order, compared in C
             if self._stop.is_set():
                 break
             try:
@@ -193,6 +204,7 @@ class Daemon:
                 if follower.model is not None and follower.model.ended is None:
                     self._watch(follower)  # a CLI took it up again
         self._housekeeping()
+        self._send()
         self._publish()
         if self._collection is not None:
             self._collection.reading(bool(self._backlog))  # a backlog: the next pass reads at once
@@ -215,8 +227,16 @@ class Daemon:
 
     def _follower_for(self, path: Path) -> Follower | None:
         follower = self.sessions.get(path)
-        if follower is not None or not path.is_file() or not self.tree.inside(path):
+        if follower is not None:
             return follower
+        try:
+            st = os.stat(path)  # one look at a log seen here first: a file? written before this start?
+        except OSError as exc:
+            if exc.errno in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP):  # not there (as Path.is_file says)
+                return None
+            raise
+        if not S_ISREG(st.st_mode) or not self.tree.inside(path):
+            return None
         restored = self._restored.pop(str(path), None)
         if restored is None:  # a log seen here first: did it move here?
             first_id, moved, restored = self.moves.origin(path, self.sessions, within=self._root_real)
@@ -225,10 +245,9 @@ class Daemon:
                 return moved
         follower = Follower.start(path, self.config.model, max_line_bytes=self.config.max_line_bytes,
                                   restored=restored, skip_history=path in self._skip_history, within=self._root_real,
-                                  generation=self._generations.pop(path, 0),
-                                  history=os.stat(path).st_mtime < self._started)
+                                  generation=self._generations.pop(path, 0), history=st.st_mtime < self._started)
         if restored is not None and restored.resume_offset == restored.offset \
-                and self.clock() - os.stat(path).st_mtime < ABANDONED_RETENTION:
+                and self.clock() - st.st_mtime < ABANDONED_RETENTION:
             # Nothing was open at its checkpoint, yet it was written lately: a run before may have found it
             # abandoned. Read again from the first line (nothing delivered twice) to know, and to know it whole.
             follower.reread()
@@ -251,7 +270,7 @@ class Daemon:
         self._changed = True
         marker = follower.marker()
         if marker is not None:  # the row moves to the new path once what is queued before it is exported
-            self.queue.put_marker(marker)
+            self._queue_marker(marker)
 
     def _read(self, path: Path) -> None:
         """One read of at most follow.READ_BYTES from one file; a file with more waiting joins the backlog."""
@@ -292,14 +311,14 @@ class Daemon:
 
     def _deliver(self, follower: Follower, out: Outputs) -> None:
         """Count what a read produced, queue its spans, then the checkpoint position behind them."""
-        self._count_and_queue(follower, out)
+        self._queue_outputs(out)
         if follower.model.ended is None:
             self._watch(follower, resumed=bool(out.events.get("session.resume")))
         else:
             self._unwatch(follower)
         marker = follower.marker()
         if marker is not None:
-            self.queue.put_marker(marker)
+            self._queue_marker(marker)
         self._summaries[follower.path] = follower.summary()
         if follower.whole:
             self._partial.discard(follower.path)
@@ -307,12 +326,33 @@ class Daemon:
             self._partial.add(follower.path)
         self._changed = True
 
-    def _count_and_queue(self, follower: Follower, out: Outputs) -> None:
-        try:
-            self.metrics.apply_outputs(out)
-        except Exception:  # a metric bug must not stop the reader
-            log.exception("cannot count the metrics of %s", follower.path)
-        self.queue.put_spans(out.spans, should_stop=self._stop.is_set)
+    def _queue_outputs(self, out: Outputs) -> None:
+        """Queue what a read produced: its metric updates and its spans."""
+        self._outbox_outputs.append(out)
+        self._queue_spans(out.spans)
+
+    def _queue_spans(self, spans: list[SpanRecord]) -> None:
+        """Queue spans for export (sent at the end of the pass, or once a batch is waiting)."""
+        self._outbox.extend(spans)
+        if len(self._outbox) >= min(self.queue.batch, self.queue.max_spans):
+            self._send()
+
+    def _queue_marker(self, position: FilePosition) -> None:
+        """Queue a checkpoint position, committed once everything queued before it is exported."""
+        self._outbox_markers[position.path] = position
+
+    def _send(self) -> None:
+        """Count the metrics of what was queued, then hand its spans and positions to the exporter."""
+        if self._outbox_outputs:
+            outputs, self._outbox_outputs = self._outbox_outputs, []
+            try:
+                self.metrics.apply_all(outputs)
+            except Exception:  # a metric bug must not stop the reader
+                log.exception("cannot count the metrics of what was read from %d log(s)", len(outputs))
+        if self._outbox or self._outbox_markers:
+            # Emptied once queued: the export queue gauge (queue and outbox) never reads 0 while spans wait.
+            self.queue.put(self._outbox, self._outbox_markers.values(), should_stop=self._stop.is_set)
+            self._outbox, self._outbox_markers = [], {}
 
     def _watch(self, follower: Follower, *, resumed: bool = False) -> None:
         if follower.path not in self._open and self._alive(follower):
@@ -352,7 +392,7 @@ class Daemon:
             log.info("%s was deleted; finishing session %s", path, follower.session_id)
             out = Outputs()
             follower.finish(out)
-            self._count_and_queue(follower, out)
+            self._queue_outputs(out)
         self._restored.pop(str(path), None)
         if str(path) not in self.moves.moved_away:  # a moved log's row goes when its new path's row is committed
             self.checkpoint.forget(str(path))
@@ -394,7 +434,7 @@ class Daemon:
             elif model.mid_turn or self.notices.is_stuck(follower):
                 live = live_state(follower.liveness(), now=now, policy=self.policy, alive=pid_alive,
                                   monotonic=monotonic)
-                self.queue.put_spans(self.notices.check_stuck(follower, live, now), should_stop=self._stop.is_set)
+                self._queue_spans(self.notices.check_stuck(follower, live, now))
         if check_liveness:
             self.notices.sweep(self._open)
 

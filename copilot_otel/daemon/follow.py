@@ -249,7 +249,8 @@ class Follower(Struct):
 
     def summary(self) -> SessionSummary:
         """The model's summary, with the session's name."""
-        return replace(self.model.summary(), name=self.names.of(self.path.parent))
+        summary, name = self.model.summary(), self.names.of(self.path.parent)
+        return summary if name == summary.name else replace(summary, name=name)  # most have none to show
 
     def compact(self) -> bool:
         """Drop the model of a session with nothing open; keep its position. True if it was dropped."""

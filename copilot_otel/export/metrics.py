@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import time
+from bisect import bisect_left
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
 from msgspec import Struct
@@ -36,6 +37,10 @@ TURN_BUCKETS = (0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600, 1200, 1800, 3600)
 TOOL_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800)
 LLM_BUCKETS = (0.25, 0.5, 1, 2, 4, 8, 15, 30, 60, 120, 300)
 TTFT_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60)
+# Each histogram's upper bounds as prometheus_client counts them (then +Inf): which bucket a value lands in.
+_BOUNDS = {key: [float(bound) for bound in buckets] + [float("inf")] for key, buckets in (
+    (Metric.TURN_DURATION, TURN_BUCKETS), (Metric.TOOL_DURATION, TOOL_BUCKETS),
+    (Metric.LLM_CALL_DURATION, LLM_BUCKETS), (Metric.LLM_TIME_TO_FIRST_TOKEN, TTFT_BUCKETS))}
 # The CLI has about 150 event types; a file full of invented ones must not mint series.
 MAX_EVENT_TYPES = 250
 STALLED_LABELS = ["session_id", "state", "tool", "repository"]
@@ -297,7 +302,8 @@ class Metrics:
             Metric.FILES_MODIFIED: self.files_modified,
         }
         assert set(self._series) == set(Metric), "every metric key needs its series"
-        assert HISTOGRAMS == {key for key, series in self._series.items() if isinstance(series, Histogram)}
+        assert HISTOGRAMS == set(_BOUNDS) == {key for key, series in self._series.items()
+                                              if isinstance(series, Histogram)}
         self._children: dict = {}  # (metric key, label values) -> its series
         # (metric key, label values as the model gave them) -> its series, for values the cap let through unchanged
         # (bounded by the cap; a value cut or counted as 'other' goes through the cap each time, to be counted).
@@ -367,43 +373,68 @@ class Metrics:
 
         Counter increments of the same series are added up first (a backlog holds thousands), with the
         last one's span as the exemplar: a series keeps only its latest exemplar anyway."""
-        sums: dict = {}  # counter series -> what to add
-        spans: dict = {}  # counter series -> the span of its last update
+        self.apply_all((out,))
+
+    def apply_all(self, outs: Iterable["Outputs"]) -> None:
+        """Count what several drives produced (the logs one pass of the daemon read), leaving every series as
+        apply_outputs of each in turn would: the same increments in the same order, and on each series (each
+        bucket of a histogram) the same last exemplar. Only that last one is given, since each exemplar given
+        costs a validation, and events are counted once per type (issue 25: thousands of short logs at start-up)."""
+        incs: list = []  # (counter series, what to add, the span of its last update), one per drive and series
+        observed: list = []  # (histogram series, value, span, bucket)
+        events: dict[str, int] = {}
         admitted = self._admitted
+        bounds = _BOUNDS
         pause = PAUSE
-        for update in out.metrics:
-            if pause.renders:  # a /metrics render runs: let it run alone (pause.py)
-                pause.wait()
-            if isinstance(update.metric, GenAi):
-                self.genai.apply(update)
-                continue
-            if update.metric is Metric.AI_CREDITS and self.budget_meter is not None:
-                self.budget_meter.spend(update.labels[-1], update.value)
-            key = (update.metric, update.labels)
-            child = admitted.get(key)
-            if child is None:
-                labels = self._labels(update.metric, update.labels)
-                child = self._child(update.metric, labels)
-                if labels == update.labels and OTHER not in labels:
-                    admitted[key] = child
-            if update.metric in HISTOGRAMS:
-                child.observe(update.value, exemplar_labels(update.exemplar))
-            else:
-                sums[child] = sums.get(child, 0.0) + update.value
-                if update.exemplar is not None:
-                    spans[child] = update.exemplar
-        for child, value in sums.items():
-            child.inc(value, exemplar_labels(spans.get(child)))
-        for event_type, count in out.events.items():
+        ahead = newest = 0
+        for out in outs:
+            sums: dict = {}  # counter series -> what to add
+            spans: dict = {}  # counter series -> the span of its last update
+            for update in out.metrics:
+                if pause.renders:  # a /metrics render runs: let it run alone (pause.py)
+                    pause.wait()
+                if isinstance(update.metric, GenAi):
+                    self.genai.apply(update)
+                    continue
+                if update.metric is Metric.AI_CREDITS and self.budget_meter is not None:
+                    self.budget_meter.spend(update.labels[-1], update.value)
+                key = (update.metric, update.labels)
+                child = admitted.get(key)
+                if child is None:
+                    labels = self._labels(update.metric, update.labels)
+                    child = self._child(update.metric, labels)
+                    if labels == update.labels and OTHER not in labels:
+                        admitted[key] = child
+                if update.metric in HISTOGRAMS:
+                    value = update.value
+                    # The bucket prometheus_client counts it in (the first bound >= value; none for NaN).
+                    bucket = bisect_left(bounds[update.metric], value) if value == value else None
+                    observed.append((child, value, update.exemplar, bucket))
+                else:
+                    sums[child] = sums.get(child, 0.0) + update.value
+                    if update.exemplar is not None:
+                        spans[child] = update.exemplar
+            incs.extend((child, value, spans.get(child)) for child, value in sums.items())
+            for event_type, count in out.events.items():
+                events[event_type] = events.get(event_type, 0) + count
+            for reason, count in out.rejected.items():
+                self.lines_rejected.labels(reason).inc(count)
+            for event_type, count in out.out_of_order.items():
+                self.events_out_of_order.labels(event_type).inc(count)
+            ahead += out.ahead
+            newest = max(newest, out.newest_ns)
+        last = {child: i for i, (child, _value, span) in enumerate(incs) if span is not None}
+        for i, (child, value, span) in enumerate(incs):
+            child.inc(value, exemplar_labels(span) if last.get(child) == i else None)
+        last = {(child, bucket): i for i, (child, _value, span, bucket) in enumerate(observed) if span is not None}
+        for i, (child, value, span, bucket) in enumerate(observed):
+            child.observe(value, exemplar_labels(span) if last.get((child, bucket)) == i else None)
+        for event_type, count in events.items():
             self.count_event(event_type, count)
-        for reason, count in out.rejected.items():
-            self.lines_rejected.labels(reason).inc(count)
-        for event_type, count in out.out_of_order.items():
-            self.events_out_of_order.labels(event_type).inc(count)
-        if out.ahead:
-            self.events_ahead.inc(out.ahead)
-        if out.newest_ns > self.newest_event_ns:
-            self.newest_event_ns = out.newest_ns
+        if ahead:
+            self.events_ahead.inc(ahead)
+        if newest > self.newest_event_ns:
+            self.newest_event_ns = newest
 
     def add_live_sessions(self, snapshot: Callable[[], Iterable[LiveSession]]) -> None:
         """Register the scrape-time collector of live session states."""

@@ -21,7 +21,7 @@ import logging
 import threading
 import time
 from collections import deque
-from typing import Callable
+from typing import Callable, Iterable
 
 from msgspec import Struct, field
 
@@ -119,18 +119,25 @@ class ExportQueue:
         else:
             self._segments.append(_Segment(list(spans)))
         self._queued_spans += len(spans)
-        self._cond.notify_all()
 
     def put_spans(self, spans: list[SpanRecord], *, should_stop: Callable[[], bool] = lambda: False) -> None:
         """Queue spans; block while the queue is full (unless stopping)."""
-        if not spans:
-            return
+        self.put(spans, should_stop=should_stop)
+
+    def put(self, spans: list[SpanRecord], markers: Iterable[FilePosition] = (), *,
+            should_stop: Callable[[], bool] = lambda: False) -> None:
+        """Queue spans (blocking while the queue is full, unless stopping), then checkpoint positions, each
+        committed once every span queued before it is delivered: one wake-up of the exporter for both."""
         with self._cond:
-            while self._queued_spans >= self.max_spans and not self._stopping and not should_stop():
-                self.blocked = True
-                self._cond.wait(0.2)
-            self.blocked = False
-            self._append(spans)
+            if spans:
+                while self._queued_spans >= self.max_spans and not self._stopping and not should_stop():
+                    self.blocked = True
+                    self._cond.wait(0.2)
+                self.blocked = False
+                self._append(spans)
+            for position in markers:
+                self._mark(position)
+            self._cond.notify_all()
 
     def offer_spans(self, spans: list[SpanRecord]) -> int:
         """Queue spans without ever blocking the caller; return how many were dropped (queue full)."""
@@ -140,16 +147,18 @@ class ExportQueue:
             if self._queued_spans >= self.max_spans:
                 return len(spans)
             self._append(spans)
+            self._cond.notify_all()
         return 0
 
     def put_marker(self, position: FilePosition) -> None:
         """Queue a checkpoint position, committed after every span queued before it (it replaces an
         earlier position of the same file that waits behind the same spans)."""
-        with self._cond:
-            if not self._segments:
-                self._segments.append(_Segment())
-            self._segments[-1].markers[position.path] = position
-            self._cond.notify_all()
+        self.put([], (position,))
+
+    def _mark(self, position: FilePosition) -> None:
+        if not self._segments:
+            self._segments.append(_Segment())
+        self._segments[-1].markers[position.path] = position
 
     def flush(self, timeout: float, *, while_failing: bool = True) -> bool:
         """Wait until everything queued so far is exported and committed (without ``while_failing``, give up

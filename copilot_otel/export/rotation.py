@@ -1,7 +1,7 @@
 """A trace file that rotates by size, in the OpenTelemetry Collector file exporter's style.
 
 Like the Collector's ``rotation`` settings (``max_megabytes``, ``max_backups``, UTC
-timestamps), when the next write would take the file past ``max_bytes`` it is renamed to
+timestamps), when the next record (line) would take the file past ``max_bytes`` it is renamed to
 ``<name>-<UTC time>.<ext>`` (``traces-2026-12-03T13-04-53.123.jsonl``) and a new file is
 started; only the newest ``backups`` renamed files are kept. Writes are whole records
 (``linefile.LineFile``: never torn), so a record never straddles two files. Every file is
@@ -105,12 +105,23 @@ class RotatingFile:
         return line_file
 
     def write(self, data: bytes) -> None:
-        """Append ``data`` (whole lines): all of it or none; rotate first if it would not fit."""
+        """Append ``data`` (whole lines), rotating before a line that would take the file past the limit: each
+        file gets its part of ``data`` all or none (a part written to a file that then rotated stays if a later
+        part cannot be written; the retry writes its records again, the same records)."""
         limit = self.rotation.max_bytes
-        if limit and self.size and self.size + len(data) > limit:
-            self.rotate()
-        self._file.write(data)
-        self.size += len(data)
+        start, size = 0, len(data)
+        while start < size:
+            end = size
+            if limit and self.size + size - start > limit:
+                end = data.rfind(b"\n", start, start + max(0, limit - self.size)) + 1  # the lines that fit
+                if end <= start:  # not one more line fits
+                    if self.size:
+                        self.rotate()
+                        continue
+                    end = data.find(b"\n", start) + 1 or size  # a line longer than the limit: a file of its own
+            self._file.write(data[start:end] if start or end < size else data)
+            self.size += end - start
+            start = end
 
     def sync(self) -> None:
         """Make what was written durable."""

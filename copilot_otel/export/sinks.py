@@ -42,8 +42,8 @@ class MemorySink:
 
 
 class FileSink:
-    """Appends OTLP JSON lines to a file, one ExportTraceServiceRequest of at most ``max_request_bytes``
-    per line (a single larger span gets a line of its own); a line is never left torn. The file is
+    """Appends OTLP JSON lines to a file, one ExportTraceServiceRequest of at most ``max_request_bytes`` (and of
+    the rotation's size) per line (a single larger span gets a line of its own); a line is never left torn. The file is
     created 0600 and rotates as ``rotation`` says; a file that is not ours, or a link, or a folder another
     user may change (strictmodes.py) is refused with a ConfigError."""
 
@@ -53,7 +53,8 @@ class FileSink:
         self.path = Path(path)
         self.description = str(self.path)
         self.encoder = OtlpJsonEncoder(resource if resource is not None else resource_attributes())
-        self.max_request_bytes = max_request_bytes
+        # A request line fits in a rotated file: rotation keeps each file within its size, line by line.
+        self.max_request_bytes = min(max_request_bytes, rotation.max_bytes or max_request_bytes)
         try:
             if strict:  # a folder others may change is refused (a sticky one is fine: the file is ours)
                 check_folder(self.path.parent)

@@ -50,6 +50,7 @@ class Tree:
 
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
+        self._root_text = str(self.root)
         self.real = self.root.resolve()
         self._outside: set[Path] = set()  # symlinks out of the tree, reported once
 
@@ -63,8 +64,11 @@ class Tree:
 
     def inside(self, path: Path) -> bool:
         """False (said once) for a log that resolves outside the tree."""
+        text = os.fspath(path)  # strings: a Path's parent is a new Path
+        folder = os.path.dirname(text)
         try:
-            if path.parent.parent == self.root and not (os.path.islink(path.parent) or os.path.islink(path)):
+            if (os.path.dirname(folder) or ".") == self._root_text \
+                    and not (os.path.islink(folder) or os.path.islink(text)):
                 inside = True  # a plain file in a plain folder of the root (the usual case: 2 lstat, not 8)
             else:
                 inside = path.resolve().is_relative_to(self.real)

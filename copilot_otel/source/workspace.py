@@ -73,7 +73,7 @@ class NameCache:
 
     def of(self, folder: Path) -> str | None:
         try:
-            st = os.stat(Path(folder) / FILE_NAME)
+            st = os.stat(os.path.join(folder, FILE_NAME))
         except OSError:
             self._key, self.name = None, None
             return None

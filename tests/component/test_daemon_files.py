@@ -10,12 +10,16 @@ tests/unit/test_tail.py; here they go through discovery, the model and the expor
 
 from __future__ import annotations
 
+import gc
 import os
 import shutil
+import threading
 from pathlib import Path
 
 import pytest
 
+from copilot_otel.config import Config
+from copilot_otel.daemon.daemon import Daemon
 from copilot_otel.export.sinks import MemorySink
 from tests.support.files import append, new_session
 from tests.support.inprocess import InProcessDaemon
@@ -187,3 +191,34 @@ def test_from_end_skips_history(tmp_path):
         daemon.wait_for_keys(expected_keys([fresh]))
         assert value(daemon.scrape(), "copilot_sessions_started_total") == 1
     assert not [r for r in daemon.sink.records if r.attributes.get("gen_ai.conversation.id") == "history"]
+
+
+def test_the_collector_is_off_while_the_history_is_read_then_it_is_frozen(tmp_path):
+    """`copilot-otel run` (own_gc): while the logs there at the start are read, the cyclic collector is off
+    (each collection would walk everything read so far); once they are read it is on again and what the
+    history left is frozen out of its reach."""
+    home = tmp_path / "home"
+    for n in range(20):
+        new_session(home, f"history-{n}").write_bytes(real_log("plain"))
+    config = Config(copilot_home=home, state_dir=tmp_path / "state", idle_quiet=0.3, rescan_interval=1.0)
+    daemon = Daemon(config, sink=MemorySink(), own_gc=True)
+    enabled_while_reading: list[bool] = []
+    read = daemon._read
+
+    def observed(path):
+        enabled_while_reading.append(gc.isenabled())
+        return read(path)
+
+    daemon._read = observed
+    thread = threading.Thread(target=daemon.run, name="daemon-in-process")
+    try:
+        thread.start()
+        wait_until(lambda: gc.get_freeze_count() > 0, what="the history frozen")
+        assert len(daemon.sessions) == 20
+        assert len(enabled_while_reading) >= 20 and not any(enabled_while_reading)
+        assert gc.isenabled()
+    finally:
+        daemon.request_stop()
+        thread.join(30)
+        gc.unfreeze()
+        gc.enable()

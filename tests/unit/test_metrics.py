@@ -3,7 +3,9 @@ registry.get_sample_value; bounded event-type labels; the live sessions collecto
 
 from __future__ import annotations
 
+import re
 import time
+from pathlib import Path
 
 import pytest
 from msgspec.structs import replace
@@ -17,6 +19,7 @@ from copilot_otel.export.metrics import MAX_EVENT_TYPES, LiveSession, Metrics
 from copilot_otel.model.pipeline import Outputs, drive, finish
 from copilot_otel.model.records import MetricUpdate
 from copilot_otel.model.sessions import SessionModel
+from copilot_otel.source.tail import read_all
 from copilot_otel.vocab import (ABANDONED, IDLE, SIGNALS, STATES, STUCK, WAITING_TOOL, WORKING, Metric)
 from tests.support.events import MODEL, SessionLog
 
@@ -162,6 +165,39 @@ def test_apply_outputs_counts_events_rejections_and_out_of_order_ends():
     assert get("copilot_otel_events_read_total", {"type": "tool.execution_complete"}) == 1
     assert get("copilot_otel_lines_rejected_total", {"reason": NOT_JSON}) == 1
     assert get("copilot_otel_events_out_of_order_total", {"type": "tool.execution_complete"}) == 1
+
+
+def _exposition(metrics: Metrics) -> str:
+    """The OpenMetrics exposition without what reads the clock: *_created stamps, exemplars' timestamps."""
+    text = openmetrics_latest(metrics.registry).decode()
+    return re.sub(r"(# \{[^}]*\} \S+) \S+$", r"\1", "\n".join(
+        line for line in text.splitlines() if "_created" not in line), flags=re.M)
+
+
+def test_apply_all_leaves_every_series_as_applying_each_drive_in_turn():
+    """The daemon counts the logs one pass read at once (apply_all): every series, of the real CLI logs of every
+    fixture and an odd one, ends with the value and the exemplar (on each histogram bucket) that apply_outputs
+    of each drive in turn gives."""
+    fixtures = Path(__file__).resolve().parent.parent / "fixtures"
+    outs = []
+    for path in sorted(fixtures.rglob("events.jsonl")):
+        model = SessionModel(path.parent.name)
+        outs.append(finish(model, drive(model, read_all(path), Outputs(), source=str(path), warn=lambda *a: None)))
+    assert len(outs) > 100 and sum(len(out.metrics) for out in outs) > 5000
+    odd = SessionLog("s-odd")  # and a log with a line that is no JSON and an end of a tool never started
+    odd.start()
+    odd.line(b"not json")
+    odd.tool_complete("never-started")
+    model = SessionModel("s-odd")
+    outs.insert(len(outs) // 2, drive(model, odd.decoded(), Outputs(), source="x", warn=lambda *a: None))
+    in_turn, at_once = fresh(), fresh()
+    for metrics in (in_turn, at_once):
+        metrics.measure_lag_while(lambda: False)  # the lag gauge reads the clock
+    for out in outs:
+        in_turn.apply_outputs(out)
+    at_once.apply_all(outs)
+    assert _exposition(at_once) == _exposition(in_turn)
+    assert _exposition(at_once).count(" # {") > 50  # exemplars were compared
 
 
 def test_lag_is_measured_from_the_newest_event():

@@ -97,6 +97,26 @@ def test_a_file_rotates_before_a_record_would_take_it_past_the_limit(tmp_path):
     assert [p.name for p in backups] == sorted(p.name for p in backups)
 
 
+def test_one_write_of_many_records_rotates_between_them(tmp_path):
+    """A write of many records (the daemon's batch) is spread over files at record boundaries, each file within
+    the limit, as the same records written one by one would be."""
+    record = b"x" * 39 + b"\n"  # 40 bytes
+    one_by_one, at_once = tmp_path / "a" / "traces.jsonl", tmp_path / "b" / "traces.jsonl"
+    for target in (one_by_one, at_once):
+        target.parent.mkdir()
+    sink = RotatingFile(one_by_one, Rotation(max_bytes=100, backups=10), clock=Clock(1796303093.0))
+    for _ in range(11):
+        sink.write(record)
+    sink.close()
+    sink = RotatingFile(at_once, Rotation(max_bytes=100, backups=10), clock=Clock(1796303093.0))
+    sink.write(record)
+    sink.write(record * 10)
+    sink.close()
+    files = [*backups_of(at_once), at_once]
+    assert [p.stat().st_size for p in files] == [80] * 5 + [40]
+    assert [p.read_bytes() for p in files] == [p.read_bytes() for p in [*backups_of(one_by_one), one_by_one]]
+
+
 def test_a_record_larger_than_the_limit_is_written_whole(tmp_path):
     """A record longer than max_bytes gets a file of its own rather than being cut."""
     target = tmp_path / "traces.jsonl"
