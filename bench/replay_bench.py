@@ -73,11 +73,11 @@ def replay_subprocess(home: Path, traces: Path, workers: int | None = None) -> f
     return time.perf_counter() - started
 
 
-def timed_command(argv: list[str]) -> float:
+def timed_command(argv: list[str], env: dict[str, str] | None = None) -> float:
     """Wall time of one copilot-otel command, the whole process included."""
     started = time.perf_counter()
     subprocess.run(copilot_otel_bin() + argv, check=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                   stderr=subprocess.DEVNULL)
+                   stderr=subprocess.DEVNULL, env=env)
     return time.perf_counter() - started
 
 
