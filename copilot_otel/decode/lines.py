@@ -81,26 +81,28 @@ def decode_object(obj: object, *, offset: int = -1, line: int = 0) -> Event | De
     """Validate an already-parsed JSON value as an event."""
     if not isinstance(obj, dict):
         return DecodeError(NOT_OBJECT, f"a JSON {type(obj).__name__}, not an object", offset, line)
-    event_type = obj.get("type")
+    get = obj.get
+    return _event(get("type"), get("timestamp"), get("data"), get("id"), get("parentId"), get("agentId"),
+                  get("ephemeral"), offset, line)
+
+
+def _event(event_type: Any, stamp: Any, data: Any, event_id: Any, parent_id: Any, agent_id: Any, ephemeral: Any,
+           offset: int, line: int) -> Event | DecodeError:
+    """A line's top-level values, however they were read, checked into an event or the reason they are none."""
     if not isinstance(event_type, str) or not event_type:
         return DecodeError(BAD_TYPE, "missing or non-string 'type'", offset, line)
-    timestamp = parse_timestamp(obj.get("timestamp"))
+    timestamp = parse_timestamp(stamp)
     if timestamp is None:
-        return DecodeError(BAD_TIMESTAMP, f"{event_type}: missing or unusable 'timestamp' (ISO-8601 with zone)", offset, line)
-    data = obj.get("data")
+        return DecodeError(BAD_TIMESTAMP, f"{event_type}: missing or unusable 'timestamp' (ISO-8601 with zone)",
+                           offset, line)
     if not isinstance(data, dict):
         what = "missing" if data is None else "not an object"
         return DecodeError(BAD_DATA, f"{event_type}: 'data' is {what}", offset, line)
-    event_id = obj.get("id")
     if not isinstance(event_id, str) or not event_id:
         # An id is what span ids are derived from; fall back to where the line sits.
         event_id = f"@{offset}" if offset >= 0 else f"@line{line}"
-    parent_id = obj.get("parentId")
-    agent_id = obj.get("agentId")
-    # Positional: a frozen dataclass's keyword call costs a third more, once per line.
     return Event(event_type, timestamp, event_id, data, parent_id if isinstance(parent_id, str) else None,
-                 agent_id if isinstance(agent_id, str) and agent_id else None, obj.get("ephemeral") is True,
-                 offset, line)
+                 agent_id if isinstance(agent_id, str) and agent_id else None, ephemeral is True, offset, line)
 
 
 class _Line(msgspec.Struct, gc=False, forbid_unknown_fields=True):
@@ -218,19 +220,5 @@ def decode_line(raw: bytes, *, offset: int = -1, line: int = 0, max_bytes: int =
                 return DecodeError(INVALID_UTF8, "line is not valid UTF-8", offset, line)
             return DecodeError(NOT_JSON, f"not JSON: {exc}", offset, line)
         return decode_object(obj, offset=offset, line=line)
-    event_type = head.type
-    if type(event_type) is not str or not event_type:
-        return DecodeError(BAD_TYPE, "missing or non-string 'type'", offset, line)
-    timestamp = parse_timestamp(head.timestamp)
-    if timestamp is None:
-        return DecodeError(BAD_TIMESTAMP, f"{event_type}: missing or unusable 'timestamp' (ISO-8601 with zone)", offset, line)
-    data = head.data
-    if type(data) is not dict:
-        what = "missing" if data is None else "not an object"
-        return DecodeError(BAD_DATA, f"{event_type}: 'data' is {what}", offset, line)
-    event_id = head.id
-    if type(event_id) is not str or not event_id:
-        event_id = f"@{offset}" if offset >= 0 else f"@line{line}"
-    parent_id, agent_id = head.parentId, head.agentId
-    return Event(event_type, timestamp, event_id, data, parent_id if type(parent_id) is str else None,
-                 agent_id if type(agent_id) is str and agent_id else None, head.ephemeral is True, offset, line)
+    return _event(head.type, head.timestamp, head.data, head.id, head.parentId, head.agentId, head.ephemeral, offset,
+                  line)
