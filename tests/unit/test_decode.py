@@ -154,7 +154,7 @@ _FIELD = st.one_of(_JSON, st.text(max_size=12), st.sampled_from([TS, "2026-12-03
                                         "other"]), _FIELD | st.dictionaries(st.text(max_size=4), _JSON, max_size=3),
                        max_size=8), st.lists(st.sampled_from(["type", "timestamp", "data", "id"]), unique=True),
        st.booleans())
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=200, deadline=None)
 def test_a_line_reads_as_the_stdlib_reads_it(changes, missing, spaced):
     """Whatever the top-level fields hold (wrong types, nested values, unknown keys, fields left out), the event
     or the reason is the one decode_object gives for the stdlib's parse of the same line."""

@@ -45,7 +45,7 @@ _RECORDS = st.builds(
 
 
 @given(st.lists(_RECORDS, min_size=1, max_size=3), _ATTRIBUTES.filter(lambda a: all(type(v) is str for v in a.values())))
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 def test_a_request_is_byte_for_byte_what_orjson_writes(records, resource):
     """Ints, floats (every exponent form), bools, arrays and strings, span events and links: each request line
     is orjson's encoding of the same request as one object, encoded twice over the encoder's caches."""
