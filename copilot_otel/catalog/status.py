@@ -44,10 +44,10 @@ class SessionStatus(Struct, frozen=True):
         """The tool it waits on (or waited on when its process died)."""
         return self.summary.waiting_on
 
-    def to_json(self) -> dict[str, Any]:
-        """The session as a row of /api/sessions."""
+    def to_json(self, *, now: float | None = None) -> dict[str, Any]:
+        """The session as a row of /api/sessions (``now``: the clock its stalled_since_ms counts back from)."""
         return row_json(Row(0, 0, self.session_id, Path(self.path or ""), self.summary, self.state,
-                            self.stalled_seconds, self.silent_seconds, self.activity))
+                            self.stalled_seconds, self.silent_seconds, self.activity), now=now)
 
     def under(self, policy: StuckPolicy) -> "SessionStatus":
         """The same session named by other thresholds (those given to `sessions`, over the daemon's): at work

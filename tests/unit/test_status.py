@@ -109,12 +109,14 @@ def test_the_json_form_is_a_row_of_the_web_api_and_goes_both_ways(tmp_path):
     path = write_session(tmp_path, "s-json", waiting_on_bash("s-json"), pids=[os.getpid()])
     summary = summary_of(path).model.summary()
     status = status_of(summary, path, policy=POLICY, now=summary.last_event_ns / 1e9 + 4000)
-    record = status.to_json()
+    now = summary.last_event_ns / 1e9 + 4000
+    record = status.to_json(now=now)
     assert record["id"] == "s-json" and record["state"] == STUCK and record["repository"] == "acme/api"
     assert record["waiting_on"] == "bash" and record["tokens"] == summary.tokens
     assert record["started_ms"] == summary.started_ns // 1_000_000
-    back = SessionStatus.from_json(record)
-    assert back.to_json() == record and (back.state, back.waiting_on) == (STUCK, "bash")
+    assert record["stalled_since_ms"] == int(now * 1000) - round(record["stalled_s"] * 1000)
+    back = SessionStatus.from_json(record)  # read on the same clock: stalled_since_ms counts back from it
+    assert back.to_json(now=now) == record and (back.state, back.waiting_on) == (STUCK, "bash")
 
 
 def test_the_catalog_reads_a_log_again_only_when_it_changed(tmp_path):
