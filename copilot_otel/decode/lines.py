@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import re
-from typing import Any, Iterable
 from datetime import datetime, timezone
 from functools import lru_cache
 from types import MappingProxyType
-
+from typing import Any, Iterable
 
 import msgspec
 import orjson
@@ -38,32 +37,12 @@ def _whole_seconds(prefix: str) -> int:
     return int((datetime.fromisoformat(prefix).replace(tzinfo=timezone.utc) - _EPOCH).total_seconds())
 
 
-_SECOND_NS: dict[str, int] = {}  # 'YYYY-MM-DDTHH:MM:SS' -> its nanoseconds since the epoch (the CLI's own form)
-_SECONDS_KEPT = 4096  # then it starts again: a log's events share seconds, a long-running daemon's do not
-
-
 def parse_timestamp(value: object) -> int | None:
     """ISO-8601 with a time zone -> nanoseconds since the epoch; None when unusable."""
-    if type(value) is not str or len(value) < 20:
-        if not isinstance(value, str) or len(value) < 20:
-            return None
-    # Fast path for the CLI's own form, 2026-12-02T18:15:16.733Z: one dict lookup for the second.
-    elif len(value) == 24 and value[23] == "Z" and value[19] == "." and value[10] == "T":
-        fraction = value[20:23]
-        if fraction.isascii() and fraction.isdigit():
-            second = value[:19]
-            ns = _SECOND_NS.get(second)
-            if ns is None:
-                try:
-                    ns = _whole_seconds(second) * 1_000_000_000
-                except ValueError:
-                    return None
-                if len(_SECOND_NS) >= _SECONDS_KEPT:
-                    _SECOND_NS.clear()
-                _SECOND_NS[second] = ns
-            return ns + int(fraction) * 1_000_000
+    if not isinstance(value, str) or len(value) < 20:
+        return None
     try:
-        # The other fractions of the same form: 2026-12-02T18:15:16.733123Z
+        # Fast path for the CLI's own form: 2026-12-02T18:15:16.733Z
         if value[-1] == "Z" and value[19] == "." and value[10] == "T":
             fraction = value[20:-1]
             if fraction.isdigit() and len(fraction) <= 9:
