@@ -15,7 +15,7 @@ MAIN_AGENT = "main"
 
 
 # msgspec structs: built in C (a frozen dataclass's __init__ sets each field through object.__setattr__, and its
-# class is compiled with exec at import), equal, hashable, ordered by field and picklable as the dataclass was.
+# class is compiled with exec at import); equal, hashable and picklable as the dataclass was.
 # gc=False: an event holds plain JSON values, never itself, so it can form no cycle.
 class Event(Struct, frozen=True, gc=False):
     """One session event, as written by the CLI (or streamed live)."""
