@@ -11,6 +11,8 @@ from typing import Any, Mapping
 
 from msgspec import Struct
 
+from ..base.structs import repr_without
+
 MAIN_AGENT = "main"
 
 
@@ -32,9 +34,7 @@ class Event(Struct, frozen=True, gc=False):
     line: int = 0
 
     def __repr__(self) -> str:  # without ``data``: what a log holds must not reach our own log through a repr
-        return (f"Event(type={self.type!r}, timestamp_ns={self.timestamp_ns!r}, id={self.id!r}, "
-                f"parent_id={self.parent_id!r}, agent_id={self.agent_id!r}, ephemeral={self.ephemeral!r}, "
-                f"offset={self.offset!r}, line={self.line!r})")
+        return repr_without(self, "data")
 
     @property
     def interaction_id(self) -> str | None:

@@ -16,6 +16,7 @@ from urllib.parse import urlparse
 from msgspec import Struct
 
 from ..base.parsing import ConfigError, parse_bool
+from ..base.structs import repr_without
 
 ENV_OTLP_ENDPOINT = "OTEL_EXPORTER_OTLP_ENDPOINT"
 ENV_OTLP_TRACES_ENDPOINT = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
@@ -112,8 +113,7 @@ class OtlpSettings(Struct, frozen=True):
     insecure: bool | None = None  # gRPC without TLS; None: decided by the endpoint's scheme
 
     def __repr__(self) -> str:  # every field but the headers, whose values may be tokens
-        shown = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.__struct_fields__ if name != "headers")
-        return f"{type(self).__qualname__}({shown})"
+        return repr_without(self, "headers")
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> "OtlpSettings":

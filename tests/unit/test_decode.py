@@ -215,3 +215,10 @@ def test_a_damaged_line_is_rejected_for_the_reason_the_rules_give(damage):
     expected = _read_by_the_rules(raw)
     assert (result.reason if isinstance(result, DecodeError) else result) == (
         expected.reason if isinstance(expected, DecodeError) else expected)
+
+
+def test_an_event_s_repr_leaves_its_payload_out():
+    """What a log holds (prompts, tool output) never reaches our own log through an event's repr; the rest does."""
+    event = decode_line(event_line("user.message", TS, "e-1", {"content": "the user's secret prompt"}), line=4)
+    assert "secret" not in repr(event) and "data" not in repr(event)
+    assert repr(event).startswith("Event(type='user.message', timestamp_ns=") and "line=4" in repr(event)
