@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from hashlib import blake2b
 from typing import Any, Mapping
 
 from msgspec import Struct, field
 from msgspec.structs import replace
 
+from ..base.blake2 import blake2b
 from ..vocab import DUPLICATE_ID, Metric
 
 # OTel span kinds, as their OTLP enum values.

@@ -24,7 +24,6 @@ that keys spans by id keeps once; a trace file gets their lines twice.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import sqlite3
@@ -35,6 +34,7 @@ from msgspec import Struct
 from zlib_ng.zlib_ng import crc32  # the standard CRC-32 at an eighth of zlib 1.2's instructions a byte
 
 from ..base import pidlock
+from ..base.blake2 import blake2b
 from ..base.private import open_private, private_dir, touch_private
 from ..source.sources import path_from_text, path_text
 
@@ -182,7 +182,7 @@ class Ledger:
     @staticmethod
     def path_for(state_dir: Path, destination: str, files: Iterable[Path], settings: str = "") -> Path:
         """The ledger of a replay of ``files`` to ``destination`` with these content ``settings``."""
-        digest = hashlib.blake2b(digest_size=12)
+        digest = blake2b(digest_size=12)
         for part in (destination, settings, *sorted(map(str, files))):
             digest.update(part.encode("utf-8", "surrogatepass") + b"\0")
         return Path(state_dir) / "replay" / f"{digest.hexdigest()}.sqlite"

@@ -10,11 +10,11 @@ the bytes the tailer reads anyway, so it costs no extra pass while nothing chang
 
 from __future__ import annotations
 
-import hashlib
-
 import orjson
 from msgspec import Struct
 from zlib_ng.zlib_ng import crc32  # the standard CRC-32 at an eighth of zlib 1.2's instructions a byte
+
+from ..base.blake2 import blake2b
 
 FINGERPRINT_BYTES = 256
 HEAD_BYTES = 64 * 1024  # a first line longer than this names no log (its fingerprint does)
@@ -39,7 +39,7 @@ class FileIdentity(Struct, frozen=True):
 
 def fingerprint(head: bytes) -> str:
     """The hash of a file's first bytes that FileIdentity keeps."""
-    return hashlib.blake2b(head[:FINGERPRINT_BYTES], digest_size=8).hexdigest()
+    return blake2b(head[:FINGERPRINT_BYTES], digest_size=8).hexdigest()
 
 
 def first_event_id(head: bytes) -> str:
