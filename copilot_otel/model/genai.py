@@ -92,23 +92,23 @@ def updates(span: SpanRecord) -> list[MetricUpdate]:
     operation = a.get(A.GEN_AI_OPERATION_NAME)
     ids = (span.trace_id, span.span_id)
     seconds = max(0, span.end_ns - span.start_ns) / 1e9
-    error = _error(a.get(A.ERROR_TYPE))
     if operation == A.OP_CHAT and A.COPILOT_COMPACTION_TRIGGER not in a:  # the CLI times no compaction call
-        out = [_update(GenAi.INFERENCE_DURATION, {**a, A.ERROR_TYPE: error}, seconds, ids)]
+        out = [MetricUpdate(GenAi.INFERENCE_DURATION, _labels(_CALL_KEYS, a, _error(a.get(A.ERROR_TYPE))), seconds,
+                            ids)]
         if any(key in a for key, _instrument in _TOKENS):  # a failed call used none the log knows of
-            tokens = {**a, TOKEN_MODALITY: UNKNOWN_MODALITY, A.ERROR_TYPE: None}
-            out += [_update(instrument, tokens, _count(a.get(key)), ids) for key, instrument in _TOKENS]
+            labels = _labels(_TOKEN_KEYS, a, UNKNOWN_MODALITY)  # the same for each token instrument
+            out += [MetricUpdate(instrument, labels, _count(a.get(key)), ids) for key, instrument in _TOKENS]
         return out
     if operation == A.OP_EXECUTE_TOOL:
-        return [_update(GenAi.EXECUTE_TOOL_DURATION, {**a, A.ERROR_TYPE: error}, seconds, ids)]
+        return [MetricUpdate(GenAi.EXECUTE_TOOL_DURATION, _labels(_TOOL_KEYS, a, _error(a.get(A.ERROR_TYPE))),
+                             seconds, ids)]
     if operation == A.OP_INVOKE_AGENT:
+        error = _error(a.get(A.ERROR_TYPE))
         if span.parent_span_id is None:  # the interaction: the CLI names no agent on it
-            aborted = a.get(A.COPILOT_INTERACTION_END) == END_ABORTED
-            values = {A.ERROR_TYPE: CANCELLED if aborted else error}
+            labels = ("", CANCELLED if a.get(A.COPILOT_INTERACTION_END) == END_ABORTED else _text(error))
         else:  # a sub-agent: the abort is its interaction's
-            values = {A.GEN_AI_AGENT_NAME: a.get(A.GEN_AI_AGENT_NAME), A.ERROR_TYPE: None if error == CANCELLED
-                      else error}
-        return [_update(GenAi.INVOKE_AGENT_DURATION, values, seconds, ids)]
+            labels = (_text(a.get(A.GEN_AI_AGENT_NAME)), "" if error == CANCELLED else _text(error))
+        return [MetricUpdate(GenAi.INVOKE_AGENT_DURATION, labels, seconds, ids)]
     return []
 
 
@@ -122,7 +122,15 @@ def _error(error_type: Any) -> str | None:
     return CANCELLED if error_type == END_ABORTED else error_type
 
 
-def _update(instrument: GenAi, attributes: Mapping[str, Any], value: float, ids: tuple[int, int]) -> MetricUpdate:
-    labels = tuple("" if attributes.get(key) is None else str(attributes[key])
-                   for key in INSTRUMENTS[instrument].keys)
-    return MetricUpdate(instrument, labels, value, ids)  # type: ignore[arg-type]
+def _text(value: Any) -> str:
+    """A label value: None is the empty string."""
+    return "" if value is None else str(value)
+
+
+def _labels(keys: tuple[str, ...], attributes: Mapping[str, Any], last: Any) -> tuple[str, ...]:
+    """The label values of an instrument whose ``keys`` end with one the span does not hold as such (error.type
+    as the CLI's metrics say it, or the token modality): that one is ``last``, the others the span's attributes."""
+    get = attributes.get
+    labels = ["" if (value := get(key)) is None else str(value) for key in keys[:-1]]
+    labels.append("" if last is None else str(last))
+    return tuple(labels)
