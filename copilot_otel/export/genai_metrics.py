@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import threading
 from bisect import bisect_left
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from msgspec import Struct
 
@@ -46,30 +46,39 @@ class GenAiMetrics:
 
     def apply(self, update: MetricUpdate) -> None:
         """Add one update made by ``updates``."""
-        instrument: GenAi = update.metric  # type: ignore[assignment]
-        spec = INSTRUMENTS[instrument]
+        self.apply_all((update,))
+
+    def apply_all(self, batch: Iterable[MetricUpdate]) -> None:
+        """Add updates made by ``updates``, in order (observed at one time: the exemplars' time)."""
         now = self._clock()
+        known, points, cap = self._known, self._points, self._cap
         with self._lock:
-            point = self._known.get((instrument, update.labels))
-            if point is None:
-                labels = tuple(self._cap(CAPPED[key], value) if value and key in CAPPED else value
-                               for key, value in zip(spec.keys, update.labels))
-                point = self._points.get((instrument, labels))
+            for update in batch:
+                instrument: GenAi = update.metric  # type: ignore[assignment]
+                point = known.get((instrument, update.labels))
                 if point is None:
-                    point = self._points[(instrument, labels)] = _Point(
-                        buckets=None if spec.bounds is None else [0] * (len(spec.bounds) + 1), exemplars={})
-                if len(self._known) < MAX_KNOWN:
-                    self._known[(instrument, update.labels)] = point
-            point.value += update.value
-            point.count += 1
-            index = 0
-            if point.buckets is not None:
-                index = bisect_left(spec.bounds, update.value)
-                point.buckets[index] += 1
-                point.minimum = min(point.minimum, update.value)
-                point.maximum = max(point.maximum, update.value)
-            if update.exemplar is not None:
-                point.exemplars[index] = (update.value, now, update.exemplar)
+                    spec = INSTRUMENTS[instrument]
+                    labels = tuple(cap(CAPPED[key], value) if value and key in CAPPED else value
+                                   for key, value in zip(spec.keys, update.labels))
+                    point = points.get((instrument, labels))
+                    if point is None:
+                        point = points[(instrument, labels)] = _Point(
+                            buckets=None if spec.bounds is None else [0] * (len(spec.bounds) + 1), exemplars={})
+                    if len(known) < MAX_KNOWN:
+                        known[(instrument, update.labels)] = point
+                value = update.value
+                point.value += value
+                point.count += 1
+                index = 0
+                if point.buckets is not None:
+                    index = bisect_left(INSTRUMENTS[instrument].bounds, value)
+                    point.buckets[index] += 1
+                    if value < point.minimum:
+                        point.minimum = value
+                    if value > point.maximum:
+                        point.maximum = value
+                if update.exemplar is not None:
+                    point.exemplars[index] = (value, now, update.exemplar)
 
     def data(self, start_ns: int, now_ns: int) -> list[Any]:
         """The instruments as OpenTelemetry metrics (cumulative since ``start_ns``), those with data."""

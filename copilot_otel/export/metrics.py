@@ -381,6 +381,7 @@ class Metrics:
         bucket of a histogram) the same last exemplar. Only that last one is given, since each exemplar given
         costs a validation, and events are counted once per type (issue 25: thousands of short logs at start-up)."""
         incs: list = []  # (counter series, what to add, the span of its last update), one per drive and series
+        genai: list = []  # the GenAI instruments' updates, added in one go
         observed: list = []  # (histogram series, value, span, bucket)
         events: dict[str, int] = {}
         admitted = self._admitted
@@ -394,7 +395,7 @@ class Metrics:
                 if pause.renders:  # a /metrics render runs: let it run alone (pause.py)
                     pause.wait()
                 if isinstance(update.metric, GenAi):
-                    self.genai.apply(update)
+                    genai.append(update)
                     continue
                 if update.metric is Metric.AI_CREDITS and self.budget_meter is not None:
                     self.budget_meter.spend(update.labels[-1], update.value)
@@ -423,6 +424,7 @@ class Metrics:
                 self.events_out_of_order.labels(event_type).inc(count)
             ahead += out.ahead
             newest = max(newest, out.newest_ns)
+        self.genai.apply_all(genai)
         last = {child: i for i, (child, _value, span) in enumerate(incs) if span is not None}
         for i, (child, value, span) in enumerate(incs):
             child.inc(value, exemplar_labels(span) if last.get(child) == i else None)
