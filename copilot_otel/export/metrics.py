@@ -394,23 +394,25 @@ class Metrics:
             for update in out.metrics:
                 if pause.renders:  # a /metrics render runs: let it run alone (pause.py)
                     pause.wait()
-                if isinstance(update.metric, GenAi):
+                metric = update.metric
+                if type(metric) is GenAi:
                     genai.append(update)
                     continue
-                if update.metric is Metric.AI_CREDITS and self.budget_meter is not None:
+                if metric is Metric.AI_CREDITS and self.budget_meter is not None:
                     self.budget_meter.spend(update.labels[-1], update.value)
-                key = (update.metric, update.labels)
-                child = admitted.get(key)
-                if child is None:
-                    labels = self._labels(update.metric, update.labels)
-                    child = self._child(update.metric, labels)
+                key = (metric, update.labels)
+                found = admitted.get(key)  # (series, a histogram's bounds or None)
+                if found is None:
+                    labels = self._labels(metric, update.labels)
+                    found = (self._child(metric, labels), bounds.get(metric))
                     if labels == update.labels and OTHER not in labels:
-                        admitted[key] = child
-                if update.metric in HISTOGRAMS:
+                        admitted[key] = found
+                child, edges = found
+                if edges is not None:
                     value = update.value
                     # The bucket prometheus_client counts it in (the first bound >= value; none for NaN).
-                    bucket = bisect_left(bounds[update.metric], value) if value == value else None
-                    observed.append((child, value, update.exemplar, bucket))
+                    observed.append((child, value, update.exemplar, bisect_left(edges, value) if value == value
+                                     else None))
                 else:
                     sums[child] = sums.get(child, 0.0) + update.value
                     if update.exemplar is not None:

@@ -51,6 +51,8 @@ class GenAi(enum.Enum):
     INVOKE_AGENT_DURATION = "gen_ai.invoke_agent.duration"
     EXECUTE_TOOL_DURATION = "gen_ai.execute_tool.duration"
 
+    __hash__ = object.__hash__  # as vocab.Metric's: identity, in C (Enum's hash is Python, run at every update)
+
 
 class Instrument(Struct, frozen=True):
     """What the CLI declares: description, unit, attribute keys (the order of an update's labels), and the
