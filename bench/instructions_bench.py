@@ -38,7 +38,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import DEFAULT_SOURCE, copilot_otel_bin, machine, median  # noqa: E402
+from _common import DEFAULT_SOURCE, bytecode_env, copilot_otel_bin, machine, median  # noqa: E402
 from corpus import synthesize  # noqa: E402
 
 BASELINE = """
@@ -50,14 +50,6 @@ for name in sys.argv[1:]:
             if line.strip():
                 loads(line)
 """
-
-
-def bytecode_env(work: Path) -> dict[str, str]:
-    """The environment of the measured commands: bytecode cached (as an installed package has it), outside the
-    checkout; this machine's PYTHONDONTWRITEBYTECODE=1 would compile every module on every start."""
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    env["PYTHONPYCACHEPREFIX"] = str(work / "pycache")
-    return env
 
 
 def callgrind(argv: list[str], out: Path, env: dict[str, str] | None = None, *, output: Path | None = None) -> int:

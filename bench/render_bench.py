@@ -21,8 +21,8 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import machine  # noqa: E402
-from instructions_bench import bytecode_env, callgrind  # noqa: E402
+from _common import bytecode_env, machine  # noqa: E402
+from instructions_bench import callgrind  # noqa: E402
 
 FORMATS = {"text": "", "openmetrics": "application/openmetrics-text;version=1.0.0"}
 

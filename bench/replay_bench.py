@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import DEFAULT_SOURCE, copilot_otel_bin, machine, median  # noqa: E402
+from _common import DEFAULT_SOURCE, bytecode_env, copilot_otel_bin, machine, median  # noqa: E402
 from corpus import synthesize  # noqa: E402
 
 from copilot_otel.export.otlp_json import OtlpJsonEncoder  # noqa: E402
@@ -65,27 +65,28 @@ def replay_in_process(home: Path, traces: Path, workers: int | None = None):
     return stats
 
 
-def replay_subprocess(home: Path, traces: Path, workers: int | None = None) -> float:
+def replay_subprocess(home: Path, traces: Path, workers: int | None = None,
+                      env: dict[str, str] | None = None) -> float:
     started = time.perf_counter()
     subprocess.run(copilot_otel_bin() + ["replay", str(home), "--traces-file", str(traces), "--workers",
-                                         str(workers or 0)], check=True,
+                                         str(workers or 0)], check=True, env=env,
                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return time.perf_counter() - started
 
 
 def timed_command(argv: list[str], env: dict[str, str] | None = None) -> float:
-    """Wall time of one copilot-otel command, the whole process included."""
+    """Wall time of one copilot-otel command, the whole process included (``env``: bytecode_env's, as installed)."""
     started = time.perf_counter()
     subprocess.run(copilot_otel_bin() + argv, check=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                    stderr=subprocess.DEVNULL, env=env)
     return time.perf_counter() - started
 
 
-def import_time() -> float:
+def import_time(env: dict[str, str] | None = None) -> float:
     """Wall time of a fresh interpreter that imports what `replay` imports, and exits."""
     code = "import copilot_otel.cli.main, copilot_otel.replay.runner, copilot_otel.export.sinks"
     started = time.perf_counter()
-    subprocess.run([sys.executable, "-c", code], check=True)
+    subprocess.run([sys.executable, "-c", code], check=True, env=env)
     return time.perf_counter() - started
 
 
@@ -157,6 +158,9 @@ def main(argv: list[str] | None = None) -> int:
               f"median; replay in {workers} process{'es' if workers > 1 else ''}\n")
 
         traces = work / "traces.jsonl"
+        env = bytecode_env(work)  # commands run with their bytecode cached, as an installed package has it
+        if not args.no_subprocess:
+            timed_command(["--help"], env)  # once unmeasured: the bytecode written
         load_before = os.getloadavg()[0]
         base_t, inproc_t, sub_t, ratios = [], [], [], []
         spans = 0
@@ -170,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
             ratios.append(t_replay / t_base)
             if not args.no_subprocess:
                 traces.unlink(missing_ok=True)
-                sub_t.append(replay_subprocess(home, traces, workers))
+                sub_t.append(replay_subprocess(home, traces, workers, env))
         b, r = median(base_t), median(inproc_t)
         print(f"{'measurement':<34}{'seconds':>9}{'lines/s':>12}{'vs baseline':>13}")
         print(f"{'baseline: stdlib json.loads':<34}{b:>9.3f}{lines / b:>12,.0f}{1.0:>13.2f}")
@@ -178,14 +182,14 @@ def main(argv: list[str] | None = None) -> int:
         if sub_t:
             s = median(sub_t)
             print(f"{'replay subprocess (CLI)':<34}{s:>9.3f}{lines / s:>12,.0f}{s / b:>13.2f}")
-            print(f"  of which interpreter start + imports: {median([import_time() for _ in range(3)]):.3f} s")
+            print(f"  of which interpreter start + imports: {median([import_time(env) for _ in range(3)]):.3f} s")
             print(f"  subprocess ratio per round: {', '.join(f'{x / y:.2f}' for x, y in zip(sub_t, base_t))} "
-                  f"(median {s / b:.2f}; target <= 0.5: {'met' if s / b <= 0.5 else 'MISSED'})")
+                  f"(median {s / b:.2f}; issue 25's target <= 1.0: {'met' if s / b <= 1.0 else 'MISSED'})")
             one = files[0].parent
             for label, argv in (("replay of one session", ["replay", str(one), "--traces-file", str(work / "one.jsonl")]),
                                 ("inspect of one session", ["inspect", str(one)]),
                                 ("copilot-otel --help", ["--help"])):
-                wall = median([timed_command(argv) for _ in range(5)])
+                wall = median([timed_command(argv, env) for _ in range(5)])
                 target = 0.1 if label.endswith("--help") else 0.12
                 print(f"  {label:<32}{wall:>6.3f} s wall (median of 5; target < {target} s: "
                       f"{'met' if wall < target else 'MISSED'})")
