@@ -81,3 +81,41 @@ def test_tool_and_model_names_are_capped_as_the_labels_are():
     assert sorted(p.attributes[A.GEN_AI_TOOL_NAME] for p in points) == ["other", "t0", "t1"]
     # The overflow is copilot_tool_calls_total's to count (its update comes with the span's), not the twin's.
     assert metrics.registry.get_sample_value("copilot_otel_label_overflow_total", {"label": "tool"}) == 0
+
+
+def _span(operation: str, parent: int | None = None, **attributes) -> SpanRecord:
+    return SpanRecord(1, 2, parent, operation, 1, 0, 2_000_000_000,
+                      {A.GEN_AI_OPERATION_NAME: operation, **{k.replace("__", "."): v for k, v in attributes.items()}})
+
+
+def _labels(span: SpanRecord) -> dict:
+    """Each update's labels by instrument, keyed by the instrument's attribute names."""
+    from copilot_otel.model.genai import INSTRUMENTS
+    return {u.metric: dict(zip(INSTRUMENTS[u.metric].keys, u.labels)) for u in updates(span)}
+
+
+def test_error_type_as_the_cli_counts_it_on_each_kind_of_span():
+    """The abort is `cancelled` on a tool it cut and on its interaction, on neither of a sub-agent's spans (its
+    interaction's); another error is counted as it is; a label the span does not hold is empty, and a call
+    counts its tokens with modality `unknown` and no error.type."""
+    cut_tool = _labels(_span("execute_tool", 9, gen_ai__tool__name="bash", error__type="aborted"))
+    assert cut_tool[GenAi.EXECUTE_TOOL_DURATION][A.ERROR_TYPE] == "cancelled"
+    assert cut_tool[GenAi.EXECUTE_TOOL_DURATION][A.GEN_AI_AGENT_NAME] == ""
+    failed_tool = _labels(_span("execute_tool", 9, gen_ai__tool__name="bash", error__type="tool_error"))
+    assert failed_tool[GenAi.EXECUTE_TOOL_DURATION][A.ERROR_TYPE] == "tool_error"
+    aborted = _labels(_span("invoke_agent", None, gen_ai__agent__name="copilot", copilot__interaction__end="aborted"))
+    assert aborted[GenAi.INVOKE_AGENT_DURATION] == {A.GEN_AI_AGENT_NAME: "", A.ERROR_TYPE: "cancelled"}
+    cut_subagent = _labels(_span("invoke_agent", 9, gen_ai__agent__name="explore", error__type="cancelled"))
+    assert cut_subagent[GenAi.INVOKE_AGENT_DURATION] == {A.GEN_AI_AGENT_NAME: "explore", A.ERROR_TYPE: ""}
+    failed_subagent = _labels(_span("invoke_agent", 9, gen_ai__agent__name="explore", error__type="incomplete"))
+    assert failed_subagent[GenAi.INVOKE_AGENT_DURATION] == {A.GEN_AI_AGENT_NAME: "explore",
+                                                            A.ERROR_TYPE: "incomplete"}
+    call = _labels(_span("chat", 9, gen_ai__request__model="m", gen_ai__usage__input_tokens=5, error__type="500"))
+    assert call[GenAi.INFERENCE_DURATION][A.ERROR_TYPE] == "500"
+    assert call[GenAi.INFERENCE_DURATION][A.GEN_AI_RESPONSE_MODEL] == ""
+    token_labels = {tuple(labels.items()) for instrument, labels in call.items()
+                    if instrument != GenAi.INFERENCE_DURATION}
+    assert token_labels == {((A.GEN_AI_OPERATION_NAME, "chat"), (A.GEN_AI_PROVIDER_NAME, ""),
+                             (A.GEN_AI_REQUEST_MODEL, "m"), (A.GEN_AI_RESPONSE_MODEL, ""),
+                             ("gen_ai.token.modality", "unknown"))}
+    assert _labels(_span("chat", 9, copilot__compaction__trigger="auto")) == {}
