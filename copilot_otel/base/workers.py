@@ -55,9 +55,14 @@ def _init_worker(level: int) -> None:
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle: it stops the pool
     logging.getLogger(LOGGER).setLevel(level)
-    # A worker lives for one replay and frees what a share allocates by reference counting:
-    # leave the heap it started with out of collections (forked, its pages stay shared), and
-    # collect only when many objects pile up.
+    one_run_collector()  # forked, the heap it started with stays shared, out of collections
+
+
+def one_run_collector() -> None:
+    """The cyclic collector of a process that lives for one replay (a worker, or `replay` itself): what it
+    holds now (modules, settings) is left out of collections, and it collects only when many objects pile up,
+    since what a replay allocates is freed by reference counting (a replay in one process: 3 % of its
+    instructions, the output the same)."""
     gc.freeze()
     gc.set_threshold(GC_THRESHOLD, 10, 10)
 

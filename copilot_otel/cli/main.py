@@ -118,7 +118,9 @@ def replay(paths, log_level, metrics_file, workers, rate, give_up_after, restart
     from ..replay.runner import SourceError, resolve
     from ..replay.job import METRICS_REFUSED, replay_logs, replay_stdin, report, write_metrics
     from ..export.sinks import make_sink
+    from ..base.workers import one_run_collector
 
+    one_run_collector()
     _setup_logging(log_level)
     from_stdin = [str(p) for p in paths] == ["-"]
     try:
