@@ -107,7 +107,7 @@ def _find(path: Path, *, resolved: bool) -> list[Path]:
     if not resolved:
         return [root.joinpath(name, EVENTS_FILE) for name, _plain in sessions]
     # Resolving each of thousands of files walks the same folders again: resolve their root once. One joinpath
-    # a file: each `/` parses a new Path (2,800 files: 25 ms, a tenth of what json.loads of them takes).
+    # a file, not two `/`: each makes and parses a new Path.
     base = root.resolve()
     return [base.joinpath(name, EVENTS_FILE) if plain else root.joinpath(name, EVENTS_FILE).resolve()
             for name, plain in sessions]
