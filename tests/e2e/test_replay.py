@@ -510,20 +510,22 @@ def test_worker_processes_hand_back_the_same_span_records(cli_corpus, caplog):
         f"replaying {len(files)} files in 2 worker processes (spawn)"]
 
 
-def test_a_worker_that_dies_fails_the_replay(cli_corpus):
-    """A worker process killed in the middle of a replay makes it raise WorkerError (the CLI then
-    exits 1), and the rest of the pool is stopped."""
+def test_workers_that_die_fail_the_replay(cli_corpus):
+    """Worker processes killed in the middle of a replay, with shares still to do, make it raise WorkerError (the
+    CLI then exits 1), and the pool is stopped. (Killing one of two is no sure test: when it dies between shares
+    and the other does the rest before the pool looks, the replay is whole, and rightly not failed: seen once in
+    CI, with four test processes on two cores.)"""
     killed = []
 
-    def kill_a_worker(_path):
-        if not killed:
-            victim = multiprocessing.active_children()[0]
-            os.kill(victim.pid, signal.SIGKILL)
-            killed.append(victim)
+    def kill_the_workers(_path):
+        if not killed:  # at the first log handed out: 11 of the 12 one-log shares are still to come
+            killed.extend(multiprocessing.active_children())
+            for victim in killed:
+                os.kill(victim.pid, signal.SIGKILL)
 
     with pytest.raises(WorkerError, match="died"):
-        replay_files(resolve([cli_corpus.home_all]), MemorySink(), workers=2, shard_files=1, on_file=kill_a_worker)
-    assert killed and not multiprocessing.active_children()
+        replay_files(resolve([cli_corpus.home_all]), MemorySink(), workers=2, shard_files=1, on_file=kill_the_workers)
+    assert len(killed) == 2 and not multiprocessing.active_children()
 
 
 @pytest.mark.parametrize("scenario", ["subagent", "autopilot", "provider_error", "failing_tool", "resume"])
