@@ -190,7 +190,8 @@ def main(argv: list[str] | None = None) -> int:
                                 ("inspect of one session", ["inspect", str(one)]),
                                 ("copilot-otel --help", ["--help"])):
                 wall = median([timed_command(argv, env) for _ in range(5)])
-                target = 0.1 if label.endswith("--help") else 0.12
+                # issue 25: inspect < 100 ms; issue 16: --help < 100 ms, a one-session replay < 120 ms
+                target = 0.12 if label.startswith("replay") else 0.1
                 print(f"  {label:<32}{wall:>6.3f} s wall (median of 5; target < {target} s: "
                       f"{'met' if wall < target else 'MISSED'})")
         print(f"\nratio replay/baseline per round: {', '.join(f'{x:.2f}' for x in ratios)} "
