@@ -235,7 +235,12 @@ class Daemon:
             if exc.errno in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP):  # not there (as Path.is_file says)
                 return None
             raise
-        if not S_ISREG(st.st_mode) or not self.tree.inside(path):
+        if not S_ISREG(st.st_mode):
+            # Said as the tail says it of a followed log swapped for a FIFO: the same line whether the swap was
+            # seen as one change or as a deletion, then a new path (retried at each rescan, said once).
+            self._unreadable.report(path, f"cannot read {path}: is not a regular file; not reading it; will retry")
+            return None
+        if not self.tree.inside(path):
             return None
         restored = self._restored.pop(str(path), None)
         if restored is None:  # a log seen here first: did it move here?

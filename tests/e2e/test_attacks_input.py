@@ -206,6 +206,26 @@ def test_a_log_swapped_for_a_fifo_hangs_nothing(tmp_path):
     assert code == 0
 
 
+def test_a_fifo_where_a_new_sessions_log_belongs_is_named_and_hangs_nothing(tmp_path):
+    """A session folder whose events.jsonl is a FIFO from the first look (or a swap the daemon saw as a deletion,
+    then a new path): named once in the log as the swap above is, other sessions go on, SIGTERM stops the daemon."""
+    home, traces = tmp_path / "home", tmp_path / "traces.jsonl"
+    fifo = new_session(home, "fifo")
+    os.mkfifo(fifo)
+    other = new_session(home, "other")
+    other.write_bytes(real_log("plain"))
+    with DaemonProcess(home, tmp_path / "state", traces_file=traces, args=FAST) as daemon:
+        wait_for_keys(traces, expected_keys([other]))
+        wait_until(lambda: f"cannot read {fifo}: is not a regular file" in daemon.log_text(), timeout=30,
+                   what="the FIFO named")
+        later = new_session(home, "later")
+        later.write_bytes(real_log("multi_turn"))
+        wait_for_keys(traces, sorted(set(expected_keys([other])) | set(expected_keys([later]))))
+        code = daemon.stop(signal.SIGTERM, timeout=15)
+    assert code == 0
+    assert daemon.log_text().count(f"cannot read {fifo}") == 1  # once, though every rescan looks again
+
+
 def test_a_session_folder_swapped_for_a_link_out_of_the_tree_is_refused(tmp_path):
     """A followed session folder later replaced by a symlink to a folder outside COPILOT_HOME: the
     outside log is never exported under the victim's session id; the swap is reported."""
