@@ -7,7 +7,7 @@ from typing import Any, Mapping
 from msgspec import Struct, field
 from msgspec.structs import replace
 
-from ..base.blake2 import blake2b
+from ..base.hashes import blake2b
 from ..vocab import DUPLICATE_ID, Metric
 
 # OTel span kinds, as their OTLP enum values.

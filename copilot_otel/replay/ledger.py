@@ -31,10 +31,9 @@ from pathlib import Path
 from typing import Iterable
 
 from msgspec import Struct
-from zlib_ng.zlib_ng import crc32  # the standard CRC-32 at an eighth of zlib 1.2's instructions a byte
 
 from ..base import pidlock
-from ..base.blake2 import blake2b
+from ..base.hashes import blake2b, crc32
 from ..base.private import open_private, private_dir, touch_private
 from ..source.sources import path_from_text, path_text
 

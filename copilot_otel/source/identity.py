@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import orjson
 from msgspec import Struct
-from zlib_ng.zlib_ng import crc32  # the standard CRC-32 at an eighth of zlib 1.2's instructions a byte
 
-from ..base.blake2 import blake2b
+from ..base.hashes import blake2b, crc32
 
 FINGERPRINT_BYTES = 256
 HEAD_BYTES = 64 * 1024  # a first line longer than this names no log (its fingerprint does)

@@ -20,12 +20,12 @@ from typing import Collection
 
 from msgspec import Struct
 from msgspec.structs import replace
-from zlib_ng.zlib_ng import crc32  # the standard CRC-32 at an eighth of zlib 1.2's instructions a byte
 
 from ..decode.lines import TOO_LONG, decode_line
 from ..decode.events import DecodeError, Event
 from .identity import (COPIED, EDITED, FINGERPRINT_BYTES, HEAD_BYTES, REPLACED, TRUNCATED, FileIdentity,
                        count_lines, fingerprint, first_event_id, prefix_crc, same_origin)
+from ..base.hashes import crc32
 from ..base.pause import PAUSE
 from .sources import UnreadableLog
 
