@@ -33,8 +33,9 @@ from typing import Iterable
 from msgspec import Struct
 
 from ..base import pidlock
-from ..base.hashes import blake2b, crc32
+from ..base.hashes import blake2b
 from ..base.private import open_private, private_dir, touch_private
+from ..source.identity import prefix_crc
 from ..source.sources import path_from_text, path_text
 
 log = logging.getLogger(__name__)
@@ -78,18 +79,14 @@ def same_log(recorded: str, path: Path) -> bool:
     if not recorded.startswith(CONTENT):
         return recorded == identity_of(path)
     length = int(recorded[len(CONTENT):].split(":")[0])
-    crc = 0
     try:
         with open(path, "rb") as handle:
             if recorded.endswith(":whole") and os.fstat(handle.fileno()).st_size != length:
                 return False
-            left = length
-            while left > 0 and (chunk := handle.read(min(left, 1 << 20))):
-                crc = crc32(chunk, crc)
-                left -= len(chunk)
+            found = prefix_crc(handle, length)  # None: fewer bytes than that
     except OSError:
         return False
-    return left == 0 and recorded == content_identity(length, crc, whole=recorded.endswith(":whole"))
+    return found is not None and recorded == content_identity(length, found[0], whole=recorded.endswith(":whole"))
 
 
 def _damaged(exc: sqlite3.Error) -> bool:
