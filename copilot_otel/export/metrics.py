@@ -356,17 +356,9 @@ class Metrics:
 
     def apply(self, update: MetricUpdate) -> None:
         """Apply one update from the session model (with its span as the exemplar, when it has one)."""
-        if isinstance(update.metric, GenAi):
-            self.genai.apply(update)
-            return
-        if update.metric is Metric.AI_CREDITS and self.budget_meter is not None:
-            self.budget_meter.spend(update.labels[-1], update.value)
-        labels = self._labels(update.metric, update.labels)
-        exemplar = exemplar_labels(update.exemplar)
-        if update.metric in HISTOGRAMS:
-            self._child(update.metric, labels).observe(update.value, exemplar)
-        else:
-            self._child(update.metric, labels).inc(update.value, exemplar)
+        from ..model.pipeline import Outputs
+
+        self.apply_all((Outputs(metrics=[update]),))
 
     def apply_outputs(self, out: "Outputs") -> None:
         """Count what one drive of the pipeline produced: metric updates, events, rejected lines.

@@ -266,15 +266,12 @@ def write_metrics(stats: ReplayStats, config: Config, metrics_file: Path | None)
     from prometheus_client.openmetrics.exposition import ALLOWUTF8
 
     from ..export.metrics import Metrics, disable_created_series
+    from ..model.pipeline import Outputs
 
     disable_created_series()
     metrics = Metrics(process=False, repository_label=not config.no_repository_label, resource=resource_attributes())
-    for update in stats.metrics or ():
-        metrics.apply(update)
-    for reason, count in stats.rejected.items():
-        metrics.lines_rejected.labels(reason).inc(count)
-    for event_type, count in stats.out_of_order.items():
-        metrics.events_out_of_order.labels(event_type).inc(count)
+    metrics.apply_outputs(Outputs(metrics=list(stats.metrics or ()), rejected=stats.rejected,
+                                  out_of_order=stats.out_of_order))
     if metrics_file is not None:
         # As write_to_textfile writes it, less its temporary file of a guessable name (a link planted there in a
         # shared folder would be written through): node_exporter, another user, reads it.
