@@ -2,7 +2,7 @@
 
 Spans and checkpoint markers share one FIFO, so a marker is committed only once every span
 queued before it was delivered. The queue holds at most ``max_spans`` spans: past that,
-:meth:`put_spans` blocks and the reader stops reading ahead instead of dropping anything.
+:meth:`put` blocks and the reader stops reading ahead instead of dropping anything.
 Markers are coalesced, one per file between two puts of spans, so they stay bounded too.
 
 A batch holds at most ``batch`` spans, however many one put brought. A request the sink finds
@@ -120,14 +120,11 @@ class ExportQueue:
             self._segments.append(_Segment(list(spans)))
         self._queued_spans += len(spans)
 
-    def put_spans(self, spans: list[SpanRecord], *, should_stop: Callable[[], bool] = lambda: False) -> None:
-        """Queue spans; block while the queue is full (unless stopping)."""
-        self.put(spans, should_stop=should_stop)
-
     def put(self, spans: list[SpanRecord], markers: Iterable[FilePosition] = (), *,
             should_stop: Callable[[], bool] = lambda: False) -> None:
         """Queue spans (blocking while the queue is full, unless stopping), then checkpoint positions, each
-        committed once every span queued before it is delivered: one wake-up of the exporter for both."""
+        committed once every span queued before it is delivered (a position replaces an earlier one of the same
+        file that waits behind the same spans): one wake-up of the exporter for both."""
         with self._cond:
             if spans:
                 while self._queued_spans >= self.max_spans and not self._stopping and not should_stop():
@@ -149,11 +146,6 @@ class ExportQueue:
             self._append(spans)
             self._cond.notify_all()
         return 0
-
-    def put_marker(self, position: FilePosition) -> None:
-        """Queue a checkpoint position, committed after every span queued before it (it replaces an
-        earlier position of the same file that waits behind the same spans)."""
-        self.put([], (position,))
 
     def _mark(self, position: FilePosition) -> None:
         if not self._segments:

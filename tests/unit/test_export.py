@@ -103,7 +103,7 @@ def test_spans_are_delivered_in_order_in_batches(make_queue):
     queue = make_queue(sink, batch=4, on_exported=exported.append)
     sent = spans(10)
     for start in range(0, 10, 3):
-        queue.put_spans(sent[start:start + 3])
+        queue.put(sent[start:start + 3])
     assert queue.flush(5)
     assert sink.records == sent
     assert sum(exported) == 10 and max(exported) <= 4 + 2  # a batch stops after the list that reaches it
@@ -116,10 +116,10 @@ def test_a_marker_is_committed_only_after_the_spans_before_it(make_queue):
     checkpoint = Checkpoint(sink)
     committed: list[int] = []
     queue = make_queue(sink, checkpoint, batch=2, on_commit=lambda: committed.append(1))
-    queue.put_spans(spans(3))
-    queue.put_marker(marker("/a", 100))
-    queue.put_spans(spans(2, first=4))
-    queue.put_marker(marker("/a", 200))
+    queue.put(spans(3))
+    queue.put([], (marker("/a", 100),))
+    queue.put(spans(2, first=4))
+    queue.put([], (marker("/a", 200),))
     time.sleep(0.1)
     assert checkpoint.commits == []  # the sink has delivered nothing yet
     sink.gate.set()
@@ -135,12 +135,12 @@ def test_the_latest_marker_of_a_file_wins_within_a_batch(make_queue):
     sink = GatedSink()
     checkpoint = Checkpoint(sink)
     queue = make_queue(sink, checkpoint)
-    queue.put_spans(spans(1))  # holds the exporter while the rest queue up
+    queue.put(spans(1))  # holds the exporter while the rest queue up
     time.sleep(0.05)
-    queue.put_spans(spans(1, first=2))
+    queue.put(spans(1, first=2))
     for offset in (10, 20, 30):
-        queue.put_marker(marker("/a", offset))
-    queue.put_marker(marker("/b", 5))
+        queue.put([], (marker("/a", offset),))
+    queue.put([], (marker("/b", 5),))
     sink.gate.set()
     assert queue.flush(5)
     last = checkpoint.commits[-1][0]
@@ -160,8 +160,8 @@ def test_a_failing_backend_is_retried_until_it_recovers(make_queue):
         unhealthy.append(not queue.healthy and queue.last_error == "backend down")
 
     queue = make_queue(sink, checkpoint, on_failed=on_failed)
-    queue.put_spans(spans(5))
-    queue.put_marker(marker("/a", 100))
+    queue.put(spans(5))
+    queue.put([], (marker("/a", 100),))
     assert queue.flush(5)
     assert (sink.attempts, failed, len(sink.records)) == (4, [5, 5, 5], 5)
     assert unhealthy == [True, True, True]
@@ -174,7 +174,7 @@ def test_a_sink_bug_does_not_kill_the_exporter(make_queue):
     sink = FlakySink(failures=2, error=ValueError)
     failed: list[int] = []
     queue = make_queue(sink, on_failed=failed.append)
-    queue.put_spans(spans(3))
+    queue.put(spans(3))
     assert queue.flush(5)
     assert (len(sink.records), failed) == (3, [3, 3])
 
@@ -186,8 +186,8 @@ def test_stop_while_the_backend_is_down_leaves_the_checkpoint_behind(make_queue)
     before = set(export_threads())
     queue = ExportQueue(sink, checkpoint, initial_backoff=0.01, max_backoff=0.05)
     queue.start()
-    queue.put_spans(spans(2))
-    queue.put_marker(marker("/a", 100))
+    queue.put(spans(2))
+    queue.put([], (marker("/a", 100),))
     wait_until(lambda: sink.attempts, timeout=5, what="an export attempt")
     started = time.monotonic()
     assert queue.stop(timeout=0.2) is False
@@ -203,22 +203,22 @@ def test_stop_joins_the_thread_while_the_sink_keeps_raising(make_queue):
     before = set(export_threads())
     queue = ExportQueue(sink, None, initial_backoff=0.01, max_backoff=0.05)
     queue.start()
-    queue.put_spans(spans(2))
+    queue.put(spans(2))
     wait_until(lambda: sink.attempts >= 2, timeout=5, what="retries")
     assert queue.stop(timeout=0.1) is False
     assert set(export_threads()) == before
 
 
 def test_a_full_queue_blocks_the_producer_until_there_is_room(make_queue):
-    """Back-pressure: past max_spans put_spans waits (the queue says it is blocked), and goes on once
+    """Back-pressure: past max_spans put waits (the queue says it is blocked), and goes on once
     the exporter made room; nothing is dropped."""
     sink = GatedSink()
     queue = make_queue(sink, max_spans=3, batch=2)
-    queue.put_spans(spans(3))
+    queue.put(spans(3))
     producer_done = threading.Event()
 
     def produce() -> None:
-        queue.put_spans(spans(2, first=4))
+        queue.put(spans(2, first=4))
         producer_done.set()
 
     producer = threading.Thread(target=produce)
@@ -237,12 +237,12 @@ def test_a_full_queue_blocks_the_producer_until_there_is_room(make_queue):
 
 
 def test_a_blocked_producer_can_give_up_when_asked_to_stop(make_queue):
-    """put_spans returns when should_stop() says so, even with the queue still full."""
+    """put returns when should_stop() says so, even with the queue still full."""
     sink = GatedSink()
     queue = make_queue(sink, max_spans=1)
-    queue.put_spans(spans(1))
+    queue.put(spans(1))
     started = time.monotonic()
-    queue.put_spans(spans(1, first=2), should_stop=lambda: time.monotonic() - started > 0.3)
+    queue.put(spans(1, first=2), should_stop=lambda: time.monotonic() - started > 0.3)
     assert 0.3 <= time.monotonic() - started < 3
     sink.gate.set()
 
@@ -288,7 +288,7 @@ def test_one_large_put_leaves_in_batches(make_queue):
     """A read that produced thousands of spans is exported in batches of at most ``batch``, in order."""
     sink = RefusingSink()
     queue = make_queue(sink, batch=512)
-    queue.put_spans(spans(5000))
+    queue.put(spans(5000))
     assert queue.flush(5)
     assert max(len(request) for request in sink.requests) == 512
     assert [s.span_id for s in sink.records] == list(range(1, 5001))
@@ -298,7 +298,7 @@ def test_a_request_too_large_is_halved_until_it_fits(make_queue):
     """A request the sink finds too large is split in halves, recursively; every span arrives once, in order."""
     sink = RefusingSink(max_spans=3)
     queue = make_queue(sink, batch=20)
-    queue.put_spans(spans(20))
+    queue.put(spans(20))
     assert queue.flush(5)
     assert [s.span_id for s in sink.records] == list(range(1, 21))
     assert sink.requests[0] == list(range(1, 21)) and len(sink.requests) > 8
@@ -312,8 +312,8 @@ def test_a_refused_span_is_dead_lettered_and_the_queue_moves_on(make_queue, tmp_
     dead = DeadLetter(tmp_path / "state" / "dead-letter.jsonl", OtlpJsonEncoder({}))
     counted: list[int] = []
     queue = make_queue(sink, checkpoint, batch=32, dead_letter=dead, on_dead_lettered=counted.append)
-    queue.put_spans(spans(32))
-    queue.put_marker(marker("/a", 100))
+    queue.put(spans(32))
+    queue.put([], (marker("/a", 100),))
     assert queue.flush(5)
     dead.close()
     assert [s.span_id for s in sink.records] == [n for n in range(1, 33) if n != 13]
@@ -331,7 +331,7 @@ def test_spans_that_cannot_be_dead_lettered_are_retried_not_lost(make_queue, tmp
     sink = RefusingSink(poison=frozenset({2}))
     dead = DeadLetter(blocker / "dead-letter.jsonl", OtlpJsonEncoder({}))
     queue = make_queue(sink, batch=4, dead_letter=dead)
-    queue.put_spans(spans(3))
+    queue.put(spans(3))
     wait_until(lambda: sink.requests.count([2]) >= 2, timeout=5, what="the refused span tried again")
     assert dead.spans == 0
     blocker.unlink()
@@ -344,11 +344,11 @@ def test_markers_waiting_behind_a_stuck_span_stay_one_per_file(make_queue):
     """While the backend holds one span, thousands of positions of three files cost three markers."""
     sink = GatedSink()
     queue = make_queue(sink)
-    queue.put_spans(spans(1))
+    queue.put(spans(1))
     time.sleep(0.05)  # the exporter holds it
-    queue.put_spans(spans(1, first=2))
+    queue.put(spans(1, first=2))
     for n in range(5000):
-        queue.put_marker(marker(f"/{n % 3}", n))
+        queue.put([], (marker(f"/{n % 3}", n),))
     assert queue.markers == 3
     sink.gate.set()
     assert queue.flush(5)
@@ -359,8 +359,8 @@ def test_the_sink_is_synced_before_the_commit_that_covers_its_spans(make_queue):
     sink = RefusingSink()
     checkpoint = Checkpoint(sink)
     queue = make_queue(sink, checkpoint)
-    queue.put_spans(spans(2))
-    queue.put_marker(marker("/a", 10))
+    queue.put(spans(2))
+    queue.put([], (marker("/a", 10),))
     assert queue.flush(5)
     assert sink.events == ["export", "sync"] and len(checkpoint.commits) == 1
 
@@ -370,8 +370,8 @@ def test_a_failed_commit_keeps_its_positions_and_commits_them_later(make_queue):
     sink = MemorySink()
     checkpoint = Checkpoint(sink, failures=1)
     queue = make_queue(sink, checkpoint)
-    queue.put_spans(spans(1))
-    queue.put_marker(marker("/a", 100))
+    queue.put(spans(1))
+    queue.put([], (marker("/a", 100),))
     assert queue.flush(5)
     assert queue.commit_error == "disk full"
     wait_until(lambda: checkpoint.commits, timeout=5, what="the retried commit")
