@@ -42,6 +42,7 @@ from ..export.resource import resource_attributes
 from ..export.sinks import make_sink
 from ..export.contract import SpanSink
 from ..source.sources import SESSION_STATE
+from ..source.tail import NOT_REGULAR
 from ..model.summary import SessionSummary
 from ..vocab import END_INCOMPLETE, END_SHUTDOWN
 
@@ -238,7 +239,7 @@ class Daemon:
         if not S_ISREG(st.st_mode):
             # Said as the tail says it of a followed log swapped for a FIFO: the same line whether the swap was
             # seen as one change or as a deletion, then a new path (retried at each rescan, said once).
-            self._unreadable.report(path, f"cannot read {path}: is not a regular file; not reading it; will retry")
+            self._unreadable.report(path, f"cannot read {path}: {NOT_REGULAR}; will retry")
             return None
         if not self.tree.inside(path):
             return None

@@ -134,5 +134,5 @@ def _labels(keys: tuple[str, ...], attributes: Mapping[str, Any], last: Any) -> 
     as the CLI's metrics say it, or the token modality): that one is ``last``, the others the span's attributes."""
     get = attributes.get
     labels = ["" if (value := get(key)) is None else str(value) for key in keys[:-1]]
-    labels.append("" if last is None else str(last))
+    labels.append(_text(last))
     return tuple(labels)

@@ -33,6 +33,7 @@ __all__ = ["CHUNK", "FileIdentity", "FileTail", "ReadResult", "Refused", "read_a
 
 CHUNK = 1 << 20
 _OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+NOT_REGULAR = "is not a regular file; not reading it"  # a FIFO would block the reader
 
 
 class ReadResult(Struct):
@@ -161,7 +162,7 @@ class FileTail:
             raise
         try:
             if not stat.S_ISREG(os.fstat(fd).st_mode):
-                raise Refused(errno.EINVAL, "is not a regular file; not reading it")
+                raise Refused(errno.EINVAL, NOT_REGULAR)
             if self.within is not None and not _inside(fd, self.path, self.within):
                 raise Refused(errno.EXDEV, f"leads outside {self.within}; not following it")
             return open(fd, "rb", buffering=0)
