@@ -302,8 +302,10 @@ class Follower(Struct):
                                seen_at=self.seen_at)
         summary = model.summary()
         tool = summary.waiting_on or (self.cut_off_tool if self.abandoned_at is not None else None)
+        trace = model.trace_id
         return Liveness(self.session_id, summary.state, summary.last_event_ns, tuple(self.pids), self.abandoned_at,
-                           self.locks_expected, tool, summary.repository, self.seen_at)
+                           self.locks_expected, tool, summary.repository, self.seen_at,
+                           f"{trace:032x}" if trace else "")
 
 
 _SESSION_FACTS = (b'"session.start"', b'"session.resume"', b'"session.model_change"')

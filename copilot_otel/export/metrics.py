@@ -43,7 +43,7 @@ _BOUNDS = {key: [float(bound) for bound in buckets] + [float("inf")] for key, bu
     (Metric.LLM_CALL_DURATION, LLM_BUCKETS), (Metric.LLM_TIME_TO_FIRST_TOKEN, TTFT_BUCKETS))}
 # The CLI has about 150 event types; a file full of invented ones must not mint series.
 MAX_EVENT_TYPES = 250
-STALLED_LABELS = ["session_id", "state", "tool", "repository"]
+STALLED_LABELS = ["session_id", "state", "tool", "repository", "trace_id"]
 # The exemplar label names Grafana's exemplarTraceIdDestinations and OTLP exemplars read.
 TRACE_ID, SPAN_ID = "trace_id", "span_id"
 _EVENT_TYPE = re.compile(r"[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*){1,3}")
@@ -113,6 +113,7 @@ class LiveSession(Struct, frozen=True):
     stalled_seconds: float = 0.0
     tool: str = ""  # the tool a stalled session waits on ("" when none)
     repository: str = ""  # owner/name of its git repository ("" outside one)
+    trace_id: str = ""  # hex id of the trace of its running (else last) interaction ("" before the first)
 
 
 class LiveSessionsCollector:
@@ -132,7 +133,7 @@ class LiveSessionsCollector:
             counts[session.state] = counts.get(session.state, 0) + 1
             if session.state in STALLED_STATES:
                 repository = session.repository if self._repository_label else ""
-                stalled.add_metric([session.session_id, session.state, session.tool, repository],
+                stalled.add_metric([session.session_id, session.state, session.tool, repository, session.trace_id],
                                    session.stalled_seconds)
         sessions = GaugeMetricFamily("copilot_sessions", "Live Copilot sessions by state.", labels=["state"])
         for state, count in counts.items():

@@ -20,7 +20,7 @@ from tests.support import aio
 from tests.support.daemon import DaemonProcess
 from tests.support.deploy import RULES, dashboard_queries, promtool, render_grafana_expr
 from tests.support.net import wait_until
-from tests.support.scrape import by_label, value
+from tests.support.scrape import by_label, stalled, value
 from tests.support.model import label
 
 FAST = ("--idle-quiet", "0.3", "--rescan-interval", "1")
@@ -282,7 +282,7 @@ def test_stuck_and_abandoned_sessions(cli, provider, tmp_path):
         wait_until(lambda: value(daemon.scrape(), "copilot_sessions", state="stuck") == 1, timeout=90,
                    what="the sleeping session to be stuck")
         samples = daemon.scrape()
-        assert value(samples, "copilot_session_stalled_seconds", session_id=sleeper.session_id, state="stuck",
+        assert stalled(samples, session_id=sleeper.session_id, state="stuck",
                      tool="bash") >= 1
         panels_list(prometheus, sleeper.session_id)
         sleeper.wait()
@@ -299,7 +299,7 @@ def test_stuck_and_abandoned_sessions(cli, provider, tmp_path):
         wait_until(lambda: value(daemon.scrape(), "copilot_sessions", state="abandoned") == 1, timeout=20,
                    what="the killed session to be abandoned")
         samples = daemon.scrape()
-        assert value(samples, "copilot_session_stalled_seconds", session_id=victim.session_id, state="abandoned",
+        assert stalled(samples, session_id=victim.session_id, state="abandoned",
                      tool="bash") > 0
         panels_list(prometheus, victim.session_id)
     from tests.support.otlp_json import read_spans
