@@ -19,6 +19,7 @@ import yaml
 
 from tests.support.deploy import (
     CONTRACT,
+    MACHINE_JOIN,
     DASHBOARD,
     DEPLOY,
     DOCS,
@@ -132,14 +133,20 @@ def test_dashboard_shows_every_contract_metric():
 
 
 def test_dashboard_variables_are_defined_and_used():
-    """Queries only use variables the dashboard defines, and the daemon picker
-    lists instances from a contract metric."""
+    """Queries only use variables the dashboard defines; the machine picker lists host names and the team
+    picker teams, both from target_info (the daemons' resource), and every panel can be split by either."""
     dashboard = json.loads(DASHBOARD.read_text())
     variables = {var["name"]: var for var in dashboard["templating"]["list"]}
-    assert {"datasource", "instance", "jaeger_url"} <= set(variables)
+    assert {"datasource", "host", "team", "split", "jaeger_url"} <= set(variables)
+    assert "instance" not in variables
     assert variables["datasource"]["query"] == "prometheus"
-    definition = variables["instance"]["definition"]
-    assert promql_metric_names(re.sub(r"^label_values\((.*),\s*\w+\)$", r"\1", definition)) <= series_names()
+    assert variables["host"]["definition"] == 'label_values(target_info{job="copilot-otel",team=~"$team"}, host_name)'
+    assert variables["team"]["definition"] == 'label_values(target_info{job="copilot-otel"}, team)'
+    for name in ("host", "team"):
+        definition = variables[name]["definition"]
+        assert promql_metric_names(re.sub(r"^label_values\((.*),\s*\w+\)$", r"\1", definition)) <= series_names()
+        assert (variables[name]["includeAll"], variables[name]["allValue"]) == (True, ".*")  # "" matches too
+    assert {o["value"] for o in variables["split"]["options"]} == {"job", "host_name", "team"}
     for _, expr in QUERIES:
         for name in re.findall(r"\$\{?(\w+)", expr):
             assert name.startswith("__") or name in variables, name
@@ -205,7 +212,7 @@ def test_dashboard_shows_what_it_costs_where():
     }
     for title, metrics in wanted.items():
         (panel,) = [p for p in PANELS if p["title"] == title]
-        assert {n for t in panel["targets"] for n in promql_metric_names(t["expr"])} == metrics, title
+        assert {n for t in panel["targets"] for n in promql_metric_names(t["expr"])} == metrics | {"target_info"}, title
     variables = {var["name"]: var for var in json.loads(DASHBOARD.read_text())["templating"]["list"]}
     for name, metric in (("repository", "copilot_sessions_started_total"), ("model", "copilot_llm_calls_total")):
         assert variables[name]["definition"].startswith(f"label_values({metric}")
@@ -213,7 +220,28 @@ def test_dashboard_shows_what_it_costs_where():
     for _, expr in QUERIES:
         for metric in ("copilot_premium_requests_total", "copilot_code_lines_total", "copilot_llm_calls_total"):
             if metric + "{" in expr:
-                assert f'{metric}{{instance=~"$instance"' in expr and 'repository=~"$repository"' in expr, expr
+                assert 'repository=~"$repository"' in expr and MACHINE_JOIN in expr, expr
+
+
+# Panels of the fleet's budgets: a budget spans machines, so they are neither filtered nor split by machine.
+FLEET_WIDE = {"Budgets: share spent this month"}
+
+
+@pytest.mark.parametrize("title,expr", QUERIES, ids=[f"{t}:{i}" for i, (t, _) in enumerate(QUERIES)])
+def test_every_panel_filters_and_splits_by_machine_and_team(title, expr):
+    """Each query joins target_info for the machine's host_name and team, filtered by the pickers, and either
+    sums by $split (none, machine, team) or keeps each machine apart; none selects by instance address."""
+    if title in FLEET_WIDE:
+        return
+    assert "$instance" not in expr
+    if title == "Daemons down":  # a daemon that cannot be scraped: the host name of its last target_info
+        assert 'last_over_time(target_info{job="copilot-otel",host_name=~"$host",team=~"$team"}[1d])' in expr
+    else:
+        assert MACHINE_JOIN in expr
+    aggregations = re.findall(r"\b(?:sum|max|count) by \(([^)]*)\)", expr)
+    assert aggregations or expr.startswith(("rate(", "process_")), expr
+    for labels in aggregations:
+        assert "$split" in labels or "host_name" in labels, (labels, expr)
 
 
 def test_traces_open_in_tempo_next_to_jaeger():
