@@ -135,3 +135,25 @@ def write_private(path: Path, data: bytes, *, mode: int = PRIVATE_FILE) -> None:
     except BaseException:
         Path(temp).unlink(missing_ok=True)
         raise
+
+
+def write_new_private(path: Path, data: bytes) -> bool:
+    """Create ``path`` 0600 holding ``data`` whole, unless it exists (then it is left as it is): written to a temp
+    file of a name no one can guess, then linked in place, which never follows or replaces what is there. True if
+    this call created it. Raises OSError."""
+    import tempfile
+
+    fd, temp = tempfile.mkstemp(dir=Path(path).parent, prefix=f".{Path(path).name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            os.fchmod(fd, PRIVATE_FILE)
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        try:
+            os.link(temp, path, follow_symlinks=False)
+        except FileExistsError:
+            return False
+        return True
+    finally:
+        Path(temp).unlink(missing_ok=True)

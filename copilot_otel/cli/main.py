@@ -117,6 +117,7 @@ def replay(paths, log_level, metrics_file, workers, rate, give_up_after, restart
     from ..replay.ledger import LedgerBusy
     from ..replay.runner import SourceError, resolve
     from ..replay.job import METRICS_REFUSED, replay_logs, replay_stdin, report, write_metrics
+    from ..export.resource import resource_of
     from ..export.sinks import make_sink
     from ..base.workers import one_run_collector
 
@@ -132,7 +133,7 @@ def replay(paths, log_level, metrics_file, workers, rate, give_up_after, restart
         files = [] if from_stdin else resolve(paths or [config.copilot_home])
         sink = make_sink(traces_file=config.traces_file, otlp=config.otlp, default_file=config.default_traces_file,
                          max_request_bytes=config.max_request_bytes, rotation=config.traces_rotation,
-                         strict=strict)
+                         strict=strict, resource=resource_of(config))
     except (ConfigError, SourceError) as exc:
         _fail(str(exc))
         return

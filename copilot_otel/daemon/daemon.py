@@ -62,22 +62,24 @@ class Daemon:
         self.clock = clock
         self.policy = config.stuck_policy
         self.readout = Readout(self.policy, liveness=lambda: self.published.liveness, clock=clock)
-        self.metrics = metrics or Metrics(repository_label=not config.no_repository_label,
-                                          resource=resource_attributes(), max_label_values=config.max_label_values)
-        if config.budgets:
-            self.metrics.add_budgets(config.budgets, resource_attributes())
-        self.metrics.add_live_sessions(self.readout.live_sessions)
-        self.metrics.measure_lag_while(self.readout.sessions_at_work)
         # One daemon per checkpoint (raises CheckpointError); a state folder others could change is refused.
         self.lock = StateLock(config.state_dir, strict=not config.no_strict_modes)
         self.lock.acquire()
+        # Who speaks: this machine and this state folder's instance id, on every span, push and target_info.
+        self.resource = resource_attributes(state_dir=config.state_dir, strict=not config.no_strict_modes)
+        self.metrics = metrics or Metrics(repository_label=not config.no_repository_label,
+                                          resource=self.resource, max_label_values=config.max_label_values)
+        if config.budgets:
+            self.metrics.add_budgets(config.budgets, self.resource)
+        self.metrics.add_live_sessions(self.readout.live_sessions)
+        self.metrics.measure_lag_while(self.readout.sessions_at_work)
         # A damaged checkpoint is set aside only when starting afresh re-counts nothing (--from-end skips the history).
         self.checkpoint = Checkpoint(config.state_dir / "checkpoint.sqlite", start_afresh=not config.from_start)
         self.sink = sink or make_sink(traces_file=config.traces_file, otlp=config.otlp,
                                       default_file=config.default_traces_file,
                                       max_request_bytes=config.max_request_bytes, rotation=config.traces_rotation,
-                                      strict=not config.no_strict_modes)
-        self.dead_letter = DeadLetter(config.state_dir / DEAD_LETTER_FILE, OtlpJsonEncoder(resource_attributes()))
+                                      strict=not config.no_strict_modes, resource=self.resource)
+        self.dead_letter = DeadLetter(config.state_dir / DEAD_LETTER_FILE, OtlpJsonEncoder(self.resource))
         self.queue = ExportQueue(
             self.sink, self.checkpoint, max_spans=config.max_buffered_spans, dead_letter=self.dead_letter,
             on_exported=self.metrics.spans_exported.inc, on_failed=self.metrics.spans_failed.inc,

@@ -21,7 +21,7 @@ import math
 import os
 import threading
 import time
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 from opentelemetry.sdk.metrics import Exemplar
 from opentelemetry.sdk.metrics.export import (AggregationTemporality, Gauge, Histogram, HistogramDataPoint,
@@ -238,13 +238,13 @@ class MetricsPusher:
             self.exporter.shutdown(timeout_millis=timeout * 1000)
 
 
-def start_pushing(settings: OtlpSettings, registry: CollectorRegistry,
-                  genai: GenAiMetrics | None = None) -> MetricsPusher:
+def start_pushing(settings: OtlpSettings, registry: CollectorRegistry, genai: GenAiMetrics | None = None, *,
+                  resource: Mapping[str, Any] | None = None) -> MetricsPusher:
     """A started pusher of ``registry`` (and the GenAI instruments) to where the settings say
-    (OTEL_METRICS_EXPORTER=otlp)."""
+    (OTEL_METRICS_EXPORTER=otlp), under ``resource`` (the attributes every span carries)."""
     from .resource import build_resource
 
-    pusher = MetricsPusher(registry, make_exporter(settings), build_resource(), genai=genai)
+    pusher = MetricsPusher(registry, make_exporter(settings), build_resource(resource), genai=genai)
     log.info("pushing metrics every %g s over OTLP (%s) to %s", pusher.interval, settings.protocol,
              settings.endpoint or "the exporter's default endpoint")
     return pusher.start()
