@@ -735,6 +735,10 @@ class OtlpReceiver(LoopbackEndpoints):
             cmd += ["--debug-log", "traces", "--debug-log-verbosity", "detailed"]
         return cmd
 
+    def _environment(self) -> dict[str, str]:
+        """Rotel's environment: this process's, without ROTEL_* settings (a gateway adds its own)."""
+        return _agent_env()
+
     def _spawn(self) -> None:
         assert self._log_path is not None
         t0 = time.monotonic()
@@ -746,7 +750,7 @@ class OtlpReceiver(LoopbackEndpoints):
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                env=_agent_env(),
+                env=self._environment(),
                 close_fds=True,
             )
         self._proc = proc

@@ -19,9 +19,11 @@ class Prometheus:
     """`prometheus` with its own port and fresh TSDB, stopped by its pid."""
 
     def __init__(self, workdir: Path, targets: list[str], *, rule_files: list[Path] = (), job: str = "copilot-otel",
-                 scrape: dict | None = None, extra_jobs: list[dict] = (), flags: tuple[str, ...] = ()):
+                 scrape: dict | None = None, extra_jobs: list[dict] = (), flags: tuple[str, ...] = (),
+                 external_labels: dict | None = None, alertmanagers: list[str] = ()):
         """``scrape``: more settings of the job (scheme, tls_config, basic_auth...); ``extra_jobs``: whole jobs;
-        ``flags``: more command-line flags (e.g. ``--enable-feature=exemplar-storage``)."""
+        ``flags``: more command-line flags (e.g. ``--enable-feature=exemplar-storage``); ``external_labels``: the
+        global ones; ``alertmanagers``: HOST:PORT of the Alertmanagers it sends alerts to."""
         self.workdir = Path(workdir)
         self.targets = targets
         self.rule_files = [Path(p) for p in rule_files]
@@ -29,6 +31,8 @@ class Prometheus:
         self.scrape = dict(scrape or {})
         self.extra_jobs = list(extra_jobs)
         self.flags = tuple(flags)
+        self.external_labels = dict(external_labels or {})
+        self.alertmanagers = list(alertmanagers)
         self.port = free_port()
         self.proc: subprocess.Popen | None = None
 
@@ -40,12 +44,15 @@ class Prometheus:
         binary = require_tool("prometheus", "prometheus")
         self.workdir.mkdir(parents=True, exist_ok=True)
         config = self.workdir / "prometheus.yml"
-        config.write_text(json.dumps({  # JSON is YAML
-            "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+        settings = {
+            "global": {"scrape_interval": "1s", "evaluation_interval": "1s", "external_labels": self.external_labels},
             "rule_files": [str(p) for p in self.rule_files],
             "scrape_configs": [{"job_name": self.job, "static_configs": [{"targets": self.targets}], **self.scrape},
                                *self.extra_jobs],
-        }))
+        }
+        if self.alertmanagers:
+            settings["alerting"] = {"alertmanagers": [{"static_configs": [{"targets": self.alertmanagers}]}]}
+        config.write_text(json.dumps(settings))  # JSON is YAML
         log = open(self.workdir / "prometheus.log", "wb")
         try:
             self.proc = subprocess.Popen(
