@@ -118,6 +118,7 @@ class Daemon:
         # The generation a deleted log would start again at, were it written anew.
         self._generations: dict[Path, int] = {}
         self._stop = threading.Event()
+        self.metrics_push = None  # the OTLP metrics pusher (OTEL_METRICS_EXPORTER=otlp): /healthz says its failures
         # What this pass read, counted and handed to the exporter once a batch of spans waits and at the end of
         # the pass: the metric updates, the spans in order, then the checkpoint positions (each behind its own
         # spans, as the exporter needs). At start-up thousands of logs bring a few spans each; a metrics update,
@@ -151,6 +152,9 @@ class Daemon:
         if problem is not None:
             return False, problem
         notes = self.queue.notes()
+        pushing = self.metrics_push.note() if self.metrics_push is not None else None
+        if pushing is not None:
+            notes.append(pushing)
         return True, f"ok ({'; '.join(notes)})" if notes else "ok"
 
     def run(self, ready: threading.Event | None = None) -> None:

@@ -258,6 +258,13 @@ class Metrics:
                                       ["label"], registry=r)
         for label in CAPPED_LABELS:
             self.label_overflow.labels(label)
+        # The OTLP metrics push (OTEL_METRICS_EXPORTER=otlp): a gateway that refuses it is counted and said.
+        self.metrics_push_failures = Counter("copilot_otel_metrics_push_failures",
+                                             "OTLP metrics pushes that failed, by reason (a gRPC status, http_<code>, "
+                                             "timeout, unreachable, not_otlp, error).", ["reason"], registry=r)
+        self.metrics_push_last_success = Gauge(
+            "copilot_otel_metrics_push_last_success_timestamp_seconds",
+            "When an OTLP metrics push was last accepted (Unix time; 0: none yet, or no push configured).", registry=r)
         self.labels = LabelCap(max_label_values, lambda label: self.label_overflow.labels(label).inc())
         # The GenAI instruments the CLI's own OTel exports: for the OTLP push only (not on /metrics).
         self.genai = GenAiMetrics(lambda label, value: self.labels.value(label, value, count=False))
@@ -431,6 +438,13 @@ class Metrics:
             self.events_ahead.inc(ahead)
         if newest > self.newest_event_ns:
             self.newest_event_ns = newest
+
+    def metrics_pushed(self, reason: str | None) -> None:
+        """Count one OTLP metrics push: accepted (``reason`` None) or failed for ``reason``."""
+        if reason is None:
+            self.metrics_push_last_success.set(time.time())
+        else:
+            self.metrics_push_failures.labels(reason).inc()
 
     def add_live_sessions(self, snapshot: Callable[[], Iterable[LiveSession]]) -> None:
         """Register the scrape-time collector of live session states."""
