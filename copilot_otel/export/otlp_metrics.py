@@ -114,11 +114,13 @@ def make_exporter(settings: OtlpSettings) -> MetricExporter:
 
 
 def metrics_data(registry: CollectorRegistry, resource: Resource, start_ns: int, now_ns: int,
-                 genai: GenAiMetrics | None = None) -> MetricsData:
+                 genai: GenAiMetrics | None = None, starts: Mapping[str, int] | None = None) -> MetricsData:
     """What the registry (and the GenAI instruments) hold now, as OpenTelemetry metrics data (cumulative
-    since ``start_ns``)."""
+    since ``start_ns``, or since ``starts[name]`` for a family whose totals a run before began)."""
     metrics = [] if genai is None else genai.data(start_ns, now_ns)
+    begun = start_ns
     for family in registry.collect():
+        start_ns = starts.get(family.name, begun) if starts else begun
         data: Any = None
         if family.type == "counter":
             points = _numbers(family.samples, family.name + "_total", start_ns, now_ns)
@@ -184,8 +186,10 @@ class MetricsPusher:
 
     def __init__(self, registry: CollectorRegistry, exporter: MetricExporter, resource: Resource, *,
                  interval: float | None = None, clock=time.time_ns, genai: GenAiMetrics | None = None,
-                 on_result: Callable[[str | None], None] = lambda reason: None) -> None:
+                 on_result: Callable[[str | None], None] = lambda reason: None,
+                 starts: Callable[[], Mapping[str, int]] = dict) -> None:
         self.registry = registry
+        self._starts = starts  # families counting since before this process (resumed totals): their start
         self.genai = genai
         self.exporter = exporter
         self.resource = resource
@@ -200,7 +204,7 @@ class MetricsPusher:
 
     def push(self, timeout: float | None = None) -> bool:
         """Send what the registry holds now (within ``timeout`` seconds, if given); True if the backend accepted it."""
-        data = metrics_data(self.registry, self.resource, self._start_ns, self._clock(), self.genai)
+        data = metrics_data(self.registry, self.resource, self._start_ns, self._clock(), self.genai, self._starts())
         try:
             if timeout is None:
                 result = self.exporter.export(data)
@@ -262,13 +266,14 @@ class MetricsPusher:
 
 def start_pushing(settings: OtlpSettings, registry: CollectorRegistry, genai: GenAiMetrics | None = None, *,
                   resource: Mapping[str, Any] | None = None,
-                  on_result: Callable[[str | None], None] = lambda reason: None) -> MetricsPusher:
+                  on_result: Callable[[str | None], None] = lambda reason: None,
+                  starts: Callable[[], Mapping[str, int]] = dict) -> MetricsPusher:
     """A started pusher of ``registry`` (and the GenAI instruments) to where the settings say
     (OTEL_METRICS_EXPORTER=otlp), under ``resource`` (the attributes every span carries)."""
     from .resource import build_resource
 
     pusher = MetricsPusher(registry, make_exporter(settings), build_resource(resource), genai=genai,
-                           on_result=on_result)
+                           on_result=on_result, starts=starts)
     log.info("pushing metrics every %g s over OTLP (%s) to %s", pusher.interval, settings.protocol,
              settings.endpoint or "the exporter's default endpoint")
     return pusher.start()
