@@ -105,6 +105,10 @@ class Daemon:
         self.published = Published()  # what other threads read: replaced whole, never changed
         self.notices = SessionNotices(self.policy)
         self._restored = self.checkpoint.load()
+        # The session metrics resume at the totals committed with these positions (export/totals.py).
+        resumed = self.metrics.resume(self.checkpoint.load_totals())
+        if resumed:
+            log.info("resumed %d metric samples from the checkpoint", resumed)
         self.moves = Moves(self._restored)
         self._started = clock()  # a log last written before this is history: its events were not seen arriving
         self.tree = Tree(self.root)
@@ -118,6 +122,7 @@ class Daemon:
         # The generation a deleted log would start again at, were it written anew.
         self._generations: dict[Path, int] = {}
         self._stop = threading.Event()
+        self.metrics_push = None  # the OTLP metrics pusher (OTEL_METRICS_EXPORTER=otlp): /healthz says its failures
         # What this pass read, counted and handed to the exporter once a batch of spans waits and at the end of
         # the pass: the metric updates, the spans in order, then the checkpoint positions (each behind its own
         # spans, as the exporter needs). At start-up thousands of logs bring a few spans each; a metrics update,
@@ -125,6 +130,7 @@ class Daemon:
         self._outbox_outputs: list[Outputs] = []
         self._outbox: list[SpanRecord] = []
         self._outbox_markers: dict[str, FilePosition] = {}
+        self._counted = False  # metric updates applied since the last totals were queued
         self._bad_lines = RateLimitedLog(log)
         self._last_loop = time.monotonic()
         self._next_liveness = 0.0
@@ -151,6 +157,9 @@ class Daemon:
         if problem is not None:
             return False, problem
         notes = self.queue.notes()
+        pushing = self.metrics_push.note() if self.metrics_push is not None else None
+        if pushing is not None:
+            notes.append(pushing)
         return True, f"ok ({'; '.join(notes)})" if notes else "ok"
 
     def run(self, ready: threading.Event | None = None) -> None:
@@ -351,15 +360,20 @@ class Daemon:
 
     def _send(self) -> None:
         """Count the metrics of what was queued, then hand its spans and positions to the exporter."""
+        totals = None
         if self._outbox_outputs:
             outputs, self._outbox_outputs = self._outbox_outputs, []
+            self._counted = True
             try:
                 self.metrics.apply_all(outputs)
             except Exception:  # a metric bug must not stop the reader
                 log.exception("cannot count the metrics of what was read from %d log(s)", len(outputs))
+        if self._outbox_markers and self._counted:
+            # The totals now are those of everything read up to the positions queued below: committed with them.
+            totals, self._counted = self.metrics.totals(), False
         if self._outbox or self._outbox_markers:
             # Emptied once queued: the export queue gauge (queue and outbox) never reads 0 while spans wait.
-            self.queue.put(self._outbox, self._outbox_markers.values(), should_stop=self._stop.is_set)
+            self.queue.put(self._outbox, self._outbox_markers.values(), totals=totals, should_stop=self._stop.is_set)
             self._outbox, self._outbox_markers = [], {}
 
     def _watch(self, follower: Follower, *, resumed: bool = False) -> None:

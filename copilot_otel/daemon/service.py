@@ -61,7 +61,9 @@ def run_daemon(config: Config) -> int:
         from ..export.otlp_metrics import start_pushing
 
         pusher = start_pushing(config.metrics_otlp, daemon.metrics.registry, daemon.metrics.genai,
-                               resource=daemon.resource)
+                               resource=daemon.resource, on_result=daemon.metrics.metrics_pushed,
+                               starts=daemon.metrics.resumed_starts)
+        daemon.metrics_push = pusher
     try:
         daemon.run()
     finally:

@@ -50,6 +50,8 @@ CREATE TABLE IF NOT EXISTS files (
     session_id TEXT NOT NULL DEFAULT ''
 )
 """
+# The session metrics' totals as of the positions committed with them (totals.py): one row.
+TOTALS_SCHEMA = "CREATE TABLE IF NOT EXISTS totals (id INTEGER PRIMARY KEY CHECK (id = 0), data BLOB NOT NULL)"
 # Columns added since the first schema, and how to add each to an older checkpoint.
 _ADDED = {
     "generation": "generation INTEGER NOT NULL DEFAULT 0",
@@ -146,6 +148,7 @@ class Checkpoint:
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=NORMAL")
             db.execute(SCHEMA)
+            db.execute(TOTALS_SCHEMA)
             columns = {row[1] for row in db.execute("PRAGMA table_info(files)")}
             for name, definition in _ADDED.items():  # a checkpoint written by an older version
                 if name not in columns:
@@ -165,9 +168,16 @@ class Checkpoint:
                                   row[5], row[6], row[7], row[8], row[9], row[10], row[12]) for row in rows)
         return {position.path: position for position in positions}
 
-    def commit(self, positions: list[FilePosition]) -> None:
-        """Store these positions in one transaction; raise CheckpointError (nothing stored) if it failed."""
-        if not positions:
+    def load_totals(self) -> bytes | None:
+        """The metric totals committed last (with the positions they match), or None."""
+        with self._lock:
+            row = self._db.execute("SELECT data FROM totals WHERE id = 0").fetchone()
+        return bytes(row[0]) if row else None
+
+    def commit(self, positions: list[FilePosition], totals: bytes | None = None) -> None:
+        """Store these positions, and the metric totals that match them (None: unchanged), in one transaction;
+        raise CheckpointError (nothing stored) if it failed."""
+        if not positions and totals is None:
             return
         now = time.time()
         rows = [(path_text(p.path), p.identity.device, p.identity.inode, p.identity.fingerprint,
@@ -186,6 +196,8 @@ class Checkpoint:
                     "session_id=excluded.session_id", rows)
                 if moved:
                     self._db.executemany("DELETE FROM files WHERE path = ?", moved)
+                if totals is not None:
+                    self._db.execute("INSERT OR REPLACE INTO totals (id, data) VALUES (0, ?)", (totals,))
                 self._db.execute("COMMIT")
             except sqlite3.Error as exc:
                 self._rollback()

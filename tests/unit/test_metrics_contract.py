@@ -27,6 +27,7 @@ def daemon_registry():
     touches each of them, a bad line, an out-of-order end, a stuck session."""
     with tempfile.TemporaryDirectory() as state:  # where the daemon keeps its service.instance.id
         metrics = Metrics(resource=resource_attributes({}, state_dir=Path(state)))
+    metrics.metrics_pushed("unimplemented")  # a gateway without a metrics pipeline
     metrics.add_live_sessions(lambda: [LiveSession("s-stuck", vocab.STUCK, 900.0)])
     metrics.add_budgets((Budget("octo", 100.0, repository="octo-org/*"),), {})
     log = SessionLog("s-1")
