@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import shutil
-import signal
 import ssl
 import subprocess
 import threading
@@ -21,9 +19,10 @@ import bcrypt
 
 from tests.support.daemon import DaemonProcess
 from tests.support.deploy import DEPLOY, require_tool
-from tests.support.net import LOOPBACK, free_port, wait_until
+from tests.support.net import LOOPBACK
 from tests.support.otlp_receiver import OtlpReceiver
 from tests.support.scrape import Samples, parse
+from tests.support.servers import ServerProcess
 from tests.support.tls import make_ca, make_cert
 
 GATEWAY_ENV = DEPLOY / "rotel" / "gateway.env"
@@ -170,15 +169,15 @@ class Webhook:
         self.thread.join(timeout=10)
 
 
-class Alertmanager:
+class Alertmanager(ServerProcess):
     """Debian's ``prometheus-alertmanager`` on a free loopback port, no cluster, routing every alert to one
     webhook at once (group_wait 1 s), stopped by its pid."""
 
+    name = "alertmanager"
+
     def __init__(self, workdir: Path, webhook_url: str) -> None:
-        self.workdir = Path(workdir)
+        super().__init__(workdir)
         self.webhook_url = webhook_url
-        self.port = free_port()
-        self.proc: subprocess.Popen | None = None
 
     @property
     def address(self) -> str:
@@ -193,37 +192,6 @@ class Alertmanager:
                       "group_wait": "1s", "group_interval": "1s", "repeat_interval": "1h"},
             "receivers": [{"name": "webhook", "webhook_configs": [{"url": self.webhook_url}]}],
         }))
-        log = open(self.workdir / "alertmanager.log", "wb")
-        try:
-            self.proc = subprocess.Popen(
-                [binary, f"--config.file={config}", f"--storage.path={self.workdir / 'data'}",
-                 f"--web.listen-address={self.address}", "--cluster.listen-address="],
-                stdout=log, stderr=log, stdin=subprocess.DEVNULL)
-        finally:
-            log.close()
-        wait_until(self._ready, timeout=30, what="alertmanager /-/ready")
+        self._launch([binary, f"--config.file={config}", f"--storage.path={self.workdir / 'data'}",
+                      f"--web.listen-address={self.address}", "--cluster.listen-address="])
         return self
-
-    def _ready(self) -> bool:
-        if self.proc.poll() is not None:
-            raise AssertionError(f"alertmanager exited: {(self.workdir / 'alertmanager.log').read_text()[-2000:]}")
-        try:
-            with urllib.request.urlopen(f"http://{self.address}/-/ready", timeout=1) as response:
-                return response.status == 200
-        except OSError:
-            return False
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                os.kill(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(timeout=5)
-
-    def __enter__(self) -> "Alertmanager":
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
