@@ -179,10 +179,14 @@ def one_gateway(work: Path, daemons: int, sessions_each: int, rate: float, secon
                 len({s.resource.get("service.instance.id") for s in receiver.spans()}) < daemons:
             time.sleep(1)
         senders = len({s.resource.get("service.instance.id") for s in receiver.spans()})
-        cpu0, received0, started = cpu_seconds(gateway.pid), len(receiver.spans()), time.monotonic()
+        before = receiver.spans()
+        cpu0, started = cpu_seconds(gateway.pid), time.monotonic()
         time.sleep(seconds)
-        received = len(receiver.spans()) - received0
+        during = receiver.spans()[len(before):]
         elapsed = time.monotonic() - started
+        seen = {(s.trace_id, s.span_id) for s in before}
+        received = len({(s.trace_id, s.span_id) for s in during} - seen)
+        again = len(during) - received  # a span the gateway sent twice (it retried a request that timed out)
         cpu = cpu_seconds(gateway.pid) - cpu0
         rss = rss_mb(gateway.pid)
         for replay in replays:
@@ -192,7 +196,7 @@ def one_gateway(work: Path, daemons: int, sessions_each: int, rate: float, secon
             replay.wait(timeout=60)
     print(f"one rotel gateway, {daemons} replays at --rate {rate:g} each ({daemons * rate:.0f} spans/s offered), "
           f"{seconds:.0f} s once {senders} of them delivered:")
-    print(f"  delivered           {received} spans ({received / elapsed:.0f}/s)")
+    print(f"  delivered           {received} spans ({received / elapsed:.0f}/s), and {again} more times again")
     print(f"  gateway CPU         {cpu / elapsed * 100:.1f} % of a core "
           f"({cpu / max(1, received) * 1e6:.0f} µs a span), RSS {rss:.0f} MB")
 
