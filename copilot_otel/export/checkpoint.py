@@ -130,7 +130,8 @@ class Checkpoint:
                 raise CheckpointError(
                     f"the checkpoint {self.path} is damaged ({exc}): what was exported is unknown. To export every "
                     "session again from its start (the same span ids; its metrics counted again), move it aside with "
-                    "its -wal and -shm files; to skip the history in the files, start with --from-end") from None
+                    "its -wal and -shm files and start with --backfill; to skip the history in the files, start with "
+                    "--from-end") from None
             broken = self.path.with_name(f"{self.path.name}.corrupt-{int(time.time())}")
             log.warning("checkpoint %s is unreadable (%s); moved it to %s and starting afresh",
                         self.path, exc, broken)
