@@ -310,6 +310,9 @@ def sessions(state, repository, since, json, from_files, log_level, **options) -
         help="Seconds between rescans that back up the file watcher.")
 @option("from-end", is_flag=True, default=False,
         help="On first start, skip the history already in the files.")
+@option("backfill", is_flag=True, default=False,
+        help="Also export the sessions whose last event is older than the state folder's first start "
+             "(left out by default: a restored home's old sessions are not this machine's).")
 @option("idle-quiet", type=Duration(MIN_IDLE_QUIET), default=DEFAULT_IDLE_QUIET, show_default=True,
         help="Seconds of silence after a final answer that confirm the agent loop went idle.")
 @option("max-buffered-spans", type=click.IntRange(min=1), default=DEFAULT_MAX_BUFFERED_SPANS, show_default=True,
@@ -321,8 +324,8 @@ def sessions(state, repository, since, json, from_files, log_level, **options) -
 @access_options
 @BUDGETS_FILE
 @STRICT_MODES
-def run(log_level, poll, rescan_interval, from_end, idle_quiet, max_buffered_spans, trace_url, max_label_values,
-        **options) -> None:
+def run(log_level, poll, rescan_interval, from_end, backfill, idle_quiet, max_buffered_spans, trace_url,
+        max_label_values, **options) -> None:
     """The daemon: follow every session under COPILOT_HOME, export spans, serve /metrics and the web view.
 
     The web view and its JSON answer only with the token made at each start (`copilot-otel open`
@@ -335,7 +338,7 @@ def run(log_level, poll, rescan_interval, from_end, idle_quiet, max_buffered_spa
     disable_created_series()
     _setup_logging(log_level)
     try:
-        config = build_config(poll=poll, rescan_interval=rescan_interval, from_start=not from_end,
+        config = build_config(poll=poll, rescan_interval=rescan_interval, from_start=not from_end, backfill=backfill,
                               idle_quiet=idle_quiet, max_buffered_spans=max_buffered_spans, trace_url=trace_url,
                               max_label_values=max_label_values, **options)
     except ConfigError as exc:

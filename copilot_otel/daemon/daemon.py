@@ -105,6 +105,10 @@ class Daemon:
         self.published = Published()  # what other threads read: replaced whole, never changed
         self.notices = SessionNotices(self.policy)
         self._restored = self.checkpoint.load()
+        # A log this state folder never saw whose last event is older than its first start is history (a restored
+        # home's, or the machine's before copilot-otel): left out unless --backfill.
+        self._history_before_ns = 0 if config.backfill else int(self.checkpoint.first_start * 1e9)
+        self._history_skipped = self._history_said = 0
         # The session metrics resume at the totals committed with these positions (export/totals.py).
         resumed = self.metrics.resume(self.checkpoint.load_totals())
         if resumed:
@@ -218,6 +222,11 @@ class Daemon:
         self._housekeeping()
         self._send()
         self._publish()
+        if self._history_skipped != self._history_said:
+            log.info("%d log(s) whose last event is older than this state folder's first start (%s) left out as "
+                     "history; --backfill exports them", self._history_skipped - self._history_said,
+                     time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(self._history_before_ns / 1e9)))
+            self._history_said = self._history_skipped
         if self._collection is not None:
             self._collection.reading(bool(self._backlog))  # a backlog: the next pass reads at once
         if self._freeze_gc and not files:
@@ -262,13 +271,19 @@ class Daemon:
                 return moved
         follower = Follower.start(path, self.config.model, max_line_bytes=self.config.max_line_bytes,
                                   restored=restored, skip_history=path in self._skip_history, within=self._root_real,
-                                  generation=self._generations.pop(path, 0), history=st.st_mtime < self._started)
+                                  generation=self._generations.pop(path, 0), history=st.st_mtime < self._started,
+                                  history_before_ns=self._history_before_ns)
         if restored is not None and restored.resume_offset == restored.offset \
                 and self.clock() - st.st_mtime < ABANDONED_RETENTION:
             # Nothing was open at its checkpoint, yet it was written lately: a run before may have found it
             # abandoned. Read again from the first line (nothing delivered twice) to know, and to know it whole.
             follower.reread()
         self.sessions[path] = follower
+        if follower.skipped:  # remembered as read to its end: what is appended later is followed, not the history
+            self._history_skipped += 1
+            marker = follower.marker()
+            if marker is not None:
+                self._queue_marker(marker)
         return follower
 
     def _move(self, follower: Follower, path: Path, first_id: str) -> None:

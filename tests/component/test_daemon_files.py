@@ -200,7 +200,8 @@ def test_the_collector_is_off_while_the_history_is_read_then_it_is_frozen(tmp_pa
     home = tmp_path / "home"
     for n in range(20):
         new_session(home, f"history-{n}").write_bytes(real_log("plain"))
-    config = Config(copilot_home=home, state_dir=tmp_path / "state", idle_quiet=0.3, rescan_interval=1.0)
+    config = Config(copilot_home=home, state_dir=tmp_path / "state", idle_quiet=0.3, rescan_interval=1.0,
+                    backfill=True)
     daemon = Daemon(config, sink=MemorySink(), own_gc=True)
     enabled_while_reading: list[bool] = []
     read = daemon._read

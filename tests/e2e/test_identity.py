@@ -88,7 +88,7 @@ def test_a_gateway_without_a_metrics_pipeline_is_counted_and_said_then_recovers(
             failing = daemon.scrape()
             assert gateway.wait_for_spans(1, timeout=30)
             gateway.down()
-            gateway.metrics = True
+            gateway.metrics_receiver = True
             gateway.up()
             wait_until(lambda: fetch(daemon.health_url) == "ok\n", timeout=30, what="/healthz ok again")
             recovered = daemon.scrape()

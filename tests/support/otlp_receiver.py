@@ -429,7 +429,7 @@ class OtlpReceiver(LoopbackEndpoints):
         ``max_grpc_request_mib``: the largest gRPC request accepted (the Collector's default, 4).
         ``metrics=False``: a traces-only receiver (Rotel's ``--otlp-receiver-metrics-disabled``), as a gateway
         without a metrics pipeline is: a metrics push gets gRPC UNIMPLEMENTED, or HTTP 404."""
-        self.metrics = metrics
+        self.metrics_receiver = metrics
         self.batch_timeout = batch_timeout
         self.max_grpc_request_mib = max_grpc_request_mib
         self.startup_timeout = startup_timeout
@@ -722,7 +722,7 @@ class OtlpReceiver(LoopbackEndpoints):
             "--otlp-grpc-max-recv-msg-size-mib", str(self.max_grpc_request_mib),
             "--otlp-http-endpoint", f"{LOOPBACK}:{self.http_port}",
             "--otlp-receiver-logs-disabled",
-            *(() if self.metrics else ("--otlp-receiver-metrics-disabled",)),
+            *(() if self.metrics_receiver else ("--otlp-receiver-metrics-disabled",)),
             "--pid-file", str(Path(self._tmp.name) / "rotel.pid"),
             "--log-file", str(Path(self._tmp.name) / "rotel-daemon.log"),
             "--exporter", "otlp",
