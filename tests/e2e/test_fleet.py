@@ -250,8 +250,8 @@ def test_a_gateway_sigkill_inside_its_batch_loses_what_rotel_acknowledged_and_no
 
 
 def test_a_daemon_restart_resends_nothing_and_hides_no_machine(fleet):
-    """ci-runner-1's daemon restarts (SIGTERM, then the same state folder, address and host name): it sends no
-    span again, keeps its instance id, and from its first scrapes every dashboard query on series every machine
+    """ci-runner-1's daemon restarts (SIGTERM, then the same state folder, address and host name): while it is
+    down the "Daemons down" panel names it; it sends no span again, keeps its instance id, and from its first scrapes every dashboard query on series every machine
     serves still has a row for each of the five host names, over a window (6 s) that holds only samples from
     after the restart: its counters are back, not merely remembered by Prometheus."""
     machine, prometheus = fleet.machines["ci-runner-1"], fleet.prometheus
@@ -260,6 +260,9 @@ def test_a_daemon_restart_resends_nothing_and_hides_no_machine(fleet):
     machine.stop()
     wait_until(lambda: prometheus.values(f'up{{instance="{machine.target}"}}') == {"": 0.0}, timeout=30,
                what="the restart seen by Prometheus")
+    (down,) = [expr for title, expr in dashboard_queries() if title == "Daemons down"]
+    # down, it serves no target_info: the panel names it by the last one it served
+    assert prometheus.values(render_grafana_expr(down, split="host_name"), "host_name") == {"ci-runner-1": 1.0}
     machine.start()
     wait_until(lambda: prometheus.values(f'up{{instance="{machine.target}"}}') == {"": 1.0}, timeout=30,
                what="the first scrape after the restart")
