@@ -21,6 +21,7 @@ from urllib.parse import urlparse
 
 from msgspec.structs import replace
 
+from ..base.redact import redact_url
 from ..version import __version__
 from ..config import ENV_OTLP_ENDPOINT, OtlpSettings
 from .otlp_answers import (MAX_ANSWER_BYTES, PROTOBUF, HttpAnswer, Signal, grpc_error, http_answer, quote,
@@ -62,7 +63,7 @@ class HttpTransport:
 
     def __init__(self, settings: OtlpSettings, endpoint: str, signal: Signal) -> None:
         self.endpoint, self.signal, self.timeout = endpoint, signal, settings.timeout
-        self.description = f"{endpoint} ({settings.protocol})"
+        self.description = f"{redact_url(endpoint)} ({settings.protocol})"
         self._headers = {"Content-Type": PROTOBUF, "User-Agent": USER_AGENT, **dict(settings.headers)}
         self._gzip = settings.compression == "gzip"
         if self._gzip:
@@ -179,7 +180,7 @@ class GrpcTransport:
 
         self._grpc = grpc
         self.signal, self.timeout = signal, settings.timeout
-        self.description = f"{endpoint} ({settings.protocol})"
+        self.description = f"{redact_url(endpoint)} ({settings.protocol})"
         parsed = urlparse(endpoint)
         target = parsed.netloc or endpoint
         insecure = settings.insecure if settings.insecure is not None else parsed.scheme == "http"

@@ -27,6 +27,7 @@ from ..base.private import write_private
 from .batches import Batch, ReplayStats
 from .runner import BATCH, replay_files, replay_stream
 from ..export.resource import resource_attributes
+from ..base.redact import redact
 from ..base.safe_text import safe
 from ..export.sinks import FileSink
 from ..export.contract import ExportError, SpanSink
@@ -249,7 +250,7 @@ def replay_stdin(sink: SpanSink, config: Config, metrics_file: Path | None) -> i
 
 def _say(message: str) -> None:
     """One line on stderr; paths, session ids and reasons in it escaped for the terminal."""
-    click.echo(f"copilot-otel: {safe(message)}", err=True)
+    click.echo(f"copilot-otel: {safe(redact(message))}", err=True)
 
 
 def _failed(message: str) -> int:
