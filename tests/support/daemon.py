@@ -54,8 +54,9 @@ class DaemonProcess:
         return view_token(self.state_dir, self.port)
 
     def page_url(self, path: str = "/") -> str:
-        """A page of the web view opened the way a user opens it: once with its token (it then sets a cookie)."""
-        return f"http://{LOOPBACK}:{self.port}{path}{'&' if '?' in path else '?'}token={self.token}"
+        """A page of the web view opened the way `copilot-otel open` opens it: with its token in the fragment
+        (the page keeps it in its origin's storage)."""
+        return f"http://{LOOPBACK}:{self.port}{path}#token={self.token}"
 
     def api_get(self, path: str, timeout: float = 30.0, headers: dict | None = None) -> bytes:
         """GET ``path`` of the web view with the token (Authorization: Bearer), as a script would."""
