@@ -325,7 +325,7 @@ def run(log_level, poll, rescan_interval, from_end, idle_quiet, max_buffered_spa
         **options) -> None:
     """The daemon: follow every session under COPILOT_HOME, export spans, serve /metrics and the web view.
 
-    The web view and its JSON answer only with the token made at each start (`copilot-otel open`
+    The web view's data (/api/) answers only with the token made at each start (`copilot-otel open`
     opens the page with it); /metrics and /healthz answer scrapers. The commands reach the daemon
     on its Unix socket in the state folder.
     """
@@ -360,7 +360,7 @@ def run(log_level, poll, rescan_interval, from_end, idle_quiet, max_buffered_spa
 def view(paths, address, log_level, **options) -> None:
     """Serve the web view over session logs (folders, events.jsonl files or a COPILOT_HOME), without the daemon.
 
-    The pages answer only with the token made at start: `copilot-otel open --metrics-address
+    The pages show data only with the token made at start: `copilot-otel open --metrics-address
     HOST:PORT` (this --address) opens them with it.
     """
     from ..web.routes import run_view

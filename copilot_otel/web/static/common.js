@@ -4,8 +4,8 @@
 
 // The view's token. `copilot-otel open` lands here with it in the fragment (#token=...), which the browser
 // never sends anywhere; it is kept in this origin's localStorage (scheme, host and port: a page of another
-// port cannot read it) and sent only by these scripts, in the X-Copilot-Otel-Token header, to this origin. No cookie:
-// the browser attaches nothing by itself to a request, so a server on another port of this host gets nothing.
+// port cannot read it) and sent only by these scripts, in the X-Copilot-Otel-Token header, to this origin.
+// No cookie: the browser attaches nothing by itself to a request, so a server on another port gets nothing.
 const TOKEN_KEY = "copilot-otel-token";
 function takeToken() {
   const given = new URLSearchParams(location.hash.slice(1)).get("token");
