@@ -9,13 +9,13 @@ from __future__ import annotations
 import http.client
 import json
 import socket
-import subprocess
+from pathlib import Path
 
 import pytest
 
 from tests.support.commands import run_replay
 from tests.support.daemon import DaemonProcess
-from tests.support.events import SessionLog
+from tests.support.files import ended_session
 from tests.support.liars import Answer, LyingBackend
 from tests.support.net import LOOPBACK, free_port, wait_until
 from tests.support.nobody import as_nobody, serve_as_nobody, stop_child
@@ -23,16 +23,9 @@ from tests.support.nobody import as_nobody, serve_as_nobody, stop_child
 TOKEN_HEADER = "X-Copilot-Otel-Token"
 
 
-def write_session(home, session_id: str = "token-session") -> str:
-    log = SessionLog(session_id)
-    log.start(repository="octo/private")
-    log.user()
-    log.answer()
-    log.shutdown()
-    folder = home / "session-state" / session_id
-    folder.mkdir(parents=True)
-    (folder / "events.jsonl").write_bytes(log.jsonl())
-    return session_id
+def write_session(home) -> Path:
+    """The session the view serves; its folder."""
+    return ended_session(home, "token-session", repository="octo/private").parent
 
 
 @pytest.fixture(scope="module")
@@ -231,7 +224,7 @@ def test_a_failing_endpoint_shows_no_password_or_key_on_healthz_or_in_the_log(tm
 def test_replay_to_a_failing_endpoint_says_so_without_its_credentials(tmp_path):
     """`replay` to a gRPC and to an OTLP/HTTP endpoint with a password and a key, neither answering: it fails,
     names the endpoint, and shows neither the password nor the key."""
-    session = tmp_path / "home" / "session-state" / write_session(tmp_path / "home")
+    session = write_session(tmp_path / "home")
     closed = free_port()
     for protocol, endpoint in (("grpc", f"http://carol:grpc-pw-3@{LOOPBACK}:{closed}?api_key=grpc-key-3"),
                                ("http/protobuf", f"http://alice:trace-pw-1@{LOOPBACK}:{closed}/v1/traces"

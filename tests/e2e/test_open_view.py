@@ -15,20 +15,13 @@ import pytest
 
 from tests.support.commands import COMMAND, REPO, clean_env, run_copilot_otel
 from tests.support.daemon import DaemonProcess, view_token
-from tests.support.events import SessionLog
+from tests.support.files import ended_session
 from tests.support.net import LOOPBACK, free_port, wait_until
 from tests.support.nobody import as_nobody
 
 
 def write_session(home: Path) -> None:
-    log = SessionLog("open-session")
-    log.start(repository="octo/repo", branch="main")
-    log.user()
-    log.answer()
-    log.shutdown()
-    folder = home / "session-state" / log.session_id
-    folder.mkdir(parents=True)
-    (folder / "events.jsonl").write_bytes(log.jsonl())
+    ended_session(home, "open-session", repository="octo/repo", branch="main")
 
 
 @pytest.fixture(scope="module")
