@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.commands import run_replay
-from tests.support.daemon import DaemonProcess
+from tests.support.daemon import DaemonProcess, one_session_daemon
 from tests.support.files import ended_session
 from tests.support.liars import Answer, LyingBackend
 from tests.support.net import LOOPBACK, free_port, wait_until
@@ -30,9 +30,7 @@ def write_session(home) -> Path:
 
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory):
-    root = tmp_path_factory.mktemp("token")
-    write_session(root / "home")
-    with DaemonProcess(root / "home", root / "state", traces_file=root / "traces.jsonl") as process:
+    with one_session_daemon(tmp_path_factory.mktemp("token"), "token-session", repository="octo/private") as process:
         yield process
 
 

@@ -14,21 +14,22 @@ from pathlib import Path
 import pytest
 
 from tests.support.commands import COMMAND, REPO, clean_env, run_copilot_otel
-from tests.support.daemon import DaemonProcess, view_token
+from tests.support.daemon import one_session_daemon, view_token
 from tests.support.files import ended_session
 from tests.support.net import LOOPBACK, free_port, wait_until
 from tests.support.nobody import as_nobody
 
 
+SESSION = {"repository": "octo/repo", "branch": "main"}
+
+
 def write_session(home: Path) -> None:
-    ended_session(home, "open-session", repository="octo/repo", branch="main")
+    ended_session(home, "open-session", **SESSION)
 
 
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory):
-    root = tmp_path_factory.mktemp("open")
-    write_session(root / "home")
-    with DaemonProcess(root / "home", root / "state", traces_file=root / "traces.jsonl") as process:
+    with one_session_daemon(tmp_path_factory.mktemp("open"), "open-session", **SESSION) as process:
         yield process
 
 

@@ -155,6 +155,14 @@ class DaemonProcess:
         self.stop()
 
 
+def one_session_daemon(root: Path, session_id: str, **start) -> DaemonProcess:
+    """A daemon (to start with ``with``) over a home in ``root`` holding one finished session, traces to a file."""
+    from tests.support.files import ended_session
+
+    ended_session(root / "home", session_id, **start)
+    return DaemonProcess(root / "home", root / "state", traces_file=root / "traces.jsonl")
+
+
 def view_token(state_dir: Path, port: int) -> str:
     """The token a daemon or `view` on ``port`` keeps in ``state_dir``."""
     return json.loads((Path(state_dir) / f"web-{port}.json").read_text())["token"]
