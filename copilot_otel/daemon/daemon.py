@@ -42,7 +42,7 @@ from ..export.resource import resource_attributes
 from ..export.sinks import make_sink
 from ..export.contract import SpanSink
 from ..source.sources import SESSION_STATE
-from ..source.tail import NOT_REGULAR
+from ..base.regular import NOT_REGULAR
 from ..model.summary import SessionSummary
 from ..vocab import END_INCOMPLETE, END_SHUTDOWN
 

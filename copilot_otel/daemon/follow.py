@@ -27,6 +27,7 @@ from ..export.checkpoint import FilePosition
 from ..model.options import ModelOptions
 from ..decode.lines import decode_line
 from ..base.display import duration
+from ..base.regular import open_regular
 from ..decode.events import DecodeError, Event
 from ..source.identity import EDITED
 from ..source.liveness import Liveness, locks_expected
@@ -314,7 +315,7 @@ def _prime(model: SessionModel, path: Path, end: int, max_line_bytes: int) -> No
 
     The file is scanned a chunk at a time: a long log costs no more memory than one line."""
     try:
-        handle = open(path, "rb")
+        handle = os.fdopen(open_regular(path, follow=False), "rb")  # what the tail refuses is not read here either
     except OSError:
         return
     with handle:

@@ -21,6 +21,7 @@ from urllib.parse import urlparse
 
 from msgspec.structs import replace
 
+from ..base.regular import read_regular
 from ..version import __version__
 from ..config import ENV_OTLP_ENDPOINT, OtlpSettings
 from .otlp_answers import (MAX_ANSWER_BYTES, PROTOBUF, HttpAnswer, Signal, grpc_error, http_answer, quote,
@@ -164,11 +165,13 @@ def _ssl_context(settings: OtlpSettings) -> ssl.SSLContext:
     return context
 
 
+MAX_PEM_BYTES = 1 << 20  # a certificate bundle, a key
+
+
 def _read(path) -> bytes | None:
     if path is None:
         return None
-    with open(path, "rb") as handle:
-        return handle.read()
+    return read_regular(path, MAX_PEM_BYTES)
 
 
 class GrpcTransport:
