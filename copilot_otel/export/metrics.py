@@ -7,6 +7,7 @@ scrape time by :class:`LiveSessionsCollector`.
 
 from __future__ import annotations
 
+import logging
 import re
 import time
 from bisect import bisect_left
@@ -21,12 +22,14 @@ from prometheus_client.process_collector import ProcessCollector
 from ..base.pause import PAUSE
 from ..version import __version__
 from ..config import DEFAULT_MAX_LABEL_VALUES
-from ..decode.lines import REASONS
+from ..decode.lines import INTERNAL_ERROR, REASONS
 from .genai_metrics import GenAi, GenAiMetrics
 from .limits import MAX_NAME_CHARS, OTHER, cut_name
 from ..model.records import MetricUpdate
-from ..vocab import ATTRIBUTED, INTERACTION_ENDS, REPOSITORY_LABEL, SIGNALS, STALLED_STATES, STATES, Metric
+from ..vocab import (ATTRIBUTED, CLAMP_REASONS, INTERACTION_ENDS, REPOSITORY_LABEL, SIGNALS, STALLED_STATES, STATES,
+                     Metric)
 
+log = logging.getLogger(__name__)
 HISTOGRAMS = frozenset((Metric.TURN_DURATION, Metric.TOOL_DURATION, Metric.LLM_CALL_DURATION,
                         Metric.LLM_TIME_TO_FIRST_TOKEN))
 
@@ -253,6 +256,12 @@ class Metrics:
         self.spans_dropped_by_backend = Counter(
             "copilot_otel_spans_dropped_by_backend",
             "Spans the trace backend accepted and dropped all the same (OTLP partial success).", registry=r)
+        self.values_clamped = Counter("copilot_otel_values_clamped",
+                                      "Values from the logs clamped or cut to be usable (each logged with its file "
+                                      "and line), by reason.", ["reason"], registry=r)
+        for reason in CLAMP_REASONS:
+            self.values_clamped.labels(reason)
+        self._failures: set[str] = set()  # metrics whose failed update was logged
         self.label_overflow = Counter("copilot_otel_label_overflow",
                                       "Label values counted as 'other': past the cap on distinct values, by label.",
                                       ["label"], registry=r)
@@ -390,25 +399,28 @@ class Metrics:
                 if type(metric) is GenAi:
                     genai.append(update)
                     continue
-                if metric is Metric.AI_CREDITS and self.budget_meter is not None:
-                    self.budget_meter.spend(update.labels[-1], update.value)
-                key = (metric, update.labels)
-                found = admitted.get(key)  # (series, a histogram's bounds or None)
-                if found is None:
-                    labels = self._labels(metric, update.labels)
-                    found = (self._child(metric, labels), bounds.get(metric))
-                    if labels == update.labels and OTHER not in labels:
-                        admitted[key] = found
-                child, edges = found
-                if edges is not None:
-                    value = update.value
-                    # The bucket prometheus_client counts it in (the first bound >= value; none for NaN).
-                    observed.append((child, value, update.exemplar, bisect_left(edges, value) if value == value
-                                     else None))
-                else:
-                    sums[child] = sums.get(child, 0.0) + update.value
-                    if update.exemplar is not None:
-                        spans[child] = update.exemplar
+                try:  # one update that fails (a bug of ours) costs itself, never the rest of the pass
+                    if metric is Metric.AI_CREDITS and self.budget_meter is not None:
+                        self.budget_meter.spend(update.labels[-1], update.value)
+                    key = (metric, update.labels)
+                    found = admitted.get(key)  # (series, a histogram's bounds or None)
+                    if found is None:
+                        labels = self._labels(metric, update.labels)
+                        found = (self._child(metric, labels), bounds.get(metric))
+                        if labels == update.labels and OTHER not in labels:
+                            admitted[key] = found
+                    child, edges = found
+                    if edges is not None:
+                        value = update.value
+                        # The bucket prometheus_client counts it in (the first bound >= value; none for NaN).
+                        observed.append((child, value, update.exemplar, bisect_left(edges, value) if value == value
+                                         else None))
+                    else:
+                        sums[child] = sums.get(child, 0.0) + update.value
+                        if update.exemplar is not None:
+                            spans[child] = update.exemplar
+                except Exception:  # noqa: BLE001
+                    self._failed(update)
             incs.extend((child, value, spans.get(child)) for child, value in sums.items())
             for event_type, count in out.events.items():
                 events[event_type] = events.get(event_type, 0) + count
@@ -416,21 +428,41 @@ class Metrics:
                 self.lines_rejected.labels(reason).inc(count)
             for event_type, count in out.out_of_order.items():
                 self.events_out_of_order.labels(event_type).inc(count)
+            for reason, count in out.clamped.items():
+                self.values_clamped.labels(reason).inc(count)
             ahead += out.ahead
             newest = max(newest, out.newest_ns)
-        self.genai.apply_all(genai)
+        try:
+            self.genai.apply_all(genai)
+        except Exception:  # noqa: BLE001 - the push's totals, never the Prometheus metrics below
+            self._failed(genai[0] if genai else None)
         last = {child: i for i, (child, _value, span) in enumerate(incs) if span is not None}
         for i, (child, value, span) in enumerate(incs):
-            child.inc(value, exemplar_labels(span) if last.get(child) == i else None)
+            try:
+                child.inc(value, exemplar_labels(span) if last.get(child) == i else None)
+            except Exception:  # noqa: BLE001
+                self._failed(None)
         last = {(child, bucket): i for i, (child, _value, span, bucket) in enumerate(observed) if span is not None}
         for i, (child, value, span, bucket) in enumerate(observed):
-            child.observe(value, exemplar_labels(span) if last.get((child, bucket)) == i else None)
+            try:
+                child.observe(value, exemplar_labels(span) if last.get((child, bucket)) == i else None)
+            except Exception:  # noqa: BLE001
+                self._failed(None)
         for event_type, count in events.items():
             self.count_event(event_type, count)
         if ahead:
             self.events_ahead.inc(ahead)
         if newest > self.newest_event_ns:
             self.newest_event_ns = newest
+
+    def _failed(self, update: MetricUpdate | None) -> None:
+        """An update that could not be applied (a bug of ours): counted as internal_error, its traceback logged
+        once per metric."""
+        name = getattr(getattr(update, "metric", None), "value", "a series")
+        self.lines_rejected.labels(INTERNAL_ERROR).inc()
+        if name not in self._failures:
+            self._failures.add(name)
+            log.exception("could not count an update of %s; counted as %s, the others go on", name, INTERNAL_ERROR)
 
     def add_live_sessions(self, snapshot: Callable[[], Iterable[LiveSession]]) -> None:
         """Register the scrape-time collector of live session states."""

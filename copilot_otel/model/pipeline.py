@@ -18,7 +18,7 @@ from ..decode.events import DecodeError, Event
 from ..base.pause import PAUSE
 from .records import EMPTY_STEP, MetricUpdate, SpanRecord, Step
 from .sessions import SessionModel
-from ..vocab import DUPLICATE_ID, END_INCOMPLETE
+from ..vocab import DUPLICATE_ID, END_INCOMPLETE, OUT_OF_RANGE
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +35,7 @@ class Outputs(Struct):
     events: dict[str, int] = field(default_factory=dict)  # event type -> events applied
     newest_ns: int = 0  # timestamp of the newest event applied
     ahead: int = 0  # events stamped more than an hour ahead of the reader's clock (kept: a clock is wrong)
+    clamped: dict[str, int] = field(default_factory=dict)  # reason -> values clamped or cut to be usable
 
     def add(self, step: Step) -> None:
         """Fold in one step's spans and metric updates (its anomalies are counted by ``drive``)."""
@@ -87,6 +88,8 @@ def drive(model: SessionModel, items: Iterable[Event | DecodeError], out: Output
             warn("%s:%d: %s", source, item.line, anomaly.describe())
             if anomaly.kind == DUPLICATE_ID:
                 rejected[DUPLICATE_ID] = rejected.get(DUPLICATE_ID, 0) + 1
+            elif anomaly.kind == OUT_OF_RANGE:
+                out.clamped[OUT_OF_RANGE] = out.clamped.get(OUT_OF_RANGE, 0) + 1
             else:
                 out.out_of_order[anomaly.event_type] = out.out_of_order.get(anomaly.event_type, 0) + 1
     return out

@@ -271,7 +271,7 @@ def write_metrics(stats: ReplayStats, config: Config, metrics_file: Path | None)
     disable_created_series()
     metrics = Metrics(process=False, repository_label=not config.no_repository_label, resource=resource_attributes())
     metrics.apply_outputs(Outputs(metrics=list(stats.metrics or ()), rejected=stats.rejected,
-                                  out_of_order=stats.out_of_order))
+                                  out_of_order=stats.out_of_order, clamped=stats.clamped))
     if metrics_file is not None:
         # As write_to_textfile writes it, less its temporary file of a guessable name (a link planted there in a
         # shared folder would be written through): node_exporter, another user, reads it.

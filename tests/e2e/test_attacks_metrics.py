@@ -1,0 +1,57 @@
+"""Numbers and names from a log that would break the metrics: a 400-digit token count, a cost of 1e308,
+thousands of invented statuses, error types and providers, JSON nested past what a parser goes. Each is
+clamped, capped or kept in part, counted and named; no other session loses its metrics or spans."""
+
+from __future__ import annotations
+
+import json
+
+from tests.support.daemon import DaemonProcess
+from tests.support.events import SessionLog
+from tests.support.files import new_session
+from tests.support.net import wait_until
+from tests.support.scrape import value
+
+FAST = ("--idle-quiet", "0.3", "--rescan-interval", "1")
+HUGE = 10 ** 400
+
+
+def _session(home, name: str, *, giant: bool = False) -> None:
+    log = SessionLog(name)
+    log.start()
+    log.user()
+    if giant:
+        log.answer(output_tokens=HUGE, cost=1e308, extra={"duration": HUGE, "timeToFirstTokenMs": HUGE})
+        log.user()
+        log.answer(cost=1e308)
+    else:
+        log.answer(cost=1.0)
+    log.shutdown()
+    new_session(home, name).write_bytes(log.jsonl())
+
+
+def test_one_huge_number_costs_no_session_its_metrics(tmp_path):
+    """Six sessions read in one pass, one with a 400-digit outputTokens, duration and time to first token and
+    a cost of 1e308 on two calls: all six are counted, every counter stays finite (clamped to int64, as the
+    docs promise), each clamped value is counted in copilot_otel_values_clamped_total and logged with its
+    file and line, nothing is an internal error, and the web view still lists all six."""
+    home = tmp_path / "home"
+    for n in range(6):
+        _session(home, f"s{n}", giant=n == 3)
+    with DaemonProcess(home, tmp_path / "state", traces_file=tmp_path / "traces.jsonl", args=FAST) as daemon:
+        daemon.wait_for_metric("copilot_sessions_started_total", 6, timeout=30)
+        wait_until(lambda: value(daemon.scrape(), "copilot_otel_values_clamped_total", reason="out_of_range") >= 6,
+                   timeout=20, what="the clamped values counted")
+        samples = daemon.scrape()
+        listed = json.loads(daemon.api_get("/api/sessions"))
+    assert value(samples, "copilot_llm_calls_total", model="test-model", outcome="success") == 7
+    premium = value(samples, "copilot_premium_requests_total", model="test-model")
+    output = value(samples, "copilot_tokens_total", model="test-model", type="output")
+    assert premium == 5 + 2 * float((1 << 63) - 1) and output == 5 * 42 + float((1 << 63) - 1)
+    assert value(samples, "copilot_otel_values_clamped_total", reason="out_of_range") == 6
+    assert value(samples, "copilot_otel_lines_rejected_total", reason="internal_error") == 0
+    assert sorted(s["id"] for s in listed["sessions"]) == [f"s{n}" for n in range(6)]
+    log = daemon.log_text()
+    where = f"{home / 'session-state' / 's3' / 'events.jsonl'}:"
+    assert log.count(where) == 6 and "copilot_premium_requests: 1e+308 is beyond int64" in log
+    assert "Traceback" not in log
