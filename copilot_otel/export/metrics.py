@@ -50,9 +50,12 @@ STALLED_LABELS = ["session_id", "state", "tool", "repository"]
 # The exemplar label names Grafana's exemplarTraceIdDestinations and OTLP exemplars read.
 TRACE_ID, SPAN_ID = "trace_id", "span_id"
 _EVENT_TYPE = re.compile(r"[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*){1,3}")
-# Labels whose values the model or the log chooses: each is capped (LabelCap).
-AGENT, MODEL, TOOL, REPOSITORY = "agent", "model", "tool", REPOSITORY_LABEL
-CAPPED_LABELS = (AGENT, MODEL, TOOL, REPOSITORY)
+# Labels whose values the model or the log chooses: each is capped (LabelCap). error_type and provider are
+# attributes of the GenAI instruments of the OTLP push alone (genai.CAPPED); the others are Prometheus labels.
+AGENT, MODEL, TOOL, REPOSITORY, STATUS = "agent", "model", "tool", REPOSITORY_LABEL, "status"
+ERROR_TYPE, PROVIDER = "error_type", "provider"
+CAPPED_LABELS = (AGENT, MODEL, TOOL, REPOSITORY, STATUS, ERROR_TYPE, PROVIDER)
+PUSH_ONLY = frozenset((ERROR_TYPE, PROVIDER))  # no Prometheus twin counts their overflow: the push does
 # For each session metric, the capped label at each position of its label values (None: a closed set).
 _CAPPED_POSITIONS: dict[Metric, tuple[str | None, ...]] = {
     Metric.SESSIONS_STARTED: (REPOSITORY,),
@@ -68,7 +71,7 @@ _CAPPED_POSITIONS: dict[Metric, tuple[str | None, ...]] = {
     Metric.AUTOPILOT_PREMIUM_REQUESTS: (MODEL, REPOSITORY),
     Metric.AI_CREDITS: (MODEL, REPOSITORY),
     Metric.AUTOPILOT_AI_CREDITS: (MODEL, REPOSITORY),
-    Metric.LLM_CALLS_WITHOUT_CREDITS: (MODEL, None, REPOSITORY),
+    Metric.LLM_CALLS_WITHOUT_CREDITS: (MODEL, STATUS, REPOSITORY),
     Metric.CODE_LINES: (None, REPOSITORY),
     Metric.FILES_MODIFIED: (REPOSITORY,),
 }
@@ -134,8 +137,8 @@ class LiveSessionsCollector:
         for session in self._snapshot():
             counts[session.state] = counts.get(session.state, 0) + 1
             if session.state in STALLED_STATES:
-                repository = session.repository if self._repository_label else ""
-                stalled.add_metric([session.session_id, session.state, session.tool, repository],
+                repository = cut_name(session.repository) if self._repository_label else ""
+                stalled.add_metric([session.session_id, session.state, cut_name(session.tool), repository],
                                    session.stalled_seconds)
         sessions = GaugeMetricFamily("copilot_sessions", "Live Copilot sessions by state.", labels=["state"])
         for state, count in counts.items():
@@ -269,7 +272,7 @@ class Metrics:
             self.label_overflow.labels(label)
         self.labels = LabelCap(max_label_values, lambda label: self.label_overflow.labels(label).inc())
         # The GenAI instruments the CLI's own OTel exports: for the OTLP push only (not on /metrics).
-        self.genai = GenAiMetrics(lambda label, value: self.labels.value(label, value, count=False))
+        self.genai = GenAiMetrics(lambda label, value: self.labels.value(label, value, count=label in PUSH_ONLY))
         self.build_info = Gauge("copilot_otel_build_info", "copilot-otel build.", ["version"], registry=r)
         self.build_info.labels(__version__).set(1)
         for signal in SIGNALS:
