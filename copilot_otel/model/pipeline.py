@@ -13,12 +13,12 @@ from typing import Callable, Iterable
 
 from msgspec import Struct, field
 
-from ..decode.lines import INTERNAL_ERROR
+from ..decode.lines import INTERNAL_ERROR, MAX_DEPTH
 from ..decode.events import DecodeError, Event
 from ..base.pause import PAUSE
 from .records import EMPTY_STEP, MetricUpdate, SpanRecord, Step
 from .sessions import SessionModel
-from ..vocab import DUPLICATE_ID, END_INCOMPLETE, OUT_OF_RANGE
+from ..vocab import DUPLICATE_ID, END_INCOMPLETE, OUT_OF_RANGE, TOO_DEEP
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +76,10 @@ def drive(model: SessionModel, items: Iterable[Event | DecodeError], out: Output
             continue
         if item.offset < floor:
             continue
+        if item.cut:  # kept, its deepest values read as "..." (decode/lines.py)
+            out.clamped[TOO_DEEP] = out.clamped.get(TOO_DEEP, 0) + 1
+            warn("%s:%d: %s nested deeper than %d levels: kept, what lies deeper read as \"...\" (%s)", source,
+                 item.line, item.type, MAX_DEPTH, TOO_DEEP)
         kind = item.type
         events[kind] = events.get(kind, 0) + 1
         if item.timestamp_ns > out.newest_ns:
