@@ -60,6 +60,13 @@ def safe(text: str) -> str:
     return unsafe().sub(_escaped, text)
 
 
+def say(message: str) -> None:
+    """One line on stderr, ``copilot-otel: ...``, whatever it quotes (paths, ids, reasons) escaped for the terminal."""
+    import click
+
+    click.echo(f"copilot-otel: {safe(message)}", err=True)
+
+
 def safe_lines(text: str) -> str:
     """Like :func:`safe`, keeping the newlines (a traceback)."""
     return "\n".join(safe(line) for line in text.split("\n"))

@@ -27,6 +27,7 @@ from ..export.checkpoint import FilePosition
 from ..model.options import ModelOptions
 from ..decode.lines import decode_line
 from ..base.display import duration
+from ..base.pause import PAUSE
 from ..base.regular import open_regular
 from ..decode.events import DecodeError, Event
 from ..source.identity import EDITED
@@ -109,7 +110,7 @@ class Follower(Struct):
         if restored is not None:
             session_id = restored.session_id or session_id_of(Path(restored.path))
         reader = LogReader(path, options, session_id=session_id, max_line_bytes=max_line_bytes, keep=READ_TYPES,
-                           within=within, summaries=False)
+                           within=within, summaries=False, pause=PAUSE)
         tail = reader.tail
         if restored is not None:
             tail.resume(restored.resume_offset, restored.resume_line, restored.identity, end=restored.offset,

@@ -21,7 +21,7 @@ from prometheus_client.process_collector import ProcessCollector
 
 from ..base.pause import PAUSE
 from ..version import __version__
-from ..config import DEFAULT_MAX_LABEL_VALUES
+from .limits import DEFAULT_MAX_LABEL_VALUES
 from ..decode.lines import INTERNAL_ERROR, REASONS
 from .genai_metrics import GenAi, GenAiMetrics
 from .limits import MAX_NAME_CHARS, OTHER, cut_name

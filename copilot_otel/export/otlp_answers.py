@@ -42,7 +42,6 @@ PROTOBUF = "application/x-protobuf"
 PROTOBUF_TYPES = frozenset({PROTOBUF, "application/protobuf"})  # the second: RFC 9331's name for it
 JSON = "application/json"
 MAX_ANSWER_BYTES = 1 << 20  # more than this is no OTLP answer, and is not read further
-HTTP_RETRY = frozenset({429, 502, 503, 504})
 HTTP_TOO_LARGE = frozenset({413})
 HTTP_REJECTED = frozenset({400, 422})
 QUOTED_CHARS = 200

@@ -23,7 +23,7 @@ from msgspec.structs import replace
 
 from ..base.regular import read_regular
 from ..version import __version__
-from ..config import ENV_OTLP_ENDPOINT, OtlpSettings
+from .otlp_settings import ENV_OTLP_ENDPOINT, OtlpSettings
 from .otlp_answers import (MAX_ANSWER_BYTES, PROTOBUF, HttpAnswer, Signal, grpc_error, http_answer, quote,
                            receipt_of)
 from .contract import ExportError, Receipt

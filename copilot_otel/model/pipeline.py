@@ -9,13 +9,12 @@ holds the one guard that turns a bug of the model into a skipped event, never a 
 from __future__ import annotations
 
 import logging
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Protocol
 
 from msgspec import Struct, field
 
 from ..decode.lines import INTERNAL_ERROR, MAX_DEPTH
 from ..decode.events import DecodeError, Event
-from ..base.pause import PAUSE
 from .records import EMPTY_STEP, MetricUpdate, SpanRecord, Step
 from .sessions import SessionModel
 from ..vocab import DUPLICATE_ID, END_INCOMPLETE, OUT_OF_RANGE, TOO_DEEP
@@ -23,6 +22,14 @@ from ..vocab import DUPLICATE_ID, END_INCOMPLETE, OUT_OF_RANGE, TOO_DEEP
 log = logging.getLogger(__name__)
 
 Warn = Callable[..., None]  # logging.Logger.warning's signature
+
+
+class Pause(Protocol):
+    """Where a reader gives way to another thread (the daemon's: base.pause.PAUSE, while a /metrics render runs)."""
+
+    renders: bool
+
+    def wait(self) -> None: ...
 
 
 class Outputs(Struct):
@@ -43,25 +50,20 @@ class Outputs(Struct):
             self.spans.extend(step.spans)
             self.metrics.extend(step.metrics)
 
-    def take_spans(self) -> list[SpanRecord]:
-        """The spans gathered so far, no longer held here."""
-        spans, self.spans = self.spans, []
-        return spans
-
 
 def drive(model: SessionModel, items: Iterable[Event | DecodeError], out: Outputs, *, source: str,
-          warn: Warn = log.warning, floor: int = -1) -> Outputs:
+          warn: Warn = log.warning, floor: int = -1, pause: Pause | None = None) -> Outputs:
     """Apply every decoded line to ``model``, gathering into ``out``; return ``out``.
 
+    ``pause``: where to give way to another thread between lines (the daemon hands in base.pause.PAUSE).
     ``floor``: lines before this byte offset were delivered before (a restart, a rebuilt
     model); they are applied, to rebuild what is open, but neither counted nor exported again.
     """
     rejected = out.rejected
     events = out.events
     feed = model.feed
-    pause = PAUSE
     for item in items:
-        if pause.renders:  # a /metrics render runs: let it run alone (pause.py)
+        if pause is not None and pause.renders:  # a /metrics render runs: let it run alone (base/pause.py)
             pause.wait()
         if type(item) is DecodeError:
             if item.offset >= floor:

@@ -14,7 +14,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-import click
 from msgspec import Struct, field
 
 from ..config import Config
@@ -27,7 +26,7 @@ from ..base.private import write_private
 from .batches import Batch, ReplayStats
 from .runner import BATCH, replay_files, replay_stream
 from ..export.resource import resource_attributes
-from ..base.safe_text import safe
+from ..base.safe_text import say as _say
 from ..export.sinks import FileSink
 from ..export.contract import ExportError, SpanSink
 from ..source.sources import session_id_of
@@ -245,11 +244,6 @@ def replay_stdin(sink: SpanSink, config: Config, metrics_file: Path | None) -> i
     if stats.dropped:
         return _failed(dropped_reason(stats))
     return EXIT_OK
-
-
-def _say(message: str) -> None:
-    """One line on stderr; paths, session ids and reasons in it escaped for the terminal."""
-    click.echo(f"copilot-otel: {safe(message)}", err=True)
 
 
 def _failed(message: str) -> int:

@@ -26,7 +26,7 @@ import secrets
 import socket
 import stat
 from pathlib import Path
-from typing import Awaitable, Callable, Iterable
+from typing import Awaitable, Callable
 
 import orjson
 from aiohttp import web
