@@ -62,6 +62,14 @@ def safe(text: str) -> str:
     return unsafe().sub(_escaped, text)
 
 
+def say(message: str) -> None:
+    """One line on stderr, ``copilot-otel: ...``, whatever it quotes (paths, ids, reasons) escaped for the terminal
+    and its secrets hidden (an endpoint's password, a key: ``redact.redact``)."""
+    import click
+
+    click.echo(f"copilot-otel: {safe(redact(message))}", err=True)
+
+
 def safe_lines(text: str) -> str:
     """Like :func:`safe`, keeping the newlines (a traceback)."""
     return "\n".join(safe(line) for line in text.split("\n"))

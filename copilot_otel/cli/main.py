@@ -28,8 +28,8 @@ from ..config import (
 from .flags import (BUDGETS_FILE, DURATION, COPILOT_HOME, LOG_LEVEL, MAX_LINE_BYTES, METRICS_ADDRESS, PATH, STATE_DIR,
                     STRICT_MODES, TRACE_URL_HELP, WEB_VIEW_COST, access_options, export_options, option,
                     reading_options, repository_option, stuck_options, Duration)
-from ..base.redact import redact
 from ..base.safe_text import safe, safe_json
+from ..base.safe_text import say as _say
 from ..base.strictmodes import check_output_file, check_state_dir
 from ..vocab import SESSION_STATES
 
@@ -56,11 +56,6 @@ def _setup_logging(level: str) -> None:
     logging.basicConfig(level=level.upper(), handlers=[handler])
     # The OTel SDK logs a malformed header with its value, which may be a token: never let it through.
     logging.getLogger("opentelemetry.util.re").setLevel(logging.ERROR)
-
-
-def _say(message: str) -> None:
-    """One line on stderr, whatever it quotes escaped for the terminal."""
-    click.echo(f"copilot-otel: {safe(redact(message))}", err=True)
 
 
 def _fail(message: str, code: int = EXIT_USAGE) -> None:

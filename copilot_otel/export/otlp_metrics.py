@@ -1,5 +1,5 @@
 """OTLP metrics push (OTEL_METRICS_EXPORTER=otlp): the metrics of the Prometheus registry, every one, as
-OpenTelemetry metrics data, sent by the OpenTelemetry SDK's OTLP metric exporter (gRPC or HTTP).
+OpenTelemetry metrics data, pushed over OTLP (gRPC or HTTP) by the SDK's periodic reader and our exporter.
 
 The registry stays the one place the metrics live, so /metrics and the push always say the same.
 Counters become cumulative monotonic sums, gauges gauges, histograms explicit-bucket histograms with
@@ -33,7 +33,7 @@ from prometheus_client import CollectorRegistry
 
 from ..base.redact import redact, redact_url
 from ..version import __version__
-from ..config import ENV_OTLP_METRICS_ENDPOINT, OtlpSettings
+from .otlp_settings import ENV_OTLP_METRICS_ENDPOINT, OtlpSettings
 from .genai_metrics import GenAiMetrics
 from .metrics import SPAN_ID, TRACE_ID
 from .otlp_answers import Signal

@@ -17,6 +17,7 @@ from msgspec import Struct
 
 from ..base.parsing import ConfigError, parse_bool
 from ..base.redact import redact, redact_url
+from ..base.regular import check_regular, reason
 from ..base.structs import repr_without
 
 ENV_OTLP_ENDPOINT = "OTEL_EXPORTER_OTLP_ENDPOINT"
@@ -93,10 +94,9 @@ def _readable_file(variable: str, value: str) -> Path | None:
         return None
     path = Path(value).expanduser()
     try:
-        with open(path, "rb"):
-            pass
+        check_regular(path)  # OpenSSL or grpc reads it later: a FIFO would block them for good
     except OSError as exc:
-        raise ConfigError(f"{variable}={value!r}: cannot read it ({exc.strerror or exc}); "
+        raise ConfigError(f"{variable}={value!r}: cannot read it ({reason(exc)}); "
                           "give the path of a PEM file, or unset it") from None
     return path
 

@@ -31,13 +31,14 @@ import secrets
 import socket
 import stat
 from pathlib import Path
-from typing import Awaitable, Callable, Iterable
+from typing import Awaitable, Callable
 
 import orjson
 from aiohttp import web
 
 from ..base.parsing import ConfigError
 from ..base.private import write_private
+from ..base.regular import open_regular
 from .webconfig import WebConfig
 
 OPEN_PATHS = ("/metrics", "/healthz", "/")
@@ -195,7 +196,7 @@ def write_token_file(path: Path, url: str, token: str) -> None:
 def read_token_file(path: Path) -> tuple[str, str]:
     """(url, token) from a token file that is this user's and no one else's, or a ConfigError saying why not."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        fd = open_regular(path, follow=False)
     except FileNotFoundError:
         raise ConfigError(f"no {path}: is the daemon (or `view`) running on that port, with this --state-dir?") \
             from None
