@@ -18,7 +18,9 @@ import pytest
 
 from tests.support.prometheus_harness import Prometheus
 from tests.support.commands import run_copilot_otel
+from tests.support.browser import Browser
 from tests.support.daemon import DaemonProcess, view_token
+from tests.support.files import ended_session
 from tests.support.net import LOOPBACK, wait_until
 from tests.support.tls import make_ca, make_cert
 
@@ -124,6 +126,21 @@ def test_every_route_asks_for_the_login_and_the_view_still_for_its_token(tls_dae
     assert get(base + "/api/sessions", context, {**login, "X-Copilot-Otel-Token": token})[0] == 200
     status, headers, _body = get(base + "/", context, login)
     assert status == 200 and "Set-Cookie" not in headers  # a shell; nothing the browser keeps by itself
+
+
+def test_chromium_behind_the_login_opens_the_view_with_its_token(tls_daemon):
+    """A real Chromium that logs in (basic auth over TLS) and lands with the token sees the sessions: the pages
+    send the token in their own header, so the Authorization header keeps the login."""
+    ended_session(tls_daemon.home, "behind-login", repository="octo/tls")
+    browser = Browser(http_credentials={"username": "prometheus", "password": PASSWORD}, ignore_https_errors=True)
+    try:
+        page = browser.page()
+        page.goto(f"https://{LOOPBACK}:{tls_daemon.port}/#token={view_token(tls_daemon.state_dir, tls_daemon.port)}")
+        page.wait_for_selector('tr.session[data-id="behind-login"]')
+        page.wait_for_selector("#status.live")
+        assert page.errors == [] and browser.context.cookies() == []
+    finally:
+        browser.close()
 
 
 @pytest.fixture(scope="module")

@@ -29,9 +29,10 @@ def screenshots_dir() -> Path:
 
 
 class Browser:
-    """One headless Chromium with a fresh profile; ``page()`` opens a tab that records script errors."""
+    """One headless Chromium with a fresh profile; ``page()`` opens a tab that records script errors.
+    ``options``: more of Playwright's context options (``http_credentials``, ``ignore_https_errors``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, **options) -> None:
         from playwright.sync_api import sync_playwright
 
         self._profile = tempfile.TemporaryDirectory(prefix="copilot-otel-chromium-")
@@ -40,7 +41,7 @@ class Browser:
         try:
             self.context = self._playwright.chromium.launch_persistent_context(
                 self._profile.name, executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS,
-                viewport=VIEWPORT)
+                viewport=VIEWPORT, **options)
         except BaseException:
             self._playwright.stop()
             self._profile.cleanup()
