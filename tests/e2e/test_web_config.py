@@ -18,7 +18,6 @@ import pytest
 
 from tests.support.prometheus_harness import Prometheus
 from tests.support.commands import run_copilot_otel
-from tests.support.browser import Browser
 from tests.support.daemon import DaemonProcess, view_token
 from tests.support.files import ended_session
 from tests.support.net import LOOPBACK, wait_until
@@ -128,19 +127,19 @@ def test_every_route_asks_for_the_login_and_the_view_still_for_its_token(tls_dae
     assert status == 200 and "Set-Cookie" not in headers  # a shell; nothing the browser keeps by itself
 
 
-def test_chromium_behind_the_login_opens_the_view_with_its_token(tls_daemon):
+def test_chromium_behind_the_login_opens_the_view_with_its_token(tls_daemon, browser):
     """A real Chromium that logs in (basic auth over TLS) and lands with the token sees the sessions: the pages
     send the token in their own header, so the Authorization header keeps the login."""
     ended_session(tls_daemon.home, "behind-login", repository="octo/tls")
-    browser = Browser(http_credentials={"username": "prometheus", "password": PASSWORD}, ignore_https_errors=True)
-    try:
-        page = browser.page()
+    login = {"username": "prometheus", "password": PASSWORD}
+    with browser.another(http_credentials=login, ignore_https_errors=True) as context:
+        page = context.new_page()
+        errors = []
+        page.on("pageerror", lambda error: errors.append(str(error)))
         page.goto(f"https://{LOOPBACK}:{tls_daemon.port}/#token={view_token(tls_daemon.state_dir, tls_daemon.port)}")
         page.wait_for_selector('tr.session[data-id="behind-login"]')
         page.wait_for_selector("#status.live")
-        assert page.errors == [] and browser.context.cookies() == []
-    finally:
-        browser.close()
+        assert errors == [] and context.cookies() == []
 
 
 @pytest.fixture(scope="module")
