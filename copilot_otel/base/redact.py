@@ -34,9 +34,9 @@ def redact_url(url: str) -> str:
     try:
         parts = urlsplit(url)
     except ValueError:
-        return _PAIR.sub(_hide_pair, url)
+        return _redact_text(url)  # no URL Python can take apart ('http://[::1'): what looks secret in it
     if not parts.scheme or not parts.netloc:
-        return _PAIR.sub(_hide_pair, url)
+        return _redact_text(url)
     netloc = parts.netloc
     if "@" in netloc:
         netloc = HIDDEN + "@" + netloc.rsplit("@", 1)[1]
@@ -55,6 +55,11 @@ def redact(text: str) -> str:
     # Each pattern only where its sign is: most log lines hold none, and a line is formatted at every level.
     if "://" in text:
         text = _URL.sub(lambda match: redact_url(match.group()), text)
+    return _redact_text(text)
+
+
+def _redact_text(text: str) -> str:
+    """A user and password before an ``@``, header values, secret-looking ``key=value``s: hidden."""
     if "@" in text:
         text = _USERINFO.sub(HIDDEN + "@", text)
     lowered = text.lower()

@@ -47,3 +47,16 @@ def test_ordinary_text_is_left_alone():
     for text in ("following /home/a/.copilot; metrics on http://127.0.0.1:9464/metrics", "at 20:21:03 ok",
                  "mail alice@example.com", "3 spans exported"):
         assert redact(text) == text
+
+
+@pytest.mark.parametrize("endpoint", ["http://alice:s3cret@127.0.0.1:99999/v1/traces?api_key=s3cret",
+                                      "ftp://alice:s3cret@127.0.0.1:4317?api_key=s3cret",
+                                      "http://alice:s3cret@[::1/x?api_key=s3cret"])
+def test_a_malformed_endpoint_is_refused_without_its_credentials(endpoint):
+    from copilot_otel.base.parsing import ConfigError
+    from copilot_otel.export.otlp_settings import OtlpSettings
+
+    with pytest.raises(ConfigError) as refused:
+        OtlpSettings.from_env({"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint})
+    said = str(refused.value)
+    assert "s3cret" not in said and ("127.0.0.1" in said or "[::1" in said), said
