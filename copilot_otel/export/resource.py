@@ -65,6 +65,10 @@ def instance_id(state_dir: Path, *, strict: bool = True) -> str | None:
     path = Path(state_dir) / INSTANCE_FILE
     try:
         state_folder(path.parent, strict=strict)
+    except OSError as exc:  # the command that writes there says so, in its own words (or goes on without it)
+        log.debug("no state folder %s for the service.instance.id: %s", path.parent, exc)
+        return None
+    try:
         known = read_private(path)
         if known is None:
             write_new_private(path, f"{uuid.uuid4()}\n".encode())  # a racing start's id wins if it was first
