@@ -9,6 +9,7 @@ from pathlib import Path
 
 import click
 import orjson
+from click.core import ParameterSource
 
 from ..version import __version__
 from ..config import (
@@ -24,6 +25,7 @@ from ..config import (
     MIN_IDLE_QUIET,
     Config,
     ConfigError,
+    parse_address,
 )
 from .flags import (BUDGETS_FILE, DURATION, COPILOT_HOME, LOG_LEVEL, MAX_LINE_BYTES, METRICS_ADDRESS, PATH, STATE_DIR,
                     STRICT_MODES, TRACE_URL_HELP, WEB_VIEW_COST, access_options, export_options, option,
@@ -359,8 +361,8 @@ def run(log_level, poll, rescan_interval, from_end, idle_quiet, max_buffered_spa
 def view(paths, address, log_level, **options) -> None:
     """Serve the web view over session logs (folders, events.jsonl files or a COPILOT_HOME), without the daemon.
 
-    The pages answer only with the token made at start: `copilot-otel open --metrics-address
-    HOST:PORT` (this --address) opens them with it.
+    The pages answer only with the token made at start: `copilot-otel open` opens them with it (the
+    daemon's first, if it runs too; `--metrics-address HOST:PORT`, this --address, names this one).
     """
     from ..web.routes import run_view
 
@@ -376,7 +378,8 @@ def view(paths, address, log_level, **options) -> None:
 @main.command("open")
 @STATE_DIR
 @option("metrics-address", default=DEFAULT_METRICS_ADDRESS, show_default=True,
-        help="HOST:PORT of the daemon (its --metrics-address), or of a `view` (its --address).")
+        help="HOST:PORT of the daemon (its --metrics-address), or of a `view` (its --address). Not given: the "
+             "daemon's if it runs, else a `view` running with this --state-dir.")
 @option("print-url", is_flag=True, help="Print the URL with its token instead of opening a browser.")
 def open_view(print_url, **options) -> None:
     """Open the web view in your browser with its token (which the daemon or `view` keeps in the state folder).
@@ -388,11 +391,17 @@ def open_view(print_url, **options) -> None:
 
     try:
         config = build_config(exports=False, **options)
-        url, token = read_token_file(token_file(config.state_dir, config.metrics_address[1]))
+    except ConfigError as exc:  # a bad flag or setting: a usage error, as for every command
+        _fail(str(exc))
+        return
+    host, port = config.metrics_address
+    if click.get_current_context().get_parameter_source("metrics_address") is ParameterSource.DEFAULT:
+        port = _running_port(config.state_dir, port) or port  # none named: the daemon's, else a running `view`
+    try:
+        url, token = read_token_file(token_file(config.state_dir, port))
     except ConfigError as exc:
         _fail(str(exc), EXIT_EXPORT_FAILED)
         return
-    host, port = config.metrics_address
     holder = listener_uid(port)
     if holder is not None and holder != os.getuid():
         _fail(f"{host}:{port} is held by {describe_uid(holder)}, not by your daemon: not giving it the token",
@@ -410,6 +419,24 @@ def open_view(print_url, **options) -> None:
         click.echo(f"opened {url} in your browser", err=True)
     else:
         click.echo(f"no browser found here; open {with_token}")
+
+
+def _running_port(state_dir: Path, preferred: int) -> int | None:
+    """The port of a server of yours that left its token in ``state_dir``: ``preferred`` (the daemon's) if it runs,
+    else a `view` (its default port first, then the newest token file); None if none runs."""
+    from ..base.owner import listener_uid
+
+    found = {}
+    for path in Path(state_dir).glob("web-*.json"):
+        number = path.stem.removeprefix("web-")
+        if number.isdigit():
+            try:
+                found[int(number)] = path.stat().st_mtime
+            except OSError:
+                continue
+    view_port = parse_address(DEFAULT_VIEW_ADDRESS)[1]
+    ordered = sorted(found, key=lambda p: (p != preferred, p != view_port, -found[p]))
+    return next((p for p in ordered if listener_uid(p) == os.getuid()), None)
 
 
 if __name__ == "__main__":  # pragma: no cover
