@@ -27,12 +27,13 @@ from .history import summarize_log
 from ..base.private import private_dir, read_private, write_private
 from ..source.sources import UnreadableLog, list_sessions, path_from_text, path_text
 from ..model.summary import SessionSummary
+from ..source.workspace import FILE_NAME as NAME_FILE
 
 log = logging.getLogger(__name__)
 
-# A summary with other fields, or made by other rules (2: a name shown by the content capture rule), makes the
-# cached ones unusable: start afresh.
-CACHE_VERSION = "2:" + ",".join(SessionSummary.__struct_fields__)
+# A summary with other fields, or made by other rules (2: a name shown by the content capture rule; 3: every name,
+# its workspace.yaml part of the key), makes the cached ones unusable: start afresh.
+CACHE_VERSION = "3:" + ",".join(SessionSummary.__struct_fields__)
 PARALLEL_MIN = 128  # fewer logs to read are read in this process: starting workers costs more
 SHARD = 32
 
@@ -45,11 +46,10 @@ class LogSummary(Struct, frozen=True):
     error: str | None = None
 
 
-def log_summary(path: Path, *, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES, capture: bool = False) -> LogSummary:
-    """One whole session log through the model, tallied (malformed lines are skipped quietly); ``capture``:
-    content capture is on (a name that is the prompt's text is shown)."""
+def log_summary(path: Path, *, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> LogSummary:
+    """One whole session log through the model, tallied (malformed lines are skipped quietly), and named."""
     try:
-        return LogSummary(path, summarize_log(path, ModelOptions(capture_content=capture), max_line_bytes))
+        return LogSummary(path, summarize_log(path, ModelOptions(), max_line_bytes))
     except UnreadableLog as exc:
         return LogSummary(path, None, exc.reason)
 
@@ -58,14 +58,18 @@ class _Shard(Struct, frozen=True):
     """Summarize a list of logs (plain data: a worker process can be handed it)."""
 
     max_line_bytes: int
-    capture: bool = False
 
     def __call__(self, paths: list[Path]) -> list[LogSummary]:
-        return [log_summary(path, max_line_bytes=self.max_line_bytes, capture=self.capture) for path in paths]
+        return [log_summary(path, max_line_bytes=self.max_line_bytes) for path in paths]
 
 
-def _key(st: os.stat_result) -> list[int]:
-    return [st.st_ino, st.st_size, st.st_mtime_ns]
+def _key(st: os.stat_result, path: Path) -> list[int]:
+    """A log's identity, and its workspace.yaml's: a session renamed (no new event) is read again."""
+    try:
+        name = os.stat(path.parent / NAME_FILE)
+    except OSError:
+        return [st.st_ino, st.st_size, st.st_mtime_ns]
+    return [st.st_ino, st.st_size, st.st_mtime_ns, name.st_ino, name.st_size, name.st_mtime_ns]
 
 
 # Each field's annotation as written: 'str', 'str | None', 'int' or 'float'.
@@ -88,7 +92,7 @@ def _entry(entry: object) -> tuple[list[int], dict] | None:
     if not (isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], list) and isinstance(entry[1], dict)):
         return None
     key, summary = entry
-    if len(key) != 3 or not all(type(x) is int and 0 <= x <= _INT64 for x in key):
+    if len(key) not in (3, 6) or not all(type(x) is int and 0 <= x <= _INT64 for x in key):
         return None
     if summary.keys() != _KINDS.keys() or not all(_fits(_KINDS[name], summary[name]) for name in _KINDS):
         return None
@@ -99,12 +103,11 @@ class Catalog:
     """The summaries of the sessions in one session-state folder, each read again only when its log changed."""
 
     def __init__(self, root: Path, *, cache_file: Path | None = None,
-                 max_line_bytes: int = DEFAULT_MAX_LINE_BYTES, capture: bool = False) -> None:
+                 max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> None:
         self.root = Path(root)
         self.cache_file = cache_file
         self.max_line_bytes = max_line_bytes
-        self.capture = capture  # content capture on: names that are the prompt's text are kept
-        self.version = CACHE_VERSION + (":capture" if capture else "")
+        self.version = CACHE_VERSION
         self._cache: dict[str, tuple[list[int], dict]] = {}  # str(path) -> (identity key, summary as a dict)
         self._lock = threading.Lock()
         self._loaded = False
@@ -132,7 +135,7 @@ class Catalog:
                     continue
                 if st.st_mtime_ns < since_ns:
                     continue
-                key = _key(st)
+                key = _key(st, path)
                 cached = self._cache.get(str(path))
                 if cached is not None and cached[0] == key:
                     found.append(LogSummary(path, SessionSummary(**cached[1])))
@@ -152,7 +155,7 @@ class Catalog:
             return found
 
     def _read(self, paths: list[Path], workers: int | None) -> list[LogSummary]:
-        job = _Shard(self.max_line_bytes, self.capture)
+        job = _Shard(self.max_line_bytes)
         if len(paths) < PARALLEL_MIN or workers == 1:
             return job(paths)
         from ..base.workers import MAX_WORKERS, WorkerPool, available_cpus

@@ -124,10 +124,9 @@ class _SocketConnection(http.client.HTTPConnection):
 
 
 def from_files(root: Path, *, policy: StuckPolicy, cache_file: Path | None, since: float = 0.0,
-               max_line_bytes: int | None = None, capture: bool = False) -> Listing:
-    """Every session log under ``root`` summarized (cached) and named by the daemon's rules (``capture``:
-    content capture is on, see workspace.py)."""
-    catalog = Catalog(root, cache_file=cache_file, capture=capture,
+               max_line_bytes: int | None = None) -> Listing:
+    """Every session log under ``root`` summarized (cached) and named by the daemon's rules."""
+    catalog = Catalog(root, cache_file=cache_file,
                       **({"max_line_bytes": max_line_bytes} if max_line_bytes else {}))
     now = time.time()
     statuses, unreadable = [], []

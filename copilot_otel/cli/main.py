@@ -27,7 +27,7 @@ from ..config import (
     ConfigError,
     parse_address,
 )
-from .flags import (BUDGETS_FILE, DURATION, COPILOT_HOME, LOG_LEVEL, MAX_LINE_BYTES, METRICS_ADDRESS, PATH, STATE_DIR,
+from .flags import (BUDGETS_FILE, DURATION, COPILOT_HOME, HIDE_NAMES, LOG_LEVEL, MAX_LINE_BYTES, METRICS_ADDRESS, PATH, STATE_DIR,
                     STRICT_MODES, TRACE_URL_HELP, WEB_VIEW_COST, access_options, export_options, option,
                     reading_options, repository_option, stuck_options, Duration)
 from ..base.safe_text import safe, safe_json
@@ -161,6 +161,7 @@ def replay(paths, log_level, metrics_file, workers, rate, give_up_after, restart
 @stuck_options
 @option("json", is_flag=True, help="Print the session as one JSON object.")
 @option("follow", is_flag=True, help="Redraw the tree while the session runs (Ctrl-C to stop).")
+@HIDE_NAMES
 def inspect(session, log_level, json, follow, **options) -> None:
     """Show one session as a tree of interactions, turns, LLM calls and tools.
 
@@ -183,7 +184,8 @@ def inspect(session, log_level, json, follow, **options) -> None:
         path = _session_log(session, config)
         warnings: list[tuple] = []  # held until the file is known to be a session log
         reader = SessionReader(path, options=ModelOptions(capture_content_from_env(), INSPECT_CONTENT_CHARS),
-                               max_line_bytes=config.max_line_bytes, warn=lambda *args: warnings.append(args))
+                               max_line_bytes=config.max_line_bytes, warn=lambda *args: warnings.append(args),
+                               names=not config.hide_names)
         reader.update()
         if (why := reader.not_a_log()) is not None:
             raise SourceError(why)
@@ -245,6 +247,7 @@ def _session_log(text: str, config: Config) -> Path:
 @option("since", metavar="WHEN", help="Only sessions active since then: 30m, 2h, 1d, or 2026-12-01.")
 @option("json", is_flag=True, help="Print a JSON array, one object per session.")
 @option("from-files", is_flag=True, help="Read the session logs even when a daemon runs.")
+@HIDE_NAMES
 @LOG_LEVEL
 def sessions(state, repository, since, json, from_files, log_level, **options) -> None:
     """List sessions, newest first: state, activity, turns, tokens, premium requests, how the last
@@ -279,14 +282,15 @@ def sessions(state, repository, since, json, from_files, log_level, **options) -
             _say(f"not using the summary cache: {exc}")
             cache_file = None
         try:
-            listing = read_files(root, policy=config.stuck_policy, cache_file=cache_file, since=since_time,
-                                 capture=config.model.capture_content)
+            listing = read_files(root, policy=config.stuck_policy, cache_file=cache_file, since=since_time)
         except SourceError as exc:
             _fail(str(exc))
             return
         statuses, unreadable = listing.statuses, listing.unreadable
     elif options.get("stuck_after") is not None or options.get("stuck_after_tool") is not None:
         statuses = [status.under(config.stuck_policy) for status in statuses]  # the thresholds given, not the daemon's
+    if config.hide_names:
+        statuses = [status.nameless() for status in statuses]
     for path, reason in unreadable:
         _say(f"{path}: cannot read it ({reason})")
     chosen = select(statuses, states=states, repository=repository, since=since_time)
@@ -321,6 +325,7 @@ def sessions(state, repository, since, json, from_files, log_level, **options) -
 @repository_option
 @access_options
 @BUDGETS_FILE
+@HIDE_NAMES
 @STRICT_MODES
 def run(log_level, poll, rescan_interval, from_end, idle_quiet, max_buffered_spans, trace_url, max_label_values,
         **options) -> None:
@@ -357,6 +362,7 @@ def run(log_level, poll, rescan_interval, from_end, idle_quiet, max_buffered_spa
 @MAX_LINE_BYTES
 @option("content-max-chars", type=click.IntRange(min=1), default=DEFAULT_CONTENT_MAX_CHARS,
         help="With OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true, cut each captured text to this length.")
+@HIDE_NAMES
 @LOG_LEVEL
 def view(paths, address, log_level, **options) -> None:
     """Serve the web view over session logs (folders, events.jsonl files or a COPILOT_HOME), without the daemon.
