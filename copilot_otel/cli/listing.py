@@ -140,7 +140,7 @@ def from_files(root: Path, *, policy: StuckPolicy, cache_file: Path | None, sinc
 
 def select(statuses: Iterable[SessionStatus], *, states: Iterable[str] = (), repository: str | None = None,
            since: float = 0.0) -> list[SessionStatus]:
-    """The statuses that pass the filters, newest first (by start)."""
+    """The statuses that pass the filters, the most recently active first (by last event, as `inspect latest`)."""
     wanted = set(states)
     if LIVE in wanted:
         wanted.discard(LIVE)
@@ -155,7 +155,7 @@ def select(statuses: Iterable[SessionStatus], *, states: Iterable[str] = (), rep
         if since and summary.last_event_ns < since * 1e9:
             continue
         out.append(status)
-    return sorted(out, key=lambda s: (s.summary.started_ns, s.summary.last_event_ns), reverse=True)
+    return sorted(out, key=lambda s: (s.summary.last_event_ns, s.summary.started_ns), reverse=True)
 
 
 def place_matches(summary, pattern: str) -> bool:
@@ -211,7 +211,7 @@ def render(statuses: list[SessionStatus], console: Console, *, now: float | None
                           f"{s.name or '-'}{asks}", _STYLES.get(status.state, "")))
             continue
         lines.append((line, _STYLES.get(status.state, "")))
-        facts = [x for x in (s.name and f"“{s.name}”", f"started {started}", s.model, where(s)) if x]
+        facts = [x for x in (f"started {started}", s.model, where(s), s.name and f"“{s.name}”") if x]
         if status.waiting_on and status.state in (WAITING_TOOL, STUCK, ABANDONED):
             facts.insert(0, f"on {status.waiting_on}")
         elif s.asking and status.state == WAITING_USER:

@@ -224,6 +224,9 @@ def _session_log(text: str, config: Config) -> Path:
     """The events.jsonl a SESSION argument names: a path, else an id, a unique prefix or `latest`."""
     from ..source.sources import SESSION_STATE, SourceError, find_event_files, find_session
 
+    if not text.strip():
+        raise SourceError("SESSION is empty: give a session id (or its start), `latest`, a session folder or an "
+                          "events.jsonl")
     candidate = Path(text).expanduser()
     if os.path.lexists(candidate) and (os.sep in text or text.endswith(".jsonl") or candidate.is_dir()):
         files = find_event_files(candidate)
