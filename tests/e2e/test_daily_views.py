@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from tests.support import viewclient as view_api
+from tests.support.browser import VIEWPORT, screenshot
 from tests.support.commands import run_copilot_otel
 from tests.support.daemon import DaemonProcess
 from tests.support.net import wait_until, wait_until_steady
@@ -102,6 +103,15 @@ def test_a_session_shows_its_name_and_is_selected_by_folder_or_as_in_no_reposito
         assert row.locator(".name").text_content().strip() == name
         assert page.locator(f'tr.session[data-id="{in_git.name}"] .name').text_content().strip() == git_name
         assert row.locator(".place").text_content() == cwd
+        # On a narrow window the repository and branch wrap after a "/" only, never inside a word.
+        page.set_viewport_size({"width": 760, "height": 700})
+        parts = page.evaluate("""() => [...document.querySelectorAll('#sessions td.branch, #sessions td.place')]
+            .map(td => [...td.querySelectorAll('.part')].map(p => [p.textContent, p.getClientRects().length,
+                                                                 Math.round(p.getBoundingClientRect().top)]))""")
+        assert all(lines == 1 for cell in parts for _text, lines, _top in cell), parts
+        assert any(len({top for _text, _lines, top in cell}) > 1 for cell in parts), parts  # some did wrap
+        screenshot(page, "sessions-narrow")
+        page.set_viewport_size(VIEWPORT)
         for place in ("none", cwd):
             page.select_option("#repository", place)
             wait_until(lambda: page.locator("tr.session").count() == 1, what=f"the page filtered by {place}")

@@ -104,11 +104,12 @@ def test_sessions_filters_and_fits_the_terminal(home, tmp_path):
     assert [s["id"] for s in sessions_json(home, *common, "--repository", "octo-repo")] == [meta["session_id"]]
     assert sessions_json(home, *common, "--state", "live") == []
     assert len(sessions_json(home, *common, "--since", "2000-01-01")) == len(os.listdir(home / "session-state"))
-    for columns, lines_per_session in (("80", 2), ("160", 1)):
+    for columns, lines_per_session in (("80", 2), ("160", 2), ("220", 1)):  # one line: every column and the names
         result = run_copilot_otel("sessions", "--copilot-home", str(home), *common, env={"COLUMNS": columns})
         lines = result.stdout.decode().splitlines()
         assert result.returncode == 0 and lines[0].startswith("SESSION")
-        assert len(lines) == 1 + lines_per_session * len(os.listdir(home / "session-state"))
+        assert lines[-1].startswith("CREDITS: AI credits; 8.67+: some calls reported no amount")  # "unknown" shown
+        assert len(lines) == 2 + lines_per_session * len(os.listdir(home / "session-state"))
         assert max(len(line) for line in lines) <= int(columns)
         assert "octo-org/octo-repo@" in result.stdout.decode()
 
