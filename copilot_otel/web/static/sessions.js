@@ -112,7 +112,9 @@ function renderBudgets(budgets) {
         ? `${spent.toFixed(2)} of ${b.ai_credits} AI credits (${Math.round(b.share * 100)}%)`
         : `not this machine's (${scope})`),
       el("span", {class: "dim"}, ` ${scope}`));
-  }));
+  }), el("p", {class: "budget-note dim"}, "From this machine's session logs, this month. The metric "
+    + "copilot_budget_ai_credits_spent_total counts from the daemon's start (a restart begins it at 0); "
+    + "Prometheus' copilot:budget_ai_credits:month_to_date adds up the fleet's increases."));
 }
 
 function render(data) {
