@@ -151,7 +151,7 @@ def replay(paths, log_level, metrics_file, workers, rate, give_up_after, restart
     sink.shutdown()
     if not write_metrics(outcome.stats, config, metrics_file):
         _fail(METRICS_REFUSED, EXIT_EXPORT_FAILED)
-    report(outcome, sink.description)
+    report(outcome, sink.description, metrics_file)
     sys.exit(outcome.code)
 
 
