@@ -80,15 +80,18 @@ class Totals(Struct):
 
     def text(self) -> str:
         """'1 premium · 0.42 AI credits · 12.1k tokens · 3 turns · 4 LLM calls · 2 tools (1 failed)': the cost
-        first, as a line too long for the terminal loses its end."""
+        first, as a line too long for the terminal loses its end ('AI credits unknown' last)."""
         failed = ", ".join(x for x in (self.tool_failures and f"{self.tool_failures} failed",
                                        self.tool_cut_off and f"{self.tool_cut_off} cut off") if x)
         failed = f" ({failed})" if failed else ""
         parts = [f"{count(self.tokens)} tokens", plural(self.turns, "turn"), plural(self.llm_calls, "LLM call"),
                  plural(self.tool_calls, "tool") + failed]
-        if self.nano_aiu or self.unpriced_calls:
+        if self.nano_aiu or self.unpriced_calls:  # unknown (no call reported an amount): said last, it costs nothing
             credits = credits_text(self.nano_aiu, "partial" if self.unpriced_calls else None)
-            parts.insert(0, "AI credits unknown" if credits == CREDITS_UNKNOWN else f"{credits} AI credits")
+            if credits == CREDITS_UNKNOWN:
+                parts.append("AI credits unknown")
+            else:
+                parts.insert(0, f"{credits} AI credits")
         if self.premium_requests:
             parts.insert(0, f"{self.premium_requests:g} premium")
         return " · ".join(parts)
