@@ -59,8 +59,10 @@ function facts() {
   document.getElementById("sid").textContent = s.id;
   document.title = `Copilot session ${s.id.slice(0, 8)}${s.name ? `: ${s.name}` : ""}`;
   document.getElementById("state").replaceWith(Object.assign(badge(s.state), {id: "state"}));
+  const path = (v) => (v ? el("span", {}, ...slashBreaks(v)) : null);  // wraps after a "/", not in a word
   const items = [
-    ["name", s.name], ["model", s.model], ["repository", s.repository], ["branch", s.branch], ["cwd", s.cwd],
+    ["name", s.name], ["model", s.model], ["repository", path(s.repository)], ["branch", path(s.branch)],
+    ["cwd", path(s.cwd)],
     ["CLI", s.cli_version], ["started", fmtTime(s.started_ms)],
     ["last activity", el("span", {dataset: {ago: s.last_ms}}, fmtAgo(s.last_ms))],
     ["interactions", s.nudges ? `${s.interactions} (${s.nudges} autopilot)` : s.interactions],
