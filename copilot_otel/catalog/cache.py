@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Mapping
 
 from msgspec import Struct
-from msgspec.structs import asdict
+from msgspec.structs import asdict, replace
 import orjson
 
 from ..config import DEFAULT_MAX_LINE_BYTES
@@ -27,12 +27,12 @@ from .history import summarize_log
 from ..base.private import private_dir, read_private, write_private
 from ..source.sources import UnreadableLog, list_sessions, path_from_text, path_text
 from ..model.summary import SessionSummary
-from ..source.workspace import FILE_NAME as NAME_FILE
+from ..source.workspace import NameCache
 
 log = logging.getLogger(__name__)
 
-# A summary with other fields, or made by other rules (2: a name shown by the content capture rule; 3: every name,
-# its workspace.yaml part of the key), makes the cached ones unusable: start afresh.
+# A summary with other fields, or made by other rules (2: a name shown by the content capture rule; 3: no name: each
+# is read from its workspace.yaml at each scan, never stored here), makes the cached ones unusable: start afresh.
 CACHE_VERSION = "3:" + ",".join(SessionSummary.__struct_fields__)
 PARALLEL_MIN = 128  # fewer logs to read are read in this process: starting workers costs more
 SHARD = 32
@@ -63,13 +63,8 @@ class _Shard(Struct, frozen=True):
         return [log_summary(path, max_line_bytes=self.max_line_bytes) for path in paths]
 
 
-def _key(st: os.stat_result, path: Path) -> list[int]:
-    """A log's identity, and its workspace.yaml's: a session renamed (no new event) is read again."""
-    try:
-        name = os.stat(path.parent / NAME_FILE)
-    except OSError:
-        return [st.st_ino, st.st_size, st.st_mtime_ns]
-    return [st.st_ino, st.st_size, st.st_mtime_ns, name.st_ino, name.st_size, name.st_mtime_ns]
+def _key(st: os.stat_result) -> list[int]:
+    return [st.st_ino, st.st_size, st.st_mtime_ns]
 
 
 # Each field's annotation as written: 'str', 'str | None', 'int' or 'float'.
@@ -92,7 +87,7 @@ def _entry(entry: object) -> tuple[list[int], dict] | None:
     if not (isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], list) and isinstance(entry[1], dict)):
         return None
     key, summary = entry
-    if len(key) not in (3, 6) or not all(type(x) is int and 0 <= x <= _INT64 for x in key):
+    if len(key) != 3 or not all(type(x) is int and 0 <= x <= _INT64 for x in key):
         return None
     if summary.keys() != _KINDS.keys() or not all(_fits(_KINDS[name], summary[name]) for name in _KINDS):
         return None
@@ -112,6 +107,7 @@ class Catalog:
         self._lock = threading.Lock()
         self._loaded = False
         self._dirty = False  # the cache file needs writing again even if no summary changed
+        self._names: dict[Path, NameCache] = {}  # each session's name, kept in memory only
 
     def scan(self, *, since_ns: int = 0, workers: int | None = None,
              known: Mapping[Path, SessionSummary] | None = None) -> list[LogSummary]:
@@ -135,24 +131,34 @@ class Catalog:
                     continue
                 if st.st_mtime_ns < since_ns:
                     continue
-                key = _key(st, path)
+                key = _key(st)
                 cached = self._cache.get(str(path))
                 if cached is not None and cached[0] == key:
-                    found.append(LogSummary(path, SessionSummary(**cached[1])))
+                    found.append(LogSummary(path, self._named(path, SessionSummary(**cached[1]))))
                 else:
                     stale.append((path, key))
             fresh = self._read([path for path, _key_ in stale], workers)
             changed = False
             for (path, key), item in zip(stale, fresh):
-                found.append(item)
                 if item.summary is not None:
-                    self._cache[str(path)] = (key, asdict(item.summary))
+                    # The name is the session's text (its first prompt): never stored, read at each scan.
+                    self._cache[str(path)] = (key, asdict(replace(item.summary, name=None)))
+                    item = LogSummary(path, self._named(path, item.summary))
                     changed = True
+                found.append(item)
             changed |= self._drop_missing()
             if changed or self._dirty:
                 self._save()
                 self._dirty = False
             return found
+
+    def _named(self, path: Path, summary: SessionSummary) -> SessionSummary:
+        """``summary`` with its session's name now (workspace.yaml read again only when it changed)."""
+        names = self._names.get(path)
+        if names is None:
+            names = self._names[path] = NameCache()
+        name = names.of(path.parent)
+        return summary if name == summary.name else replace(summary, name=name)
 
     def _read(self, paths: list[Path], workers: int | None) -> list[LogSummary]:
         job = _Shard(self.max_line_bytes)

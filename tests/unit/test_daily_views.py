@@ -130,8 +130,9 @@ def test_a_rows_durations_are_as_of_the_request():
 
 
 def test_a_rename_with_no_new_event_is_read_again_and_hide_names_leaves_names_out(tmp_path):
-    """The summary cache knows a session by its log and its workspace.yaml: a rename (the file replaced, the log
-    untouched) is read again on the next scan. The web view's rows carry the name, and none with --hide-names."""
+    """The summary cache never stores a name (the session's text, its first prompt): each scan reads it, so a
+    rename (the file replaced, the log untouched) shows on the next. The web view's rows carry the name, and none
+    with --hide-names."""
     root = tmp_path / "session-state"
     folder = fixture_session(root, "1.0.102", "91f318e8")
     cache = tmp_path / "summaries.json"
@@ -139,6 +140,7 @@ def test_a_rename_with_no_new_event_is_read_again_and_hide_names_leaves_names_ou
     (folder / "workspace.new").write_text("name: the otel exporter\nuser_named: true\n")
     (folder / "workspace.new").replace(folder / "workspace.yaml")
     assert [item.summary.name for item in Catalog(root, cache_file=cache).scan()] == ["the otel exporter"]
+    assert b"scripted task" not in cache.read_bytes() and b"otel exporter" not in cache.read_bytes()
 
     def rows(**kwargs) -> list:
         source = HistorySessions(lambda: [folder / "events.jsonl"], ModelOptions(), policy=StuckPolicy(600.0),
