@@ -23,13 +23,12 @@ function el(tag, attrs, ...children) {
   return node;
 }
 
-// Text that may wrap only after a "/" (a branch, a repository, a folder), never inside a word (nor at a "-"): its
-// parts, each kept whole (class "part"), a <wbr> after each "/".
+// Text that may wrap only after a "/" or a "-" (a branch, a repository, a folder), never inside a word: its parts,
+// each kept whole (class "part"), a <wbr> between them.
 function slashBreaks(text) {
   if (!text) return [];
-  const parts = String(text).split("/");
-  return parts.flatMap((part, i) => (i < parts.length - 1
-    ? [el("span", {class: "part"}, `${part}/`), el("wbr", {})] : [el("span", {class: "part"}, part)]));
+  const parts = String(text).split(/(?<=[/-])/);
+  return parts.flatMap((part, i) => [i ? el("wbr", {}) : null, el("span", {class: "part"}, part)]).filter(Boolean);
 }
 
 // AI credits (1 credit = 1e9 nano AIU): "8.67+" when some calls reported no amount (the sum is not the whole
