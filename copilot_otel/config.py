@@ -108,6 +108,8 @@ class Config(Struct, frozen=True):
     trace_url: str | None = None
     # Metrics: leave the repository label empty (Prometheus then shows none), e.g. where repository names are private.
     no_repository_label: bool = False
+    # Leave the sessions' names out of the owner's views (`sessions`, `inspect`, the web view): for screen sharing.
+    hide_names: bool = False
     # Do not refuse a state or trace folder other users may write (ssh's "StrictModes no"): for a volume only
     # the container's own pod reaches, e.g. a Kubernetes emptyDir (made 0777). Files are still checked.
     no_strict_modes: bool = False
@@ -293,6 +295,7 @@ _ENV_FIELDS: dict[str, Callable[[str, str], Any]] = {
     "max_label_values": _parse_int,
     "trace_url": lambda _variable, text: text,
     "no_repository_label": _parse_bool,
+    "hide_names": _parse_bool,
     "web_config_file": _parse_path,
     "budgets_file": _parse_path,
     "no_strict_modes": _parse_bool,

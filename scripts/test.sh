@@ -40,9 +40,35 @@ command -v prometheus-alertmanager >/dev/null 2>&1 || missing="$missing promethe
 [ -x /usr/bin/chromium ] || missing="$missing chromium"
 if [ -n "$missing" ]; then
     SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-    step $SUDO apt-get update -qq
-    step env DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $missing
+    # Another process (unattended-upgrades, a second engineer's setup) may hold apt's lock: wait for it.
+    step $SUDO apt-get update -qq -o DPkg::Lock::Timeout=600
+    step env DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq -o DPkg::Lock::Timeout=600 \
+        --no-install-recommends $missing
 fi
+
+# The tests leave the real home as they found it: HOME and the XDG folders point at one temporary folder for
+# the whole run (tests/support/home.py; the Copilot CLI unpacks its ~235 MB package there once per run), and
+# the run fails if anything changed in the real home's top level or in the folders programs write to (setup,
+# above, may use the real pip and npm caches; the tests may not).
+real_home=$HOME
+run_home=$(mktemp -d "${TMPDIR:-/tmp}/copilot-otel-test-home.XXXXXX")
+trap 'rm -f "$setup_log"; rm -rf "$run_home"' EXIT
+export TEST_RUN_HOME=$run_home HOME=$run_home XDG_CONFIG_HOME=$run_home/.config XDG_CACHE_HOME=$run_home/.cache \
+    XDG_DATA_HOME=$run_home/.local/share XDG_STATE_HOME=$run_home/.local/state
+home_listing() {  # the home's names and files, and what lies 4 levels deep in its usual folders (size, mtime)
+    (cd "$real_home" && ls -A1 && { find . -maxdepth 1 -type f -printf '%p %s %T@\n'
+        find .cache .config .local .npm .copilot .pki -maxdepth 4 -printf '%p %s %T@\n' 2>/dev/null || true; }) | sort
+}
+home_before=$(home_listing)
+home_check() {  # exit status: 1 if the real home changed during the run (TEST_HOME_CHECK=off: not checked, for a
+    local after  # machine where other users of the same home run other things meanwhile)
+    [ "${TEST_HOME_CHECK:-on}" != off ] || return 0
+    after=$(home_listing)
+    [ "$after" != "$home_before" ] || return 0
+    echo "FAILED: the tests changed the real home ($real_home); before (<) and after (>):" >&2
+    diff <(echo "$home_before") <(echo "$after") | head -n 40 >&2
+    return 1
+}
 
 # Which layers: named ones, or all; any other argument that is not an option means one plain pytest run.
 layers=()
@@ -51,7 +77,9 @@ for arg in "$@"; do
     case "$arg" in
         unit|component|e2e) layers+=("$arg") ;;
         -*) options+=("$arg") ;;
-        *) exec .venv/bin/python -m pytest "$@" ;;
+        *) code=0; .venv/bin/python -m pytest "$@" || code=$?
+           home_check || [ "$code" -ne 0 ] || code=1
+           exit "$code" ;;
     esac
 done
 [ ${#layers[@]} -gt 0 ] || layers=(unit component e2e)
@@ -98,4 +126,5 @@ if [ -n "${wall[unit]:-}" ] && [ -n "${wall[component]:-}" ]; then
     target "unit + component" $((wall[unit] + wall[component])) 30
 fi
 [ ${#layers[@]} -lt 3 ] || target "the whole suite" "$total" 360
+home_check || failed=1
 exit $failed

@@ -19,6 +19,10 @@ _REPO = str(Path(__file__).resolve().parent.parent)
 if _REPO not in sys.path:  # `tests.*` imports work however pytest was started
     sys.path.insert(0, _REPO)
 
+from tests.support import home as run_home  # noqa: E402
+
+run_home.isolate()  # before any test runs a command: HOME and the XDG folders are the run's own (support/home.py)
+
 from tests.support.copilot_cli import Corpus, CopilotCLI, CopilotCLIMissing, generate_corpus  # noqa: E402
 from tests.support.provider import ScriptedProvider  # noqa: E402
 from tests.support.net import free_port  # noqa: E402

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Mapping
 
 from msgspec import Struct
-from msgspec.structs import asdict
+from msgspec.structs import asdict, replace
 import orjson
 
 from ..config import DEFAULT_MAX_LINE_BYTES
@@ -27,12 +27,13 @@ from .history import summarize_log
 from ..base.private import private_dir, read_private, write_private
 from ..source.sources import UnreadableLog, list_sessions, path_from_text, path_text
 from ..model.summary import SessionSummary
+from ..source.workspace import NameCache
 
 log = logging.getLogger(__name__)
 
-# A summary with other fields, or made by other rules (2: a name shown by the content capture rule), makes the
-# cached ones unusable: start afresh.
-CACHE_VERSION = "2:" + ",".join(SessionSummary.__struct_fields__)
+# A summary with other fields, or made by other rules (2: a name shown by the content capture rule; 3: no name: each
+# is read from its workspace.yaml at each scan, never stored here), makes the cached ones unusable: start afresh.
+CACHE_VERSION = "3:" + ",".join(SessionSummary.__struct_fields__)
 PARALLEL_MIN = 128  # fewer logs to read are read in this process: starting workers costs more
 SHARD = 32
 
@@ -45,11 +46,10 @@ class LogSummary(Struct, frozen=True):
     error: str | None = None
 
 
-def log_summary(path: Path, *, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES, capture: bool = False) -> LogSummary:
-    """One whole session log through the model, tallied (malformed lines are skipped quietly); ``capture``:
-    content capture is on (a name that is the prompt's text is shown)."""
+def log_summary(path: Path, *, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> LogSummary:
+    """One whole session log through the model, tallied (malformed lines are skipped quietly), and named."""
     try:
-        return LogSummary(path, summarize_log(path, ModelOptions(capture_content=capture), max_line_bytes))
+        return LogSummary(path, summarize_log(path, ModelOptions(), max_line_bytes))
     except UnreadableLog as exc:
         return LogSummary(path, None, exc.reason)
 
@@ -58,10 +58,9 @@ class _Shard(Struct, frozen=True):
     """Summarize a list of logs (plain data: a worker process can be handed it)."""
 
     max_line_bytes: int
-    capture: bool = False
 
     def __call__(self, paths: list[Path]) -> list[LogSummary]:
-        return [log_summary(path, max_line_bytes=self.max_line_bytes, capture=self.capture) for path in paths]
+        return [log_summary(path, max_line_bytes=self.max_line_bytes) for path in paths]
 
 
 def _key(st: os.stat_result) -> list[int]:
@@ -99,16 +98,16 @@ class Catalog:
     """The summaries of the sessions in one session-state folder, each read again only when its log changed."""
 
     def __init__(self, root: Path, *, cache_file: Path | None = None,
-                 max_line_bytes: int = DEFAULT_MAX_LINE_BYTES, capture: bool = False) -> None:
+                 max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> None:
         self.root = Path(root)
         self.cache_file = cache_file
         self.max_line_bytes = max_line_bytes
-        self.capture = capture  # content capture on: names that are the prompt's text are kept
-        self.version = CACHE_VERSION + (":capture" if capture else "")
+        self.version = CACHE_VERSION
         self._cache: dict[str, tuple[list[int], dict]] = {}  # str(path) -> (identity key, summary as a dict)
         self._lock = threading.Lock()
         self._loaded = False
         self._dirty = False  # the cache file needs writing again even if no summary changed
+        self._names: dict[Path, NameCache] = {}  # each session's name, kept in memory only
 
     def scan(self, *, since_ns: int = 0, workers: int | None = None,
              known: Mapping[Path, SessionSummary] | None = None) -> list[LogSummary]:
@@ -135,24 +134,34 @@ class Catalog:
                 key = _key(st)
                 cached = self._cache.get(str(path))
                 if cached is not None and cached[0] == key:
-                    found.append(LogSummary(path, SessionSummary(**cached[1])))
+                    found.append(LogSummary(path, self._named(path, SessionSummary(**cached[1]))))
                 else:
                     stale.append((path, key))
             fresh = self._read([path for path, _key_ in stale], workers)
             changed = False
             for (path, key), item in zip(stale, fresh):
-                found.append(item)
                 if item.summary is not None:
-                    self._cache[str(path)] = (key, asdict(item.summary))
+                    # The name is the session's text (its first prompt): never stored, read at each scan.
+                    self._cache[str(path)] = (key, asdict(replace(item.summary, name=None)))
+                    item = LogSummary(path, self._named(path, item.summary))
                     changed = True
+                found.append(item)
             changed |= self._drop_missing()
             if changed or self._dirty:
                 self._save()
                 self._dirty = False
             return found
 
+    def _named(self, path: Path, summary: SessionSummary) -> SessionSummary:
+        """``summary`` with its session's name now (workspace.yaml read again only when it changed)."""
+        names = self._names.get(path)
+        if names is None:
+            names = self._names[path] = NameCache()
+        name = names.of(path.parent)
+        return summary if name == summary.name else replace(summary, name=name)
+
     def _read(self, paths: list[Path], workers: int | None) -> list[LogSummary]:
-        job = _Shard(self.max_line_bytes, self.capture)
+        job = _Shard(self.max_line_bytes)
         if len(paths) < PARALLEL_MIN or workers == 1:
             return job(paths)
         from ..base.workers import MAX_WORKERS, WorkerPool, available_cpus

@@ -47,8 +47,9 @@ class SessionReader:
     """Reads one session log incrementally through the model."""
 
     def __init__(self, path: Path, *, options: ModelOptions = ModelOptions(),
-                 max_line_bytes: int = DEFAULT_MAX_LINE_BYTES, warn: Warn = log.warning) -> None:
+                 max_line_bytes: int = DEFAULT_MAX_LINE_BYTES, warn: Warn = log.warning, names: bool = True) -> None:
         self.path = Path(path)
+        self.names = names  # the session's name shown (not with --hide-names)
         self.session_id = session_id_of(self.path)
         self.options = options
         self.max_line_bytes = max_line_bytes
@@ -97,8 +98,9 @@ class SessionReader:
         """The session now: its state by the daemon's rules, and its spans."""
         now = time.time() if now is None else now
         now_ns = int(now * 1e9)
-        summary = named(self._closed[1] if self._closed is not None else self.model.summary(), self.path.parent,
-                        capture=self.options.capture_content)
+        summary = self._closed[1] if self._closed is not None else self.model.summary()
+        if self.names:
+            summary = named(summary, self.path.parent)
         status = status_of(summary, self.path, policy=policy, now=now, alive=alive)
         running = self._closed is None and self.model.ended is None and status.state not in (ENDED, ABANDONED)
         if running:

@@ -49,6 +49,10 @@ class SessionStatus(Struct, frozen=True):
         return row_json(Row(0, 0, self.session_id, Path(self.path or ""), self.summary, self.state,
                             self.stalled_seconds, self.silent_seconds, self.activity), now=now)
 
+    def nameless(self) -> "SessionStatus":
+        """The same without the session's name (--hide-names)."""
+        return replace(self, summary=replace(self.summary, name=None)) if self.summary.name else self
+
     def under(self, policy: StuckPolicy) -> "SessionStatus":
         """The same session named by other thresholds (those given to `sessions`, over the daemon's): at work
         and silent past the threshold of what it does is stuck, else what it does."""

@@ -134,6 +134,11 @@ STRICT_MODES = option("no-strict-modes", is_flag=True, default=False,
                            "volume only this pod reaches, e.g. a Kubernetes emptyDir. Files are still checked.")
 
 
+HIDE_NAMES = option("hide-names", is_flag=True, default=False,
+                    help="Leave the sessions' names (workspace.yaml: yours, or the CLI's from the first prompt) out "
+                         "of what this shows, e.g. while sharing your screen. Names are never exported.")
+
+
 def repository_option(func):
     return option("no-repository-label", is_flag=True, default=False,
                   help="Leave the repository label of the metrics empty (Prometheus then shows none).")(func)

@@ -26,7 +26,7 @@ from rich.text import Text
 from ..catalog.board import MAX_PAGE_SIZE, NO_REPOSITORY
 from ..catalog.cache import Catalog
 from ..base.display import ago, clock_time, count, where
-from ..model.summary import credits_text
+from ..model.summary import CREDITS_LEGEND, credits_noted, credits_text
 from ..base.owner import NotOurs, connect_own, describe_uid, listener_uid
 from ..source.liveness import StuckPolicy
 from ..base.parsing import DURATION_HINT, duration_seconds
@@ -38,8 +38,8 @@ log = logging.getLogger(__name__)
 
 API_PATH = "/api/sessions"
 LIVE = "live"  # --state live: every state but ended
-WIDE = 140  # columns from which each session fits on one line
 PLACE_CHARS = 40  # the repository / folder column is padded to this at most (a longer one pushes the name on)
+NAME_CHARS = 24  # one line a session only when this much of the longest name fits (else it goes on a second line)
 _STYLES = {WORKING: "cyan", WAITING_TOOL: "cyan", WAITING_USER: "magenta", STUCK: "bold red", ABANDONED: "bold red",
            ENDED: "dim"}
 
@@ -124,10 +124,9 @@ class _SocketConnection(http.client.HTTPConnection):
 
 
 def from_files(root: Path, *, policy: StuckPolicy, cache_file: Path | None, since: float = 0.0,
-               max_line_bytes: int | None = None, capture: bool = False) -> Listing:
-    """Every session log under ``root`` summarized (cached) and named by the daemon's rules (``capture``:
-    content capture is on, see workspace.py)."""
-    catalog = Catalog(root, cache_file=cache_file, capture=capture,
+               max_line_bytes: int | None = None) -> Listing:
+    """Every session log under ``root`` summarized (cached) and named by the daemon's rules."""
+    catalog = Catalog(root, cache_file=cache_file,
                       **({"max_line_bytes": max_line_bytes} if max_line_bytes else {}))
     now = time.time()
     statuses, unreadable = [], []
@@ -141,7 +140,7 @@ def from_files(root: Path, *, policy: StuckPolicy, cache_file: Path | None, sinc
 
 def select(statuses: Iterable[SessionStatus], *, states: Iterable[str] = (), repository: str | None = None,
            since: float = 0.0) -> list[SessionStatus]:
-    """The statuses that pass the filters, newest first (by start)."""
+    """The statuses that pass the filters, the most recently active first (by last event, as `inspect latest`)."""
     wanted = set(states)
     if LIVE in wanted:
         wanted.discard(LIVE)
@@ -156,7 +155,7 @@ def select(statuses: Iterable[SessionStatus], *, states: Iterable[str] = (), rep
         if since and summary.last_event_ns < since * 1e9:
             continue
         out.append(status)
-    return sorted(out, key=lambda s: (s.summary.started_ns, s.summary.last_event_ns), reverse=True)
+    return sorted(out, key=lambda s: (s.summary.last_event_ns, s.summary.started_ns), reverse=True)
 
 
 def place_matches(summary, pattern: str) -> bool:
@@ -188,21 +187,25 @@ def _name_matches(actual: str, pattern: str, sep: str) -> bool:
 
 
 def render(statuses: list[SessionStatus], console: Console, *, now: float | None = None) -> None:
-    """One line per session (two below WIDE columns: the facts that do not fit go on a dim second line),
-    each cut to the terminal's width, never wrapped. Piped, the same lines without colour."""
+    """One line per session when every column and NAME_CHARS of the names fit (else two: the facts that do not
+    fit go on a dim second line), each cut to the terminal's width, never wrapped. Piped, the same lines without
+    colour."""
     now = time.time() if now is None else now
-    wide = console.width >= WIDE
     head = (f"{'SESSION':<8}  {'STATE':<12}  {'LAST':<8} {'TURNS':>5} {'TOKENS':>7} {'PREMIUM':>7} {'CREDITS':>8}  "
             f"{'LAST END':<13}")
     places = max((len(where(status.summary) or "-") for status in statuses), default=1)
     places = max(len("REPOSITORY / FOLDER"), min(places, PLACE_CHARS))
+    names = min(NAME_CHARS, max((len(status.summary.name or "-") for status in statuses), default=1))
+    wide = console.width >= len(head) + 2 + 12 + 2 + 18 + 2 + places + 2 + max(names, len("NAME"))
     if wide:
         head += f"  {'STARTED':<12}  {'MODEL':<18}  {'REPOSITORY / FOLDER':<{places}}  NAME"
     lines: list[tuple[str, str]] = [(head, "bold")]
+    legend = False
     for status in statuses:
         s = status.summary
         premium = f"{s.premium_requests:g}" if s.premium_requests else "-"
         credits = credits_text(s.nano_aiu, s.credits_status) if s.nano_aiu or s.credits_status else "-"
+        legend = legend or credits_noted(credits)
         line = (f"{s.session_id[:8]:<8}  {status.state:<12}  {ago(s.last_event_ns, now):<8} {s.turns:>5} "
                 f"{count(s.tokens):>7} {premium:>7} {credits:>8}  {s.last_end or '-':<13}")
         started = clock_time(s.started_ns, now)
@@ -212,12 +215,14 @@ def render(statuses: list[SessionStatus], console: Console, *, now: float | None
                           f"{s.name or '-'}{asks}", _STYLES.get(status.state, "")))
             continue
         lines.append((line, _STYLES.get(status.state, "")))
-        facts = [x for x in (s.name and f"“{s.name}”", f"started {started}", s.model, where(s)) if x]
+        facts = [x for x in (f"started {started}", s.model, where(s), s.name and f"“{s.name}”") if x]
         if status.waiting_on and status.state in (WAITING_TOOL, STUCK, ABANDONED):
             facts.insert(0, f"on {status.waiting_on}")
         elif s.asking and status.state == WAITING_USER:
             facts.insert(0, f"asks {s.asking}")
         lines.append(("          " + " · ".join(facts), "dim"))
+    if legend:
+        lines.append((CREDITS_LEGEND, "dim"))
     lines = [(safe(line).rstrip(), style) for line, style in lines]  # text from the logs: escaped
     if console.is_terminal:
         text = Text("\n").join(Text(line, style=style) for line, style in lines)

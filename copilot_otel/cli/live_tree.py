@@ -55,4 +55,6 @@ def follow_session(reader: SessionReader, *, policy: StuckPolicy, console: Conso
         except KeyboardInterrupt:
             pass
         live.update(Fitted(snapshot), refresh=True)
+    if not console.is_terminal:  # rich ends a live display with a newline only on a terminal
+        console.line()
     return snapshot

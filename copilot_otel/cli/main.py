@@ -9,6 +9,7 @@ from pathlib import Path
 
 import click
 import orjson
+from click.core import ParameterSource
 
 from ..version import __version__
 from ..config import (
@@ -24,8 +25,9 @@ from ..config import (
     MIN_IDLE_QUIET,
     Config,
     ConfigError,
+    parse_address,
 )
-from .flags import (BUDGETS_FILE, DURATION, COPILOT_HOME, LOG_LEVEL, MAX_LINE_BYTES, METRICS_ADDRESS, PATH, STATE_DIR,
+from .flags import (BUDGETS_FILE, DURATION, COPILOT_HOME, HIDE_NAMES, LOG_LEVEL, MAX_LINE_BYTES, METRICS_ADDRESS, PATH, STATE_DIR,
                     STRICT_MODES, TRACE_URL_HELP, WEB_VIEW_COST, access_options, export_options, option,
                     reading_options, repository_option, stuck_options, Duration)
 from ..base.safe_text import safe, safe_json
@@ -146,7 +148,7 @@ def replay(paths, log_level, metrics_file, workers, rate, give_up_after, restart
     sink.shutdown()
     if not write_metrics(outcome.stats, config, metrics_file):
         _fail(METRICS_REFUSED, EXIT_EXPORT_FAILED)
-    report(outcome, sink.description)
+    report(outcome, sink.description, metrics_file)
     sys.exit(outcome.code)
 
 
@@ -156,6 +158,7 @@ def replay(paths, log_level, metrics_file, workers, rate, give_up_after, restart
 @stuck_options
 @option("json", is_flag=True, help="Print the session as one JSON object.")
 @option("follow", is_flag=True, help="Redraw the tree while the session runs (Ctrl-C to stop).")
+@HIDE_NAMES
 def inspect(session, log_level, json, follow, **options) -> None:
     """Show one session as a tree of interactions, turns, LLM calls and tools.
 
@@ -178,7 +181,8 @@ def inspect(session, log_level, json, follow, **options) -> None:
         path = _session_log(session, config)
         warnings: list[tuple] = []  # held until the file is known to be a session log
         reader = SessionReader(path, options=ModelOptions(capture_content_from_env(), INSPECT_CONTENT_CHARS),
-                               max_line_bytes=config.max_line_bytes, warn=lambda *args: warnings.append(args))
+                               max_line_bytes=config.max_line_bytes, warn=lambda *args: warnings.append(args),
+                               names=not config.hide_names)
         reader.update()
         if (why := reader.not_a_log()) is not None:
             raise SourceError(why)
@@ -217,6 +221,9 @@ def _session_log(text: str, config: Config) -> Path:
     """The events.jsonl a SESSION argument names: a path, else an id, a unique prefix or `latest`."""
     from ..source.sources import SESSION_STATE, SourceError, find_event_files, find_session
 
+    if not text.strip():
+        raise SourceError("SESSION is empty: give a session id (or its start), `latest`, a session folder or an "
+                          "events.jsonl")
     candidate = Path(text).expanduser()
     if os.path.lexists(candidate) and (os.sep in text or text.endswith(".jsonl") or candidate.is_dir()):
         files = find_event_files(candidate)
@@ -240,6 +247,7 @@ def _session_log(text: str, config: Config) -> Path:
 @option("since", metavar="WHEN", help="Only sessions active since then: 30m, 2h, 1d, or 2026-12-01.")
 @option("json", is_flag=True, help="Print a JSON array, one object per session.")
 @option("from-files", is_flag=True, help="Read the session logs even when a daemon runs.")
+@HIDE_NAMES
 @LOG_LEVEL
 def sessions(state, repository, since, json, from_files, log_level, **options) -> None:
     """List sessions, newest first: state, activity, turns, tokens, premium requests, how the last
@@ -274,14 +282,15 @@ def sessions(state, repository, since, json, from_files, log_level, **options) -
             _say(f"not using the summary cache: {exc}")
             cache_file = None
         try:
-            listing = read_files(root, policy=config.stuck_policy, cache_file=cache_file, since=since_time,
-                                 capture=config.model.capture_content)
+            listing = read_files(root, policy=config.stuck_policy, cache_file=cache_file, since=since_time)
         except SourceError as exc:
             _fail(str(exc))
             return
         statuses, unreadable = listing.statuses, listing.unreadable
     elif options.get("stuck_after") is not None or options.get("stuck_after_tool") is not None:
         statuses = [status.under(config.stuck_policy) for status in statuses]  # the thresholds given, not the daemon's
+    if config.hide_names:
+        statuses = [status.nameless() for status in statuses]
     for path, reason in unreadable:
         _say(f"{path}: cannot read it ({reason})")
     chosen = select(statuses, states=states, repository=repository, since=since_time)
@@ -319,6 +328,7 @@ def sessions(state, repository, since, json, from_files, log_level, **options) -
 @repository_option
 @access_options
 @BUDGETS_FILE
+@HIDE_NAMES
 @STRICT_MODES
 def run(log_level, poll, rescan_interval, from_end, backfill, idle_quiet, max_buffered_spans, trace_url,
         max_label_values, **options) -> None:
@@ -355,12 +365,13 @@ def run(log_level, poll, rescan_interval, from_end, backfill, idle_quiet, max_bu
 @MAX_LINE_BYTES
 @option("content-max-chars", type=click.IntRange(min=1), default=DEFAULT_CONTENT_MAX_CHARS,
         help="With OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true, cut each captured text to this length.")
+@HIDE_NAMES
 @LOG_LEVEL
 def view(paths, address, log_level, **options) -> None:
     """Serve the web view over session logs (folders, events.jsonl files or a COPILOT_HOME), without the daemon.
 
-    The pages show data only with the token made at start: `copilot-otel open --metrics-address
-    HOST:PORT` (this --address) opens them with it.
+    The pages show data only with the token made at start: `copilot-otel open` opens them with it (the
+    daemon's first, if it runs too; `--metrics-address HOST:PORT`, this --address, names this one).
     """
     from ..web.routes import run_view
 
@@ -376,7 +387,8 @@ def view(paths, address, log_level, **options) -> None:
 @main.command("open")
 @STATE_DIR
 @option("metrics-address", default=DEFAULT_METRICS_ADDRESS, show_default=True,
-        help="HOST:PORT of the daemon (its --metrics-address), or of a `view` (its --address).")
+        help="HOST:PORT of the daemon (its --metrics-address), or of a `view` (its --address). Not given: the "
+             "daemon's if it runs, else a `view` running with this --state-dir.")
 @option("print-url", is_flag=True, help="Print the URL with its token instead of opening a browser.")
 def open_view(print_url, **options) -> None:
     """Open the web view in your browser with its token (which the daemon or `view` keeps in the state folder).
@@ -390,11 +402,17 @@ def open_view(print_url, **options) -> None:
 
     try:
         config = build_config(exports=False, **options)
-        url, token = read_token_file(token_file(config.state_dir, config.metrics_address[1]))
+    except ConfigError as exc:  # a bad flag or setting: a usage error, as for every command
+        _fail(str(exc))
+        return
+    host, port = config.metrics_address
+    if click.get_current_context().get_parameter_source("metrics_address") is ParameterSource.DEFAULT:
+        port = _running_port(config.state_dir, port) or port  # none named: the daemon's, else a running `view`
+    try:
+        url, token = read_token_file(token_file(config.state_dir, port))
     except ConfigError as exc:
         _fail(str(exc), EXIT_EXPORT_FAILED)
         return
-    host, port = config.metrics_address
     holder = listener_uid(port)
     if holder is not None and holder != os.getuid():
         _fail(f"{host}:{port} is held by {describe_uid(holder)}, not by your daemon: not giving it the token",
@@ -417,6 +435,24 @@ def open_view(print_url, **options) -> None:
         click.echo(f"opened {url} in your browser", err=True)
     else:
         click.echo(f"no browser found here; open {with_token(url, token)}")
+
+
+def _running_port(state_dir: Path, preferred: int) -> int | None:
+    """The port of a server of yours that left its token in ``state_dir``: ``preferred`` (the daemon's) if it runs,
+    else a `view` (its default port first, then the newest token file); None if none runs."""
+    from ..base.owner import listener_uid
+
+    found = {}
+    for path in Path(state_dir).glob("web-*.json"):
+        number = path.stem.removeprefix("web-")
+        if number.isdigit():
+            try:
+                found[int(number)] = path.stat().st_mtime
+            except OSError:
+                continue
+    view_port = parse_address(DEFAULT_VIEW_ADDRESS)[1]
+    ordered = sorted(found, key=lambda p: (p != preferred, p != view_port, -found[p]))
+    return next((p for p in ordered if listener_uid(p) == os.getuid()), None)
 
 
 if __name__ == "__main__":  # pragma: no cover

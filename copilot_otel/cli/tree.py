@@ -19,7 +19,7 @@ from rich.tree import Tree
 
 from ..model import attrs as A
 from ..base.display import clock_time, count, duration, iso_time, plural, where
-from ..model.summary import credits_text
+from ..model.summary import CREDITS_UNKNOWN, PARTIAL_NOTE, credits_text
 from ..model.records import STATUS_ERROR, STATUS_OK, SpanRecord
 from ..base.safe_text import safe
 from ..catalog.snapshot import Snapshot
@@ -80,14 +80,18 @@ class Totals(Struct):
 
     def text(self) -> str:
         """'1 premium · 0.42 AI credits · 12.1k tokens · 3 turns · 4 LLM calls · 2 tools (1 failed)': the cost
-        first, as a line too long for the terminal loses its end."""
+        first, as a line too long for the terminal loses its end ('AI credits unknown' last)."""
         failed = ", ".join(x for x in (self.tool_failures and f"{self.tool_failures} failed",
                                        self.tool_cut_off and f"{self.tool_cut_off} cut off") if x)
         failed = f" ({failed})" if failed else ""
         parts = [f"{count(self.tokens)} tokens", plural(self.turns, "turn"), plural(self.llm_calls, "LLM call"),
                  plural(self.tool_calls, "tool") + failed]
-        if self.nano_aiu:
-            parts.insert(0, f"{credits_text(self.nano_aiu, 'partial' if self.unpriced_calls else None)} AI credits")
+        if self.nano_aiu or self.unpriced_calls:  # unknown (no call reported an amount): said last, it costs nothing
+            credits = credits_text(self.nano_aiu, "partial" if self.unpriced_calls else None)
+            if credits == CREDITS_UNKNOWN:
+                parts.append("AI credits unknown")
+            else:
+                parts.insert(0, f"{credits} AI credits")
         if self.premium_requests:
             parts.insert(0, f"{self.premium_requests:g} premium")
         return " · ".join(parts)
@@ -215,7 +219,9 @@ def header(snapshot: Snapshot) -> Group:
         state.append(f" for {duration(status.stalled_seconds)}", style=_STATE_STYLES[status.state])
     if status.waiting_on and status.state in (WAITING_TOOL, STUCK, ABANDONED):
         since = f" since {clock_time(summary.waiting_since_ns, now)}" if summary.waiting_since_ns else ""
-        state.append(f": waiting on tool {status.waiting_on}{since}")
+        # Abandoned: its process died in the tool, whose end (and so how long it ran) is not known.
+        state.append(f": cut off in tool {status.waiting_on}{since}, end unknown" if status.state == ABANDONED
+                     else f": waiting on tool {status.waiting_on}{since}")
     elif summary.asking and status.state == WAITING_USER:
         since = f" since {clock_time(summary.asking_since_ns, now)}" if summary.asking_since_ns else ""
         state.append(f": asks the user for {summary.asking}{since}")
@@ -231,9 +237,11 @@ def header(snapshot: Snapshot) -> Group:
     totals = Totals()  # from the spans, as each interaction's: what ran, the work still running included
     for span in snapshot.spans:
         totals.add(span)
-    if summary.nano_aiu:  # the session's, with what the CLI's totals added (the headless stream's credits)
+    if summary.nano_aiu or summary.credits_status:  # the session's, with what the CLI's totals added (the stream's)
         totals.nano_aiu, totals.unpriced_calls = summary.nano_aiu, int(summary.credits_status in ("partial", "unavailable"))
     lines.append(_line((f"  {plural(summary.interactions, 'interaction')} · {totals.text()}", "dim")))
+    if totals.unpriced_calls and totals.nano_aiu:
+        lines.append(_line((f"  ({PARTIAL_NOTE})", "dim")))
     return Group(*lines)
 
 

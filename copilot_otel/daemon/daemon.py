@@ -224,6 +224,7 @@ class Daemon:
                 follower.pids = lock_pids(folder)
                 if follower.model is not None and follower.model.ended is None:
                     self._watch(follower)  # a CLI took it up again
+                self._rename(follower)
         self._housekeeping()
         self._send()
         self._publish()
@@ -345,6 +346,13 @@ class Daemon:
             self._backlog.add(path)
         elif follower.model.ended is not None and follower.abandoned_at is None:
             self._compact(follower)
+
+    def _rename(self, follower: Follower) -> None:
+        """Its name again, if its workspace.yaml changed with no new event (a rename): the views show it."""
+        summary = self._summaries.get(follower.path)
+        if summary is not None and (name := follower.names.of(follower.path.parent)) != summary.name:
+            self._summaries[follower.path] = replace(summary, name=name)
+            self._changed = True
 
     def _deliver(self, follower: Follower, out: Outputs) -> None:
         """Count what a read produced, queue its spans, then the checkpoint position behind them."""

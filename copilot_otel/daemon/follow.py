@@ -83,7 +83,7 @@ class Follower(Struct):
 
     def __post_init__(self) -> None:
         self.session_id = self.session_id or self.reader.session_id
-        self.names = self.names or NameCache(self.reader.options.capture_content)
+        self.names = self.names or NameCache()
 
     @property
     def tail(self) -> FileTail:

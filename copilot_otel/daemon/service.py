@@ -33,8 +33,7 @@ def run_daemon(config: Config) -> int:
     try:
         web_config = web_config_of(config)  # a bad file is said before anything starts
         daemon = Daemon(config, own_gc=True)
-        catalog = Catalog(daemon.root, cache_file=config.summary_cache, max_line_bytes=config.max_line_bytes,
-                          capture=config.model.capture_content)
+        catalog = Catalog(daemon.root, cache_file=config.summary_cache, max_line_bytes=config.max_line_bytes)
         view = WebView(DaemonSessions(config, lambda: daemon.published, catalog=catalog,
                                       problem=daemon.discoverer.problem),
                        trace_url=config.trace_url, budgets=config.budgets, resource=daemon.resource)

@@ -29,6 +29,7 @@ from msgspec import Struct
 from ..base import boundedyaml
 from ..base.parsing import ConfigError
 from ..base.regular import read_config
+from .decimals import DecimalTotals
 
 DEFAULT_WARN_AT = 0.8
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
@@ -146,6 +147,7 @@ class BudgetMeter:
                              ["budget"], registry=registry)
         self.budgets = budgets
         self._here = tuple(b for b in budgets if b.covers_machine(resource))
+        self._decimals = DecimalTotals()  # each budget's counter lands on its rounded sum
         for budget in budgets:
             self.amount.labels(budget.name, budget.repository, budget.user, budget.team).set(budget.ai_credits)
             self.warn_ratio.labels(budget.name).set(budget.warn_at)
@@ -156,4 +158,5 @@ class BudgetMeter:
         """Credits of a session in ``repository`` ("" outside one): counted for each budget that covers it."""
         for budget in self._here:
             if budget.covers_repository(repository):
-                self.spent.labels(budget.name).inc(credits)
+                for part in self._decimals.increments(budget.name, credits):
+                    self.spent.labels(budget.name).inc(part)

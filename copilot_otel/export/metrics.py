@@ -23,6 +23,7 @@ from ..base.pause import PAUSE
 from ..version import __version__
 from .limits import DEFAULT_MAX_LABEL_VALUES
 from ..decode.lines import INTERNAL_ERROR, REASONS
+from .decimals import DecimalTotals
 from .genai_metrics import GenAi, GenAiMetrics
 from .limits import MAX_NAME_CHARS, OTHER, cut_name
 from .totals import Resumed, baselines, decode, snapshot
@@ -42,6 +43,9 @@ TOOL_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800
 LLM_BUCKETS = (0.25, 0.5, 1, 2, 4, 8, 15, 30, 60, 120, 300)
 TTFT_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60)
 # Each histogram's upper bounds as prometheus_client counts them (then +Inf): which bucket a value lands in.
+# Counters whose increments are decimals: they land on their rounded sums (decimals.py), not on float noise.
+DECIMAL_METRICS = frozenset({Metric.AI_CREDITS, Metric.AUTOPILOT_AI_CREDITS, Metric.PREMIUM_REQUESTS,
+                             Metric.AUTOPILOT_PREMIUM_REQUESTS})
 _BOUNDS = {key: [float(bound) for bound in buckets] + [float("inf")] for key, buckets in (
     (Metric.TURN_DURATION, TURN_BUCKETS), (Metric.TOOL_DURATION, TOOL_BUCKETS),
     (Metric.LLM_CALL_DURATION, LLM_BUCKETS), (Metric.LLM_TIME_TO_FIRST_TOKEN, TTFT_BUCKETS))}
@@ -200,6 +204,7 @@ class Metrics:
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
         self.repository_label = repository_label
         self.budget_meter = None  # add_budgets(): the --budgets-file's metrics
+        self._decimals = DecimalTotals()  # the series of DECIMAL_METRICS: each lands on its rounded sum
         r = self.registry
         repo = REPOSITORY_LABEL
         self.sessions_started = Counter("copilot_sessions_started", "Sessions started (session.start), by repository.",
@@ -437,6 +442,7 @@ class Metrics:
         genai: list = []  # the GenAI instruments' updates, added in one go
         observed: list = []  # (histogram series, value, span, bucket)
         events: dict[str, int] = {}
+        decimal: set = set()  # the series of DECIMAL_METRICS among them
         admitted = self._admitted
         bounds = _BOUNDS
         pause = PAUSE
@@ -468,6 +474,8 @@ class Metrics:
                         observed.append((child, value, update.exemplar, bisect_left(edges, value) if value == value
                                          else None))
                     else:
+                        if metric in DECIMAL_METRICS:
+                            decimal.add(child)
                         sums[child] = sums.get(child, 0.0) + update.value
                         if update.exemplar is not None:
                             spans[child] = update.exemplar
@@ -491,6 +499,10 @@ class Metrics:
         last = {child: i for i, (child, _value, span) in enumerate(incs) if span is not None}
         for i, (child, value, span) in enumerate(incs):
             try:
+                if child in decimal:  # a decimal sum: its increments land on the rounded sum (decimals.py)
+                    *first, value = self._decimals.increments(child, value)
+                    for part in first:
+                        child.inc(part)
                 child.inc(value, exemplar_labels(span) if last.get(child) == i else None)
             except Exception:  # noqa: BLE001
                 self._failed(None)

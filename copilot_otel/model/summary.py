@@ -90,10 +90,23 @@ class SessionSummary(Struct, frozen=True):
         return self.input_tokens + self.output_tokens
 
 
+CREDITS_UNKNOWN = "unknown"  # no call reported an amount: no sum to show (zero would be no zero cost)
+CREDITS_LEGEND = "CREDITS: AI credits; 8.67+: some calls reported no amount, unknown: none did"
+PARTIAL_NOTE = "+: some LLM calls reported no AI credits; the sum is the others'"
+
+
 def credits_text(nano_aiu: int, status: str | None = None) -> str:
-    """'8.67' AI credits (two decimals; '<0.01' for less), '8.67+' when some calls reported no amount."""
+    """'8.67' AI credits (two decimals; '<0.01' for less), '8.67+' when some calls reported no amount, 'unknown'
+    when no call reported one."""
+    if status in ("partial", "unavailable") and not nano_aiu:
+        return CREDITS_UNKNOWN
     text = f"{nano_aiu / 1e9:,.2f}" if nano_aiu >= 10_000_000 or not nano_aiu else "<0.01"
     return text + "+" if status in ("partial", "unavailable") else text
+
+
+def credits_noted(text: str) -> bool:
+    """Whether a credits_text needs CREDITS_LEGEND to be read."""
+    return text.endswith("+") or text == CREDITS_UNKNOWN
 
 
 def make_summary(session_id: str, state: str, ended: str | None, facts: "SessionFacts", tally: Tally,

@@ -49,6 +49,7 @@ class Outcome(Struct):
     delivered: int = 0  # spans this run delivered
     completed: int = 0  # sessions this run delivered whole
     before: int = 0  # sessions an interrupted run had delivered already
+    again: bool = False  # --restart into a trace file that held spans already: they are written a second time
     retries: int = 0
     seconds: float = 0.0
     undelivered: list[Path] = field(default_factory=list)
@@ -118,7 +119,11 @@ def replay_logs(files: list[Path], sink: SpanSink, config: Config, *, workers: i
             todo.append((path, 0))
         elif not known.done:
             todo.append((path, known.sent))
-    outcome = Outcome(ReplayStats(metrics=[] if keep_metrics else None), len(files), before=len(files) - len(todo))
+    outcome = Outcome(ReplayStats(metrics=[] if keep_metrics else None), len(files), before=len(files) - len(todo),
+                      again=into_file and restart and not sink.fresh)
+    if outcome.again:
+        log.warning("--restart: %s holds spans already; every session is written again after them (the same ids: "
+                    "a backend keeps one of each, a reader of the file sees each twice)", sink.description)
     if outcome.before and into_file:
         log.info("%d of %d sessions were written to %s before and are left out (--restart writes them again)",
                  outcome.before, len(files), sink.description)
@@ -192,14 +197,18 @@ def _open_ledger(path: Path, restart: bool) -> Ledger | None:
         return None
 
 
-def report(outcome: Outcome, destination: str) -> None:
-    """The summary line, and for a replay that did not finish, which sessions were not delivered."""
+def report(outcome: Outcome, destination: str, metrics_file: Path | None = None) -> None:
+    """The summary line (what --restart wrote twice, what --metrics-file left out), and for a replay that did not
+    finish, which sessions were not delivered."""
     stats = outcome.stats
     rejected = sum(stats.rejected.values())
     rate = outcome.delivered / outcome.seconds if outcome.seconds > 0 else 0.0
     extras = [f"{rejected} malformed line(s) skipped" if rejected else "",
               f"{stats.dropped} span(s) dropped by the backend" if stats.dropped else "",
               f"{outcome.before} session(s) delivered by an earlier run" if outcome.before else "",
+              "written again after what the file held (--restart)" if outcome.again else "",
+              f"{metrics_file} counts only the {outcome.completed} session(s) written now" if metrics_file is not None
+              and outcome.before else "",
               f"{outcome.retries} retries" if outcome.retries else ""]
     events = "" if outcome.undelivered else f", {stats.events} events"  # counted as whole shards finish
     _say(f"exported {outcome.delivered - stats.refused - stats.dropped} spans from {outcome.completed} session(s)"

@@ -29,6 +29,7 @@ from watchdog.events import (
 from watchdog.observers import Observer
 
 from .liveness import LOCK_PREFIX, LOCK_SUFFIX
+from .workspace import FILE_NAME as NAME_FILE
 from ..base.logs import ReportedOnce
 
 log = logging.getLogger(__name__)
@@ -136,8 +137,8 @@ class Discoverer:
         with self._cond:
             if name == EVENTS_FILE:
                 self._files.add(path)
-            elif name.startswith(LOCK_PREFIX) and name.endswith(LOCK_SUFFIX):
-                self._lock_dirs.add(path.parent)
+            elif name.startswith(LOCK_PREFIX) and name.endswith(LOCK_SUFFIX) or name == NAME_FILE:
+                self._lock_dirs.add(path.parent)  # its locks, or its name (workspace.yaml), changed
             elif is_directory and path.parent == self.root:
                 # A new session folder: its log may be written before the watch on it exists.
                 self._files.add(path / EVENTS_FILE)
@@ -147,7 +148,7 @@ class Discoverer:
             self._cond.notify()
 
     def wait(self, timeout: float) -> tuple[set[Path], set[Path]]:
-        """Block up to ``timeout`` for hints; return (changed event files, folders whose locks changed)."""
+        """Block up to ``timeout`` for hints; return (changed event files, folders whose locks or name changed)."""
         if self._clock() >= self._next_rescan:
             self.rescan()
         with self._cond:

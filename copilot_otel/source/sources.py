@@ -89,6 +89,10 @@ def _kind(path: Path) -> int | None:
         raise SourceError(f"{path}: cannot read it ({exc.strerror or exc})") from None
 
 
+_KIND_NAMES = {stat.S_IFCHR: "character device", stat.S_IFBLK: "block device", stat.S_IFIFO: "FIFO",
+               stat.S_IFSOCK: "socket"}
+
+
 def _find(path: Path, *, resolved: bool) -> list[Path]:
     """find_event_files; with ``resolved``, each as ``Path.resolve()`` makes it."""
     kind = _kind(path)
@@ -96,6 +100,9 @@ def _find(path: Path, *, resolved: bool) -> list[Path]:
         raise SourceError(f"{path}: no such file or directory")
     if kind == stat.S_IFDIR and not os.access(path, os.R_OK | os.X_OK):
         raise SourceError(f"{path}: cannot read it (permission denied)")
+    if kind not in (stat.S_IFDIR, stat.S_IFREG):
+        raise SourceError(f"{path}: a {_KIND_NAMES.get(kind, 'special file')}, not COPILOT_HOME, a session folder or "
+                          f"an {EVENTS_FILE}")
     for candidate in (path, path / EVENTS_FILE):
         if _kind(candidate) == stat.S_IFREG:
             return [candidate.resolve() if resolved else candidate]
@@ -139,7 +146,8 @@ LATEST = "latest"
 
 def find_session(root: Path, text: str) -> Path:
     """The events.jsonl under ``root`` (a session-state folder) that ``text`` names: a session id, a
-    prefix of exactly one, or ``latest`` (the session whose log was written last). Raises SourceError
+    prefix of exactly one, or ``latest`` (the session whose last event is the newest: the one `sessions` lists
+    first, whatever the files' times say after a copy). Raises SourceError
     saying what did not match (and, for a prefix of several, which)."""
     if _kind(root) is None:
         raise SourceError(f"{text}: not a session id under {root} (no such folder), nor a session folder or "
@@ -148,7 +156,7 @@ def find_session(root: Path, text: str) -> Path:
     if text == LATEST:
         if not folders:
             raise SourceError(f"no session under {root}")
-        return max((root / name / EVENTS_FILE for name in folders), key=_mtime)
+        return max((root / name / EVENTS_FILE for name in folders), key=lambda path: (last_event_ns(path), _mtime(path)))
     if text in folders:
         return root / text / EVENTS_FILE
     matches = [name for name in folders if name.startswith(text)] if text else []
@@ -158,6 +166,33 @@ def find_session(root: Path, text: str) -> Path:
         raise SourceError(f"{text}: not a session id under {root}, nor a session folder or events.jsonl")
     shown = ", ".join(sorted(matches)[:5]) + (f" and {len(matches) - 5} more" if len(matches) > 5 else "")
     raise SourceError(f"{text}: {len(matches)} sessions start with it ({shown}); give more of the id")
+
+
+TAIL_BYTES = 64 << 10  # where a log's last event is looked for
+
+
+def last_event_ns(path: Path) -> int:
+    """The timestamp of the last event in the log's last TAIL_BYTES (nanoseconds), 0 if none is found there."""
+    import orjson
+
+    from ..decode.lines import parse_timestamp
+
+    try:
+        with open(path, "rb") as handle:
+            size = os.fstat(handle.fileno()).st_size
+            handle.seek(max(0, size - TAIL_BYTES))
+            tail = handle.read(TAIL_BYTES)
+    except OSError:
+        return 0
+    for line in reversed(tail.split(b"\n")):
+        try:
+            event = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            continue  # a partial line, the cut-off first one, or a malformed one
+        stamp = parse_timestamp(event.get("timestamp")) if isinstance(event, dict) else None
+        if stamp is not None:
+            return stamp
+    return 0
 
 
 def _mtime(path: Path) -> int:

@@ -2,17 +2,15 @@
 
 The CLI (1.0.50 on; 1.0.24 and older write no name) names each session: its first prompt until
 a name is generated or the user gives one (``name:``, with ``user_named: true``). The name tells
-sessions apart in `sessions`, `inspect` and the web view, and is never exported. A name the user
-gave is shown always; any other is the prompt's text (or made from it), shown only with content
-capture on, as the prompt itself would be.
+sessions apart in the owner's own views (`sessions`, `inspect`, the web view and its /api, which
+answer only the owner), whoever made it; it is never exported, and ``--hide-names`` leaves it out
+of those views too (screen sharing).
 """
 
 from __future__ import annotations
 
-import codecs
 import logging
 import os
-import re
 from pathlib import Path
 
 from msgspec.structs import replace
@@ -27,20 +25,11 @@ MAX_BYTES = 64 << 10  # a workspace.yaml is a few hundred bytes; a bigger one is
 MAX_NAME_CHARS = 200
 MAX_SAID = 1000  # paths whose trouble was logged (past that, no more is said)
 _SAID = ReportedOnce(logging.getLogger(__name__))
-_NOT_NAMED = re.compile(rb"^user_named: false\r?$", re.M)
 
 
-def _never_user_named(data: bytes) -> bool:
-    """Whether the YAML ``data`` cannot say ``user_named: true``, seen without parsing it: every ``user_named`` in
-    it begins a line ``user_named: false`` (what the CLI writes for a name it made), and nothing else could
-    spell the key (no escape, not UTF-16)."""
-    return (b"\\" not in data and not data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE))
-            and data.count(b"user_named") == len(_NOT_NAMED.findall(data)))
-
-
-def read_name(folder: Path, *, capture: bool = False) -> str | None:
-    """The session's name from ``folder``/workspace.yaml: one the user gave, or with ``capture`` (content capture
-    on) any; None if there is none to show (or it cannot be read)."""
+def read_name(folder: Path) -> str | None:
+    """The session's name from ``folder``/workspace.yaml (the user's or the CLI's); None if it has none (or it
+    cannot be read)."""
     path = Path(folder) / FILE_NAME
     try:
         data = read_regular(path, MAX_BYTES, follow=False)  # a FIFO, a link or a huge file: no name, said once
@@ -49,8 +38,6 @@ def read_name(folder: Path, *, capture: bool = False) -> str | None:
     except OSError as exc:
         _say_once(path, reason(exc))
         return None
-    if not capture and _never_user_named(data):  # no name to show: nothing to parse
-        return None
     try:
         document = boundedyaml.load(data)  # its import of yaml (~0.1 G instructions) is paid only here
     except Exception as exc:  # noqa: BLE001 - YAMLError, and what the parser raises on its own: KeyError for "!!bool "
@@ -58,7 +45,7 @@ def read_name(folder: Path, *, capture: bool = False) -> str | None:
             _say_once(path, f"not read{boundedyaml.describe(exc)}")
         return None
     name = document.get("name") if isinstance(document, dict) else None
-    if not isinstance(name, str) or not (capture or document.get("user_named") is True):
+    if not isinstance(name, str):
         return None
     name = " ".join(name.split())  # one line, whatever the prompt held
     return name[:MAX_NAME_CHARS] or None
@@ -70,21 +57,20 @@ def _say_once(path: Path, why: str) -> None:
         _SAID.report(path, f"{path}: {why}; the session is shown without a name")
 
 
-def named(summary: SessionSummary, folder: Path, *, capture: bool = False) -> SessionSummary:
+def named(summary: SessionSummary, folder: Path) -> SessionSummary:
     """``summary`` with the name its folder's workspace.yaml gives the session (read_name)."""
-    name = read_name(folder, capture=capture)
+    name = read_name(folder)
     return summary if name == summary.name else replace(summary, name=name)
 
 
 class NameCache:
     """The name of one session folder, read again only when its workspace.yaml changed (a stat per ask)."""
 
-    __slots__ = ("_key", "name", "capture")
+    __slots__ = ("_key", "name")
 
-    def __init__(self, capture: bool = False) -> None:
+    def __init__(self) -> None:
         self._key: tuple[int, int, int] | None = None
         self.name: str | None = None
-        self.capture = capture
 
     def of(self, folder: Path) -> str | None:
         try:
@@ -94,5 +80,5 @@ class NameCache:
             return None
         key = (st.st_ino, st.st_size, st.st_mtime_ns)
         if key != self._key:
-            self._key, self.name = key, read_name(folder, capture=self.capture)
+            self._key, self.name = key, read_name(folder)
         return self.name

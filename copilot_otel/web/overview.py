@@ -15,6 +15,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Protocol
 
+from msgspec.structs import replace
+
 from ..catalog.board import Board, Live, make_board
 from ..config import DEFAULT_MAX_LINE_BYTES, Config
 from ..catalog.history import history_liveness, now_live, summarize_log
@@ -100,8 +102,9 @@ class _LiveStates:
 class _Boarded:
     """What both sources share: a change key, and a board rebuilt from the previous one when it moved."""
 
-    def __init__(self, policy: StuckPolicy, clock: Callable[[], float]) -> None:
+    def __init__(self, policy: StuckPolicy, clock: Callable[[], float], hide_names: bool = False) -> None:
         self._live = _LiveStates(policy, clock)
+        self._hide_names = hide_names  # --hide-names: the rows (pages, /api) carry no session's name
         self._board: Board | None = None
         self._board_lock = threading.Lock()
 
@@ -122,7 +125,10 @@ class _Boarded:
             key = self.change_key()
             if self._board is not None and self._board.key == key:
                 return self._board
-            self._board = make_board(key, self._summaries(), self._live.states, self._board, at=self._live.at)
+            summaries = self._summaries()
+            if self._hide_names:
+                summaries = [(path, replace(s, name=None) if s.name else s) for path, s in summaries]
+            self._board = make_board(key, summaries, self._live.states, self._board, at=self._live.at)
             return self._board
 
 
@@ -138,7 +144,7 @@ class DaemonSessions(_Boarded):
     def __init__(self, config: Config, published: Callable[[], Published], *, catalog: Catalog | None = None,
                  problem: Callable[[], str | None] = lambda: None, rescan_every: float = 5.0,
                  clock: Callable[[], float] = time.time) -> None:
-        super().__init__(config.stuck_policy, clock)
+        super().__init__(config.stuck_policy, clock, config.hide_names)
         self._published_now = published
         self._problem = problem
         self._catalog = catalog
@@ -201,8 +207,8 @@ class HistorySessions(_Boarded):
 
     def __init__(self, files: Callable[[], list[Path]], options: ModelOptions, *, policy: StuckPolicy,
                  max_line_bytes: int = DEFAULT_MAX_LINE_BYTES, rescan_every: float = 2.0,
-                 clock: Callable[[], float] = time.time) -> None:
-        super().__init__(policy, clock)
+                 clock: Callable[[], float] = time.time, hide_names: bool = False) -> None:
+        super().__init__(policy, clock, hide_names)
         self._files = files
         self.options = options
         self.max_line_bytes = max_line_bytes

@@ -323,7 +323,7 @@ def run_view(config, paths: list[Path]) -> int:
     try:
         resolve(targets)  # a bad path is said now, not on the first page
         source = HistorySessions(files, config.model, policy=config.stuck_policy,
-                                 max_line_bytes=config.max_line_bytes)
+                                 max_line_bytes=config.max_line_bytes, hide_names=config.hide_names)
         source.scan()
         view = WebView(source, trace_url=config.trace_url)
         endpoint = Endpoint(config, CollectorRegistry(), view.routes(), address_flag="--address")

@@ -16,6 +16,7 @@ import yaml
 
 from copilot_otel.export.budgets import Budget, month_start_ns, progress
 from copilot_otel.model.summary import SessionSummary
+from tests.support.browser import screenshot
 from tests.support.commands import run_copilot_otel
 from tests.support.daemon import DaemonProcess
 from tests.support.deploy import RULES, promtool, run
@@ -113,6 +114,14 @@ def test_the_daemon_counts_each_budget_s_scope_and_the_view_shows_its_progress(t
         page.wait_for_selector('.budget[data-budget="mona"]')
         shown = {b.get_attribute("data-budget"): b.inner_text() for b in page.locator(".budget").all()}
         credits_cells = page.locator("td.credits").all_inner_texts()
+        # The budgets line up with the table; the page says why its figures and the counter (reset by a
+        # restart) may differ, and what "+" means.
+        assert page.locator("#budgets").bounding_box()["x"] == page.locator("#sessions").bounding_box()["x"]
+        note = page.locator(".budget-note").inner_text()
+        assert "copilot_budget_ai_credits_spent_total counts from the daemon's start" in note
+        assert page.locator("#legend").is_visible() and "8.67+" in page.locator("#legend").inner_text()
+        screenshot(page, "sessions-budgets")
+        assert page.errors == []
     assert value(scraped, "copilot_budget_ai_credits", budget="mona", user_name="mona") == 10
     assert value(scraped, "copilot_budget_ai_credits", budget="octo-org", repository_pattern="octo-org/*") == 100
     assert value(scraped, "copilot_budget_warn_ratio", budget="mona") == 0.5

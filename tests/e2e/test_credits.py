@@ -233,8 +233,9 @@ def test_the_daemon_sessions_inspect_and_the_web_view_show_the_cli_s_totals(tmp_
     assert "CREDITS" in listed
     for sid, fx in sessions.items():
         line = next(line for line in listed.splitlines() if line.startswith(sid[:8]))
-        shown = f"{fx.total / 1e9:,.2f}" + ("+" if fx.name in ("credits_partial", UNAVAILABLE) else "")
-        assert f" {shown} " in line, (fx.name, line)
+        shown = f"{fx.total / 1e9:,.2f}" + ("+" if fx.name == "credits_partial" else "")
+        assert f" {'unknown' if fx.name == UNAVAILABLE else shown} " in line, (fx.name, line)
+    assert listed.splitlines()[-1] == "CREDITS: AI credits; 8.67+: some calls reported no amount, unknown: none did"
     from_files = run_copilot_otel("sessions", "--copilot-home", str(home), "--from-files", "--json",
                                   "--state-dir", str(tmp_path / "files"))
     assert {r["id"]: r["nano_aiu"] for r in json.loads(from_files.stdout)} == {
@@ -245,6 +246,12 @@ def test_the_daemon_sessions_inspect_and_the_web_view_show_the_cli_s_totals(tmp_
     assert json.loads(inspected.stdout)["session"]["nano_aiu"] == sessions[sid].total
     text = run_inspect(sid, "--copilot-home", str(home)).stdout.decode()
     assert f"{sessions[sid].total / 1e9:,.2f} AI credits" in text
+    # A session whose calls reported no amount says so, in words: its total, and each interaction's.
+    unknown = run_inspect(next(s for s, fx in sessions.items() if fx.name == UNAVAILABLE), "--copilot-home", str(home))
+    assert unknown.stdout.decode().count("AI credits unknown") == 1 + unknown.stdout.decode().count("totals:")
+    partial = sessions_named(sessions, "credits_partial")
+    text = run_inspect(next(s for s, fx in sessions.items() if fx is partial), "--copilot-home", str(home)).stdout.decode()
+    assert f"{partial.total / 1e9:,.2f}+ AI credits" in text and "+: some LLM calls reported no AI credits" in text
 
 
 def sessions_named(sessions: dict[str, Fixture], name: str) -> Fixture:

@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from tests.support import viewclient as view_api
+from tests.support.browser import VIEWPORT, screenshot
 from tests.support.commands import run_copilot_otel
 from tests.support.daemon import DaemonProcess
 from tests.support.net import wait_until, wait_until_steady
@@ -52,30 +53,40 @@ def two_places(tmp_path):
 
 
 def test_a_session_shows_its_name_and_is_selected_by_folder_or_as_in_no_repository(two_places, browser, tmp_path):
-    """A name the user gave (workspace.yaml `name`, `user_named: true`, as the CLI writes a rename) shows in
-    `sessions`, `inspect`, /api/sessions and on the page, and never in the exported spans; the CLI's default
-    name, the first prompt's text, shows nowhere with content capture off. The page's repository column shows
-    the folder of a session outside git, as `sessions` does; `--repository` with the folder's path, its last
-    part or `none` selects it and not the session in a repository, and so does the page's filter, whose group
-    counts then count that selection only."""
+    """The CLI's own name (workspace.yaml `name`, the first prompt's text, `user_named: false`) shows in
+    `sessions`, `inspect`, /api/sessions and on the page, and never in the exported spans; a rename (the file
+    rewritten, no new event) reaches the daemon's rows; `--hide-names` leaves every name out. The page's
+    repository column shows the folder of a session outside git, as `sessions` does; `--repository` with the
+    folder's path, its last part or `none` selects it and not the session in a repository, and so does the
+    page's filter, whose group counts then count that selection only."""
     home, plain, in_git = two_places
     prompt_name, cwd = workspace(plain)["name"], workspace(plain)["cwd"]
+    git_name = workspace(in_git)["name"]
     assert prompt_name and workspace(plain)["user_named"] is False and "repository" not in workspace(plain)
-    assert workspace(in_git)["repository"] == "octo-org/octo-repo"
-    name = "release checklist for the otel exporter"
-    (plain / "workspace.yaml").write_text((plain / "workspace.yaml").read_text().replace(
-        f"name: '{prompt_name}'", f"name: {name}").replace("user_named: false", "user_named: true"))
-    assert workspace(plain)["name"] == name and workspace(plain)["user_named"] is True
+    assert git_name and workspace(in_git)["repository"] == "octo-org/octo-repo"
     state, traces = tmp_path / "state", tmp_path / "traces.jsonl"
     with DaemonProcess(home, state, traces_file=traces, args=FAST) as daemon:
-        rows = wait_until(lambda: (lambda r: r if len(r) == 2 else None)(
-            {row["id"]: row for row in view_api.get_json(daemon.port, "/api/sessions")["sessions"]}),
-            what="both sessions")
-        assert (rows[plain.name]["name"], rows[in_git.name]["name"]) == (name, None)
+        def names() -> dict | None:
+            rows = {row["id"]: row["name"] for row in view_api.get_json(daemon.port, "/api/sessions")["sessions"]}
+            return rows if len(rows) == 2 else None
+
+        assert wait_until(names, what="both sessions") == {plain.name: prompt_name, in_git.name: git_name}
         listed = run_copilot_otel("sessions", "--copilot-home", str(home), "--state-dir", str(state),
-                                  env={"COLUMNS": "220"})
-        assert name in listed.stdout.decode() and cwd in listed.stdout.decode()
-        assert workspace(in_git)["name"] not in listed.stdout.decode()
+                                  env={"COLUMNS": "220"}).stdout.decode()
+        assert prompt_name in listed and git_name in listed and cwd in listed
+        hidden = run_copilot_otel("sessions", "--copilot-home", str(home), "--state-dir", str(state), "--hide-names",
+                                  env={"COLUMNS": "220"}).stdout.decode()
+        assert prompt_name not in hidden and git_name not in hidden and plain.name[:8] in hidden
+        assert {row["name"] for row in sessions_json(home, state, "--hide-names").values()} == {None}
+
+        # A rename, as the CLI writes one: the file replaced, no event in the log.
+        name = "release checklist for the otel exporter"
+        renamed = (plain / "workspace.yaml").read_text().replace(f"name: '{prompt_name}'", f"name: {name}")
+        (plain / "workspace.new").write_text(renamed.replace("user_named: false", "user_named: true"))
+        (plain / "workspace.new").replace(plain / "workspace.yaml")
+        assert workspace(plain)["name"] == name and workspace(plain)["user_named"] is True
+        wait_until(lambda: names()[plain.name] == name, what="the daemon's row renamed")
+        assert sessions_json(home, state)[plain.name]["name"] == name
         for pattern in (cwd, "work", "none", "/tmp/copilot-record"):
             assert set(sessions_json(home, state, "--repository", pattern)) == {plain.name}, pattern
         assert set(sessions_json(home, state, "--repository", "octo-repo")) == {in_git.name}
@@ -90,7 +101,17 @@ def test_a_session_shows_its_name_and_is_selected_by_folder_or_as_in_no_reposito
         row = page.locator(f'tr.session[data-id="{plain.name}"]')
         row.wait_for()
         assert row.locator(".name").text_content().strip() == name
+        assert page.locator(f'tr.session[data-id="{in_git.name}"] .name').text_content().strip() == git_name
         assert row.locator(".place").text_content() == cwd
+        # On a narrow window the repository and branch wrap after a "/" only, never inside a word.
+        page.set_viewport_size({"width": 760, "height": 700})
+        parts = page.evaluate("""() => [...document.querySelectorAll('#sessions td.branch, #sessions td.place')]
+            .map(td => [...td.querySelectorAll('.part')].map(p => [p.textContent, p.getClientRects().length,
+                                                                 Math.round(p.getBoundingClientRect().top)]))""")
+        assert all(lines == 1 for cell in parts for _text, lines, _top in cell), parts
+        assert any(len({top for _text, _lines, top in cell}) > 1 for cell in parts), parts  # some did wrap
+        screenshot(page, "sessions-narrow")
+        page.set_viewport_size(VIEWPORT)
         for place in ("none", cwd):
             page.select_option("#repository", place)
             wait_until(lambda: page.locator("tr.session").count() == 1, what=f"the page filtered by {place}")
@@ -100,11 +121,16 @@ def test_a_session_shows_its_name_and_is_selected_by_folder_or_as_in_no_reposito
         wait_until(lambda: name in (page.locator("#facts").text_content() or ""), what="the name on its page")
         assert page.errors == []
     exported = traces.read_text()
-    assert plain.name in exported and name not in exported  # shown, never exported
+    assert plain.name in exported and name not in exported and git_name not in exported  # shown, never exported
     inspected = run_copilot_otel("inspect", plain.name, "--copilot-home", str(home), env={"COLUMNS": "200"})
     assert name in inspected.stdout.decode()
     assert json.loads(run_copilot_otel("inspect", plain.name, "--copilot-home", str(home),
                                        "--json").stdout)["session"]["name"] == name
+    hidden = run_copilot_otel("inspect", plain.name, "--copilot-home", str(home), "--hide-names",
+                              env={"COLUMNS": "200"})
+    assert hidden.returncode == 0 and name not in hidden.stdout.decode()
+    assert json.loads(run_copilot_otel("inspect", plain.name, "--copilot-home", str(home), "--json",
+                                       env={"COPILOT_OTEL_HIDE_NAMES": "true"}).stdout)["session"]["name"] is None
 
 
 # What every view says of a session, field by field (durations that move with time left out).

@@ -142,3 +142,30 @@ def test_the_url_with_its_token_is_said_only_on_a_terminal(tmp_path):
     text = log.read_text()
     assert f"http://{LOOPBACK}:{port}/ (`copilot-otel open` opens it with its token)" in text
     assert fresh not in text and token != fresh  # a new token at each start
+
+
+def test_open_finds_a_running_view_and_a_bad_address_is_a_usage_error(tmp_path):
+    """With only `view` running (on a port of its own), `open --print-url` with no address finds it through its
+    token in the state folder; a malformed --metrics-address is a usage error (exit 2) for `open` as for
+    `sessions`."""
+    write_session(tmp_path / "home")
+    state, port = tmp_path / "state", free_port()
+    log = tmp_path / "view.log"
+    with open(log, "wb") as out:
+        view = subprocess.Popen([*COMMAND, "view", str(tmp_path / "home"), "--address", f"{LOOPBACK}:{port}",
+                                 "--state-dir", str(state)], stdin=subprocess.DEVNULL, stdout=out, stderr=out,
+                                env=clean_env(), cwd=REPO)
+    try:
+        wait_until(lambda: (state / f"web-{port}.json").exists(), timeout=60, what="the view's token file")
+        printed = run_copilot_otel("open", "--print-url", "--state-dir", str(state))
+        assert printed.returncode == 0, printed.stderr.decode() + log.read_text()
+        assert printed.stdout.decode() == f"http://{LOOPBACK}:{port}/#token={view_token(state, port)}\n"
+    finally:
+        view.terminate()
+        view.wait(timeout=15)
+    gone = run_copilot_otel("open", "--print-url", "--state-dir", str(state))
+    assert gone.returncode == 1 and b"is the daemon (or `view`) running" in gone.stderr
+    for command in ("open", "sessions"):
+        bad = run_copilot_otel(command, "--state-dir", str(state), "--metrics-address", "no-port-here")
+        assert bad.returncode == 2, (command, bad.stderr)
+        assert bad.stderr.decode().count("\n") == 1 and "expected HOST:PORT" in bad.stderr.decode(), bad.stderr

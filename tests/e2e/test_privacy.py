@@ -6,13 +6,15 @@ the assistant's messages, tool arguments and results, a sub-agent's prompt and a
 task_complete summary. A second session adds the secret to failed-tool and session-error
 messages and to malformed lines. With content capture off, nothing the daemon or replay
 writes, serves (metrics, and the web view's pages as a browser shows them) or logs (at debug
-level) may hold it. `inspect` prints in the user's own
+level) may hold it, but for the session's name in the web view (the owner's, behind the owner's token; the CLI
+made it from the first prompt). `inspect` prints in the user's own
 terminal and is allowed to show content (it shows the task_complete summary); it is not
 checked here.
 """
 
 from __future__ import annotations
 
+import html
 import json
 import os
 import signal
@@ -28,6 +30,7 @@ import pytest
 from copilot_otel.config import ModelOptions
 from copilot_otel.replay.runner import replay_files
 from copilot_otel.export.sinks import MemorySink
+from copilot_otel.source.workspace import read_name
 from tests.support.copilot_cli import CliRun, prompt_for
 from tests.support.provider import echo_secret_answer
 from tests.support.commands import run_replay
@@ -190,14 +193,21 @@ def _leaks(blob: bytes, secret: str) -> list[str]:
 
 def test_capture_off_daemon_exports_serves_and_logs_no_content(planted):
     """Capture off: no trace, span attribute, event, metric label, log line (at debug level) or
-    web view page, JSON or stream of the daemon holds any part of the secret; nor does anything it stored."""
+    web view page, JSON or stream of the daemon holds any part of the secret, but for the session's name the web
+    view shows its owner (workspace.yaml's, the first prompt's text); nor does anything it stored."""
     assert len(complete_lines_spans(planted.traces)) > 20  # something was exported
+    name = read_name(planted.run.session_dir)
+    assert planted.secret in name
+    assert any(name.encode() in body for body in planted.scrapes)  # shown: the owner's
+    forms = (name, json.dumps(name)[1:-1], html.escape(name, quote=False))  # as text, in JSON, in the page
     found = {}
     for path in sorted(planted.state_dir.rglob("*")):
         if path.is_file():
             found[str(path)] = _leaks(path.read_bytes(), planted.secret)
     found["daemon log"] = _leaks(planted.daemon_log.encode(), planted.secret)
     for i, body in enumerate(planted.scrapes):
+        for form in forms:
+            body = body.replace(form.encode(), b"<name>")
         found[f"scrape {i}"] = _leaks(body, planted.secret)
     assert " DEBUG " in planted.daemon_log or " INFO " in planted.daemon_log
     assert {where: what for where, what in found.items() if what} == {}

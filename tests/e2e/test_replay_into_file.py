@@ -52,7 +52,8 @@ def test_a_replay_into_the_file_a_running_daemon_writes_is_refused(tmp_path):
 
 def test_a_repeated_replay_into_a_file_adds_nothing_and_restart_writes_again(tmp_path):
     """Twice the same home into one file: the second run adds no line and says why; a session added since is
-    the only one written by the third; `--restart` writes them all again; an emptied file is written anew."""
+    the only one written by the third, and its --metrics-file says it counts only that one; `--restart` writes
+    them all again and says so on the terminal; an emptied file is written anew."""
     home, state, traces = tmp_path / "home", tmp_path / "state", tmp_path / "out" / "traces.jsonl"
     copy_sessions(home, "plain", "failing_tool", "multi_turn")
     common = ("--state-dir", str(state), "--traces-file", str(traces))
@@ -68,8 +69,11 @@ def test_a_repeated_replay_into_a_file_adds_nothing_and_restart_writes_again(tmp
     assert "--restart writes them again" in second.stderr.decode(), second.stderr
 
     added = copy_sessions(home, "subagent")
-    third = run_replay(str(home), *common)
+    metrics = tmp_path / "out" / "replay.prom"
+    third = run_replay(str(home), *common, "--metrics-file", str(metrics))
     assert third.returncode == 0, third.stderr
+    assert f"{metrics} counts only the 1 session(s) written now" in third.stderr.decode(), third.stderr
+    assert "copilot_sessions_started_total" in metrics.read_text()
     after = span_keys(traces)
     assert max(after.values()) == 1
     new = {s.trace_id for s in read_spans(traces)} - {trace for trace, _span in once}
@@ -80,6 +84,9 @@ def test_a_repeated_replay_into_a_file_adds_nothing_and_restart_writes_again(tmp
     again = run_replay(str(home), *common, "--restart")
     assert again.returncode == 0, again.stderr
     assert set(span_keys(traces).values()) == {2}
+    said = again.stderr.decode()
+    assert f"--restart: {traces} holds spans already; every session is written again" in said, said
+    assert "written again after what the file held (--restart)" in said, said
 
     traces.write_bytes(b"")
     anew = run_replay(str(home), *common)

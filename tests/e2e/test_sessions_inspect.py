@@ -67,7 +67,7 @@ def test_sessions_tallies_every_session_from_its_log(home, tmp_path):
     premium requests its log holds, its repository and branch, and the state `ended` (every CLI exited)."""
     listed = sessions_json(home, "--from-files", "--state-dir", str(tmp_path))
     assert sorted(s["id"] for s in listed) == sorted(os.listdir(home / "session-state"))
-    assert [s["started_ms"] for s in listed] == sorted((s["started_ms"] for s in listed), reverse=True)
+    assert [s["last_ms"] for s in listed] == sorted((s["last_ms"] for s in listed), reverse=True)
     for record in listed:
         tally = expected_tally(events_of(home, record["id"]))
         assert {key: record[key] for key in tally} == pytest.approx(tally, abs=0.01), record["id"]
@@ -104,11 +104,12 @@ def test_sessions_filters_and_fits_the_terminal(home, tmp_path):
     assert [s["id"] for s in sessions_json(home, *common, "--repository", "octo-repo")] == [meta["session_id"]]
     assert sessions_json(home, *common, "--state", "live") == []
     assert len(sessions_json(home, *common, "--since", "2000-01-01")) == len(os.listdir(home / "session-state"))
-    for columns, lines_per_session in (("80", 2), ("160", 1)):
+    for columns, lines_per_session in (("80", 2), ("160", 2), ("220", 1)):  # one line: every column and the names
         result = run_copilot_otel("sessions", "--copilot-home", str(home), *common, env={"COLUMNS": columns})
         lines = result.stdout.decode().splitlines()
         assert result.returncode == 0 and lines[0].startswith("SESSION")
-        assert len(lines) == 1 + lines_per_session * len(os.listdir(home / "session-state"))
+        assert lines[-1].startswith("CREDITS: AI credits; 8.67+: some calls reported no amount")  # "unknown" shown
+        assert len(lines) == 2 + lines_per_session * len(os.listdir(home / "session-state"))
         assert max(len(line) for line in lines) <= int(columns)
         assert "octo-org/octo-repo@" in result.stdout.decode()
 
@@ -118,13 +119,17 @@ def inspect(*args: str, columns: str = "80", env: dict | None = None) -> subproc
 
 
 def test_inspect_by_prefix_latest_and_an_ambiguous_prefix(home, tmp_path):
-    """The first characters of an id are enough; `latest` is the session written last; a prefix of two
-    sessions names both."""
+    """The first characters of an id are enough; `latest` is the session whose last event is the newest, the one
+    `sessions` lists first, even when another log was copied (or touched) later; a prefix of two sessions names
+    both."""
     some = sorted(os.listdir(home / "session-state"))[3]
     full = inspect(some, "--copilot-home", str(home))
     assert full.returncode == 0 and inspect(some[:8], "--copilot-home", str(home)).stdout == full.stdout
-    os.utime(home / "session-state" / some / "events.jsonl")
-    assert inspect("latest", "--copilot-home", str(home)).stdout == full.stdout
+    listed = sessions_json(home, "--from-files", "--state-dir", str(tmp_path / "state"))
+    assert [row["last_ms"] for row in listed] == sorted((row["last_ms"] for row in listed), reverse=True)
+    os.utime(home / "session-state" / listed[-1]["id"] / "events.jsonl")  # as a copy leaves it: written last
+    latest = inspect("latest", "--copilot-home", str(home))
+    assert latest.returncode == 0 and latest.stdout == inspect(listed[0]["id"], "--copilot-home", str(home)).stdout
     twins = tmp_path / "home"
     for name in ("abcd0001-x", "abcd0002-y"):
         shutil.copytree(home / "session-state" / some, twins / "session-state" / name)
@@ -167,7 +172,22 @@ def test_inspect_help_shows_only_its_own_flags():
     out = run_copilot_otel("inspect", "--help", env={"COLUMNS": "100"}).stdout.decode()
     flags = set(re.findall(r"^\s+(?:-\w, )?(--[a-z-]+)", out, re.M))
     assert flags == {"--copilot-home", "--max-line-bytes", "--log-level", "--stuck-after", "--stuck-after-tool",
-                     "--json", "--follow", "--help"}
+                     "--json", "--follow", "--hide-names", "--help"}
+
+
+def test_inspect_says_what_a_session_argument_is_not_and_follow_into_a_pipe_ends_its_line(home):
+    """A device or an empty SESSION is one clear line, exit 2 (not "Not a directory", not "."); `inspect --follow`
+    of a finished session into a pipe prints the tree once, its last line ended."""
+    device = inspect("/dev/null", "--copilot-home", str(home))
+    assert device.returncode == 2
+    assert device.stderr.decode() == ("copilot-otel: /dev/null: a character device, not COPILOT_HOME, a session "
+                                      "folder or an events.jsonl\n")
+    empty = inspect("", "--copilot-home", str(home))
+    assert empty.returncode == 2 and empty.stderr.decode().startswith("copilot-otel: SESSION is empty: give a")
+    some = sorted(os.listdir(home / "session-state"))[0]
+    followed = inspect(some, "--follow", "--copilot-home", str(home))
+    assert followed.returncode == 0 and followed.stdout.endswith(b"\n") and not followed.stdout.endswith(b"\n\n")
+    assert followed.stdout == inspect(some, "--copilot-home", str(home)).stdout
 
 
 def test_tool_arguments_only_with_content_capture(home, cli_corpus):

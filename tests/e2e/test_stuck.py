@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 
+from tests.support.browser import screenshot
 from tests.support.copilot_cli import prompt_for
 from tests.support.commands import run_copilot_otel, run_inspect, run_replay
 from tests.support.daemon import DaemonProcess, complete_lines_spans
@@ -68,10 +69,10 @@ def test_a_tool_past_its_own_threshold(cli, provider, tmp_path):
     assert tool.duration_ns >= 2 * 10 ** 9  # it ends when it was found stuck, not at its start
 
 
-def test_a_tool_cut_off_by_a_crash_ends_where_the_log_ends(cli, provider, tmp_path):
+def test_a_tool_cut_off_by_a_crash_ends_where_the_log_ends(cli, provider, tmp_path, browser):
     """A CLI killed while bash sleeps leaves no later trace of its death: the daemon and a replay both end
-    the tool at the last event written (its own start) as incomplete, and `inspect` says its end is unknown
-    and that the session was abandoned, waiting on bash."""
+    the tool at the last event written (its own start) as incomplete, and `inspect` and the session's page say
+    alike that the session was abandoned, cut off in bash, whose end is unknown."""
     home, traces, replayed = tmp_path / "home", tmp_path / "traces.jsonl", tmp_path / "replayed.jsonl"
     (home / "session-state").mkdir(parents=True)
     with DaemonProcess(home, tmp_path / "state", traces_file=traces, args=FAST) as daemon:
@@ -84,6 +85,15 @@ def test_a_tool_cut_off_by_a_crash_ends_where_the_log_ends(cli, provider, tmp_pa
                                  state="abandoned", tool="bash"), timeout=20, what="abandoned")
         inspected = run_inspect(victim.session_id, "--copilot-home", str(home))
         wait_until(lambda: any(s.name == "execute_tool bash" for s in complete_lines_spans(traces)), what="the tool")
+        page = browser.page()
+        page.goto(daemon.page_url(f"/session/{victim.session_id}"))
+        tool = page.locator('.span.op-execute_tool:has(.name:text-is("execute_tool bash")) .dur')
+        wait_until(lambda: "end unknown" in tool.inner_text(), what="the cut-off tool on the page")
+        assert re.fullmatch(r" \u2265 \d+ ms, end unknown", tool.inner_text()), tool.inner_text()
+        facts = page.locator("#facts").inner_text()
+        assert re.search(r"cut off in\s+tool bash since .+, end unknown", facts), facts
+        screenshot(page, "session-abandoned")
+        assert page.errors == []
     assert run_replay(str(victim.events_path), "--traces-file", str(replayed)).returncode == 0
     events = [json.loads(line) for line in victim.events_path.read_text().splitlines()]
     last_ns = iso_ns(events[-1]["timestamp"])
@@ -93,5 +103,5 @@ def test_a_tool_cut_off_by_a_crash_ends_where_the_log_ends(cli, provider, tmp_pa
         live.span_id, last_ns)
     assert live.attributes["error.type"] == later.attributes["error.type"] == "incomplete"
     out = inspected.stdout.decode()
-    assert "abandoned" in out and "waiting on tool bash" in out
+    assert re.search(r"abandoned for \S+ \S+: cut off in tool bash since \S+, end unknown", out), out
     assert re.search(r"tool bash failed \(incomplete\)\s+>= \S+ \S+, end unknown", out), out

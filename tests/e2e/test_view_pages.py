@@ -9,6 +9,7 @@ import shutil
 import urllib.error
 from pathlib import Path
 
+from tests.support.browser import screenshot
 from tests.support.daemon import DaemonProcess
 from tests.support.files import new_session
 from tests.support.net import wait_until
@@ -97,6 +98,7 @@ def test_the_sessions_table_fits_a_1024_pixel_window(browser, tmp_path):
         page.wait_for_selector("tr.session")
         wait_until(lambda: page.locator("tr.session").count() >= 10, timeout=30, what="the sessions")
         widths = page.evaluate("[document.documentElement.scrollWidth, document.documentElement.clientWidth]")
+        screenshot(page, "sessions-1024")
         assert widths[0] <= widths[1], widths
         assert page.errors == []
 

@@ -10,12 +10,10 @@ import time
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
-from hypothesis import strategies as st
 from msgspec.structs import replace
 
-from copilot_otel.base import boundedyaml
-from copilot_otel.catalog.board import Row, row_json
+from copilot_otel.catalog.board import Row, page, row_json
+from copilot_otel.catalog.cache import Catalog
 from copilot_otel.config import ModelOptions
 from copilot_otel.cli.listing import place_matches
 from copilot_otel.source.liveness import StuckPolicy
@@ -24,6 +22,7 @@ from copilot_otel.catalog.settle import settled
 from copilot_otel.catalog.status import SessionStatus
 from copilot_otel.vocab import END_INCOMPLETE, ENDED, IDLE, STUCK, WAITING_TOOL
 from copilot_otel.source.workspace import MAX_BYTES, MAX_NAME_CHARS, read_name
+from copilot_otel.web.overview import HistorySessions
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 
@@ -60,13 +59,12 @@ def test_an_idle_end_is_confirmed_after_the_quiet_period_only(tmp_path):
 
 
 def test_the_name_is_the_one_workspace_yaml_holds(tmp_path):
-    """The name the CLI wrote: the prompt's text (user_named false) only with content capture on, one the user
-    gave always; none for a CLI that writes none, a file too big, or one that is no mapping; a name over
-    several lines shown on one."""
+    """The name the CLI wrote (the prompt's text, user_named false) or one the user gave; none for a CLI that
+    writes none, a file too big, or one that is no mapping; a name over several lines shown on one."""
     folder = fixture_session(tmp_path, "1.0.102", "91f318e8")
-    assert read_name(folder, capture=True) == "[scenario:subagent] Please do the scripted task."
-    assert read_name(folder) is None
-    assert read_name(fixture_session(tmp_path, "1.0.24", ""), capture=True) is None
+    assert b"\nuser_named: false\n" in (folder / "workspace.yaml").read_bytes()
+    assert read_name(folder) == "[scenario:subagent] Please do the scripted task."
+    assert read_name(fixture_session(tmp_path, "1.0.24", "")) is None
     (folder / "workspace.yaml").write_text("name: |\n  first line\n  second line\nuser_named: true\n")
     assert read_name(folder) == "first line second line"
     (folder / "workspace.yaml").write_text("- a list\n")
@@ -74,59 +72,20 @@ def test_the_name_is_the_one_workspace_yaml_holds(tmp_path):
     (folder / "workspace.yaml").write_text("name: x\nfiller: " + "y" * MAX_BYTES + "\n")
     assert read_name(folder) is None
     (folder / "workspace.yaml").write_text("name: x\nuser_named: !!bool \n")  # the parser's own KeyError
-    assert read_name(folder) is read_name(folder, capture=True) is None
+    assert read_name(folder) is None
+    (folder / "workspace.yaml").write_text("name: " + "z" * (MAX_NAME_CHARS + 5) + "\n")
+    assert read_name(folder) == "z" * MAX_NAME_CHARS
 
 
-def parsed_name(data: bytes, capture: bool) -> str | None:
-    """The name the YAML parser finds in ``data``: read_name without the shortcut that skips parsing (bounded as
-    read_name parses: no aliases, see test_boundedyaml.py)."""
-    try:
-        document = boundedyaml.load(data)
-    except Exception:  # noqa: BLE001 - the parser raises KeyError of its own on "!!bool "
-        return None
-    name = document.get("name") if isinstance(document, dict) else None
-    if not isinstance(name, str) or not (capture or document.get("user_named") is True):
-        return None
-    return " ".join(name.split())[:MAX_NAME_CHARS] or None
-
-
-REAL_WORKSPACE = b"".join(sorted(p.read_bytes() for p in FIXTURES.rglob("workspace.yaml"))[:1])
-# Pieces of YAML that may spell user_named true other than as the CLI writes it: a key repeated, escaped, in a
-# flow mapping, merged, complex, quoted; other spellings of true; other line ends.
-PIECES = ["user_named", ": ", "false", "true", "yes", "on", "True", "\n", "\r\n", "\r", "  ", "name: x", "name: 'a b'",
-          "'", '"', "\\x5f", "\\u005f", "user\\x5fnamed", "? ", "{", "}", ", ", "&a ", "*a", "<<: ", "- ", " # c",
-          "!!bool ", "!!str ", "|", ">", "---", "\ufeff", "user", "_named", "\nuser_named: true\n",
-          "\nuser_named: false\n", '\n"user\\x5fnamed": true\n', "\nb: &a {user_named: true}\n"]
-
-
-@settings(max_examples=400, suppress_health_check=[HealthCheck.function_scoped_fixture], deadline=None)
-@given(pieces=st.lists(st.sampled_from(PIECES), max_size=14), prefix=st.booleans(), utf16=st.booleans())
-def test_the_name_read_without_parsing_is_the_parsers(tmp_path, pieces, prefix, utf16):
-    """read_name skips parsing a workspace.yaml that cannot say user_named true (what the CLI writes for a
-    name it made, shown only with content capture): the name it gives is the YAML parser's, whatever the file
-    holds."""
-    text = (REAL_WORKSPACE.decode() if prefix else "") + "".join(pieces)
-    data = text.encode("utf-16") if utf16 else text.encode()
-    try:
-        expected = [parsed_name(data, capture) for capture in (False, True)]
-    except (KeyError, TypeError):  # the parser fails on it in a way read_name does not catch either ("!!bool ")
-        assume(False)
-    (tmp_path / "workspace.yaml").write_bytes(data)
-    assert [read_name(tmp_path, capture=capture) for capture in (False, True)] == expected, data
-
-
-def test_the_cli_s_own_workspace_files_are_read_without_parsing_and_a_name_given_is_not(tmp_path):
-    """The CLI's files (user_named false) skip the parser; a name the user gave, or one spelled another way,
-    is still found."""
-    assert b"\nuser_named: false\n" in REAL_WORKSPACE
-    for data, shown in [(REAL_WORKSPACE, None),
-                        (REAL_WORKSPACE.replace(b"user_named: false", b"user_named: true"), True),
-                        (REAL_WORKSPACE + b"user_named: true\n", True),  # the last of a repeated key wins
-                        (REAL_WORKSPACE + b'"user\\x5fnamed": true\n', True),
-                        (REAL_WORKSPACE.replace(b"\n", b"\r\n"), None)]:
-        (tmp_path / "workspace.yaml").write_bytes(data)
-        assert read_name(tmp_path) == parsed_name(data, False)
-        assert (read_name(tmp_path) is not None) == bool(shown)
+def test_a_status_without_its_name_for_hide_names():
+    """--hide-names: a status's summary and its JSON row carry no name; everything else is as it was."""
+    status = daemon_row(STUCK, WAITING_TOOL, 30.0)
+    named = SessionStatus(replace(status.summary, name="release checklist"), status.state, status.stalled_seconds,
+                          activity=status.activity, silent_seconds=status.silent_seconds)
+    hidden = named.nameless()
+    assert named.to_json()["name"] == "release checklist" and hidden.to_json()["name"] is None
+    assert replace(hidden.summary, name="release checklist") == named.summary
+    assert hidden.nameless() is hidden
 
 
 @pytest.mark.parametrize(("pattern", "in_git", "outside"), [
@@ -168,3 +127,25 @@ def test_a_rows_durations_are_as_of_the_request():
     row = Row(0, 0, status.session_id, Path("x"), status.summary, STUCK, 30.0, 30.0, WAITING_TOOL, now - 5.0)
     shown = row_json(row, monotonic=now, now=1_000.0)
     assert (shown["stalled_s"], shown["silent_s"], shown["stalled_since_ms"]) == (35.0, 35.0, 965_000)
+
+
+def test_a_rename_with_no_new_event_is_read_again_and_hide_names_leaves_names_out(tmp_path):
+    """The summary cache never stores a name (the session's text, its first prompt): each scan reads it, so a
+    rename (the file replaced, the log untouched) shows on the next. The web view's rows carry the name, and none
+    with --hide-names."""
+    root = tmp_path / "session-state"
+    folder = fixture_session(root, "1.0.102", "91f318e8")
+    cache = tmp_path / "summaries.json"
+    assert [item.summary.name for item in Catalog(root, cache_file=cache).scan()] == [read_name(folder)]
+    (folder / "workspace.new").write_text("name: the otel exporter\nuser_named: true\n")
+    (folder / "workspace.new").replace(folder / "workspace.yaml")
+    assert [item.summary.name for item in Catalog(root, cache_file=cache).scan()] == ["the otel exporter"]
+    assert b"scripted task" not in cache.read_bytes() and b"otel exporter" not in cache.read_bytes()
+
+    def rows(**kwargs) -> list:
+        source = HistorySessions(lambda: [folder / "events.jsonl"], ModelOptions(), policy=StuckPolicy(600.0),
+                                 **kwargs)
+        source.scan()
+        return [row["name"] for row in page(source.board())["sessions"]]
+
+    assert rows() == ["the otel exporter"] and rows(hide_names=True) == [None]

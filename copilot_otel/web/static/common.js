@@ -46,6 +46,25 @@ function el(tag, attrs, ...children) {
   return node;
 }
 
+// Text that may wrap only after a "/" or a "-" (a branch, a repository, a folder), never inside a word: its parts,
+// each kept whole (class "part"), a <wbr> between them.
+function slashBreaks(text) {
+  if (!text) return [];
+  const parts = String(text).split(/(?<=[/-])/);
+  return parts.flatMap((part, i) => [i ? el("wbr", {}) : null, el("span", {class: "part"}, part)]).filter(Boolean);
+}
+
+// AI credits (1 credit = 1e9 nano AIU): "8.67+" when some calls reported no amount (the sum is not the whole
+// cost), "unknown" when none did (zero would be no zero cost); "" with no call yet.
+function fmtCredits(s) {
+  if (!s.nano_aiu && !s.credits_status) return "";
+  const partial = s.credits_status === "partial" || s.credits_status === "unavailable";
+  if (partial && !s.nano_aiu) return "unknown";
+  const text = s.nano_aiu && s.nano_aiu < 1e7 ? "<0.01" : (s.nano_aiu / 1e9).toFixed(2);
+  return text + (partial ? "+" : "");
+}
+function creditsNoted(text) { return text === "unknown" || text.endsWith("+"); }
+
 // Server time minus ours, from the last message (the page may run on another machine).
 let clockSkew = 0;
 function serverNow() { return Date.now() + clockSkew; }

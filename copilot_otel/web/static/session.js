@@ -45,13 +45,24 @@ function merge(data) {
   note.hidden = notes.length === 0;
 }
 
+// "8.67 (1.20 autopilot)", "8.67+ (some LLM calls reported no amount)", "unknown: no LLM call reported an amount".
+function creditsFact(s) {
+  const shown = fmtCredits(s);
+  if (shown === "unknown") return "unknown: no LLM call reported an amount";
+  const notes = [s.nudge_nano_aiu && `${(s.nudge_nano_aiu / 1e9).toFixed(2)} autopilot`,
+    shown.endsWith("+") && "and more: some LLM calls reported no amount"].filter(Boolean);
+  return shown + (notes.length ? ` (${notes.join("; ")})` : "");
+}
+
 function facts() {
   const s = session;
   document.getElementById("sid").textContent = s.id;
   document.title = `Copilot session ${s.id.slice(0, 8)}${s.name ? `: ${s.name}` : ""}`;
   document.getElementById("state").replaceWith(Object.assign(badge(s.state), {id: "state"}));
+  const path = (v) => (v ? el("span", {}, ...slashBreaks(v)) : null);  // wraps after a "/", not in a word
   const items = [
-    ["name", s.name], ["model", s.model], ["repository", s.repository], ["branch", s.branch], ["cwd", s.cwd],
+    ["name", s.name], ["model", s.model], ["repository", path(s.repository)], ["branch", path(s.branch)],
+    ["cwd", path(s.cwd)],
     ["CLI", s.cli_version], ["started", fmtTime(s.started_ms)],
     ["last activity", el("span", {dataset: {ago: s.last_ms}}, fmtAgo(s.last_ms))],
     ["interactions", s.nudges ? `${s.interactions} (${s.nudges} autopilot)` : s.interactions],
@@ -59,13 +70,14 @@ function facts() {
     ["tools", s.tool_failures ? `${s.tool_calls} (${s.tool_failures} failed)` : s.tool_calls],
     ["tokens", `${fmtNumber(s.input_tokens)} in, ${fmtNumber(s.output_tokens)} out`],
     ["premium requests", s.premium_requests],
-    ["AI credits", s.nano_aiu || s.credits_status ? `${(s.nano_aiu / 1e9).toFixed(2)}` +
-      (s.nudge_nano_aiu ? ` (${(s.nudge_nano_aiu / 1e9).toFixed(2)} autopilot)` : "") +
-      (s.credits_status && s.credits_status !== "complete" ? ` · ${s.credits_status}: some calls reported no amount` : "")
-      : null],
+    ["AI credits", s.nano_aiu || s.credits_status ? creditsFact(s) : null],
     ["last interaction", s.last_end],
-    ["waiting on", s.waiting_on ? el("span", {}, s.waiting_on, " for ",
-      el("span", {dataset: {since: s.waiting_since_ms}})) : null],
+    // Abandoned: its process died in the tool, whose end (how long it ran) is not known: said as `inspect` says it.
+    s.state === "abandoned"
+      ? ["cut off in", s.waiting_on ? el("span", {}, `tool ${s.waiting_on} since ${fmtTime(s.waiting_since_ms)}, end unknown`)
+        : null]
+      : ["waiting on", s.waiting_on ? el("span", {}, s.waiting_on, " for ",
+        el("span", {dataset: {since: s.waiting_since_ms}})) : null],
     ["asks the user", s.state === "waiting_user" && s.asking ? el("span", {}, s.asking, " for ",
       el("span", {dataset: {since: s.asking_since_ms}})) : null],
   ];
@@ -114,6 +126,13 @@ function waitedOn() {
   const inner = tools.filter((t) => !parents.has(t.id) || !tools.some((o) => o.parent === t.id));
   const pick = (inner.length ? inner : running).sort(byStart);
   return pick.length ? (inner.length ? pick[0] : pick[pick.length - 1]).id : null;
+}
+
+// A span cut off by its session's death: only a lower bound of its duration is known ("≥ 0 ms, end unknown").
+function tookText(s) {
+  const took = fmtDuration(endOf(s) - s.start_ms);
+  const cutOff = (s.running && !isLive()) || s.attrs["error.type"] === "incomplete";
+  return cutOff ? `≥ ${took}, end unknown` : took;
 }
 
 function endOf(s) {
@@ -177,7 +196,7 @@ function layout(node, trace) {
     const stop = endOf(s);
     bar.style.left = `${((s.start_ms - start) / width) * 100}%`;
     bar.style.width = `${Math.max(((stop - s.start_ms) / width) * 100, 0.3)}%`;
-    row.querySelector(".dur").textContent = ` ${fmtDuration(stop - s.start_ms)}${s.running && isLive() ? "\u2026" : ""}`;
+    row.querySelector(".dur").textContent = ` ${tookText(s)}${s.running && isLive() ? "\u2026" : ""}`;
     const waited = row.querySelector(".waited");
     if (waited) waited.textContent = `waiting ${fmtDuration(serverNow() - s.start_ms)}`;
   }
@@ -210,7 +229,7 @@ function showDetails(id) {
   // A running span has no status yet: "running", not "unset (running)".
   const status = s.running ? (isLive() ? "running" : "never ended") : s.status;
   const rows = [["status", status],
-    ["status message", s.message], ["start", fmtTime(s.start_ms)], ["duration", fmtDuration(endOf(s) - s.start_ms)],
+    ["status message", s.message], ["start", fmtTime(s.start_ms)], ["duration", tookText(s)],
     ["trace id", s.trace], ["span id", s.id], ["parent span id", s.parent]];
   for (const key of Object.keys(s.attrs).sort()) {
     const value = s.attrs[key];

@@ -37,14 +37,6 @@ function fillSelect(select, entries, current, label) {
   select.replaceChildren(...options);
 }
 
-// AI credits (1 credit = 1e9 nano AIU); "+" when some calls reported no amount (the sum is not the whole cost).
-function fmtCredits(s) {
-  if (!s.nano_aiu && !s.credits_status) return "";
-  const partial = s.credits_status === "partial" || s.credits_status === "unavailable";
-  const text = s.nano_aiu && s.nano_aiu < 1e7 ? "<0.01" : (s.nano_aiu / 1e9).toFixed(2);
-  return text + (partial ? "+" : "");
-}
-
 function creditsTitle(s) {
   return s.credits_status ? `${s.nano_aiu || 0} nano AIU (${s.credits_status})` : "";
 }
@@ -75,8 +67,8 @@ function fillPlaces(select, data, current) {
 function row(s) {
   const link = el("a", {href: `/session/${encodeURIComponent(s.id)}`, title: s.id}, s.id.slice(0, 8));
   const name = s.name ? el("span", {class: "name dim", title: s.name}, " ", s.name) : "";
-  const place = s.repository ? s.repository
-    : el("span", {class: "folder dim", title: s.cwd || ""}, s.cwd || "");
+  const place = s.repository ? el("span", {}, ...slashBreaks(s.repository))
+    : el("span", {class: "folder dim", title: s.cwd || ""}, ...slashBreaks(s.cwd));
   const asking = s.state === "waiting_user" && s.asking;  // a person is asked: no fault, and no tool's time
   const waiting = asking
     ? el("span", {}, `asks ${s.asking} `, el("span", {class: "dim", dataset: {since: s.asking_since_ms}}))
@@ -89,7 +81,7 @@ function row(s) {
       el("span", {class: "stalled", dataset: {since: s.stalled_since_ms}}, fmtDuration(serverNow() - s.stalled_since_ms))) : ""),
     el("td", {class: "session-id"}, el("span", {class: "mono"}, link), name),
     el("td", {class: "place"}, place),
-    el("td", {class: "mono"}, s.branch || ""),
+    el("td", {class: "mono branch"}, ...slashBreaks(s.branch)),
     el("td", {}, s.model || ""),
     last,
     el("td", {class: "mono"}, waiting),
@@ -120,7 +112,9 @@ function renderBudgets(budgets) {
         ? `${spent.toFixed(2)} of ${b.ai_credits} AI credits (${Math.round(b.share * 100)}%)`
         : `not this machine's (${scope})`),
       el("span", {class: "dim"}, ` ${scope}`));
-  }));
+  }), el("p", {class: "budget-note dim"}, "From this machine's session logs, this month. The metric "
+    + "copilot_budget_ai_credits_spent_total counts from the daemon's start (a restart begins it at 0); "
+    + "Prometheus' copilot:budget_ai_credits:month_to_date adds up the fleet's increases."));
 }
 
 function render(data) {
@@ -151,6 +145,7 @@ function render(data) {
   const empty = document.getElementById("empty");
   empty.textContent = data.problem ? `No sessions can be seen: ${data.problem}` : "No session matches.";
   empty.hidden = data.sessions.length > 0;
+  document.getElementById("legend").hidden = !data.sessions.some((s) => creditsNoted(fmtCredits(s)));
   const end = data.offset + data.sessions.length;
   document.getElementById("range").textContent =
     data.matching ? `${data.offset + 1}\u2013${end} of ${data.matching}` : "0 of 0";
