@@ -213,10 +213,10 @@ def test_the_collector_is_off_while_the_history_is_read_then_it_is_frozen(tmp_pa
     thread = threading.Thread(target=daemon.run, name="daemon-in-process")
     try:
         thread.start()
+        # The history is read over passes of at most daemon.PASS_SECONDS each; then the collector is on again.
+        wait_until(lambda: len(daemon.sessions) == 20 and gc.isenabled(), what="the history read")
         wait_until(lambda: gc.get_freeze_count() > 0, what="the history frozen")
-        assert len(daemon.sessions) == 20
         assert len(enabled_while_reading) >= 20 and not any(enabled_while_reading)
-        assert gc.isenabled()
     finally:
         daemon.request_stop()
         thread.join(30)

@@ -11,8 +11,10 @@ from __future__ import annotations
 import base64
 import os
 import resource
+import shutil
 import socket
 import ssl
+import subprocess
 import threading
 import time
 import urllib.error
@@ -27,7 +29,7 @@ from tests.support.files import append, new_session
 from tests.support.net import LOOPBACK, wait_until
 from tests.support.nobody import serve_as_nobody, stop_child
 from tests.support.scrape import parse, value
-from tests.support.spans import expected_keys, wait_for_keys
+from tests.support.spans import expected_keys, spans_now, wait_for_keys
 from tests.support.tls import self_signed
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "cli" / "1.0.102"
@@ -215,3 +217,44 @@ def test_a_flood_of_blank_lines_holds_no_session_back_and_numbers_every_line(tmp
     assert still_flooding, "the flood ended before the new session was exported"
     assert sum(v for (name, _labels), v in samples.items() if name == "copilot_otel_lines_rejected_total") == 1
     assert f"{flood}:{line}: skipped line (not_json)" in said
+
+
+# ------------------------------------------------------------------------ sessions the watcher does not see
+
+
+def _with_watches(count: int) -> tuple[str, ...]:
+    """A prefix that runs a command in a user namespace of its own whose inotify watch limit is ``count``
+    (the limit is per user namespace: the machine's own is left alone)."""
+    unshare = shutil.which("unshare")
+    prefix = (unshare or "unshare", "--user", "--map-root-user", "sh", "-c",
+              f'echo {count} > /proc/sys/user/max_inotify_watches && exec "$@"', "sh")
+    if unshare is None or subprocess.run([*prefix, "true"], capture_output=True).returncode != 0:
+        pytest.skip("cannot make a user namespace with its own inotify watch limit here")
+    return prefix
+
+
+def test_sessions_in_folders_the_watcher_cannot_watch_are_found_within_seconds(tmp_path):
+    """The daemon may hold 20 inotify watches, and 100 session folders are there at start: most are not
+    watched (watchdog skips a folder it cannot watch, silently). The full rescan is 120 s away. A live
+    session in one of them, and a session made later in a new folder (its log written after the folder),
+    are still exported within seconds: new folder names and the logs of new and live sessions are looked
+    at every few seconds."""
+    home, traces = tmp_path / "home", tmp_path / "traces.jsonl"
+    plain = real_log("plain")
+    lines = plain.splitlines(keepends=True)
+    for n in range(100):
+        path = new_session(home, f"history-{n:03d}")
+        path.write_bytes(plain if n != 57 else b"".join(lines[:3]))  # history-057 is live, mid-session
+    live = home / "session-state" / "history-057" / "events.jsonl"
+    with DaemonProcess(home, tmp_path / "state", traces_file=traces,
+                       args=("--idle-quiet", "0.3", "--rescan-interval", "120"),
+                       prefix=_with_watches(20)) as daemon:
+        daemon.wait_for_metric("copilot_otel_files_watched", 100, timeout=60)
+        late = new_session(home, "late")
+        time.sleep(1.0)  # the watcher has seen the folder and could not watch it; nothing is in it yet
+        late.write_bytes(plain)
+        append(live, b"".join(lines[3:]))
+        wanted = set(expected_keys([late, live]))  # the history's spans are in the file too
+        wait_until(lambda: set(spans_now(traces)) >= wanted, timeout=30, what="the late and the live session")
+        waited = time.monotonic() - daemon.started_at
+    assert waited < 120, "found only by the full rescan"
