@@ -52,6 +52,9 @@ TICK = 0.2  # seconds between housekeeping passes (idle confirmation, liveness)
 # A pass reads for about this long at most, then the rest waits in the backlog: new hints (a new session) are
 # taken up within a pass even while thousands of logs are read at start.
 PASS_SECONDS = 0.5
+# The backlog is read only while fewer spans than this wait for export: what a new session sends is queued behind
+# at most these (a few seconds of export at most), not behind the whole history read at start.
+BACKLOG_LEAD = 4096
 LIVENESS_EVERY = 1.0
 
 
@@ -118,6 +121,7 @@ class Daemon:
         # Files read up to their byte budget with more waiting, or not reached within a pass's time: read again
         # next round, in this order, after what is new.
         self._backlog: dict[Path, None] = {}
+        self._held = False  # the last pass left the backlog for the exporter to catch up
         # The generation a deleted log would start again at, were it written anew.
         self._generations: dict[Path, int] = {}
         self._stop = threading.Event()
@@ -184,7 +188,7 @@ class Daemon:
     def _pass(self) -> None:
         """One turn of the reader loop: read what changed, housekeeping, publish the sessions' liveness."""
         rescans = self.discoverer.rescans
-        files, lock_dirs = self.discoverer.wait(0.0 if self._backlog else TICK)
+        files, lock_dirs = self.discoverer.wait(0.0 if self._backlog and not self._held else TICK)
         if self.discoverer.rescans != rescans:
             files |= self._unreadable.paths
         self._last_loop = time.monotonic()
@@ -200,9 +204,13 @@ class Daemon:
         queue = sorted((p for p in files if p not in backlog), key=lambda p: (p in self.sessions, p.parts))
         queue += backlog
         deadline = time.monotonic() + PASS_SECONDS
-        done = 0
+        done, fresh = 0, len(queue) - len(backlog)
+        self._held = False
         for path in queue:
             if self._stop.is_set() or (done and time.monotonic() >= deadline):
+                break
+            if done >= fresh and self.queue.depth + len(self._outbox) >= BACKLOG_LEAD:
+                self._held = True  # the exporter is behind: the backlog waits, new hints do not
                 break
             done += 1
             try:
