@@ -36,7 +36,7 @@ CHUNK = 1 << 20
 _OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
 NOT_REGULAR = "is not a regular file; not reading it"  # a FIFO would block the reader
 # A run of blank (or whitespace-only) lines: skipped in one regex match and one count, not a line at a time.
-_BLANK_RUN = re.compile(rb"(?:[ \t\r\f\v]*\n)+")
+_BLANK_RUN = re.compile(rb"[ \t\r\f\v\n]*\n")  # one class repeated (a C loop), back to its last newline
 _SPACE = b" \t\r\f\v\n"
 
 
