@@ -200,11 +200,12 @@ class Daemon:
             self._collection.reading(True)
         # Paths not followed yet first: a log moved from a followed path is taken up there before the old
         # path is found gone (and its session ended).
-        # parts: Path's order, compared in C.
-        queue = sorted((p for p in files if p not in backlog), key=lambda p: (p in self.sessions, p.parts))
-        queue += backlog
+        # parts: Path's order, compared in C. A hinted path waiting in the backlog is taken up front too.
+        queue = sorted(files, key=lambda p: (p in self.sessions, p.parts))
+        fresh = len(queue)
+        queue += [p for p in backlog if p not in files] if files else backlog
         deadline = time.monotonic() + PASS_SECONDS
-        done, fresh = 0, len(queue) - len(backlog)
+        done = 0
         self._held = False
         for path in queue:
             if self._stop.is_set() or (done and time.monotonic() >= deadline):
