@@ -119,8 +119,7 @@ class Discoverer:
         self._next_rescan = 0.0
         self._scan_seconds = 0.0  # how long the last walk over the folders took
         self._next_look = 0.0
-        self._names: set[str] | None = None  # the folder names at the last listing (None: not listed yet)
-        self._listed_at: tuple[int, int] | None = None  # (inode, mtime in ns) of the root when it was listed
+        self._listed_at: tuple[int, int] | None = None  # (inode, mtime in ns) of the root when it was last listed
         self._young: dict[str, float] = {}  # the log of a folder found after start -> when it was found
         self.looks = 0
         self._warned_missing = False
@@ -197,13 +196,13 @@ class Discoverer:
             stamp = (st.st_ino, st.st_mtime_ns)
             # A folder made in the same clock tick as the last listing leaves the stamp as it was: list again while
             # the stamp is that recent.
-            if stamp != self._listed_at or time.time_ns() - st.st_mtime_ns < 2_000_000_000 or self._names is None:
-                names = os.listdir(self.root)
-                known, self._names, self._listed_at = self._names, set(names), stamp
-                if known is not None:
-                    for name in names:
-                        if name not in known:
-                            self._young[os.path.join(self.root, name, EVENTS_FILE)] = now
+            if stamp != self._listed_at or time.time_ns() - st.st_mtime_ns < 2_000_000_000:
+                self._listed_at = stamp
+                known, young, root = self._known, self._young, os.fspath(self.root)
+                for name in os.listdir(root):  # a name whose log no rescan has seen (the rescan lists what is there)
+                    path = os.path.join(root, name, EVENTS_FILE)
+                    if path not in known and path not in young:
+                        young[path] = now
         except OSError:
             return  # the rescan says why, once
         for path, found in list(self._young.items()):
@@ -304,7 +303,6 @@ class Discoverer:
                 changed.append(path)
         changed.extend(p for p in known if p not in seen)
         self._known = seen
-        self._names = {entry.name for entry in entries}
         self._scan_seconds = time.monotonic() - scan_started
         if changed:
             with self._cond:
