@@ -72,10 +72,13 @@ def rss_mb(pid: int) -> float:
 # ---------------------------------------------------------------- the daemon
 
 def bench_daemon(home: Path, work: Path, *, args: list[str] | tuple[str, ...] = (),
-                 traces_file: Path | None = None, checkout: Path | None = None) -> DaemonProcess:
+                 traces_file: Path | None = None, checkout: Path | None = None,
+                 prefix: tuple[str, ...] = ()) -> DaemonProcess:
     """``copilot-otel run`` as the benchmarks run it: warnings only, its state, traces and log under ``work``.
-    ``checkout``: run the copilot_otel of that source tree (another commit's), with this venv."""
-    prefix = ("env", "-C", str(checkout)) if checkout is not None else ()  # `python -m` imports from its cwd first
+    ``checkout``: run the copilot_otel of that source tree (another commit's), with this venv; ``prefix``: a
+    command to run it under."""
+    if checkout is not None:  # `python -m` imports from its cwd first
+        prefix = (*prefix, "env", "-C", str(checkout))
     return DaemonProcess(home, work / "state", traces_file=traces_file or work / "traces.jsonl", args=args,
                          log_level="warning", log_path=work / "daemon.log", prefix=prefix)
 

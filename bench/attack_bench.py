@@ -9,13 +9,16 @@ folder) on logs made from a stored real CLI log (tests/support/biglog.grow) and 
   the size and time of /metrics scrapes during and after it. Targets: < 150 MB, < 1 MB, < 50 ms.
 - flood: one session floods junk at --flood-mbps (default 10 MB/s) for --seconds; another session
   writes a tool call every half second: how long each takes to reach the trace file (from the
-  append to the span on disk). Target: p99 < 1 s.
+  append to the span on disk). Target: p99 < 1 s. Every 5 s a new session is made too, and the
+  time until its tool call is on disk is printed. --flood-line blank floods empty lines instead
+  (what it costs: the daemon's CPU per 300 MB of them).
 
 The scrape latency with 1,000 idle connections is bench/http_bench.py's.
 
     python bench/attack_bench.py
     python bench/attack_bench.py --only flood --flood-mbps 20
     python bench/attack_bench.py --log-mb 50 --tools 20000      # a quicker run
+    python bench/attack_bench.py --only flood --flood-line blank --checkout /path/to/a/worktree/of/main
 """
 
 from __future__ import annotations
@@ -165,7 +168,25 @@ def tool_flood(work: Path, tools: int, *, checkout: Path | None = None) -> dict[
             "after_p99_ms": percentile(after_times, 99) * 1000, "peak_mib": peak}
 
 
-def junk_flood(work: Path, mbps: float, seconds: float) -> None:
+def _new_session_delay(home: Path, traces: Path, name: str) -> float:
+    """Make a session with one tool call; seconds until its span is in the trace file."""
+    log = SessionLog(name)
+    log.start()
+    log.user()
+    log.turn_start()
+    log.tool_start(f"{name}-tool", f"{name}-call")
+    log.tool_complete(f"{name}-call")
+    needle = f"execute_tool {name}-tool".encode()
+    started = time.perf_counter()
+    append(new_session(home, name), log.jsonl())
+    while needle not in (traces.read_bytes() if traces.exists() else b""):
+        if time.perf_counter() - started > 60:
+            break
+        time.sleep(0.005)
+    return time.perf_counter() - started
+
+
+def junk_flood(work: Path, mbps: float, seconds: float, *, line: str = "junk", checkout: Path | None = None) -> None:
     home = work / "home"
     flood = new_session(home, "a-flood")
     normal = new_session(home, "b-normal")
@@ -175,8 +196,9 @@ def junk_flood(work: Path, mbps: float, seconds: float) -> None:
     log.turn_start()
     append(normal, log.jsonl())
     traces = work / "daemon" / "traces.jsonl"
-    daemon = bench_daemon(home, work / "daemon", traces_file=traces, args=DAEMON_ARGS).start(timeout=300)
-    junk = (b"x" * 1000 + b"\n") * 1024  # ~1 MB of junk lines
+    daemon = bench_daemon(home, work / "daemon", traces_file=traces, args=DAEMON_ARGS,
+                          checkout=checkout).start(timeout=300)
+    junk = (b"x" * 1000 + b"\n") * 1024 if line == "junk" else b"\n" * (1 << 20)  # ~1 MB of junk or empty lines
     stop = threading.Event()
     written = [0]
 
@@ -190,12 +212,15 @@ def junk_flood(work: Path, mbps: float, seconds: float) -> None:
                 time.sleep(ahead)
 
     thread = threading.Thread(target=flooder)
-    delays = []
+    delays, new_delays = [], []
     try:
         thread.start()
-        deadline = time.perf_counter() + seconds
+        begun = time.perf_counter()
+        deadline = begun + seconds
         probe = 0
         while time.perf_counter() < deadline:
+            if time.perf_counter() - begun >= 5 * (len(new_delays) + 1):
+                new_delays.append(_new_session_delay(home, traces, f"new-{len(new_delays):03d}"))
             probe += 1
             shown = len(log.entries)
             log.tool_start(f"probe-{probe:04d}", f"probe-{probe}")
@@ -217,12 +242,20 @@ def junk_flood(work: Path, mbps: float, seconds: float) -> None:
     finally:
         stop.set()
         thread.join()
-        daemon.stop()
+        stop_began = time.perf_counter()
+        daemon.stop(timeout=120)  # a daemon deep in a flood may take a while to stop: how long is printed
+        stopped = time.perf_counter() - stop_began
     rejected = value(samples, "copilot_otel_lines_rejected_total", reason="not_json")
-    print(f"flood: junk at {mbps:.0f} MB/s for {seconds:.0f} s ({written[0] / 1e6:.0f} MB) beside a normal session")
+    print(f"flood: {line} lines at {mbps:.0f} MB/s for {seconds:.0f} s ({written[0] / 1e6:.0f} MB) beside a normal "
+          f"session")
     print(f"  normal session, append to span on disk: {len(delays)} probes, p50 {median(delays) * 1000:.0f} ms, "
           f"p99 {percentile(delays, 99) * 1000:.0f} ms, max {max(delays) * 1000:.0f} ms (target p99 < 1 s)")
-    print(f"  daemon: {rejected * 1001 / 1e6:.0f} MB of the junk read meanwhile, CPU {cpu:.1f} s, peak RSS {peak:.0f} MiB")
+    if new_delays:
+        print(f"  new sessions, made to span on disk: {len(new_delays)}, "
+              f"{', '.join(f'{d * 1000:.0f}' for d in new_delays)} ms")
+    read = f"{rejected * 1001 / 1e6:.0f} MB of the junk read meanwhile" if line == "junk" else "blank lines"
+    print(f"  daemon: {read}, CPU {cpu:.1f} s ({cpu * 300e6 / max(written[0], 1):.1f} s per 300 MB written), "
+          f"peak RSS {peak:.0f} MiB; stopped {stopped:.1f} s after SIGTERM")
 
 
 def main() -> None:
@@ -232,6 +265,9 @@ def main() -> None:
     parser.add_argument("--tools", type=int, default=100_000)
     parser.add_argument("--flood-mbps", type=float, default=10.0)
     parser.add_argument("--seconds", type=float, default=30.0)
+    parser.add_argument("--flood-line", choices=["junk", "blank"], default="junk")
+    parser.add_argument("--checkout", type=Path, default=None,
+                        help="flood: run the copilot_otel of another source tree (e.g. a worktree of main)")
     parser.add_argument("--daemon-arg", action="append", default=[],
                         help="extra argument for `copilot-otel run` (repeatable), e.g. --daemon-arg=--max-label-values=100")
     args = parser.parse_args()
@@ -249,7 +285,7 @@ def main() -> None:
             elif part == "tools":
                 tool_flood(work, args.tools)
             else:
-                junk_flood(work, args.flood_mbps, args.seconds)
+                junk_flood(work, args.flood_mbps, args.seconds, line=args.flood_line, checkout=args.checkout)
         finally:
             shutil.rmtree(work, ignore_errors=True)
         sys.stdout.flush()

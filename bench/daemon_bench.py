@@ -8,11 +8,15 @@
 (b) idle: the daemon starts on a home with 10,000 folders each holding a small finished
     session; once /metrics says it follows them all (copilot_otel_files_watched), its CPU
     time over 60 s (utime+stime from /proc/<pid>/stat) and its RSS (VmRSS) are read.
-    Targets: < 1 % of one core, < 100 MB. The start-up time to read them all is printed too.
+    Targets: < 1 % of one core, < 100 MB. The start-up time to read them all is printed too, and
+    the time until a session created just after the daemon answered (while it reads the others)
+    is in the traces file. --inotify-watches N runs the daemon in a user namespace of its own with
+    that inotify watch limit: folders beyond it are not watched, as on a machine whose limit is spent.
 
     python bench/daemon_bench.py                     # both, defaults
     python bench/daemon_bench.py --skip-idle --appends 1000
     python bench/daemon_bench.py --skip-latency --idle-folders 10000 --duration 60
+    python bench/daemon_bench.py --skip-latency --idle-folders 100000 --duration 30 --inotify-watches 1000
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import shutil
 import sys
 import tempfile
@@ -40,7 +45,7 @@ from _common import (  # noqa: E402
     percentile,
     rss_mb,
 )
-from corpus import make_idle, source_logs  # noqa: E402
+from corpus import _write, idle_template, make_idle, source_logs  # noqa: E402
 from tests.support.scrape import value  # noqa: E402
 
 
@@ -174,11 +179,23 @@ def bench_idle(args, work: Path) -> dict:
     made = make_idle(home, args.idle_folders, source=args.source)
     print(f"  created {made['sessions']} idle folders ({made['bytes'] / 1e6:.1f} MB) in "
           f"{time.perf_counter() - started:.1f} s", flush=True)
-    daemon = bench_daemon(home, work / "idle-daemon", args=args.daemon_arg)
+    prefix = ()
+    if args.inotify_watches:
+        prefix = ("unshare", "--user", "--map-root-user", "sh", "-c",
+                  f'echo {args.inotify_watches} > /proc/sys/user/max_inotify_watches && exec "$@"', "sh")
+    daemon = bench_daemon(home, work / "idle-daemon", args=args.daemon_arg, prefix=prefix, checkout=args.checkout)
     try:
-        daemon.start(timeout=60)
-        startup = daemon.wait_for_metric("copilot_otel_files_watched", args.idle_folders, timeout=args.startup_timeout,
-                                         interval=0.25)
+        daemon.start(timeout=max(60.0, args.idle_folders / 1000))
+        # Once the reading of the history has begun (the first scan of the folder is over): a new session.
+        daemon.wait_for_metric("copilot_otel_files_watched", 1, timeout=args.startup_timeout, interval=0.25)
+        late_id, late_data = idle_template(args.source).render(random.Random(7), "late")
+        _write(home / "session-state", late_id, late_data)
+        made_at = time.monotonic()
+        new_session = _wait_for_text(daemon.traces_file, late_id.encode(), timeout=args.startup_timeout)
+        new_session = new_session - made_at if new_session is not None else float("inf")
+        print(f"  a session made after start: in the traces file after {new_session:.1f} s", flush=True)
+        startup = daemon.wait_for_metric("copilot_otel_files_watched", args.idle_folders + 1,
+                                         timeout=args.startup_timeout, interval=0.25)
         # Then until every span of that history is exported.
         while value(daemon.scrape(timeout=30), "copilot_otel_export_queue_spans") > 0:
             time.sleep(0.25)
@@ -201,8 +218,27 @@ def bench_idle(args, work: Path) -> dict:
     finally:
         daemon.stop()
     return {"folders": args.idle_folders, "startup": startup, "drained": drained, "watched": watched,
+            "new_session": new_session,
             "cpu_pct": 100.0 * (cpu1 - cpu0) / (t1 - t0), "windows": windows, "seconds": t1 - t0,
             "rss": rss, "rss_after_start": rss_after_start, "hwm": hwm}
+
+
+def _wait_for_text(path: Path, text: bytes, timeout: float) -> float | None:
+    """The time.monotonic() at which ``text`` was first seen in the growing file ``path``, or None."""
+    deadline, offset, tail = time.monotonic() + timeout, 0, b""
+    while time.monotonic() < deadline:
+        try:
+            with open(path, "rb") as handle:
+                handle.seek(offset)
+                data = handle.read()
+        except FileNotFoundError:
+            data = b""
+        offset += len(data)
+        if text in tail + data:
+            return time.monotonic()
+        tail = (tail + data)[-len(text):]
+        time.sleep(0.05)
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -217,7 +253,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--poll-traces", action="store_true",
                         help="watch the traces file with a tight stat loop instead of inotify")
     parser.add_argument("--idle-folders", type=int, default=10_000, help="idle sessions (default 10000)")
+    parser.add_argument("--inotify-watches", type=int, default=0,
+                        help="run the daemon with this inotify watch limit (a user namespace of its own)")
     parser.add_argument("--duration", type=float, default=60.0, help="CPU measurement window, s (default 60)")
+    parser.add_argument("--checkout", type=Path, default=None,
+                        help="run the copilot_otel of another source tree (e.g. a worktree of main) for (b)")
     add_daemon_options(parser, settle=5.0, daemon_arg_help=", e.g. --daemon-arg=--poll")
     args = parser.parse_args(argv)
 

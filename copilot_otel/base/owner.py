@@ -1,4 +1,5 @@
-"""Who is at the other end: the daemon's Unix socket in the state folder, its peer's uid, a TCP port's holder.
+"""Who is at the other end: the daemon's Unix socket in the state folder, its peer's uid, a TCP port's holder,
+a loopback TCP peer's uid.
 
 The commands talk to their user's daemon through ``daemon.sock`` in the state folder (0700):
 the daemon admits a connection only when the kernel says (SO_PEERCRED) its peer runs as the
@@ -140,3 +141,36 @@ def port_holder(port: int) -> str | None:
     if uid is None:
         return None
     return "another process of yours" if uid == os.getuid() else describe_uid(uid)
+
+
+# sock_diag (netlink): the kernel's own table of sockets, asked for one connection by its addresses.
+_NETLINK_SOCK_DIAG = 4
+_SOCK_DIAG_BY_FAMILY = 20
+_NLMSG_ERROR = 2
+_NOCOOKIE = 0xFFFFFFFF
+_DIAG_UID_AT = 16 + 4 + 48 + 12  # nlmsghdr, then inet_diag_msg: 4 bytes, the socket id, 3 u32s, then uid
+
+
+def tcp_peer_uid(local: tuple, remote: tuple, *, family: int = socket.AF_INET) -> int | None:
+    """The uid of the process that owns the other end of a TCP connection on this machine (``local`` and
+    ``remote`` as our socket names them: the peer's socket has them the other way round), or None when the
+    kernel does not say (not a local peer, no netlink, another network namespace)."""
+    try:
+        peer_ip = socket.inet_pton(family, remote[0].split("%", 1)[0])
+        our_ip = socket.inet_pton(family, local[0].split("%", 1)[0])
+        sockid = struct.pack("!HH", remote[1], local[1]) + peer_ip.ljust(16, b"\0") + our_ip.ljust(16, b"\0")
+    except (OSError, ValueError, IndexError, TypeError, struct.error):
+        return None
+    request = struct.pack("=BBBxI", family, socket.IPPROTO_TCP, 0, 0xFFFFFFFF) + sockid \
+        + struct.pack("=III", 0, _NOCOOKIE, _NOCOOKIE)
+    message = struct.pack("=IHHII", 16 + len(request), _SOCK_DIAG_BY_FAMILY, 1, 1, 0) + request  # NLM_F_REQUEST
+    try:
+        with socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, _NETLINK_SOCK_DIAG) as diag:
+            diag.settimeout(0.5)
+            diag.send(message)
+            answer = diag.recv(4096)
+    except (OSError, AttributeError):
+        return None
+    if len(answer) < _DIAG_UID_AT + 4 or struct.unpack_from("=H", answer, 4)[0] == _NLMSG_ERROR:
+        return None
+    return struct.unpack_from("=I", answer, _DIAG_UID_AT)[0]

@@ -49,6 +49,12 @@ from ..vocab import END_INCOMPLETE, END_SHUTDOWN
 log = logging.getLogger(__name__)
 
 TICK = 0.2  # seconds between housekeeping passes (idle confirmation, liveness)
+# A pass reads for about this long at most, then the rest waits in the backlog: new hints (a new session) are
+# taken up within a pass even while thousands of logs are read at start.
+PASS_SECONDS = 0.5
+# The backlog is read only while fewer spans than this wait for export: what a new session sends is queued behind
+# at most these (a few seconds of export at most), not behind the whole history read at start.
+BACKLOG_LEAD = 4096
 LIVENESS_EVERY = 1.0
 # Seconds between two snapshots of the metric totals committed with the checkpoint (export/totals.py): one costs a
 # collect of the session metrics (8 ms with 10 tools, 76 ms with 100, on a loaded 2-core machine); positions read in
@@ -92,7 +98,8 @@ class Daemon:
         # Read when scraped, so they stay true while the reader waits on a full queue.
         self.metrics.files_watched.set_function(lambda: len(self.sessions))
         self.metrics.export_queue.set_function(lambda: self.queue.depth + len(self._outbox))
-        self.discoverer = Discoverer(self.root, poll=config.poll, rescan_interval=config.rescan_interval)
+        self.discoverer = Discoverer(self.root, poll=config.poll, rescan_interval=config.rescan_interval,
+                                     live=lambda: self._open.keys())
         self.sessions: dict[Path, Follower] = {}
         # The sessions whose state can change without a new event (an idle loop to confirm, a process
         # that may die) or that a scrape reports. Housekeeping and scrapes visit only these, so
@@ -125,8 +132,10 @@ class Daemon:
         self._skip_history: set[Path] = set() if self.config.from_start else self.tree.logs()
         self._unreadable = ReportedOnce(log)  # retried at every rescan
         self._root_real = self.tree.real
-        # Files read up to their byte budget with more waiting: read again next round, after the others.
-        self._backlog: set[Path] = set()
+        # Files read up to their byte budget with more waiting, or not reached within a pass's time: read again
+        # next round, in this order, after what is new.
+        self._backlog: dict[Path, None] = {}
+        self._held = False  # the last pass left the backlog for the exporter to catch up
         # The generation a deleted log would start again at, were it written anew.
         self._generations: dict[Path, int] = {}
         self._stop = threading.Event()
@@ -199,25 +208,38 @@ class Daemon:
     def _pass(self) -> None:
         """One turn of the reader loop: read what changed, housekeeping, publish the sessions' liveness."""
         rescans = self.discoverer.rescans
-        files, lock_dirs = self.discoverer.wait(0.0 if self._backlog else TICK)
+        files, lock_dirs = self.discoverer.wait(0.0 if self._backlog and not self._held else TICK)
         if self.discoverer.rescans != rescans:
             files |= self._unreadable.paths
         self._last_loop = time.monotonic()
         # Round robin: each changed file gets one read of at most follow.READ_BYTES per pass, so a
-        # session that writes fast (or a flood) delays the others by one read, not by its backlog.
-        files |= self._backlog
-        self._backlog = set()
-        if self._collection is not None and files:
+        # session that writes fast (or a flood) delays the others by one read, not by its backlog. New hints
+        # first, then the backlog; a pass stops after PASS_SECONDS, so a new session waits one pass at most.
+        backlog, self._backlog = self._backlog, {}
+        if self._collection is not None and (files or backlog):
             self._collection.reading(True)
         # Paths not followed yet first: a log moved from a followed path is taken up there before the old
         # path is found gone (and its session ended).
-        for path in sorted(files, key=lambda p: (p in self.sessions, p.parts)):  # parts: Path's order, compared in C
-            if self._stop.is_set():
+        # parts: Path's order, compared in C. A hinted path waiting in the backlog is taken up front too.
+        queue = sorted(files, key=lambda p: (p in self.sessions, p.parts))
+        fresh = len(queue)
+        queue += [p for p in backlog if p not in files] if files else backlog
+        deadline = time.monotonic() + PASS_SECONDS
+        done = 0
+        self._held = False
+        for path in queue:
+            if self._stop.is_set() or (done and time.monotonic() >= deadline):
                 break
+            if done >= fresh and self.queue.depth + len(self._outbox) >= BACKLOG_LEAD:
+                self._held = True  # the exporter is behind: the backlog waits, new hints do not
+                break
+            done += 1
             try:
                 self._read(path)
             except OSError as exc:  # a path that cannot even be looked at (permissions): said once, retried
                 self._unreadable.report(path, f"cannot look at {path}: {exc.strerror or exc}; will retry")
+        if done < len(queue):  # not reached this pass: first in the next, before those read once already
+            self._backlog = dict.fromkeys(queue[done:]) | self._backlog
         for folder in lock_dirs:
             follower = self.sessions.get(folder / "events.jsonl")
             if follower is not None:
@@ -235,7 +257,7 @@ class Daemon:
             self._history_said = self._history_skipped
         if self._collection is not None:
             self._collection.reading(bool(self._backlog))  # a backlog: the next pass reads at once
-        if self._freeze_gc and not files:
+        if self._freeze_gc and not queue:
             self._freeze_gc = False
             gc.collect()
             gc.freeze()
@@ -301,9 +323,10 @@ class Daemon:
         for keyed in (self.sessions, self._open, self._abandoned, self._liveness, self._summaries):
             if old in keyed:
                 keyed[path] = keyed.pop(old)
-        for marked in (self._partial, self._backlog):
-            if old in marked:
-                marked.symmetric_difference_update((old, path))
+        if old in self._partial:
+            self._partial.symmetric_difference_update((old, path))
+        if self._backlog.pop(old, False) is None:
+            self._backlog[path] = None
         self.notices.moved(old, path)
         self._changed = True
         marker = follower.marker()
@@ -343,7 +366,7 @@ class Daemon:
             self._summaries[path] = replace(self._summaries[path], waiting_on=cut_off.waiting_on,
                                             waiting_since_ns=cut_off.waiting_since_ns)
         if result.more:
-            self._backlog.add(path)
+            self._backlog[path] = None
         elif follower.model.ended is not None and follower.abandoned_at is None:
             self._compact(follower)
 
@@ -442,7 +465,7 @@ class Daemon:
         self._summaries.pop(path, None)
         self._partial.discard(path)
         self._changed = True
-        self._backlog.discard(path)
+        self._backlog.pop(path, None)
         if follower is not None and follower.tail.identity is not None:
             self._generations[path] = follower.generation + 1  # if it is written anew: a new generation
             self.moves.forget(path)

@@ -1,8 +1,13 @@
-"""Finds session logs that changed: one recursive watchdog watch, backed by a periodic rescan.
+"""Finds session logs that changed: one recursive watchdog watch, backed by a look and a periodic rescan.
 
-The watcher makes changes visible within milliseconds; the rescan makes a missed
-inotify event, an exhausted watch limit or a network filesystem cost a delay, never
-data. Both feed one set of "look at this path" hints that the daemon drains.
+The watcher makes changes visible within milliseconds; the rescan (a stat of every log) makes a
+missed inotify event, an exhausted watch limit or a network filesystem cost a delay, never data.
+With 100,000 folders a rescan takes seconds, so while the watcher works it is spaced out to
+minutes. What must not wait that long is looked at every few seconds, cheaply: the names in
+session-state (listed only when the folder changed), and the logs of folders found since start
+and of live sessions, the ones being written (a folder beyond the inotify watch limit is not
+watched, yet its session is new or live). All of them feed one set of "look at this path" hints
+that the daemon drains.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import threading
 import time
 import warnings
 from pathlib import Path
+from typing import Callable, Iterable
 
 from watchdog.events import (
     DirCreatedEvent,
@@ -38,6 +44,11 @@ EVENTS_FILE = "events.jsonl"
 # While the watcher is on, the rescan is only its back-up: space rescans so that they take at
 # most 1/RESCAN_BUDGET of a core (10,000 folders: about 80 ms a rescan, one every 16 s).
 RESCAN_BUDGET = 200
+# The look (new folder names, the logs of new and live sessions): every LOOK_EVERY seconds, spaced so that it takes
+# at most 1/LOOK_BUDGET of a core. A folder found after start is looked at for YOUNG seconds, or while it is live.
+LOOK_EVERY = 2.0
+LOOK_BUDGET = 20
+YOUNG = 600.0
 # COPILOT_HOME missing for this long makes the daemon unhealthy (a misspelled path reads nothing).
 MISSING_GRACE = 60.0
 # Only changes to the tree. Without a filter inotify also reports every open and close, and
@@ -95,8 +106,9 @@ class Discoverer:
     """Watches ``root`` (COPILOT_HOME/session-state) and says which logs and folders changed."""
 
     def __init__(self, root: Path, *, poll: bool = False, rescan_interval: float = 10.0,
-                 clock=time.monotonic) -> None:
+                 clock=time.monotonic, live: Callable[[], Iterable[Path]] = tuple) -> None:
         self.root = Path(root)
+        self._live = live  # the logs of the sessions now live (looked at closely)
         self.poll = poll
         self.rescan_interval = rescan_interval
         self._clock = clock
@@ -107,6 +119,10 @@ class Discoverer:
         self._observer = None
         self._next_rescan = 0.0
         self._scan_seconds = 0.0  # how long the last walk over the folders took
+        self._next_look = 0.0
+        self._listed_at: tuple[int, int] | None = None  # (inode, mtime in ns) of the root when it was last listed
+        self._young: dict[str, float] = {}  # the log of a folder found after start -> when it was found
+        self.looks = 0
         self._warned_missing = False
         self._reported = ReportedOnce()
         self.rescans = 0
@@ -149,14 +165,67 @@ class Discoverer:
 
     def wait(self, timeout: float) -> tuple[set[Path], set[Path]]:
         """Block up to ``timeout`` for hints; return (changed event files, folders whose locks or name changed)."""
-        if self._clock() >= self._next_rescan:
+        now = self._clock()
+        if now >= self._next_rescan:
             self.rescan()
+        elif now >= self._next_look:
+            self.look()
         with self._cond:
             if not self._files and not self._lock_dirs:
-                self._cond.wait(min(timeout, max(0.0, self._next_rescan - self._clock())))
+                due = min(self._next_rescan, self._next_look)
+                self._cond.wait(min(timeout, max(0.0, due - self._clock())))
             files, dirs = self._files, self._lock_dirs
             self._files, self._lock_dirs = set(), set()
         return files, dirs
+
+    # ---------------------------------------------------------------- look
+
+    def look(self) -> None:
+        """Hint the folders new since the last listing, and the logs of new and live sessions that changed."""
+        started = self._clock()
+        work_started = time.monotonic()
+        self.looks += 1
+        try:
+            self._look(started)
+        finally:
+            spent = time.monotonic() - work_started
+            self._next_look = started + max(LOOK_EVERY, spent * LOOK_BUDGET)
+
+    def _look(self, now: float) -> None:
+        try:
+            st = os.stat(self.root)
+            stamp = (st.st_ino, st.st_mtime_ns)
+            # A folder made in the same clock tick as the last listing leaves the stamp as it was: list again while
+            # the stamp is that recent.
+            if stamp != self._listed_at or time.time_ns() - st.st_mtime_ns < 2_000_000_000:
+                self._listed_at = stamp
+                known, young, root = self._known, self._young, os.fspath(self.root)
+                for name in os.listdir(root):  # a name whose log no rescan has seen (the rescan lists what is there)
+                    path = os.path.join(root, name, EVENTS_FILE)
+                    if path not in known and path not in young:
+                        young[path] = now
+        except OSError:
+            return  # the rescan says why, once
+        for path, found in list(self._young.items()):
+            if now - found > YOUNG:
+                del self._young[path]
+        closely = set(self._young)
+        closely.update(map(os.fspath, self._live()))
+        changed = []
+        known = self._known
+        for path in closely:
+            try:
+                st = os.stat(path, follow_symlinks=False)
+            except OSError:  # not written yet, or gone (the rescan and the watcher say so)
+                continue
+            key = (st.st_ino, st.st_size)
+            if known.get(path) != key:
+                known[path] = key
+                changed.append(path)
+        if changed:
+            with self._cond:
+                self._files.update(map(Path, changed))
+                self._cond.notify()
 
     # ---------------------------------------------------------------- rescan
 

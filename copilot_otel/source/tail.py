@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Collection
@@ -32,6 +33,9 @@ from .sources import UnreadableLog
 __all__ = ["CHUNK", "FileIdentity", "FileTail", "ReadResult", "Refused", "read_all"]
 
 CHUNK = 1 << 20
+# A run of blank (or whitespace-only) lines: skipped in one regex match and one count, not a line at a time.
+_BLANK_RUN = re.compile(rb"[ \t\r\f\v\n]*\n")  # one class repeated (a C loop), back to its last newline
+_SPACE = b" \t\r\f\v\n"
 
 
 class ReadResult(Struct):
@@ -268,6 +272,13 @@ class FileTail:
             pause = PAUSE
             begin = 0
             while (end := find(b"\n", begin)) >= 0:
+                if not pending and not skipping and (end == begin or chunk[begin] in _SPACE):
+                    run = _BLANK_RUN.match(chunk, begin)
+                    if run is not None:  # blank lines: numbered, never decoded, skipped all at once
+                        number += chunk.count(b"\n", begin, run.end())
+                        offset += run.end() - begin
+                        begin = run.end()
+                        continue
                 piece = chunk[begin:end]
                 begin = end + 1
                 number += 1

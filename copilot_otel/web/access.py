@@ -22,7 +22,6 @@ localhost sends those. Requests on the daemon's Unix socket pass: the kernel pro
 from __future__ import annotations
 
 import base64
-import hashlib
 import hmac
 import html
 import ipaddress
@@ -39,6 +38,7 @@ from aiohttp import web
 from ..base.parsing import ConfigError
 from ..base.private import write_private
 from ..base.regular import open_regular
+from .logins import Busy, Logins, source_of
 from .webconfig import WebConfig
 
 OPEN_PATHS = ("/metrics", "/healthz", "/")
@@ -49,9 +49,7 @@ HOST_REFUSED = ("403 Forbidden: this server answers only to localhost, an IP add
                 "--allowed-host.\n")
 NEEDS_LOGIN = "401 Unauthorized: log in (basic auth of the --web-config-file).\n"
 CERT_REFUSED = "403 Forbidden: this client certificate is not among client_allowed_sans.\n"
-BUSY = "503 Service Unavailable: too many logins being checked; retry.\n"
-MAX_CHECKS = 2  # bcrypt checks running or queued at once (each ~50 ms of a core, on one thread); more: 503
-MAX_VERIFIED = 64  # logins remembered as checked (a scraper's every 15 s must not cost a bcrypt each time)
+BUSY = "503 Service Unavailable: too many logins being checked for this client; retry.\n"
 # Checked against for an unknown user, so that a wrong name costs the time a wrong password does.
 _NOBODY_HASH = b"$2b$10$k7w.Qh4JpTd.iVGommLnVey6KibgNNriHB7xe6cQG2miHOlu8N63O"
 NO_STORE = {"Cache-Control": "no-store"}
@@ -97,11 +95,8 @@ class Gate:
         config = web_config or WebConfig()
         self._users = config.users
         self._sans = set(config.allowed_sans)
-        self._run = run_blocking
         self._count = count
-        self._verified: dict[bytes, None] = {}
-        self._key = secrets.token_bytes(32)
-        self._checking = 0
+        self._logins = Logins(self._verify, run_blocking)
 
     @web.middleware
     async def middleware(self, request: web.Request, handler) -> web.StreamResponse:
@@ -131,8 +126,14 @@ class Gate:
         self._count(reason)
         return kind(text=text, headers={**NO_STORE, **(headers or {})})
 
+    def _verify(self, user: str, password: str) -> bool:
+        import bcrypt
+
+        good = bcrypt.checkpw(password.encode(errors="surrogateescape"), self._users.get(user, _NOBODY_HASH))
+        return good and user in self._users
+
     async def _logged_in(self, request: web.Request) -> bool:
-        """Basic auth against the web config's bcrypt hashes; a login checked once is remembered."""
+        """Basic auth against the web config's bcrypt hashes, checked fairly between clients (logins.py)."""
         header = request.headers.get("Authorization", "")
         if header[:6].lower() != "basic ":
             return False
@@ -142,25 +143,10 @@ class Gate:
             return False
         if not sep:
             return False
-        key = hmac.new(self._key, f"{user}\0{password}".encode(errors="surrogateescape"), hashlib.sha256).digest()
-        if key in self._verified:
-            return True
-        if self._checking >= MAX_CHECKS:
-            raise self._refuse("auth_busy", web.HTTPServiceUnavailable, BUSY, {"Retry-After": "1"})
-        import bcrypt
-
-        self._checking += 1
         try:
-            hashed = self._users.get(user, _NOBODY_HASH)
-            good = await self._run(bcrypt.checkpw, password.encode(errors="surrogateescape"), hashed)
-        finally:
-            self._checking -= 1
-        if not good or user not in self._users:
-            return False
-        if len(self._verified) >= MAX_VERIFIED:
-            self._verified.pop(next(iter(self._verified)))
-        self._verified[key] = None
-        return True
+            return await self._logins.check(source_of(request.transport), user, password)
+        except Busy:
+            raise self._refuse("auth_busy", web.HTTPServiceUnavailable, BUSY, {"Retry-After": "1"}) from None
 
 
 def _bearer(request: web.Request) -> str | None:

@@ -10,6 +10,12 @@ protocol object and middleware API:
 - a cap on open connections: at the cap the connection idle the longest is closed, or the new
   one refused when every connection is busy (the server sizes the cap at 8 or more accept
   bursts, so a burst cannot push out a scraper before its request is read);
+- TLS handshakes done here (``loop.start_tls`` on each accepted connection) rather than by
+  ``create_server(ssl=...)``, which holds a connection whose ClientHello never comes out of
+  every count: each handshake must end within the head's deadline, and at most
+  ``handshake_limit`` are pending at once; at that cap the oldest pending one is closed, so
+  connections that never start a handshake cannot crowd out a scraper's, nor the connections
+  that finished theirs (they count against the connection cap only once done);
 - a deadline for writing a response to a client that does not read it;
 - quiet failures: one debug line and a counted reason per bad request or broken
   connection, a traceback only the first time a handler fails in a new way.
@@ -21,6 +27,7 @@ import asyncio
 import logging
 import queue
 import resource
+import ssl
 import sys
 import threading
 import time
@@ -35,7 +42,7 @@ log = logging.getLogger(__name__)
 
 REASONS = ("bad_request", "header_timeout", "header_too_large", "write_timeout", "connection_evicted",
            "connection_refused", "render_busy", "handler_error", "loop_error", "host_refused", "unauthorized",
-           "auth_busy", "peer_refused")
+           "auth_busy", "peer_refused", "handshake_failed", "handshake_evicted")
 
 _counters: "weakref.WeakKeyDictionary[CollectorRegistry, Counter]" = weakref.WeakKeyDictionary()
 _counters_lock = threading.Lock()
@@ -78,8 +85,10 @@ class Connections:
     """
 
     def __init__(self, *, limit: int, header_timeout: float, max_head_bytes: int, write_timeout: float,
-                 count: Callable[[str], None]) -> None:
+                 count: Callable[[str], None], handshake_limit: int = 128) -> None:
         self.limit = limit
+        self.handshake_limit = handshake_limit
+        self._handshakes: dict[_Connection, None] = {}  # pending TLS handshakes, the oldest first
         self.header_timeout = header_timeout
         self.max_head_bytes = max_head_bytes
         self._write_timeout = write_timeout
@@ -88,13 +97,15 @@ class Connections:
         self._idle: dict[_Connection, None] = {}  # insertion order: the longest idle first
 
     def factory(self, make_protocol: Callable[[], asyncio.Protocol], *,
-                admit: Callable[[Any], str | None] | None = None) -> Callable[[], asyncio.Protocol]:
+                admit: Callable[[Any], str | None] | None = None,
+                tls: ssl.SSLContext | None = None) -> Callable[[], asyncio.Protocol]:
         """A protocol factory that wraps each of ``make_protocol``'s protocols.
 
         ``admit(transport)`` may refuse a connection before aiohttp sees it: it returns the
         reason to count (e.g. a Unix socket's peer of another uid), or None to let it in.
+        ``tls``: each connection's TLS handshake is done here, under the handshake cap.
         """
-        return lambda: _Connection(self, make_protocol(), admit)
+        return lambda: _Connection(self, make_protocol(), admit, tls)
 
     def opened(self, conn: "_Connection") -> bool:
         """Admit a new connection, at the cap closing the longest idle one; False to refuse it."""
@@ -113,6 +124,24 @@ class Connections:
     def closed(self, conn: "_Connection") -> None:
         self._open.pop(conn.protocol, None)
         self._idle.pop(conn, None)
+        self._handshakes.pop(conn, None)
+
+    def handshaking(self, conn: "_Connection") -> None:
+        """A TLS handshake begins; at the cap the oldest pending one is closed to make room."""
+        if len(self._handshakes) >= self.handshake_limit:
+            oldest = next(iter(self._handshakes))
+            del self._handshakes[oldest]
+            self.count("handshake_evicted")
+            oldest.evict()
+        self._handshakes[conn] = None
+
+    def handshake_over(self, conn: "_Connection") -> None:
+        self._handshakes.pop(conn, None)
+
+    @property
+    def pending_handshakes(self) -> int:
+        """TLS handshakes begun and not yet ended."""
+        return len(self._handshakes)
 
     def busy(self, conn: "_Connection", busy: bool) -> None:
         if conn.protocol not in self._open:
@@ -154,11 +183,13 @@ class Connections:
 class _Connection(asyncio.Protocol):
     """aiohttp's protocol for one connection, plus the request-head deadline and size cap."""
 
-    __slots__ = ("_table", "protocol", "_admit", "_transport", "_deadline", "_head_bytes", "_busy", "_admitted")
+    __slots__ = ("_table", "protocol", "_admit", "_transport", "_deadline", "_head_bytes", "_busy", "_admitted",
+                 "_tls", "_handshake")
 
     def __init__(self, table: Connections, protocol: asyncio.Protocol,
-                 admit: Callable[[Any], str | None] | None = None) -> None:
+                 admit: Callable[[Any], str | None] | None = None, tls: ssl.SSLContext | None = None) -> None:
         self._table = table
+        self._tls = tls
         self.protocol = protocol
         self._admit = admit
         self._transport: asyncio.Transport | None = None
@@ -166,6 +197,7 @@ class _Connection(asyncio.Protocol):
         self._head_bytes = 0
         self._busy = False
         self._admitted = False
+        self._handshake: str | None = None  # with TLS: 'pending', 'evicted' (closed by the cap), 'done'
 
     def connection_made(self, transport) -> None:
         self._transport = transport
@@ -174,6 +206,34 @@ class _Connection(asyncio.Protocol):
             self._table.count(refused)
             transport.abort()
             return
+        if self._tls is not None and self._handshake is None:
+            transport.pause_reading()  # the ClientHello is for the TLS layer, set up on the next turn
+            self._handshake = "pending"
+            self._table.handshaking(self)
+            asyncio.get_running_loop().create_task(self._start_tls(transport))
+            return
+        self._admit_open(transport)
+
+    async def _start_tls(self, raw) -> None:
+        table = self._table
+        try:
+            secured = await asyncio.get_running_loop().start_tls(
+                raw, self, self._tls, server_side=True, ssl_handshake_timeout=table.header_timeout)
+        except (OSError, ssl.SSLError, TimeoutError) as exc:  # timed out, not TLS, or gone
+            if self._handshake != "evicted":
+                table.count("handshake_failed")
+            log.debug("TLS handshake ended without a connection: %r", exc)
+            table.handshake_over(self)
+            raw.abort()
+            return
+        table.handshake_over(self)
+        if self._handshake == "evicted" or raw.is_closing():
+            return
+        self._handshake = "done"
+        self._transport = secured
+        self._admit_open(secured)
+
+    def _admit_open(self, transport) -> None:
         if not self._table.opened(self):
             transport.abort()  # aiohttp never sees it
             return
@@ -217,6 +277,11 @@ class _Connection(asyncio.Protocol):
     def request_finished(self) -> None:
         self._busy = False
         self._table.busy(self, False)
+
+    def evict(self) -> None:
+        """Close a connection whose TLS handshake is still pending (the cap needs its place)."""
+        self._handshake = "evicted"
+        self.close()
 
     def close(self) -> None:
         self._cancel_deadline()

@@ -41,6 +41,7 @@ HEADER_TIMEOUT = 10.0  # s from the first byte of a request head to its end
 IDLE_TIMEOUT = 30.0  # s a connection may wait for its next request (its head included)
 WRITE_TIMEOUT = 30.0  # s to send a response to a client that reads slowly
 MAX_HEAD_BYTES = 32 * 1024
+HANDSHAKES = 512  # TLS handshakes pending at once at most (each must end within HEADER_TIMEOUT); the oldest closed beyond
 BACKLOG = 64  # accepted per loop iteration at most; fewer under a low open-files limit
 LISTEN_QUEUE = 1024  # connections the kernel holds for us (they cost no descriptor until accepted)
 RENDER_THREADS = 2
@@ -109,9 +110,10 @@ class MetricsServer:
     def start(self) -> None:
         """Start serving (raising the open-files limit so the connection cap can be reached)."""
         nofile = raise_open_files_limit()
-        limit, backlog = connection_budget(nofile, self._max_connections)
+        limit, backlog, handshakes = connection_budget(nofile, self._max_connections)
         if limit < self._max_connections:
             log.info("metrics server: at most %d connections (open-files limit %d)", limit, nofile)
+        self._handshakes = handshakes
         self._loop = asyncio.new_event_loop()
         self._loop.set_exception_handler(LoopErrors(self._count))
         self._workers = Workers(self._loop, RENDER_THREADS, "copilot-otel-render")
@@ -180,7 +182,7 @@ class MetricsServer:
 
     async def _serve(self, limit: int, backlog: int, ready: threading.Event) -> None:
         self._stopping = asyncio.Event()
-        connections = Connections(limit=limit, count=self._count, **self._limits)
+        connections = Connections(limit=limit, count=self._count, handshake_limit=self._handshakes, **self._limits)
         app = web.Application(middlewares=[connections.middleware, self._gate.middleware])
         app[SERVER] = self
         app.router.add_get("/metrics", self._metrics)
@@ -198,8 +200,7 @@ class MetricsServer:
         try:
             tls = self._web_config.tls
             servers.append(await self._loop.create_server(
-                connections.factory(runner.server), sock=self._sock, backlog=backlog, ssl=tls,
-                ssl_handshake_timeout=self._limits["header_timeout"] if tls is not None else None))
+                connections.factory(runner.server, tls=tls), sock=self._sock, backlog=backlog))
             # asyncio's backlog is both how many it accepts per iteration and the listen queue;
             # a longer queue keeps a scraper's SYN from being dropped (a 1 s retry) in a flood.
             self._sock.listen(LISTEN_QUEUE)
@@ -279,17 +280,19 @@ class MetricsServer:
 SERVER = web.AppKey("copilot_otel_server", MetricsServer)
 
 
-def connection_budget(nofile: int, wanted: int) -> tuple[int, int]:
-    """(connection cap, accept backlog) that fit an open-files limit of ``nofile``.
+def connection_budget(nofile: int, wanted: int) -> tuple[int, int, int]:
+    """(connection cap, accept backlog, pending TLS handshakes cap) that fit an open-files limit of ``nofile``.
 
     asyncio accepts up to ``backlog`` connections per loop iteration, and a connection closed
     by the cap frees its descriptor three iterations later: up to 4 * backlog descriptors are
-    in flight beyond the cap. Half the limit, at most, goes to connections, and the cap stays
-    8 bursts or more, so that new connections cannot push one out in the few iterations
-    between its request's arrival and its handling.
+    in flight beyond the caps. Half the limit, at most, goes to connections, and the caps stay
+    8 bursts or more where the limit allows, so that new connections cannot push one out in the
+    few iterations between its request's (or its ClientHello's) arrival and its handling.
     """
     backlog = max(4, min(BACKLOG, nofile // 16))
-    return max(4, min(wanted, nofile // 2, nofile - 4 * backlog - 64)), backlog
+    spare = nofile - 4 * backlog - 64
+    handshakes = max(4, min(HANDSHAKES, 8 * backlog, spare // 3))
+    return max(4, min(wanted, nofile // 2, spare - handshakes)), backlog, handshakes
 
 
 def _render(registry: CollectorRegistry, encoder: Callable[[CollectorRegistry], bytes], gzipped: bool) -> bytes:
