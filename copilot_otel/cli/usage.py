@@ -180,11 +180,14 @@ def render(report: Report, console) -> None:
         table.add_column(group.upper(), overflow="ellipsis", no_wrap=True, max_width=36)
     for header in HEADERS:
         table.add_column(header, justify="right", no_wrap=True)
-    table.add_column("", no_wrap=True, style="yellow")  # running, crashed
+    marked = bool(report.total.running or report.total.crashed)
+    if marked:
+        table.add_column("", no_wrap=True, style="yellow")  # running, crashed
+    width = len(table.columns)
     for row in report.rows:
-        table.add_row(*(safe(cell) for cell in _cells(row, report, row.period)))
+        table.add_row(*(safe(cell) for cell in _cells(row, report, row.period)[:width]))
     table.add_section()
-    table.add_row(*_cells(report.total, report, "total"), style="bold")
+    table.add_row(*_cells(report.total, report, "total")[:width], style="bold")
     console.print(table)
     notes = [RATE_NOTE + "."]
     if report.total.unpriced:
