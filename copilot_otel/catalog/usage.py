@@ -12,14 +12,16 @@ it used nothing. With no time window the totals are exactly the sessions' own (t
 from __future__ import annotations
 
 from datetime import datetime, tzinfo
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
 from msgspec import Struct
 from msgspec.structs import astuple
 
-from .status import SessionStatus
 from ..model.usage import AMOUNTS, SLOT_SECONDS, UsageSlot
 from ..vocab import ABANDONED, END_INCOMPLETE, ENDED, UNKNOWN_MODEL
+
+if TYPE_CHECKING:
+    from .status import SessionStatus
 
 PERIODS = ("day", "week", "month")
 GROUPS = ("model", "repository", "branch", "session")
