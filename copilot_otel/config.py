@@ -12,24 +12,8 @@ from urllib.parse import urlparse
 from msgspec import Struct, field
 from msgspec.structs import force_setattr
 
-from .export.otlp_settings import (  # noqa: F401 (the OTLP settings' names are read from here too)
-    DEFAULT_OTLP_TIMEOUT,
-    ENV_METRICS_EXPORTER,
-    ENV_OTLP_ENDPOINT,
-    ENV_OTLP_HEADERS,
-    ENV_OTLP_METRICS_ENDPOINT,
-    ENV_OTLP_METRICS_HEADERS,
-    ENV_OTLP_METRICS_PROTOCOL,
-    ENV_OTLP_PROTOCOL,
-    ENV_OTLP_TRACES_ENDPOINT,
-    ENV_OTLP_TRACES_HEADERS,
-    ENV_OTLP_TRACES_PROTOCOL,
-    ENV_TRACES_EXPORTER,
-    METRICS_EXPORTERS,
-    PROTOCOLS,
-    TRACES_EXPORTERS,
-    OtlpSettings,
-)
+from .export.otlp_settings import OtlpSettings
+from .export.limits import DEFAULT_MAX_LABEL_VALUES, DEFAULT_MAX_REQUEST_BYTES, MIN_MAX_REQUEST_BYTES
 from .base.parsing import ConfigError  # noqa: F401 (every front end catches it from here)
 from .base.parsing import parse_bool as _parse_bool
 from .base.parsing import DURATION_HINT, duration_seconds
@@ -59,12 +43,6 @@ DEFAULT_MAX_BUFFERED_SPANS = 20_000
 DEFAULT_TRACES_FILE_MAX_BYTES = 100 * 1024 * 1024
 DEFAULT_TRACES_FILE_BACKUPS = 10
 DEFAULT_GIVE_UP_AFTER = 600.0  # replay: seconds a backend may refuse one batch before the replay stops
-DEFAULT_MAX_REQUEST_BYTES = 4 * 1024 * 1024  # the OpenTelemetry Collector's default gRPC message limit
-MIN_MAX_REQUEST_BYTES = 64 * 1024
-# Distinct values per metric label (tool, model, agent); the rest are "other". Each tool value costs 19
-# series (its calls and duration histogram) and ~0.2 ms of every scrape: at 100, /metrics stays under
-# 200 KiB and 50 ms however many names a log invents (bench/attack_bench.py).
-DEFAULT_MAX_LABEL_VALUES = 100
 MIN_MAX_LINE_BYTES = 1024
 MIN_IDLE_QUIET = 0.05
 
@@ -238,7 +216,9 @@ class Config(Struct, frozen=True):
     @property
     def daemon_socket(self) -> Path:
         """The daemon's Unix socket, where the commands ask it (to this uid only)."""
-        return self.state_dir / "daemon.sock"
+        from .base.owner import SOCKET_NAME
+
+        return self.state_dir / SOCKET_NAME
 
 
 _HOST_NAME = re.compile(r"(\*\.)?[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?(\.[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?)*")

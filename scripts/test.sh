@@ -27,7 +27,7 @@ step() {
 
 [ -x .venv/bin/python ] || step python3 -m venv .venv
 step .venv/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip
-step .venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
+step .venv/bin/python -m pip install --quiet --disable-pip-version-check -r requirements-test.lock -e '.[test]'
 step npm install --prefix tests/cli --no-audit --no-fund --no-package-lock --no-update-notifier --loglevel=error
 
 # Debian packages: prometheus (prometheus, promtool), systemd (systemd-analyze for the unit file),

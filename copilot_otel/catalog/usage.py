@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Iterable
 from msgspec import Struct
 from msgspec.structs import astuple
 
-from ..model.usage import AMOUNTS, SLOT_SECONDS, UsageSlot
+from ..model.usage import AMOUNTS, SLOT_SECONDS, UsageSlot, bounded
 from ..vocab import ABANDONED, END_INCOMPLETE, ENDED, UNKNOWN_MODEL
 
 if TYPE_CHECKING:
@@ -49,9 +49,9 @@ class Row(Struct):
         """The row for scripts: its keys, counts of sessions, every amount, credits and dollars."""
         out: dict = {by: self.period, **dict(zip(groups, self.group))}
         out.update(sessions=len(self.sessions), running=len(self.running), crashed=len(self.crashed))
-        out.update(zip(AMOUNTS, self.amounts))
+        out.update(zip(AMOUNTS, map(bounded, self.amounts)))
         out["premium_requests"] = round(out["premium_requests"], 6)
-        out["ai_credits"] = self.amounts[AMOUNTS.index("nano_aiu")] / NANO_AIU_PER_CREDIT
+        out["ai_credits"] = out["nano_aiu"] / NANO_AIU_PER_CREDIT
         out["usd"] = round(out["ai_credits"] * USD_PER_CREDIT, 6)
         out["credits_complete"] = not self.unpriced
         return out
@@ -77,7 +77,11 @@ class Periods:
         slot = seconds // SLOT_SECONDS
         name = self._named.get(slot)
         if name is None:
-            when = datetime.fromtimestamp(slot * SLOT_SECONDS, self.zone)  # zone None: the local time, DST included
+            try:
+                when = datetime.fromtimestamp(slot * SLOT_SECONDS, self.zone)  # zone None: local time, DST included
+            except (OverflowError, OSError, ValueError):  # a time no calendar holds (the decoder lets few through)
+                self._named[slot] = "unknown"
+                return "unknown"
             if self.by == "day":
                 name = when.strftime("%Y-%m-%d")
             elif self.by == "month":

@@ -29,6 +29,7 @@ from .flags import (BUDGETS_FILE, DURATION, COPILOT_HOME, LOG_LEVEL, MAX_LINE_BY
                     STRICT_MODES, TRACE_URL_HELP, WEB_VIEW_COST, access_options, export_options, option,
                     reading_options, repository_option, stuck_options, Duration)
 from ..base.safe_text import safe, safe_json, safe_lines
+from ..base.safe_text import say as _say
 from ..base.strictmodes import check_output_file, check_state_dir
 from ..vocab import SESSION_STATES
 
@@ -55,11 +56,6 @@ def _setup_logging(level: str) -> None:
     logging.basicConfig(level=level.upper(), handlers=[handler])
     # The OTel SDK logs a malformed header with its value, which may be a token: never let it through.
     logging.getLogger("opentelemetry.util.re").setLevel(logging.ERROR)
-
-
-def _say(message: str) -> None:
-    """One line on stderr, whatever it quotes escaped for the terminal."""
-    click.echo(f"copilot-otel: {safe(message)}", err=True)
 
 
 def _fail(message: str, code: int = EXIT_USAGE) -> None:
@@ -390,7 +386,7 @@ def run(log_level, poll, rescan_interval, from_end, idle_quiet, max_buffered_spa
         **options) -> None:
     """The daemon: follow every session under COPILOT_HOME, export spans, serve /metrics and the web view.
 
-    The web view and its JSON answer only with the token made at each start (`copilot-otel open`
+    The web view's data (/api/) answers only with the token made at each start (`copilot-otel open`
     opens the page with it); /metrics and /healthz answer scrapers. The commands reach the daemon
     on its Unix socket in the state folder.
     """
@@ -425,7 +421,7 @@ def run(log_level, poll, rescan_interval, from_end, idle_quiet, max_buffered_spa
 def view(paths, address, log_level, **options) -> None:
     """Serve the web view over session logs (folders, events.jsonl files or a COPILOT_HOME), without the daemon.
 
-    The pages answer only with the token made at start: `copilot-otel open --metrics-address
+    The pages show data only with the token made at start: `copilot-otel open --metrics-address
     HOST:PORT` (this --address) opens them with it.
     """
     from ..web.routes import run_view
@@ -447,9 +443,11 @@ def view(paths, address, log_level, **options) -> None:
 def open_view(print_url, **options) -> None:
     """Open the web view in your browser with its token (which the daemon or `view` keeps in the state folder).
 
-    The token goes only to a server of your own user: if another user holds the port, nothing is opened.
+    The browser is given a 0600 page in the state folder that sends it on with the token, never the token
+    itself: another user can read every command line. The token goes only to a server of your own user: if
+    another user holds the port, nothing is opened.
     """
-    from ..web.access import read_token_file, token_file
+    from ..web.access import opener_file, read_token_file, token_file, with_token, write_opener
     from ..base.owner import describe_uid, listener_uid
 
     try:
@@ -466,16 +464,21 @@ def open_view(print_url, **options) -> None:
     if holder is None and os.path.exists("/proc/net/tcp"):
         _fail(f"nothing listens on {host}:{port}: the daemon (or `view`) that made the token is not running",
               EXIT_EXPORT_FAILED)
-    with_token = f"{url}?token={token}"
     if print_url:
-        click.echo(with_token)
+        click.echo(with_token(url, token))
         return
+    opener = opener_file(config.state_dir, port)
+    try:
+        check_state_dir(config.state_dir)
+        write_opener(opener, url, token)
+    except (ConfigError, OSError) as exc:
+        _fail(f"cannot write {opener}: {getattr(exc, 'strerror', None) or exc}; use --print-url", EXIT_EXPORT_FAILED)
     import webbrowser
 
-    if webbrowser.open(with_token):
+    if webbrowser.open(opener.as_uri()):
         click.echo(f"opened {url} in your browser", err=True)
     else:
-        click.echo(f"no browser found here; open {with_token}")
+        click.echo(f"no browser found here; open {with_token(url, token)}")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,7 +1,7 @@
 """The daemon: wiring, scheduling, health and shutdown. Discover -> follow -> pipeline -> export / metrics.
 
 One reader thread (``run``) owns every session model. After each pass it publishes one frozen
-:class:`~copilot_otel.daemon.published.Published` (a Liveness per live session, every summary), swapped
+:class:`~copilot_otel.catalog.published.Published` (a Liveness per live session, every summary), swapped
 whole; the scrape and web threads read only that, never a model.
 """
 
@@ -36,13 +36,13 @@ from .notices import SessionNotices
 from ..export.otlp_json import OtlpJsonEncoder
 from ..model.pipeline import Outputs
 from ..model.records import SpanRecord
-from .published import Published
+from ..catalog.published import Published
 from .readout import Readout
 from ..export.resource import resource_attributes
 from ..export.sinks import make_sink
 from ..export.contract import SpanSink
 from ..source.sources import SESSION_STATE
-from ..source.tail import NOT_REGULAR
+from ..base.regular import NOT_REGULAR
 from ..model.summary import SessionSummary
 from ..vocab import END_INCOMPLETE, END_SHUTDOWN
 

@@ -27,6 +27,8 @@ from ..export.checkpoint import FilePosition
 from ..model.options import ModelOptions
 from ..decode.lines import decode_line
 from ..base.display import duration
+from ..base.pause import PAUSE
+from ..base.regular import open_regular
 from ..decode.events import DecodeError, Event
 from ..source.identity import EDITED
 from ..source.liveness import Liveness, locks_expected
@@ -108,7 +110,7 @@ class Follower(Struct):
         if restored is not None:
             session_id = restored.session_id or session_id_of(Path(restored.path))
         reader = LogReader(path, options, session_id=session_id, max_line_bytes=max_line_bytes, keep=READ_TYPES,
-                           within=within, summaries=False)
+                           within=within, summaries=False, pause=PAUSE)
         tail = reader.tail
         if restored is not None:
             tail.resume(restored.resume_offset, restored.resume_line, restored.identity, end=restored.offset,
@@ -314,7 +316,7 @@ def _prime(model: SessionModel, path: Path, end: int, max_line_bytes: int) -> No
 
     The file is scanned a chunk at a time: a long log costs no more memory than one line."""
     try:
-        handle = open(path, "rb")
+        handle = os.fdopen(open_regular(path, follow=False), "rb")  # what the tail refuses is not read here either
     except OSError:
         return
     with handle:

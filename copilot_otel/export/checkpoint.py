@@ -23,7 +23,7 @@ from pathlib import Path
 
 from msgspec import Struct
 
-from ..config import ConfigError
+from ..base.parsing import ConfigError
 from ..source.identity import FileIdentity
 from ..base import pidlock
 from ..base.private import open_private, private_dir, state_folder, touch_private

@@ -16,7 +16,17 @@ from ..model.records import SpanRecord
 
 
 class ExportError(RuntimeError):
-    """Spans could not be delivered to their destination now; a later attempt may succeed."""
+    """Spans could not be delivered to their destination now; a later attempt may succeed.
+
+    ``retryable``: the OTLP specification calls the failure retryable (an outage, throttling); False when the
+    destination or its credentials look wrong (asked again only slowly, see retry.py). ``retry_after``: the
+    seconds the backend asked to wait (HTTP Retry-After, gRPC RetryInfo), if it did.
+    """
+
+    def __init__(self, message: str, *, retryable: bool = True, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+        self.retry_after = retry_after
 
 
 class RejectedError(ExportError):

@@ -7,6 +7,7 @@ scrape time by :class:`LiveSessionsCollector`.
 
 from __future__ import annotations
 
+import logging
 import re
 import time
 from bisect import bisect_left
@@ -20,13 +21,15 @@ from prometheus_client.process_collector import ProcessCollector
 
 from ..base.pause import PAUSE
 from ..version import __version__
-from ..config import DEFAULT_MAX_LABEL_VALUES
-from ..decode.lines import REASONS
+from .limits import DEFAULT_MAX_LABEL_VALUES
+from ..decode.lines import INTERNAL_ERROR, REASONS
 from .genai_metrics import GenAi, GenAiMetrics
 from .limits import MAX_NAME_CHARS, OTHER, cut_name
 from ..model.records import MetricUpdate
-from ..vocab import ATTRIBUTED, INTERACTION_ENDS, REPOSITORY_LABEL, SIGNALS, STALLED_STATES, STATES, Metric
+from ..vocab import (ATTRIBUTED, CLAMP_REASONS, INTERACTION_ENDS, REPOSITORY_LABEL, SIGNALS, STALLED_STATES, STATES,
+                     Metric)
 
+log = logging.getLogger(__name__)
 HISTOGRAMS = frozenset((Metric.TURN_DURATION, Metric.TOOL_DURATION, Metric.LLM_CALL_DURATION,
                         Metric.LLM_TIME_TO_FIRST_TOKEN))
 
@@ -47,9 +50,12 @@ STALLED_LABELS = ["session_id", "state", "tool", "repository"]
 # The exemplar label names Grafana's exemplarTraceIdDestinations and OTLP exemplars read.
 TRACE_ID, SPAN_ID = "trace_id", "span_id"
 _EVENT_TYPE = re.compile(r"[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*){1,3}")
-# Labels whose values the model or the log chooses: each is capped (LabelCap).
-AGENT, MODEL, TOOL, REPOSITORY = "agent", "model", "tool", REPOSITORY_LABEL
-CAPPED_LABELS = (AGENT, MODEL, TOOL, REPOSITORY)
+# Labels whose values the model or the log chooses: each is capped (LabelCap). error_type and provider are
+# attributes of the GenAI instruments of the OTLP push alone (genai.CAPPED); the others are Prometheus labels.
+AGENT, MODEL, TOOL, REPOSITORY, STATUS = "agent", "model", "tool", REPOSITORY_LABEL, "status"
+ERROR_TYPE, PROVIDER = "error_type", "provider"
+CAPPED_LABELS = (AGENT, MODEL, TOOL, REPOSITORY, STATUS, ERROR_TYPE, PROVIDER)
+PUSH_ONLY = frozenset((ERROR_TYPE, PROVIDER))  # no Prometheus twin counts their overflow: the push does
 # For each session metric, the capped label at each position of its label values (None: a closed set).
 _CAPPED_POSITIONS: dict[Metric, tuple[str | None, ...]] = {
     Metric.SESSIONS_STARTED: (REPOSITORY,),
@@ -65,7 +71,7 @@ _CAPPED_POSITIONS: dict[Metric, tuple[str | None, ...]] = {
     Metric.AUTOPILOT_PREMIUM_REQUESTS: (MODEL, REPOSITORY),
     Metric.AI_CREDITS: (MODEL, REPOSITORY),
     Metric.AUTOPILOT_AI_CREDITS: (MODEL, REPOSITORY),
-    Metric.LLM_CALLS_WITHOUT_CREDITS: (MODEL, None, REPOSITORY),
+    Metric.LLM_CALLS_WITHOUT_CREDITS: (MODEL, STATUS, REPOSITORY),
     Metric.CODE_LINES: (None, REPOSITORY),
     Metric.FILES_MODIFIED: (REPOSITORY,),
 }
@@ -131,8 +137,8 @@ class LiveSessionsCollector:
         for session in self._snapshot():
             counts[session.state] = counts.get(session.state, 0) + 1
             if session.state in STALLED_STATES:
-                repository = session.repository if self._repository_label else ""
-                stalled.add_metric([session.session_id, session.state, session.tool, repository],
+                repository = cut_name(session.repository) if self._repository_label else ""
+                stalled.add_metric([session.session_id, session.state, cut_name(session.tool), repository],
                                    session.stalled_seconds)
         sessions = GaugeMetricFamily("copilot_sessions", "Live Copilot sessions by state.", labels=["state"])
         for state, count in counts.items():
@@ -253,6 +259,12 @@ class Metrics:
         self.spans_dropped_by_backend = Counter(
             "copilot_otel_spans_dropped_by_backend",
             "Spans the trace backend accepted and dropped all the same (OTLP partial success).", registry=r)
+        self.values_clamped = Counter("copilot_otel_values_clamped",
+                                      "Values from the logs clamped or cut to be usable (each logged with its file "
+                                      "and line), by reason.", ["reason"], registry=r)
+        for reason in CLAMP_REASONS:
+            self.values_clamped.labels(reason)
+        self._failures: set[str] = set()  # metrics whose failed update was logged
         self.label_overflow = Counter("copilot_otel_label_overflow",
                                       "Label values counted as 'other': past the cap on distinct values, by label.",
                                       ["label"], registry=r)
@@ -260,7 +272,7 @@ class Metrics:
             self.label_overflow.labels(label)
         self.labels = LabelCap(max_label_values, lambda label: self.label_overflow.labels(label).inc())
         # The GenAI instruments the CLI's own OTel exports: for the OTLP push only (not on /metrics).
-        self.genai = GenAiMetrics(lambda label, value: self.labels.value(label, value, count=False))
+        self.genai = GenAiMetrics(lambda label, value: self.labels.value(label, value, count=label in PUSH_ONLY))
         self.build_info = Gauge("copilot_otel_build_info", "copilot-otel build.", ["version"], registry=r)
         self.build_info.labels(__version__).set(1)
         for signal in SIGNALS:
@@ -390,25 +402,28 @@ class Metrics:
                 if type(metric) is GenAi:
                     genai.append(update)
                     continue
-                if metric is Metric.AI_CREDITS and self.budget_meter is not None:
-                    self.budget_meter.spend(update.labels[-1], update.value)
-                key = (metric, update.labels)
-                found = admitted.get(key)  # (series, a histogram's bounds or None)
-                if found is None:
-                    labels = self._labels(metric, update.labels)
-                    found = (self._child(metric, labels), bounds.get(metric))
-                    if labels == update.labels and OTHER not in labels:
-                        admitted[key] = found
-                child, edges = found
-                if edges is not None:
-                    value = update.value
-                    # The bucket prometheus_client counts it in (the first bound >= value; none for NaN).
-                    observed.append((child, value, update.exemplar, bisect_left(edges, value) if value == value
-                                     else None))
-                else:
-                    sums[child] = sums.get(child, 0.0) + update.value
-                    if update.exemplar is not None:
-                        spans[child] = update.exemplar
+                try:  # one update that fails (a bug of ours) costs itself, never the rest of the pass
+                    if metric is Metric.AI_CREDITS and self.budget_meter is not None:
+                        self.budget_meter.spend(update.labels[-1], update.value)
+                    key = (metric, update.labels)
+                    found = admitted.get(key)  # (series, a histogram's bounds or None)
+                    if found is None:
+                        labels = self._labels(metric, update.labels)
+                        found = (self._child(metric, labels), bounds.get(metric))
+                        if labels == update.labels and OTHER not in labels:
+                            admitted[key] = found
+                    child, edges = found
+                    if edges is not None:
+                        value = update.value
+                        # The bucket prometheus_client counts it in (the first bound >= value; none for NaN).
+                        observed.append((child, value, update.exemplar, bisect_left(edges, value) if value == value
+                                         else None))
+                    else:
+                        sums[child] = sums.get(child, 0.0) + update.value
+                        if update.exemplar is not None:
+                            spans[child] = update.exemplar
+                except Exception:  # noqa: BLE001
+                    self._failed(update)
             incs.extend((child, value, spans.get(child)) for child, value in sums.items())
             for event_type, count in out.events.items():
                 events[event_type] = events.get(event_type, 0) + count
@@ -416,21 +431,41 @@ class Metrics:
                 self.lines_rejected.labels(reason).inc(count)
             for event_type, count in out.out_of_order.items():
                 self.events_out_of_order.labels(event_type).inc(count)
+            for reason, count in out.clamped.items():
+                self.values_clamped.labels(reason).inc(count)
             ahead += out.ahead
             newest = max(newest, out.newest_ns)
-        self.genai.apply_all(genai)
+        try:
+            self.genai.apply_all(genai)
+        except Exception:  # noqa: BLE001 - the push's totals, never the Prometheus metrics below
+            self._failed(genai[0] if genai else None)
         last = {child: i for i, (child, _value, span) in enumerate(incs) if span is not None}
         for i, (child, value, span) in enumerate(incs):
-            child.inc(value, exemplar_labels(span) if last.get(child) == i else None)
+            try:
+                child.inc(value, exemplar_labels(span) if last.get(child) == i else None)
+            except Exception:  # noqa: BLE001
+                self._failed(None)
         last = {(child, bucket): i for i, (child, _value, span, bucket) in enumerate(observed) if span is not None}
         for i, (child, value, span, bucket) in enumerate(observed):
-            child.observe(value, exemplar_labels(span) if last.get((child, bucket)) == i else None)
+            try:
+                child.observe(value, exemplar_labels(span) if last.get((child, bucket)) == i else None)
+            except Exception:  # noqa: BLE001
+                self._failed(None)
         for event_type, count in events.items():
             self.count_event(event_type, count)
         if ahead:
             self.events_ahead.inc(ahead)
         if newest > self.newest_event_ns:
             self.newest_event_ns = newest
+
+    def _failed(self, update: MetricUpdate | None) -> None:
+        """An update that could not be applied (a bug of ours): counted as internal_error, its traceback logged
+        once per metric."""
+        name = getattr(getattr(update, "metric", None), "value", "a series")
+        self.lines_rejected.labels(INTERNAL_ERROR).inc()
+        if name not in self._failures:
+            self._failures.add(name)
+            log.exception("could not count an update of %s; counted as %s, the others go on", name, INTERNAL_ERROR)
 
     def add_live_sessions(self, snapshot: Callable[[], Iterable[LiveSession]]) -> None:
         """Register the scrape-time collector of live session states."""

@@ -42,7 +42,9 @@ PROTOBUF = "application/x-protobuf"
 PROTOBUF_TYPES = frozenset({PROTOBUF, "application/protobuf"})  # the second: RFC 9331's name for it
 JSON = "application/json"
 MAX_ANSWER_BYTES = 1 << 20  # more than this is no OTLP answer, and is not read further
-HTTP_RETRY = frozenset({429, 502, 503, 504})
+HTTP_RETRYABLE = frozenset({429, 502, 503, 504})  # the OTLP specification's retryable statuses
+GRPC_RETRYABLE = frozenset({"CANCELLED", "DEADLINE_EXCEEDED", "RESOURCE_EXHAUSTED", "ABORTED", "OUT_OF_RANGE",
+                            "UNAVAILABLE", "DATA_LOSS"})  # likewise (RESOURCE_EXHAUSTED: a too-large one is refused)
 HTTP_TOO_LARGE = frozenset({413})
 HTTP_REJECTED = frozenset({400, 422})
 QUOTED_CHARS = 200
@@ -70,6 +72,7 @@ class HttpAnswer(Struct, frozen=True):
     body: bytes = b""
     location: str = ""
     truncated: bool = False
+    retry_after: str = ""  # the Retry-After header, as sent
 
 
 def quote(text: str, limit: int = QUOTED_CHARS) -> str:
@@ -101,12 +104,16 @@ def http_answer(answer: HttpAnswer, signal: Signal, where: str) -> Receipt:
     if 300 <= status < 400:
         to = f" to {quote(answer.location)}" if answer.location else ""
         raise ExportError(f"{what} (redirected{to}; OTLP requests are not redirected): is "
-                          f"{signal.endpoint_variable} right?")
+                          f"{signal.endpoint_variable} right?", retryable=False)
     if status in (404, 405):
-        raise ExportError(f"{what}: is {signal.endpoint_variable} right?")
+        raise ExportError(f"{what}: is {signal.endpoint_variable} right?", retryable=False)
     if status in (401, 403):
-        raise ExportError(f"{what}: are the credentials in OTEL_EXPORTER_OTLP_HEADERS right?")
-    raise ExportError(what)
+        raise ExportError(f"{what}: are the credentials in OTEL_EXPORTER_OTLP_HEADERS right?", retryable=False)
+    if status in HTTP_RETRYABLE:
+        from .retry import retry_after_seconds
+
+        raise ExportError(what, retry_after=retry_after_seconds(answer.retry_after) if answer.retry_after else None)
+    raise ExportError(what, retryable=False)
 
 
 def _success(answer: HttpAnswer, signal: Signal, failed: str) -> Receipt:
@@ -175,8 +182,10 @@ def _backend_message(answer: HttpAnswer) -> str:
 
 # ---------------------------------------------------------------- gRPC
 
-def grpc_error(code_name: str, details: str, *, retry_info: bool, where: str, timeout: float) -> ExportError:
-    """The meaning of a failed gRPC call: RejectedError (too large, or refused for good), else ExportError."""
+def grpc_error(code_name: str, details: str, *, retry_info: bool, where: str, timeout: float,
+               retry_after: float | None = None) -> ExportError:
+    """The meaning of a failed gRPC call: RejectedError (too large, or refused for good), else ExportError
+    (``retry_after``: the delay its RetryInfo asked for)."""
     details = quote(details or "")
     what = f"OTLP export to {where} failed: {code_name} {details}".rstrip() + _grpc_hint(code_name, details, timeout)
     if code_name == "INVALID_ARGUMENT":
@@ -184,7 +193,7 @@ def grpc_error(code_name: str, details: str, *, retry_info: bool, where: str, ti
     too_large = code_name in ("RESOURCE_EXHAUSTED", "OUT_OF_RANGE") and _TOO_LARGE.search(details) and not retry_info
     if too_large:
         return RejectedError(what, too_large=True)
-    return ExportError(what)
+    return ExportError(what, retryable=code_name in GRPC_RETRYABLE, retry_after=retry_after)
 
 
 def _grpc_hint(code_name: str, details: str, timeout: float) -> str:

@@ -1,5 +1,5 @@
 """OTLP metrics push (OTEL_METRICS_EXPORTER=otlp): the metrics of the Prometheus registry, every one, as
-OpenTelemetry metrics data, sent by the OpenTelemetry SDK's OTLP metric exporter (gRPC or HTTP).
+OpenTelemetry metrics data, pushed over OTLP (gRPC or HTTP) by the SDK's periodic reader and our exporter.
 
 The registry stays the one place the metrics live, so /metrics and the push always say the same.
 Counters become cumulative monotonic sums, gauges gauges, histograms explicit-bucket histograms with
@@ -31,8 +31,9 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from prometheus_client import CollectorRegistry
 
+from ..base.redact import redact, redact_url
 from ..version import __version__
-from ..config import ENV_OTLP_METRICS_ENDPOINT, OtlpSettings
+from .otlp_settings import ENV_OTLP_METRICS_ENDPOINT, OtlpSettings
 from .genai_metrics import GenAiMetrics
 from .metrics import SPAN_ID, TRACE_ID
 from .otlp_answers import Signal
@@ -86,7 +87,7 @@ class OtlpMetricExporter(MetricExporter):
             receipt = self._transport.send(self._encode(metrics_data).SerializeToString(),
                                            None if timeout_millis is None else timeout_millis / 1000)
         except ExportError as exc:
-            self.last_error = str(exc)
+            self.last_error = redact(str(exc))
             return MetricExportResult.FAILURE
         self.last_error = None
         if receipt.rejected or receipt.message:
@@ -246,5 +247,5 @@ def start_pushing(settings: OtlpSettings, registry: CollectorRegistry,
 
     pusher = MetricsPusher(registry, make_exporter(settings), build_resource(), genai=genai)
     log.info("pushing metrics every %g s over OTLP (%s) to %s", pusher.interval, settings.protocol,
-             settings.endpoint or "the exporter's default endpoint")
+             redact_url(settings.endpoint) if settings.endpoint else "the exporter's default endpoint")
     return pusher.start()

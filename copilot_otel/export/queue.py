@@ -26,9 +26,11 @@ from typing import Callable, Iterable
 from msgspec import Struct, field
 
 from ..base.pause import PAUSE
+from ..base.redact import redact
 from .checkpoint import Checkpoint, FilePosition
 from .deadletter import DeadLetter
 from ..model.records import SpanRecord
+from .retry import Backoff, RetryPolicy, retry_wait_reason
 from .contract import ExportError, Receipt, RejectedError, SpanSink
 
 log = logging.getLogger(__name__)
@@ -48,7 +50,7 @@ class ExportQueue:
     """A stoppable exporter thread fed by the reader."""
 
     def __init__(self, sink: SpanSink, checkpoint: Checkpoint | None, *, max_spans: int = 20_000,
-                 batch: int = 512, initial_backoff: float = 0.5, max_backoff: float = 30.0,
+                 batch: int = 512, retry: RetryPolicy = RetryPolicy(),
                  dead_letter: DeadLetter | None = None,
                  on_exported: Callable[[int], None] = lambda n: None,
                  on_failed: Callable[[int], None] = lambda n: None,
@@ -59,8 +61,7 @@ class ExportQueue:
         self.checkpoint = checkpoint
         self.max_spans = max_spans
         self.batch = batch
-        self.initial_backoff = initial_backoff
-        self.max_backoff = max_backoff
+        self.retry = retry
         self.dead_letter = dead_letter
         self._on_exported, self._on_failed, self._on_commit = on_exported, on_failed, on_commit
         self._on_dead_lettered, self._on_backend_dropped = on_dead_lettered, on_backend_dropped
@@ -223,32 +224,29 @@ class ExportQueue:
 
     def _deliver(self, spans: list[SpanRecord]) -> bool:
         """Deliver ``spans`` in order, retrying with backoff; False if stopped first."""
-        backoff = self.initial_backoff
+        backoff = Backoff(self.retry)
 
         def failed(part: list[SpanRecord], exc: Exception | None) -> bool:
-            nonlocal backoff
             if exc is None:  # a part was delivered
                 if not self.healthy:
                     log.info("trace export to %s recovered", self.sink.description)
                 self.healthy, self.last_error = True, None
                 self._on_exported(len(part))
-                backoff = self.initial_backoff
+                backoff.reset()
                 return True
             if self._stopping:
                 return False  # abandoned at stop (or failed meanwhile): the checkpoint stays behind it
+            wait = backoff.next(exc)
             if not isinstance(exc, RejectedError):
                 self.healthy = False
-                self.last_error = str(exc) or type(exc).__name__
+                self.last_error = redact(str(exc)) or type(exc).__name__
                 self._on_failed(len(part))
                 if isinstance(exc, ExportError):
-                    log.warning("%s; retrying in %.1f s", exc, backoff)
+                    log.warning("%s; %s", exc, retry_wait_reason(exc, wait))
                 else:
                     log.error("span sink %s failed unexpectedly; retrying in %.1f s", self.sink.description,
-                              backoff, exc_info=exc)
-            if not self._wait_to_retry(backoff):
-                return False
-            backoff = min(backoff * 2, self.max_backoff)
-            return True
+                              wait, exc_info=exc)
+            return self._wait_to_retry(wait)
 
         return send_in_parts(self.sink, spans, reject=self._reject, progress=failed, dropped=self._dropped)
 

@@ -7,7 +7,9 @@ import threading
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from ..config import DEFAULT_MAX_REQUEST_BYTES, ConfigError, OtlpSettings
+from ..base.parsing import ConfigError
+from .limits import DEFAULT_MAX_REQUEST_BYTES
+from .otlp_settings import OtlpSettings
 from ..base.linefile import FileBusy
 from .otlp_json import OtlpJsonEncoder
 from ..base.private import private_dir

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from msgspec import Struct
 
+from .records import INT64_LIMIT
+
 SLOT_SECONDS = 900  # a quarter hour
 SLOT_NS = SLOT_SECONDS * 1_000_000_000
 
@@ -50,6 +52,18 @@ def new_amounts() -> list:
     return row
 
 
+INT64_MAX = (1 << 63) - 1
+
+
+def bounded(value: int | float) -> int | float:
+    """An amount within int64's range (a log's 400-digit token count would make a summary, or a report, that no
+    JSON encoder writes)."""
+    if isinstance(value, int):
+        return max(-INT64_MAX, min(INT64_MAX, value))
+    return max(-INT64_LIMIT, min(INT64_LIMIT, value))
+
+
 def frozen_slots(slots: dict[tuple[int, str], list]) -> tuple[UsageSlot, ...]:
-    """A tally's slots, frozen in order of time, then model."""
-    return tuple(UsageSlot(slot, model, *amounts) for (slot, model), amounts in sorted(slots.items()))
+    """A tally's slots, frozen in order of time, then model, each amount within int64."""
+    return tuple(UsageSlot(bounded(slot), model, *map(bounded, amounts))
+                 for (slot, model), amounts in sorted(slots.items()))

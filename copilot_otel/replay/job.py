@@ -14,7 +14,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-import click
 from msgspec import Struct, field
 
 from ..config import Config
@@ -27,7 +26,7 @@ from ..base.private import write_private
 from .batches import Batch, ReplayStats
 from .runner import BATCH, replay_files, replay_stream
 from ..export.resource import resource_attributes
-from ..base.safe_text import safe
+from ..base.safe_text import say as _say
 from ..export.sinks import FileSink
 from ..export.contract import ExportError, SpanSink
 from ..source.sources import session_id_of
@@ -247,11 +246,6 @@ def replay_stdin(sink: SpanSink, config: Config, metrics_file: Path | None) -> i
     return EXIT_OK
 
 
-def _say(message: str) -> None:
-    """One line on stderr; paths, session ids and reasons in it escaped for the terminal."""
-    click.echo(f"copilot-otel: {safe(message)}", err=True)
-
-
 def _failed(message: str) -> int:
     _say(message)
     return EXIT_FAILED
@@ -271,7 +265,7 @@ def write_metrics(stats: ReplayStats, config: Config, metrics_file: Path | None)
     disable_created_series()
     metrics = Metrics(process=False, repository_label=not config.no_repository_label, resource=resource_attributes())
     metrics.apply_outputs(Outputs(metrics=list(stats.metrics or ()), rejected=stats.rejected,
-                                  out_of_order=stats.out_of_order))
+                                  out_of_order=stats.out_of_order, clamped=stats.clamped))
     if metrics_file is not None:
         # As write_to_textfile writes it, less its temporary file of a guessable name (a link planted there in a
         # shared folder would be written through): node_exporter, another user, reads it.

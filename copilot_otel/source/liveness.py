@@ -67,11 +67,6 @@ def lock_pids(session_dir: Path) -> list[int]:
     return pids
 
 
-def session_alive(session_dir: Path) -> bool:
-    """True while some process that holds the session is running."""
-    return any(pid_alive(pid) for pid in lock_pids(session_dir))
-
-
 def locks_expected(pids: list[int] | tuple[int, ...], cli_version: tuple[int, ...] | None, *,
                    seen: bool = False) -> bool:
     """Does a session's CLI write lock files, so that a missing process means it is gone?

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import errno
 import os
-import stat
 import sys
 from pathlib import Path
 from typing import Collection
@@ -27,13 +26,12 @@ from .identity import (COPIED, EDITED, FINGERPRINT_BYTES, HEAD_BYTES, REPLACED, 
                        count_lines, fingerprint, first_event_id, prefix_crc, same_origin)
 from ..base.hashes import crc32
 from ..base.pause import PAUSE
+from ..base.regular import open_regular
 from .sources import UnreadableLog
 
 __all__ = ["CHUNK", "FileIdentity", "FileTail", "ReadResult", "Refused", "read_all"]
 
 CHUNK = 1 << 20
-_OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
-NOT_REGULAR = "is not a regular file; not reading it"  # a FIFO would block the reader
 
 
 class ReadResult(Struct):
@@ -153,16 +151,13 @@ class FileTail:
 
     def _open(self):
         """The file, opened without blocking or following a final symlink (daemon), and checked."""
-        flags = _OPEN_FLAGS | (os.O_NOFOLLOW if self.within is not None else 0)
         try:
-            fd = os.open(self.path, flags)
+            fd = open_regular(self.path, follow=self.within is None)
         except OSError as exc:
             if exc.errno == errno.ELOOP and self.within is not None:
                 raise Refused(errno.ELOOP, "is a symbolic link; not following it") from None
             raise
         try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                raise Refused(errno.EINVAL, NOT_REGULAR)
             if self.within is not None and not _inside(fd, self.path, self.within):
                 raise Refused(errno.EXDEV, f"leads outside {self.within}; not following it")
             return open(fd, "rb", buffering=0)

@@ -1,4 +1,4 @@
-"""What the daemon's reader publishes for other threads (daemon/published.py): one frozen object, swapped whole."""
+"""What the daemon's reader publishes for other threads (catalog/published.py): one frozen object, swapped whole."""
 
 from __future__ import annotations
 
