@@ -132,7 +132,7 @@ def test_the_fleet_s_day_by_team_repository_and_model_adds_up_the_machines_repor
                             "model"), places)
             (table,) = [p for p in dashboard_panels() if p["title"].startswith("AI credits today (UTC) by team")]
             (bars,) = [p for p in dashboard_panels() if p["title"] == "AI credits per UTC day by team"]
-            values = {"repository": ".*", "model": ".*"}
+            values = {"team": ".*", "repository": ".*", "model": ".*"}
             shown = by(render_grafana_expr(table["targets"][0]["expr"], **values), "team", "repository", "model")
             assert abs(sum(shown.values()) - sum(expected_team.values())) < 1e-6
             assert {team for team, _repository, _model in shown} == set(MACHINES)
