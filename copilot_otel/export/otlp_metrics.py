@@ -38,6 +38,7 @@ from .genai_metrics import GenAiMetrics
 from .metrics import SPAN_ID, TRACE_ID
 from .otlp_answers import Signal
 from .otlp_json import SCOPE_NAME
+from .retry import Backoff, RetryPolicy
 from .contract import ExportError
 
 log = logging.getLogger(__name__)
@@ -80,6 +81,7 @@ class OtlpMetricExporter(MetricExporter):
         self.description = self._transport.description
         self.last_error: str | None = None
         self.last_reason: str | None = None  # ExportError.reason of the last failure
+        self.last_exception: ExportError | None = None  # the last failure (the retry policy reads its delay)
 
     def export(self, metrics_data: MetricsData, timeout_millis: float | None = None,
                **kwargs: Any) -> MetricExportResult:
@@ -88,9 +90,9 @@ class OtlpMetricExporter(MetricExporter):
             receipt = self._transport.send(self._encode(metrics_data).SerializeToString(),
                                            None if timeout_millis is None else timeout_millis / 1000)
         except ExportError as exc:
-            self.last_error, self.last_reason = redact(str(exc)), exc.reason
+            self.last_error, self.last_reason, self.last_exception = redact(str(exc)), exc.reason, exc
             return MetricExportResult.FAILURE
-        self.last_error = self.last_reason = None
+        self.last_error = self.last_reason = self.last_exception = None
         if receipt.rejected or receipt.message:
             log.warning("%s accepted the metrics but dropped %d data point(s): %s", self.description,
                         receipt.rejected, receipt.message or "no reason given")
@@ -188,8 +190,9 @@ class MetricsPusher:
     def __init__(self, registry: CollectorRegistry, exporter: MetricExporter, resource: Resource, *,
                  interval: float | None = None, clock=time.time_ns, genai: GenAiMetrics | None = None,
                  on_result: Callable[[str | None], None] = lambda reason: None,
-                 starts: Callable[[], Mapping[str, int]] = dict) -> None:
+                 starts: Callable[[], Mapping[str, int]] = dict, retry: RetryPolicy = RetryPolicy()) -> None:
         self.registry = registry
+        self._backoff = Backoff(retry)
         self._starts = starts  # families counting since before this process (resumed totals): their start
         self.genai = genai
         self.exporter = exporter
@@ -246,8 +249,20 @@ class MetricsPusher:
         return self
 
     def _run(self) -> None:
-        while not self._stop.wait(self.interval):
-            self.push()
+        wait = self.interval
+        while not self._stop.wait(wait):
+            wait = self.next_wait(self.push())
+
+    def next_wait(self, delivered: bool) -> float:
+        """Seconds to the next push after one that was ``delivered`` or not: the interval, or sooner as the retry
+        policy says after a failure (every push sends the totals, so a retry never waits past the next push), or as
+        long as the backend asked (Retry-After, RetryInfo; capped by the policy)."""
+        if delivered:
+            self._backoff.reset()
+            return self.interval
+        error = getattr(self.exporter, "last_exception", None)
+        wait = self._backoff.next(error)
+        return wait if getattr(error, "retry_after", None) is not None else min(wait, self.interval)
 
     def stop(self, timeout: float = 10.0) -> bool:
         """Stop the thread (abandoning a push in flight), push the final totals within ``timeout`` seconds, close
