@@ -124,7 +124,7 @@ def test_the_fleet_s_day_by_team_repository_and_model_adds_up_the_machines_repor
 
             teams = {(team,): value for team, value in expected_team.items()}
             wait_until(lambda: close(by("sum by (team) (copilot:ai_credits_by_team:day_to_date)", "team"), teams),
-                       timeout=60, what="the day's credits of both teams")
+                       timeout=120, what="the day's credits of both teams")
             time.sleep(3)  # more evaluations change nothing: the day holds what was counted, once
             assert close(by("sum by (team) (copilot:ai_credits_by_team:day_to_date)", "team"), teams)
             places = {key: value for key, value in expected_place.items()}
