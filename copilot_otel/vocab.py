@@ -10,6 +10,7 @@ from __future__ import annotations
 import enum
 
 MAIN_AGENT = "main"  # copilot_turns_total{agent} of the main agent
+UNKNOWN_MODEL = "unknown"  # the model label of a call whose log names no model
 
 # Live states: copilot_sessions{state}. The model knows the first four; the daemon adds the
 # last two from the clock and the process table.

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything the tests need on a fresh machine, then runs them layer by layer.
-#   Python packages (pinned in pyproject.toml) into .venv, the Copilot CLI 1.0.102 from npm
-#   into tests/cli, Prometheus, systemd-analyze and Chromium (the web view's browser tests drive it
+#   Python packages (pinned in pyproject.toml) into .venv, the Copilot CLI 1.0.102 and ccusage 20.0.24 (the
+#   differential test's other reader of the same logs) from npm into tests/cli (its package.json), Prometheus, systemd-analyze and Chromium (the web view's browser tests drive it
 #   with Playwright) from Debian's packages; then pytest: tests/unit, tests/component, tests/e2e,
 #   each layer's time printed, and the total against the targets (unit + component < 30 s, all < 6 min).
 #

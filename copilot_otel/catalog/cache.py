@@ -17,8 +17,9 @@ import threading
 from pathlib import Path
 from typing import Mapping
 
+import msgspec
 from msgspec import Struct
-from msgspec.structs import asdict, replace
+from msgspec.structs import asdict, astuple, fields, replace
 import orjson
 
 from ..config import DEFAULT_MAX_LINE_BYTES
@@ -31,9 +32,9 @@ from ..source.workspace import NameCache
 
 log = logging.getLogger(__name__)
 
-# A summary with other fields, or made by other rules (2: a name shown by the content capture rule; 3: no name: each
+# A summary with other fields, or made by other rules (2: a name shown by the content capture rule; 4: no name: each
 # is read from its workspace.yaml at each scan, never stored here), makes the cached ones unusable: start afresh.
-CACHE_VERSION = "3:" + ",".join(SessionSummary.__struct_fields__)
+CACHE_VERSION = "4:" + ",".join(SessionSummary.__struct_fields__)
 PARALLEL_MIN = 128  # fewer logs to read are read in this process: starting workers costs more
 SHARD = 32
 
@@ -67,8 +68,10 @@ def _key(st: os.stat_result) -> list[int]:
     return [st.st_ino, st.st_size, st.st_mtime_ns]
 
 
-# Each field's annotation as written: 'str', 'str | None', 'int' or 'float'.
+# Each field's annotation as written: 'str', 'str | None', 'int' or 'float'; the others (tuples of records) are
+# checked by converting them to their type.
 _KINDS = {name: SessionSummary.__annotations__[name] for name in SessionSummary.__struct_fields__}
+_RECORDS = {f.name: f.type for f in fields(SessionSummary) if _KINDS[f.name].startswith("tuple")}
 _INT64 = 2**63 - 1
 
 
@@ -89,9 +92,17 @@ def _entry(entry: object) -> tuple[list[int], dict] | None:
     key, summary = entry
     if len(key) != 3 or not all(type(x) is int and 0 <= x <= _INT64 for x in key):
         return None
-    if summary.keys() != _KINDS.keys() or not all(_fits(_KINDS[name], summary[name]) for name in _KINDS):
+    if summary.keys() != _KINDS.keys() or not all(name in _RECORDS or _fits(_KINDS[name], summary[name])
+                                                   for name in _KINDS):
         return None
-    return key, summary
+    try:
+        records = {name: msgspec.convert(summary[name], kind) for name, kind in _RECORDS.items()}
+    except msgspec.ValidationError:
+        return None
+    if not all(_fits("int", x) or _fits("float", x) for name in _RECORDS for record in records[name]
+               for x in (astuple(record) if isinstance(record, Struct) else record) if not isinstance(x, str)):
+        return None
+    return key, {**summary, **records}
 
 
 class Catalog:
@@ -211,7 +222,7 @@ class Catalog:
     def _save(self) -> None:
         if self.cache_file is None:
             return
-        document = {"version": self.version, "logs": {path_text(name): list(entry)
+        document = {"version": self.version, "logs": {path_text(name): msgspec.to_builtins(list(entry))
                                                        for name, entry in self._cache.items()}}
         try:
             private_dir(self.cache_file.parent)

@@ -7,21 +7,35 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from msgspec.structs import replace
+
 from ..config import DEFAULT_MAX_LINE_BYTES
 from ..source.liveness import ABANDONED_RETENTION, Liveness, lock_pids, locks_expected, pid_alive
 from ..decode.normalize import parse_version
 from ..model.options import ModelOptions
-from ..logreader import LogReader, quiet
+from ..logreader import LogReader
 from ..model.summary import SessionSummary
 from ..vocab import IDLE
 from ..source.workspace import named
 
 
+REJECTED_KEPT = 5  # the first lines that could not be read are named in the summary (all are counted)
+
+
 def summarize_log(path: Path, options: ModelOptions, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> SessionSummary:
-    """One log replayed to its end (nothing closed that its end leaves open), summed up."""
-    reader = LogReader(path, options, max_line_bytes=max_line_bytes, summaries=False, metrics=False, warn=quiet)
-    reader.read_to_end()
-    return named(reader.model.summary(), path.parent)
+    """One log replayed to its end (nothing closed that its end leaves open), summed up, with the lines of it
+    that could not be read (counted; the first REJECTED_KEPT named by line number and reason)."""
+    named_lines: list[tuple[int, str]] = []
+
+    def skipped(message: str, *args) -> None:  # drive's warning of a skipped line: (source, line, reason, detail)
+        if message.startswith("%s:%d: skipped line") and len(named_lines) < REJECTED_KEPT:
+            named_lines.append((int(args[1]), str(args[2])))
+
+    reader = LogReader(path, options, max_line_bytes=max_line_bytes, summaries=False, metrics=False, warn=skipped)
+    out = reader.read_to_end()
+    summary = named(reader.model.summary(), path.parent)
+    rejected = sum(out.rejected.values())
+    return replace(summary, rejected=rejected, rejected_lines=tuple(named_lines)) if rejected else summary
 
 
 def history_liveness(path: Path, summary: SessionSummary) -> Liveness:

@@ -75,7 +75,9 @@ class SessionStatus(Struct, frozen=True):
             row.get("cache_read_tokens", 0), float(row.get("premium_requests", 0.0)),
             float(row.get("nudge_premium_requests", 0.0)), row.get("last_end"), int(row.get("nano_aiu") or 0),
             int(row.get("nudge_nano_aiu") or 0), row.get("credits_status"), row.get("name"),
-            asking=row.get("asking"), asking_since_ns=(row.get("asking_since_ms") or 0) * _MS)
+            asking=row.get("asking"), asking_since_ns=(row.get("asking_since_ms") or 0) * _MS,
+            cache_write_tokens=row.get("cache_write_tokens", 0), lines_added=row.get("lines_added", 0),
+            lines_removed=row.get("lines_removed", 0))
         return cls(summary, row.get("state") or ENDED, float(row.get("stalled_s") or 0.0),
                    activity=row.get("activity") or "", silent_seconds=float(row.get("silent_s") or 0.0))
 

@@ -16,12 +16,10 @@ import os
 import time
 from datetime import datetime
 from pathlib import Path
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
 from msgspec import Struct
 import orjson
-from rich.console import Console
-from rich.text import Text
 
 from ..catalog.board import MAX_PAGE_SIZE, NO_REPOSITORY
 from ..catalog.cache import Catalog
@@ -33,6 +31,9 @@ from ..base.parsing import DURATION_HINT, duration_seconds
 from ..base.safe_text import safe
 from ..catalog.status import SessionStatus, status_of
 from ..vocab import ABANDONED, ENDED, STUCK, WAITING_TOOL, WAITING_USER, WORKING
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 log = logging.getLogger(__name__)
 
@@ -190,6 +191,8 @@ def render(statuses: list[SessionStatus], console: Console, *, now: float | None
     """One line per session when every column and NAME_CHARS of the names fit (else two: the facts that do not
     fit go on a dim second line), each cut to the terminal's width, never wrapped. Piped, the same lines without
     colour."""
+    from rich.text import Text
+
     now = time.time() if now is None else now
     head = (f"{'SESSION':<8}  {'STATE':<12}  {'LAST':<8} {'TURNS':>5} {'TOKENS':>7} {'PREMIUM':>7} {'CREDITS':>8}  "
             f"{'LAST END':<13}")

@@ -30,7 +30,7 @@ from ..config import (
 from .flags import (BUDGETS_FILE, DURATION, COPILOT_HOME, HIDE_NAMES, LOG_LEVEL, MAX_LINE_BYTES, METRICS_ADDRESS, PATH, STATE_DIR,
                     STRICT_MODES, TRACE_URL_HELP, WEB_VIEW_COST, access_options, export_options, option,
                     reading_options, repository_option, stuck_options, Duration)
-from ..base.safe_text import safe, safe_json
+from ..base.safe_text import safe, safe_json, safe_lines
 from ..base.safe_text import say as _say
 from ..base.strictmodes import check_output_file, check_state_dir
 from ..vocab import SESSION_STATES
@@ -303,6 +303,72 @@ def sessions(state, repository, since, json, from_files, log_level, **options) -
         render(chosen, Console())
     else:
         click.echo(safe("no sessions" + (" match" if states or repository or since else f" under {root}")), err=True)
+
+
+@main.command()
+@COPILOT_HOME
+@STATE_DIR
+@STRICT_MODES
+@option("by", type=click.Choice(("day", "week", "month")), default="day", show_default=True,
+        help="One row per day, ISO week (Monday to Sunday) or month, in --tz.")
+@option("group", metavar="FIELDS", default="",
+        help="Also split the rows by some of model,repository,branch,session (comma separated).")
+@option("since", metavar="WHEN", help="Only what was used from then on: 7d, 2h, 2026-12-01 or 2026-12-01T10:00.")
+@option("until", metavar="WHEN", help="Only what was used before then (a date: to the end of that day).")
+@option("tz", metavar="ZONE", help="The time zone of the days and of dates given (an IANA name, or UTC); "
+                                   "default: this machine's.")
+@option("json", is_flag=True, help="Print one JSON document.")
+@option("csv", is_flag=True, help="Print CSV, one line per row.")
+@LOG_LEVEL
+def usage(by, group, since, until, tz, json, csv, log_level, **options) -> None:
+    """What this machine's Copilot sessions used, by day, week or month: AI credits and dollars, premium
+    requests, tokens (cache read and write too), LLM calls and lines changed, from the session logs (no daemon
+    needed).
+
+    Each LLM call counts on the day it ended (a session past midnight counts on both days); what a CLI wrote
+    only in its session totals, on the day of that shutdown. Running and crashed sessions are counted and
+    marked.
+    """
+    import time
+
+    from .usage import build, parse_when, problems_text, to_csv, to_json, zone_of
+    from ..source.sources import SESSION_STATE, SourceError
+
+    _setup_logging(log_level)
+    if json and csv:
+        _fail("--json and --csv do not go together")
+        return
+    try:
+        config = build_config(exports=False, **options)
+        zone, zone_name = zone_of(tz)
+        now = time.time()
+        since_time = parse_when("since", since, zone, now=now) if since else None
+        until_time = parse_when("until", until, zone, now=now, end=True) if until else None
+        groups = tuple(g.strip() for g in group.split(",") if g.strip())
+        cache_file = config.summary_cache
+        try:
+            check_state_dir(config.state_dir, strict=not config.no_strict_modes)
+        except ConfigError as exc:  # a report needs no cache: read without it
+            _say(f"not using the summary cache: {exc}")
+            cache_file = None
+        report = build(config.copilot_home / SESSION_STATE, by=by, groups=groups, zone=zone, zone_name=zone_name,
+                       since=since_time, until=until_time, cache_file=cache_file, policy=config.stuck_policy,
+                       capture=config.model.capture_content)
+    except (ConfigError, SourceError, ValueError) as exc:
+        _fail(str(exc))
+        return
+    for line in problems_text(report):
+        _say(line)
+    if json:
+        click.echo(safe_json(orjson.dumps(to_json(report), option=orjson.OPT_INDENT_2)).decode())
+    elif csv:
+        click.echo(safe_lines(to_csv(report)), nl=False)
+    else:
+        from rich.console import Console
+
+        from .usage import render
+
+        render(report, Console())
 
 
 @main.command(epilog=WEB_VIEW_COST)

@@ -15,8 +15,9 @@ from .records import KIND_CLIENT, span_id_for
 from .credits import CreditBook
 from .openwork import Agent, OpenSpan, Outbox, Turn
 from .summary import Tally
+from .usage import CALLS, PREMIUM, TOKEN_INDEX
 from ..decode.payloads import Usage, as_num, as_str
-from ..vocab import END_ABORTED, ERROR, SUCCESS, Metric
+from ..vocab import END_ABORTED, ERROR, SUCCESS, UNKNOWN_MODEL, Metric
 
 
 class CallBook:
@@ -76,7 +77,7 @@ class CallBook:
                *, error: str | None = None, nudge: bool = False, end_ns: int | None = None) -> None:
         """Export the chat span of one call, ending at ``event`` (or ``end_ns``), and count it."""
         end_ns = event.timestamp_ns if end_ns is None else end_ns
-        model = usage.model or session_model or "unknown"
+        model = usage.model or session_model or UNKNOWN_MODEL
         turn = agent.turn
         attributes, tokens = spanattrs.chat(self.session_id, agent.name, usage, model, None if turn is None else (
             turn.turn_id, turn.span.attributes[A.COPILOT_INTERACTION_ID]))
@@ -91,7 +92,7 @@ class CallBook:
         self.out.span(span.close(end_ns, error_type=error))
         tally, totals = self.tally, agent.totals
         if error is None:
-            tally.llm_calls += 1
+            tally.add(model, CALLS, 1)
             totals.llm_calls += 1
             cost = as_num(usage.fields.get("cost"))
             if "cost" in usage.fields:
@@ -110,12 +111,6 @@ class CallBook:
             tally.llm_errors += 1
         for label, value in tokens.items():
             totals.tokens[label] = totals.tokens.get(label, 0) + value
-            if label == "input":
-                tally.input_tokens += value
-            elif label == "output":
-                tally.output_tokens += value
-            elif label == "cache_read":
-                tally.cache_read_tokens += value
         if turn is not None and error is None:
             turn.llm_calls += 1
             turn.truncated = usage.fields.get("finishReason") == "length"
@@ -136,12 +131,16 @@ class CallBook:
             self.record(abort, usage, agent, turn.span, model, error=END_ABORTED, end_ns=end_ns)
 
     def _count_premium(self, model: str, value: float, span: OpenSpan | None = None) -> None:
-        self.tally.premium_requests += value
+        self.tally.add(model, PREMIUM, value)
         self.premium[model] = self.premium.get(model, 0.0) + value
         self.process_premium[model] = self.process_premium.get(model, 0.0) + value
         self.out.count(Metric.PREMIUM_REQUESTS, model, value=value, span=span)
 
     def _count_tokens(self, model: str, label: str, value: int, span: OpenSpan | None = None) -> None:
+        """Tokens told by a call or, beyond what the calls told, by the session's totals: into the summary
+        and the metrics alike."""
+        if label in TOKEN_INDEX:
+            self.tally.add(model, TOKEN_INDEX[label], value)
         key = (model, label)
         self.tokens[key] = self.tokens.get(key, 0) + value
         self.process_tokens[key] = self.process_tokens.get(key, 0) + value

@@ -12,19 +12,22 @@ from __future__ import annotations
 from typing import Any
 
 from .openwork import Outbox
+from .summary import Tally
+from .usage import LINES_ADDED as ADDED, LINES_REMOVED as REMOVED
 from ..decode.payloads import as_int
 from ..vocab import LINES_ADDED, LINES_REMOVED, Metric
 
-_LINE_KEYS = (("linesAdded", LINES_ADDED), ("linesRemoved", LINES_REMOVED))
+_LINE_KEYS = (("linesAdded", LINES_ADDED, ADDED), ("linesRemoved", LINES_REMOVED, REMOVED))
 
 
 class CodeChanges:
     """copilot_code_lines_total{change} and copilot_files_modified_total of one session."""
 
-    __slots__ = ("out", "lines", "process_lines", "files", "file_count")
+    __slots__ = ("out", "tally", "lines", "process_lines", "files", "file_count")
 
-    def __init__(self, out: Outbox) -> None:
+    def __init__(self, out: Outbox, tally: Tally) -> None:
         self.out = out
+        self.tally = tally
         self.lines = dict.fromkeys((LINES_ADDED, LINES_REMOVED), 0)  # counted so far
         self.process_lines = dict(self.lines)  # the same, since the session's last start or resume
         self.files: set[str] = set()  # the paths counted so far
@@ -34,16 +37,17 @@ class CodeChanges:
         """A session.start or resume: per-process totals count from here."""
         self.process_lines = dict.fromkeys(self.process_lines, 0)
 
-    def shutdown(self, data: dict[str, Any], *, cumulative: bool) -> None:
+    def shutdown(self, data: dict[str, Any], *, cumulative: bool, model: str) -> None:
         """Count what a session.shutdown's ``codeChanges`` adds (``accountingSnapshot.codeChanges`` gives
-        the file count when the list is missing)."""
+        the file count when the list is missing); the CLI does not say which model changed them: the lines
+        are the session's ``model``'s (its model at that shutdown) in the summary's slots."""
         changes = data.get("codeChanges")
         snapshot = data.get("accountingSnapshot")
         if not isinstance(changes, dict) and isinstance(snapshot, dict):
             changes = snapshot.get("codeChanges")
         if not isinstance(changes, dict):
             return
-        for key, change in _LINE_KEYS:
+        for key, change, amount in _LINE_KEYS:
             total = as_int(changes.get(key))
             if total is None:
                 continue
@@ -51,6 +55,7 @@ class CodeChanges:
             if missing > 0:
                 self.lines[change] += missing
                 self.process_lines[change] += missing
+                self.tally.add(model, amount, missing)
                 self.out.count(Metric.CODE_LINES, change, value=missing)
         paths = changes.get("filesModified")
         if isinstance(paths, list):

@@ -11,6 +11,7 @@ from typing import Any
 
 from .openwork import OpenSpan, Outbox, Totals
 from .summary import Tally
+from .usage import NANO_AIU
 from ..decode.payloads import Usage, as_str
 from ..vocab import COMPLETE, PARTIAL, UNAVAILABLE, UNREPORTED, Metric
 
@@ -53,7 +54,7 @@ class CreditBook:
     def _count(self, model: str, amount: int, span: OpenSpan | None = None) -> None:
         if amount <= 0:
             return
-        self.tally.nano_aiu += amount
+        self.tally.add(model, NANO_AIU, amount)
         self.counted[model] = self.counted.get(model, 0) + amount
         self.process_counted[model] = self.process_counted.get(model, 0) + amount
         self.out.count(Metric.AI_CREDITS, model, value=amount / NANO_AIU_PER_CREDIT, span=span)

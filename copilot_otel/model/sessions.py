@@ -31,7 +31,7 @@ from ..decode.payloads import (SessionError, SessionFacts, SubagentEnd, Subagent
                     UserMessage, as_str, permission_result, request_id, requested_tools,
                     user_request)
 from ..vocab import (DUPLICATE_ID, ERROR, END_ABORTED, END_IDLE, END_INCOMPLETE, END_SHUTDOWN, IDLE, INCOMPLETE, SIGNAL_ERROR, SIGNAL_SHUTDOWN,
-                    SIGNAL_TASK_COMPLETE, USER_REQUESTS, WAITING_TOOL, WAITING_USER, WORKING, Metric)
+                    SIGNAL_TASK_COMPLETE, UNKNOWN_MODEL, USER_REQUESTS, WAITING_TOOL, WAITING_USER, WORKING, Metric)
 
 
 class SessionModel:
@@ -52,7 +52,7 @@ class SessionModel:
         self._calls = CallBook(session_id, self._out, self.tally)
         self._loop = AgentLoop(session_id, self._out, self._book, self.tally, summaries=summaries)
         self._compactions = CompactionBook(session_id, self._out)
-        self._changes = CodeChanges(self._out)
+        self._changes = CodeChanges(self._out, self.tally)
         # Requests waiting for the user (permission, input, ...): id -> (what is asked, when, the tool call it gates).
         self._requests: dict[str, tuple[str, int, str | None]] = {}
         self._seen: set[int] = set()  # hashes of event ids, kept for the life of the model (one file generation)
@@ -84,6 +84,7 @@ class SessionModel:
             self._settle(END_INCOMPLETE)
         if self.ended is not None and event.type != "session.shutdown":
             self.ended = None  # resumed after a shutdown or a crash
+        self.tally.at_ns = event.timestamp_ns  # what this event counts is counted in its slot
         if event.timestamp_ns > self.last_event_ns:
             if not self.last_event_ns:
                 self.tally.first_event_ns = event.timestamp_ns
@@ -264,7 +265,7 @@ class SessionModel:
         # Live, each failed attempt arrives as model.call_failure instead.
         if not self.live_idle and (error.status_code is not None or not any(t.llm_calls for t in turns)):
             self.tally.llm_errors += 1
-            self._out.count(Metric.LLM_CALLS, self.model or "unknown", ERROR)
+            self._out.count(Metric.LLM_CALLS, self.model or UNKNOWN_MODEL, ERROR)
         if event.agent_id is None:  # a sub-agent's error is its parent's failed task call, not a loop end
             self._out.count(Metric.COMPLETION_SIGNALS, SIGNAL_ERROR)
         self._loop.fail(event, agent, error)
@@ -300,7 +301,7 @@ class SessionModel:
         self._calls.reconcile(event.data.get("modelMetrics"), cumulative=cumulative,
                               tokens=self._normalize.synthesizes_calls)
         self._calls.credits.shutdown(event.data.get("modelMetrics"), cumulative=cumulative)
-        self._changes.shutdown(event.data, cumulative=cumulative)
+        self._changes.shutdown(event.data, cumulative=cumulative, model=self.model or UNKNOWN_MODEL)
         self._calls.new_process()  # a resume starts a new process
         self._changes.new_process()
         if self.awaiting_confirmation:

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from msgspec import Struct
+from msgspec import Struct, field
+
+from .usage import AMOUNTS, SLOT_NS, UsageSlot, frozen_slots, new_amounts
 
 from .records import INT64_LIMIT
 
@@ -33,6 +35,7 @@ class Tally(Struct):
     input_tokens: int = 0
     output_tokens: int = 0
     cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
     premium_requests: float = 0.0  # sum of usage.cost over user-initiated calls (Copilot subscriptions)
     nudge_premium_requests: float = 0.0  # the part of it spent on autopilot nudges
     nano_aiu: int = 0  # AI credits in nano AIU: the calls' amounts, then what the CLI's totals add
@@ -41,6 +44,21 @@ class Tally(Struct):
     unpriced_calls: int = 0  # and those that did not
     credits_status: str | None = None  # the CLI's own aiCreditsStatus of its totals, once it wrote one
     last_end: str | None = None  # how the last interaction ended (an END_* value)
+    lines_added: int = 0  # lines of code changed (session.shutdown's codeChanges)
+    lines_removed: int = 0
+    at_ns: int = 0  # the timestamp of the event being applied: what is counted now is counted in its slot
+    slots: dict = field(default_factory=dict)  # (quarter hour, model) -> amounts, in usage.AMOUNTS order
+
+    def add(self, model: str, what: int, value: int | float) -> None:
+        """Count ``value`` of one amount (a usage.AMOUNTS index) of ``model``: into the session's total and
+        into the slot of the event being applied. Every amount a report adds up is counted here."""
+        name = AMOUNTS[what]
+        setattr(self, name, getattr(self, name) + value)
+        key = (self.at_ns // SLOT_NS, model)
+        amounts = self.slots.get(key)
+        if amounts is None:
+            amounts = self.slots[key] = new_amounts()
+        amounts[what] += value
 
 
 class SessionSummary(Struct, frozen=True):
@@ -78,6 +96,12 @@ class SessionSummary(Struct, frozen=True):
     cut_off_end: str | None = None  # how its open interaction ends if the session ends now (None: none open)
     asking: str | None = None  # what it waits for a person to answer: "permission for bash", "input"
     asking_since_ns: int = 0
+    cache_write_tokens: int = 0
+    lines_added: int = 0
+    lines_removed: int = 0
+    slots: tuple[UsageSlot, ...] = ()  # the amounts above by UTC quarter hour and model (usage.py)
+    rejected: int = 0  # lines of its log that could not be read (read from the files only)
+    rejected_lines: tuple[tuple[int, str], ...] = ()  # the first of them: (line number, why)
 
     @property
     def ai_credits(self) -> float:
@@ -123,7 +147,8 @@ def make_summary(session_id: str, state: str, ended: str | None, facts: "Session
         _int64(tally.output_tokens), _int64(tally.cache_read_tokens), _finite(tally.premium_requests),
         _finite(tally.nudge_premium_requests), tally.last_end, _int64(tally.nano_aiu), _int64(tally.nudge_nano_aiu),
         tally.credits_status or status_of(tally.priced_calls, tally.unpriced_calls), None, confirms, cut_off_end,
-        *(asking or (None, 0)))
+        *(asking or (None, 0)), _int64(tally.cache_write_tokens), _int64(tally.lines_added),
+        _int64(tally.lines_removed), frozen_slots(tally.slots))
 
 
 def _int64(total: int) -> int:

@@ -139,6 +139,7 @@ SAME = ("state", "ended", "name", "model", "repository", "branch", "cwd", "cli_v
         "input_tokens", "output_tokens", "tokens", "cache_read_tokens", "premium_requests", "last_end")
 # What inspect's spans add up to, against the same counts in the session's row.
 SPAN_TOTALS = ("turns", "llm_calls", "tool_calls", "tool_failures", "input_tokens", "output_tokens", "tokens")
+TOKEN_FIELDS = ("input_tokens", "output_tokens", "tokens")
 
 
 def every_fixture_session(home: Path) -> list[str]:
@@ -196,7 +197,12 @@ def test_every_view_says_the_same_of_every_fixture_session(tmp_path):
             if len(set(map(json.dumps, said.values()))) > 1:
                 differences.append((sid, field, said))
         spans = {field: sum(i["totals"][field] for i in inspected["interactions"]) for field in SPAN_TOTALS}
+        # CLIs before 1.0.93 write (some) tokens only in their shutdown totals, which no span carries: there the
+        # spans hold at most the session's tokens (test_one_truth holds the row to those totals).
+        totals_only = tuple(map(int, api[sid]["cli_version"].split("."))) < (1, 0, 93)
         for field in SPAN_TOTALS:
+            if totals_only and field in TOKEN_FIELDS and spans[field] <= api[sid][field]:
+                continue
             if spans[field] != api[sid][field]:
                 differences.append((sid, field, {"inspect's spans": spans[field], "row": api[sid][field]}))
     assert not differences, "\n".join(map(str, differences))

@@ -223,8 +223,10 @@ def test_dashboard_shows_what_it_costs_where():
                 assert 'repository=~"$repository"' in expr and MACHINE_JOIN in expr, expr
 
 
-# Panels of the fleet's budgets: a budget spans machines, so they are neither filtered nor split by machine.
-FLEET_WIDE = {"Budgets: share spent this month"}
+# Panels of the fleet's budgets and of its usage by team (copilot:ai_credits_by_team:day_to_date): they span
+# machines, so they are neither filtered nor split by machine.
+FLEET_WIDE = {"Budgets: share spent this month", "AI credits per UTC day by team",
+              "AI credits today (UTC) by team, repository and model"}
 
 
 @pytest.mark.parametrize("title,expr", QUERIES, ids=[f"{t}:{i}" for i, (t, _) in enumerate(QUERIES)])
