@@ -11,14 +11,15 @@ from ..config import DEFAULT_MAX_LINE_BYTES
 from ..source.liveness import ABANDONED_RETENTION, Liveness, lock_pids, locks_expected, pid_alive
 from ..decode.normalize import parse_version
 from ..model.options import ModelOptions
-from ..logreader import LogReader, quiet
 from ..model.summary import SessionSummary
 from ..vocab import IDLE
-from ..source.workspace import named
 
 
 def summarize_log(path: Path, options: ModelOptions, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> SessionSummary:
     """One log replayed to its end (nothing closed that its end leaves open), summed up."""
+    from ..logreader import LogReader, quiet  # the whole model: a listing of cached summaries never loads it
+    from ..source.workspace import named
+
     reader = LogReader(path, options, max_line_bytes=max_line_bytes, summaries=False, metrics=False, warn=quiet)
     reader.read_to_end()
     return named(reader.model.summary(), path.parent, capture=options.capture_content)

@@ -10,18 +10,15 @@ A TCP port is never asked: anyone may listen on it first.
 from __future__ import annotations
 
 import fnmatch
-import http.client
 import logging
 import os
 import time
 from datetime import datetime
 from pathlib import Path
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
 from msgspec import Struct
 import orjson
-from rich.console import Console
-from rich.text import Text
 
 from ..catalog.board import MAX_PAGE_SIZE, NO_REPOSITORY
 from ..catalog.cache import Catalog
@@ -33,6 +30,9 @@ from ..base.parsing import DURATION_HINT, duration_seconds
 from ..base.safe_text import safe
 from ..catalog.status import SessionStatus, status_of
 from ..vocab import ABANDONED, ENDED, STUCK, WAITING_TOOL, WAITING_USER, WORKING
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +76,9 @@ def from_daemon(socket_path: Path, copilot_home: Path, *, address: tuple[str, in
         if not exc.absent:
             return None, str(exc)
         return None, _stranger_on(address, exc) if address is not None else None
-    connection = _SocketConnection(sock, timeout)
+    import http.client  # only when a daemon answers: a listing from the files never pays for it
+
+    connection = _socket_connection(sock, timeout)
     rows: list[dict] = []
     try:
         while True:
@@ -110,17 +112,19 @@ def _stranger_on(address: tuple[str, int], absent: NotOurs) -> str | None:
     return f"something of yours listens on {host}:{port}, but {absent} (a daemon with another --state-dir?)"
 
 
-class _SocketConnection(http.client.HTTPConnection):
+def _socket_connection(sock, timeout: float):
     """HTTP/1.1 over an already connected (and checked) Unix socket."""
+    import http.client
 
-    def __init__(self, sock, timeout: float) -> None:
-        super().__init__("localhost", timeout=timeout)
-        self._connected = sock
+    class _SocketConnection(http.client.HTTPConnection):
+        def connect(self) -> None:
+            self.sock, self._connected = self._connected, None
+            if self.sock is None:
+                raise ConnectionError("the daemon closed the connection")
 
-    def connect(self) -> None:
-        self.sock, self._connected = self._connected, None
-        if self.sock is None:
-            raise ConnectionError("the daemon closed the connection")
+    connection = _SocketConnection("localhost", timeout=timeout)
+    connection._connected = sock
+    return connection
 
 
 def from_files(root: Path, *, policy: StuckPolicy, cache_file: Path | None, since: float = 0.0,
@@ -190,6 +194,8 @@ def _name_matches(actual: str, pattern: str, sep: str) -> bool:
 def render(statuses: list[SessionStatus], console: Console, *, now: float | None = None) -> None:
     """One line per session (two below WIDE columns: the facts that do not fit go on a dim second line),
     each cut to the terminal's width, never wrapped. Piped, the same lines without colour."""
+    from rich.text import Text
+
     now = time.time() if now is None else now
     wide = console.width >= WIDE
     head = (f"{'SESSION':<8}  {'STATE':<12}  {'LAST':<8} {'TURNS':>5} {'TOKENS':>7} {'PREMIUM':>7} {'CREDITS':>8}  "
