@@ -195,7 +195,7 @@ def inspect(session, log_level, json, follow, **options) -> None:
 
             follow_session(reader, policy=policy, console=Console())
         elif as_json:
-            from .tree import to_json
+            from .layout import to_json
 
             document = orjson.dumps(to_json(reader.snapshot(policy=policy)), option=orjson.OPT_INDENT_2)
             click.echo(safe_json(document).decode())
