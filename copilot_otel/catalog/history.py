@@ -13,10 +13,8 @@ from ..config import DEFAULT_MAX_LINE_BYTES
 from ..source.liveness import ABANDONED_RETENTION, Liveness, lock_pids, locks_expected, pid_alive
 from ..decode.normalize import parse_version
 from ..model.options import ModelOptions
-from ..logreader import LogReader
 from ..model.summary import SessionSummary
 from ..vocab import IDLE
-from ..source.workspace import named
 
 
 REJECTED_KEPT = 5  # the first lines that could not be read are named in the summary (all are counted)
@@ -25,6 +23,9 @@ REJECTED_KEPT = 5  # the first lines that could not be read are named in the sum
 def summarize_log(path: Path, options: ModelOptions, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> SessionSummary:
     """One log replayed to its end (nothing closed that its end leaves open), summed up, with the lines of it
     that could not be read (counted; the first REJECTED_KEPT named by line number and reason)."""
+    from ..logreader import LogReader  # the whole model: a listing of cached summaries never loads it
+    from ..source.workspace import named
+
     named_lines: list[tuple[int, str]] = []
 
     def skipped(message: str, *args) -> None:  # drive's warning of a skipped line: (source, line, reason, detail)

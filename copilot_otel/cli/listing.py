@@ -10,7 +10,6 @@ A TCP port is never asked: anyone may listen on it first.
 from __future__ import annotations
 
 import fnmatch
-import http.client
 import logging
 import os
 import time
@@ -77,7 +76,9 @@ def from_daemon(socket_path: Path, copilot_home: Path, *, address: tuple[str, in
         if not exc.absent:
             return None, str(exc)
         return None, _stranger_on(address, exc) if address is not None else None
-    connection = _SocketConnection(sock, timeout)
+    import http.client  # only when a daemon answers: a listing from the files never pays for it
+
+    connection = _socket_connection(sock, timeout)
     rows: list[dict] = []
     try:
         while True:
@@ -111,17 +112,19 @@ def _stranger_on(address: tuple[str, int], absent: NotOurs) -> str | None:
     return f"something of yours listens on {host}:{port}, but {absent} (a daemon with another --state-dir?)"
 
 
-class _SocketConnection(http.client.HTTPConnection):
+def _socket_connection(sock, timeout: float):
     """HTTP/1.1 over an already connected (and checked) Unix socket."""
+    import http.client
 
-    def __init__(self, sock, timeout: float) -> None:
-        super().__init__("localhost", timeout=timeout)
-        self._connected = sock
+    class _SocketConnection(http.client.HTTPConnection):
+        def connect(self) -> None:
+            self.sock, self._connected = self._connected, None
+            if self.sock is None:
+                raise ConnectionError("the daemon closed the connection")
 
-    def connect(self) -> None:
-        self.sock, self._connected = self._connected, None
-        if self.sock is None:
-            raise ConnectionError("the daemon closed the connection")
+    connection = _SocketConnection("localhost", timeout=timeout)
+    connection._connected = sock
+    return connection
 
 
 def from_files(root: Path, *, policy: StuckPolicy, cache_file: Path | None, since: float = 0.0,

@@ -193,23 +193,22 @@ def inspect(session, log_level, json, follow, **options) -> None:
         logging.getLogger("copilot_otel.snapshot").warning(*args)
     reader.warn = logging.getLogger("copilot_otel.snapshot").warning
     policy = config.stuck_policy
-    from rich.console import Console
-
-    console = Console()
     try:
         if follow:
+            from rich.console import Console
             from .live_tree import follow_session
 
-            follow_session(reader, policy=policy, console=console)
+            follow_session(reader, policy=policy, console=Console())
         elif as_json:
-            from .tree import to_json
+            from .layout import to_json
 
             document = orjson.dumps(to_json(reader.snapshot(policy=policy)), option=orjson.OPT_INDENT_2)
             click.echo(safe_json(document).decode())
         else:
+            from rich.console import Console
             from .tree import build_tree
 
-            console.print(build_tree(reader.snapshot(policy=policy)))
+            Console().print(build_tree(reader.snapshot(policy=policy)))
     except UnreadableLog as exc:
         _fail(str(exc), EXIT_EXPORT_FAILED)
 

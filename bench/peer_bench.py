@@ -1,0 +1,156 @@
+"""`copilot-otel sessions --json` against the tool people run today on the same logs: ccusage.
+
+ccusage (npm, pinned below: its npm command starts its native binary) is run as a user runs it,
+`ccusage copilot session --json --offline`, on the same COPILOT_HOME as `copilot-otel sessions --json
+--from-files`. Runs are paired and interleaved (who goes first alternates), and each figure is the
+median ratio of copilot-otel's time to ccusage's, wall time (the target: <= 1.0) and CPU time (user +
+system of the command and every process it waited for: the same ratio less the machine's other load).
+
+Logs: the tests' stored fixtures (every session of every stored CLI version, tests/fixtures/cli, in one
+COPILOT_HOME) and --sessions real-shaped sessions (bench/corpus.py). Each without state (a new state
+folder every run: every log read) and with the summaries cached (the state folder of a first run reused).
+
+With --instructions, the instructions (callgrind) of each command's start: `--help`, `sessions --json`
+of cached summaries, `inspect` and `inspect --json` of one session.
+
+    python bench/peer_bench.py                       # both corpora, both modes, 5 pairs each
+    python bench/peer_bench.py --runs 9 --instructions
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import DEFAULT_SOURCE, REPO, bytecode_env, copilot_otel_bin, machine, median  # noqa: E402
+from corpus import synthesize  # noqa: E402
+
+CCUSAGE_VERSION = "20.0.24"
+TARGET = 1.0  # copilot-otel's time / ccusage's
+FIXTURES = REPO / "tests" / "fixtures" / "cli"
+
+
+def ccusage_bin(prefix: Path | None) -> list[str]:
+    """ccusage's npm command: tests/cli's when it is pinned there, else installed (pinned) into ``prefix``."""
+    for folder in (REPO / "tests" / "cli", prefix):
+        if folder is None:
+            continue
+        exe = folder / "node_modules" / ".bin" / "ccusage"
+        package = folder / "node_modules" / "ccusage" / "package.json"
+        if exe.exists() and f'"version": "{CCUSAGE_VERSION}"' in package.read_text():
+            return [str(exe)]
+    if prefix is None:
+        raise SystemExit("no ccusage: give --ccusage-prefix DIR to install it there")
+    subprocess.run(["npm", "install", "--prefix", str(prefix), "--no-audit", "--no-fund", "--no-package-lock",
+                    "--loglevel=error", f"ccusage@{CCUSAGE_VERSION}"], check=True)
+    return [str(prefix / "node_modules" / ".bin" / "ccusage")]
+
+
+def fixtures_home(dest: Path) -> int:
+    """Every stored CLI version's sessions in one COPILOT_HOME; how many."""
+    state = dest / "session-state"
+    state.mkdir(parents=True)
+    count = 0
+    for log in sorted(FIXTURES.glob("*/*/session-state/*/events.jsonl")):
+        shutil.copytree(log.parent, state / log.parent.name)
+        count += 1
+    return count
+
+
+def timed(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
+    """(wall s, CPU s of the command and its waited-for children)."""
+    start = time.perf_counter()
+    process = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+    _pid, status, usage = os.wait4(process.pid, 0)
+    wall = time.perf_counter() - start
+    process.returncode = os.waitstatus_to_exitcode(status)
+    if process.returncode != 0:
+        raise SystemExit(f"{argv[0]} exited {process.returncode}")
+    return wall, usage.ru_utime + usage.ru_stime
+
+
+def pairs(home: Path, work: Path, ccusage: list[str], *, runs: int, cached: bool) -> tuple[list, list]:
+    """Each pair's (ours / theirs) wall and CPU ratios."""
+    env = {**bytecode_env(work), "COPILOT_HOME": str(home)}
+    state = work / "state"
+    ours = copilot_otel_bin() + ["sessions", "--json", "--from-files", "--state-dir", str(state)]
+    theirs = ccusage + ["copilot", "session", "--json", "--offline"]
+
+    def fresh_state() -> None:
+        shutil.rmtree(state, ignore_errors=True)
+        state.mkdir(mode=0o700)
+
+    fresh_state()
+    timed(ours, env)  # bytecode written, files in the page cache, the summaries cached
+    timed(theirs, env)
+    walls, cpus = [], []
+    for run in range(runs):
+        if not cached:
+            fresh_state()
+        order = (ours, theirs) if run % 2 == 0 else (theirs, ours)
+        first, second = timed(order[0], env), timed(order[1], env)
+        mine, peer = (first, second) if run % 2 == 0 else (second, first)
+        walls.append(mine[0] / peer[0])
+        cpus.append(mine[1] / peer[1])
+    return walls, cpus
+
+
+def start_instructions(fixtures: Path, work: Path) -> None:
+    from instructions_bench import callgrind
+
+    env = {**bytecode_env(work), "COPILOT_HOME": str(fixtures)}
+    state = work / "cg-state"
+    state.mkdir(mode=0o700)
+    one = sorted((fixtures / "session-state").iterdir())[0]
+    commands = {"--help": ["--help"],
+                "sessions --json (summaries cached)": ["sessions", "--json", "--from-files", "--state-dir", str(state)],
+                "inspect SESSION": ["inspect", str(one)],
+                "inspect --json SESSION": ["inspect", "--json", str(one)]}
+    print(f"\n{'start of':<40}{'instructions':>14}")
+    for name, args in commands.items():
+        count = callgrind(copilot_otel_bin() + args, work / "cg", env)
+        print(f"{name:<40}{count / 1e6:>12.0f} M")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sessions", type=int, default=400, help="real-shaped sessions to synthesize (default 400)")
+    parser.add_argument("--source", type=Path, default=DEFAULT_SOURCE, help="real sessions to copy")
+    parser.add_argument("--runs", type=int, default=5, help="pairs per figure (default 5)")
+    parser.add_argument("--ccusage-prefix", type=Path, help="where to install ccusage when tests/cli has none")
+    parser.add_argument("--instructions", action="store_true", help="also count each command's start (callgrind)")
+    args = parser.parse_args(argv)
+    print(machine())
+    ccusage = ccusage_bin(args.ccusage_prefix)
+    with tempfile.TemporaryDirectory(prefix="peer-bench-") as tmp:
+        work = Path(tmp)
+        fixtures = work / "fixtures"
+        count = fixtures_home(fixtures)
+        synthetic = work / "synthetic"
+        made = synthesize(synthetic, args.sessions, source=args.source)
+        corpora = {f"stored fixtures ({count} sessions)": fixtures,
+                   f"{args.sessions} real-shaped sessions ({made['bytes'] / 1e6:.1f} MB)": synthetic}
+        print(f"ccusage {CCUSAGE_VERSION}; {args.runs} pairs per figure; ratio = copilot-otel / ccusage "
+              f"(median), target <= {TARGET}")
+        print(f"{'logs':<44}{'state':<18}{'wall':>8}{'cpu':>8}  target")
+        for name, home in corpora.items():
+            for cached in (False, True):
+                walls, cpus = pairs(home, work, ccusage, runs=args.runs, cached=cached)
+                wall = median(walls)
+                print(f"{name:<44}{'summaries cached' if cached else 'no state':<18}{wall:>8.2f}{median(cpus):>8.2f}  "
+                      f"{'met' if wall <= TARGET else 'MISSED'}")
+        if args.instructions:
+            start_instructions(fixtures, work)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
