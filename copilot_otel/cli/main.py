@@ -351,8 +351,7 @@ def usage(by, group, since, until, tz, json, csv, log_level, **options) -> None:
             _say(f"not using the summary cache: {exc}")
             cache_file = None
         report = build(config.copilot_home / SESSION_STATE, by=by, groups=groups, zone=zone, zone_name=zone_name,
-                       since=since_time, until=until_time, cache_file=cache_file, policy=config.stuck_policy,
-                       capture=config.model.capture_content)
+                       since=since_time, until=until_time, cache_file=cache_file, policy=config.stuck_policy)
     except (ConfigError, SourceError, ValueError) as exc:
         _fail(str(exc))
         return

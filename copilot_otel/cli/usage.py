@@ -88,12 +88,11 @@ def parse_when(flag: str, text: str, zone: tzinfo | None, *, now: float, end: bo
 
 
 def build(root: Path, *, by: str, groups: tuple[str, ...], zone: tzinfo | None, zone_name: str,
-          since: float | None, until: float | None, cache_file: Path | None, policy: StuckPolicy,
-          capture: bool = False) -> Report:
+          since: float | None, until: float | None, cache_file: Path | None, policy: StuckPolicy) -> Report:
     """The report over every session log under ``root`` (raises SourceError when it cannot be listed)."""
     from .listing import from_files
 
-    listing = from_files(root, policy=policy, cache_file=cache_file, since=since or 0.0, capture=capture)
+    listing = from_files(root, policy=policy, cache_file=cache_file, since=since or 0.0)
     problems = [Problem(path, None, reason) for path, reason in listing.unreadable]
     unread = 0
     for status in listing.statuses:
