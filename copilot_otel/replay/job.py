@@ -108,7 +108,7 @@ def replay_logs(files: list[Path], sink: SpanSink, config: Config, *, workers: i
     # started anew only when the file is (new or emptied) or with --restart. An OTLP backend's is the replay's.
     into_file = isinstance(sink, FileSink)
     ledger = _open_ledger(Ledger.path_for(config.state_dir, sink.description, () if into_file else files, settings),
-                          restart or (into_file and sink.fresh))
+                          restart or (isinstance(sink, FileSink) and sink.fresh))
     progress = ledger.load() if ledger is not None else {}
     identities = {str(path): identity_of(path) for path in files}
     todo: list[tuple[Path, int]] = []
