@@ -35,6 +35,7 @@ HISTOGRAMS = frozenset((Metric.TURN_DURATION, Metric.TOOL_DURATION, Metric.LLM_C
 
 if TYPE_CHECKING:
     from ..model.pipeline import Outputs
+    from .budgets import BudgetMeter
 
 TURN_BUCKETS = (0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600, 1200, 1800, 3600)
 TOOL_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800)
@@ -191,7 +192,7 @@ class Metrics:
                  max_label_values: int = DEFAULT_MAX_LABEL_VALUES) -> None:
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
         self.repository_label = repository_label
-        self.budget_meter = None  # add_budgets(): the --budgets-file's metrics
+        self.budget_meter: BudgetMeter | None = None  # add_budgets(): the --budgets-file's metrics
         r = self.registry
         repo = REPOSITORY_LABEL
         self.sessions_started = Counter("copilot_sessions_started", "Sessions started (session.start), by repository.",
@@ -284,7 +285,7 @@ class Metrics:
             self.lines_rejected.labels(reason)
         self.newest_event_ns = 0
         self._lag_applies: Callable[[], bool] = lambda: True
-        self._event_types: dict[str, object] = {}  # event type -> its events_read series
+        self._event_types: dict[str, Counter] = {}  # event type -> its events_read series
         self.lag.set_function(self._lag)
         if process:
             ProcessCollector(registry=r)
@@ -399,7 +400,7 @@ class Metrics:
                 if pause.renders:  # a /metrics render runs: let it run alone (pause.py)
                     pause.wait()
                 metric = update.metric
-                if type(metric) is GenAi:
+                if isinstance(metric, GenAi):
                     genai.append(update)
                     continue
                 try:  # one update that fails (a bug of ours) costs itself, never the rest of the pass

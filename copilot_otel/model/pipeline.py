@@ -27,7 +27,8 @@ Warn = Callable[..., None]  # logging.Logger.warning's signature
 class Pause(Protocol):
     """Where a reader gives way to another thread (the daemon's: base.pause.PAUSE, while a /metrics render runs)."""
 
-    renders: bool
+    @property
+    def renders(self) -> int: ...  # how many renders run now: the reader waits while any does
 
     def wait(self) -> None: ...
 
