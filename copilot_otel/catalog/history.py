@@ -21,7 +21,7 @@ def summarize_log(path: Path, options: ModelOptions, max_line_bytes: int = DEFAU
     """One log replayed to its end (nothing closed that its end leaves open), summed up."""
     reader = LogReader(path, options, max_line_bytes=max_line_bytes, summaries=False, metrics=False, warn=quiet)
     reader.read_to_end()
-    return named(reader.model.summary(), path.parent, capture=options.capture_content)
+    return named(reader.live_model.summary(), path.parent, capture=options.capture_content)
 
 
 def history_liveness(path: Path, summary: SessionSummary) -> Liveness:

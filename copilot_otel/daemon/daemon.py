@@ -16,7 +16,8 @@ import time
 from pathlib import Path
 from stat import S_ISREG
 from types import MappingProxyType
-from typing import Callable
+from functools import partial
+from typing import Any, Callable
 
 from msgspec.structs import replace
 
@@ -266,7 +267,9 @@ class Daemon:
         log.info("%s moved to %s; following it there as the same session %s", old, path, follower.session_id)
         follower.move(path)
         self.moves.moved(first_id, old, path)
-        for keyed in (self.sessions, self._open, self._abandoned, self._liveness, self._summaries):
+        by_path: tuple[dict[Path, Any], ...] = (self.sessions, self._open, self._abandoned, self._liveness,
+                                                self._summaries)
+        for keyed in by_path:
             if old in keyed:
                 keyed[path] = keyed.pop(old)
         for marked in (self._partial, self._backlog):
@@ -300,7 +303,7 @@ class Daemon:
         cut_off = None
         if result.items:
             self._abandoned.pop(path, None)
-            if follower.model.ended is None:  # learn the pid of a process that writes it (a finished one has none)
+            if follower.live_model.ended is None:  # learn the pid of a process that writes it (a finished one has none)
                 self._alive(follower)
             cut_off = None if result.more else follower.close_at_floor()
             if cut_off is not None:
@@ -312,13 +315,13 @@ class Daemon:
                                             waiting_since_ns=cut_off.waiting_since_ns)
         if result.more:
             self._backlog.add(path)
-        elif follower.model.ended is not None and follower.abandoned_at is None:
+        elif follower.live_model.ended is not None and follower.abandoned_at is None:
             self._compact(follower)
 
     def _deliver(self, follower: Follower, out: Outputs) -> None:
         """Count what a read produced, queue its spans, then the checkpoint position behind them."""
         self._queue_outputs(out)
-        if follower.model.ended is None:
+        if follower.live_model.ended is None:
             self._watch(follower, resumed=bool(out.events.get("session.resume")))
         else:
             self._unwatch(follower)
@@ -418,7 +421,7 @@ class Daemon:
                     self._liveness.pop(path, None)
                     self._compact(follower)
         for follower in list(self._open.values()):
-            model = follower.model
+            model = follower.live_model
             # Quiet is measured on our clock: a backlog read late must not look quiet.
             quiet = monotonic - follower.last_read
             if model.awaiting_confirmation and quiet >= self.config.idle_quiet:
@@ -429,7 +432,7 @@ class Daemon:
                 continue  # a log with more waiting to be read: its last event read is not its last one
             decision = verdict(mid_turn=model.mid_turn, awaiting_confirmation=model.awaiting_confirmation,
                                since_event=monotonic - follower.seen_at, quiet=quiet,
-                               alive=lambda f=follower: self._alive(f), locks_expected=follower.locks_expected)
+                               alive=partial(self._alive, follower), locks_expected=follower.locks_expected)
             if decision == ABANDON:
                 self._abandon(follower, monotonic)
             elif decision == DORMANT:  # its process is gone and nothing is open: set aside until it grows
@@ -474,7 +477,7 @@ class Daemon:
             follower.abandoned_at = monotonic
             self._abandoned[follower.path] = follower
             log.warning("session %s was abandoned mid-turn (its CLI process is gone)", follower.session_id)
-        before = follower.model.summary()
+        before = follower.live_model.summary()
         out = Outputs()
         follower.finish(out, END_INCOMPLETE)
         self._deliver(follower, out)
