@@ -6,7 +6,7 @@ import re
 from datetime import datetime, timezone
 from functools import lru_cache
 from types import MappingProxyType
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 import msgspec
 import orjson
@@ -110,7 +110,7 @@ _TAIL = re.compile(rb',"id":"([^"\\]+)","timestamp":"([^"\\]+)",'
 _AGENT = b',"agentId":"'
 _ESCAPED = b"\\"  # _agent_before's answer for an agent id written with an escape
 _TAIL_WINDOW = 400  # the tail's most bytes (ids are uuids, the timestamp is short)
-NO_DATA: dict = MappingProxyType({})  # the data of an event whose payload nothing reads
+NO_DATA: Mapping[str, Any] = MappingProxyType({})  # the data of an event whose payload nothing reads
 
 
 def type_set(types: Iterable[str]) -> frozenset[bytes]:
@@ -180,7 +180,8 @@ _TOKENS = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}]', re.S)
 def _shallow(raw: bytes, offset: int, line: int) -> Event | None:
     """The event of a line nested deeper than a parser goes, with every value below MAX_DEPTH read as "..."
     (marked ``cut``), or None if it is not JSON all the same."""
-    parts, depth, start, kept = [], 0, -1, 0
+    parts: list[bytes] = []
+    depth, start, kept = 0, -1, 0
     for token in _TOKENS.finditer(raw):
         char = token.group()[:1]
         if char == b'"':

@@ -9,7 +9,7 @@ is not counted twice.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
 from .openwork import Outbox
 from ..decode.payloads import as_int
@@ -34,7 +34,7 @@ class CodeChanges:
         """A session.start or resume: per-process totals count from here."""
         self.process_lines = dict.fromkeys(self.process_lines, 0)
 
-    def shutdown(self, data: dict[str, Any], *, cumulative: bool) -> None:
+    def shutdown(self, data: Mapping[str, Any], *, cumulative: bool) -> None:
         """Count what a session.shutdown's ``codeChanges`` adds (``accountingSnapshot.codeChanges`` gives
         the file count when the list is missing)."""
         changes = data.get("codeChanges")

@@ -7,7 +7,7 @@ totals exactly. A call that reported no amount is counted apart, by status, neve
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
 from .openwork import OpenSpan, Outbox, Totals
 from .summary import Tally
@@ -76,7 +76,7 @@ class CreditBook:
             for model, metrics in model_metrics.items():
                 self._settle(model, metrics, counted)
 
-    def checkpoint(self, data: dict) -> None:
+    def checkpoint(self, data: Mapping[str, Any]) -> None:
         """session.usage_checkpoint: the whole session's totals so far, per model (``providerModelMetrics``).
         The headless stream reports no amount per call: its credits arrive here."""
         entries = data.get("providerModelMetrics")

@@ -144,6 +144,7 @@ class Outbox:
         """A span closed: it gets the session's shared attributes it does not set itself (added to the
         closed span's own attribute dict, which nothing else holds, rather than copied), and counts in the
         GenAI instruments."""
+        assert isinstance(record.attributes, dict)  # the closed span's own dict (OpenSpan.close)
         setdefault = record.attributes.setdefault
         for key, value in self.shared.items():
             setdefault(key, value)
@@ -169,7 +170,9 @@ class Outbox:
     def _clamped(self, metric: Any, value: Any) -> float:
         """``value`` clamped (records.clamped_value), noted as an anomaly for the caller to count and log."""
         self.anomalies.append(Anomaly(OUT_OF_RANGE, metric.value, shown(value)))
-        return clamped_value(value)
+        clamped = clamped_value(value)
+        assert clamped is not None  # called only for a value out of range
+        return clamped
 
     def anomaly(self, kind: str, event: Event) -> None:
         """The event could not be used; the caller logs it with its file and line."""

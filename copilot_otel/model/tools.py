@@ -116,6 +116,7 @@ class ToolBook:
             self.tally.tool_failures += 1
         self.out.count(Metric.TOOL_CALLS, tool, outcome, span=span)
         waited_ns = int(span.attributes.get(A.COPILOT_TOOL_USER_WAIT_MS, 0.0) * 1e6)  # a person's, not the tool's
+        assert span.end_ns is not None  # closed before it counts
         self.out.count(Metric.TOOL_DURATION, tool, value=max(0, span.end_ns - span.start_ns - waited_ns) / 1e9,
                        span=span)
 

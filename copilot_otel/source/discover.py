@@ -27,6 +27,7 @@ from watchdog.events import (
     FileSystemEventHandler,
 )
 from watchdog.observers import Observer
+from watchdog.observers.api import BaseObserver
 
 from .liveness import LOCK_PREFIX, LOCK_SUFFIX
 from ..base.logs import ReportedOnce
@@ -103,7 +104,7 @@ class Discoverer:
         self._files: set[Path] = set()
         self._lock_dirs: set[Path] = set()
         self._known: dict[str, tuple[int, int]] = {}  # events file -> (inode, size) at the last rescan
-        self._observer = None
+        self._observer: BaseObserver | None = None
         self._next_rescan = 0.0
         self._scan_seconds = 0.0  # how long the last walk over the folders took
         self._warned_missing = False
