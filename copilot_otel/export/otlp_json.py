@@ -60,7 +60,7 @@ class OtlpJsonEncoder:
         return {"resource_attributes": self.resource_attributes}  # a worker builds its own cache
 
     def __setstate__(self, state: dict) -> None:
-        self.__init__(state["resource_attributes"])
+        OtlpJsonEncoder.__init__(self, state["resource_attributes"])
 
     def _key_values(self, attributes: Mapping[str, Any]) -> bytes:
         pairs = self._pairs

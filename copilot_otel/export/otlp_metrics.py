@@ -126,8 +126,8 @@ def metrics_data(registry: CollectorRegistry, resource: Resource, start_ns: int,
             points = _numbers(family.samples, family.name, start_ns, now_ns)
             data = Gauge(points) if points else None
         elif family.type == "histogram":
-            points = _histogram_points(family.name, family.samples, start_ns, now_ns)
-            data = Histogram(points, _CUMULATIVE) if points else None
+            buckets = _histogram_points(family.name, family.samples, start_ns, now_ns)
+            data = Histogram(buckets, _CUMULATIVE) if buckets else None
         if data is not None:
             unit = "s" if family.unit == "seconds" or family.name.endswith("_seconds") else ""
             metrics.append(Metric(family.name, family.documentation, unit, data))

@@ -155,10 +155,12 @@ class OtlpSettings(Struct, frozen=True):
         if not endpoint:
             return cls(None, protocol)
         signal = endpoint_variable.split("_")[3]  # OTEL_EXPORTER_OTLP_<SIGNAL>_ENDPOINT
-        return cls(endpoint, protocol, _headers(env, signal), _timeout(env, signal),
-                   _compression(env, signal, protocol),
-                   *(_readable_file(*_otlp_variable(env, signal, setting))
-                     for setting in (OTLP_CERTIFICATE, OTLP_CLIENT_KEY, OTLP_CLIENT_CERTIFICATE)),
+        headers, timeout = _headers(env, signal), _timeout(env, signal)
+        compression = _compression(env, signal, protocol)
+        certificate, client_key, client_certificate = (_readable_file(*_otlp_variable(env, signal, setting))
+                                                       for setting in (OTLP_CERTIFICATE, OTLP_CLIENT_KEY,
+                                                                       OTLP_CLIENT_CERTIFICATE))
+        return cls(endpoint, protocol, headers, timeout, compression, certificate, client_key, client_certificate,
                    _insecure(env, signal))
 
 
