@@ -314,6 +314,7 @@ class Workers:
     def _work(self) -> None:
         while (job := self._jobs.get()) is not None:
             future, fn, args = job
+            outcome: tuple[Any, BaseException | None]
             try:
                 outcome = (fn(*args), None)
             except BaseException as exc:  # handed to the awaiting handler

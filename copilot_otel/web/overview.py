@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Protocol
+from typing import TYPE_CHECKING, Callable, Hashable, Protocol
 
 from ..catalog.board import Board, Live, make_board
 from ..config import DEFAULT_MAX_LINE_BYTES, Config
@@ -105,8 +105,8 @@ class _Boarded:
         self._board: Board | None = None
         self._board_lock = threading.Lock()
 
-    def _published(self) -> tuple[int, tuple[Liveness, ...]]:
-        """(generation, liveness) as they were published together."""
+    def _published(self) -> tuple[Hashable, tuple[Liveness, ...]]:
+        """(generation, liveness) as they were published together: the generation moves when the records do."""
         raise NotImplementedError
 
     def _summaries(self) -> list[tuple[Path, SessionSummary]]:

@@ -56,7 +56,8 @@ class Pieces(Payload):
         self._busy.begin()
         try:
             for piece in self._value:
-                await writer.write(piece, drain=False)
+                # aiohttp hands in its StreamWriter, which takes drain=; the abstract writer it is typed as does not
+                await writer.write(piece, drain=False)  # type: ignore[call-arg]
                 await writer.drain()  # waits while the client's buffer is full
                 await asyncio.sleep(0)  # and lets the others (a scrape) have the loop between two pieces
         except asyncio.CancelledError:  # the write deadline (or the client left): what the kernel holds goes too
@@ -132,6 +133,7 @@ async def serve_stream(request: web.Request, changes: "Changes",
         while True:
             if more or changes.board is not seen:
                 seen, version = changes.board, changes.version
+                assert seen is not None  # there since join()
                 more = await push(stream, seen)
                 if not more:
                     await asyncio.sleep(MIN_PUSH)

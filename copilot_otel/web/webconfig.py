@@ -124,9 +124,9 @@ def _headers(value: Any) -> dict[str, str]:
 
 
 def _tls(section: dict, path: Path) -> tuple[ssl.SSLContext, tuple[str, ...]]:
-    for key, why in _UNSUPPORTED.items():
-        if section.get(key):
-            raise _Bad(f"tls_server_config.{key}: {why}")
+    for name, why in _UNSUPPORTED.items():
+        if section.get(name):
+            raise _Bad(f"tls_server_config.{name}: {why}")
     if "prefer_server_cipher_suites" in section and not isinstance(section["prefer_server_cipher_suites"], bool):
         raise _Bad("tls_server_config.prefer_server_cipher_suites must be true or false")
     cert, key = section.get("cert_file"), section.get("key_file")
