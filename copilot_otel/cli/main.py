@@ -266,7 +266,7 @@ def sessions(state, repository, since, json, from_files, log_level, **options) -
         click.echo(f"copilot-otel: {why}; reading the session logs", err=True)
     unreadable = []
     if statuses is None:
-        cache_file = config.summary_cache
+        cache_file: Path | None = config.summary_cache
         try:
             check_state_dir(config.state_dir, strict=not config.no_strict_modes)
         except ConfigError as exc:  # a listing needs no cache: list without it, neither read nor written

@@ -124,7 +124,8 @@ class SafeLine(Text):
     """One line of the tree: text appended to it is escaped for the terminal (and, as rich Text, never markup)."""
 
     def append(self, text, style=None) -> "SafeLine":
-        return super().append(safe(text) if isinstance(text, str) else text, style)
+        super().append(safe(text) if isinstance(text, str) else text, style)
+        return self
 
 
 def _line(*parts: tuple[str, str] | str) -> Text:
