@@ -234,8 +234,8 @@ def _session_log(text: str, config: Config) -> Path:
 @option("state", multiple=True, type=click.Choice([*SESSION_STATES, "live"]),
         help="Only sessions in this state (repeat for several; `live`: every state but ended).")
 @option("repository", metavar="REPOSITORY|FOLDER",
-        help="Only sessions in this repository (owner/name, name or a glob), or, outside git, in this folder (a path, its "
-             "last part or a glob); `none`: the sessions in no repository.")
+        help="Only sessions in this repository (owner/name, name or a glob), or, outside git, in this folder "
+             "(a path, its last part or a glob); `none`: the sessions in no repository.")
 @option("since", metavar="WHEN", help="Only sessions active since then: 30m, 2h, 1d, or 2026-12-01.")
 @option("json", is_flag=True, help="Print a JSON array, one object per session.")
 @option("from-files", is_flag=True, help="Read the session logs even when a daemon runs.")

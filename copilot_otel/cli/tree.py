@@ -233,7 +233,8 @@ def header(snapshot: Snapshot) -> Group:
     for span in snapshot.spans:
         totals.add(span)
     if summary.nano_aiu:  # the session's, with what the CLI's totals added (the headless stream's credits)
-        totals.nano_aiu, totals.unpriced_calls = summary.nano_aiu, int(summary.credits_status in ("partial", "unavailable"))
+        totals.nano_aiu = summary.nano_aiu
+        totals.unpriced_calls = int(summary.credits_status in ("partial", "unavailable"))
     lines.append(_line((f"  {plural(summary.interactions, 'interaction')} · {totals.text()}", "dim")))
     return Group(*lines)
 

@@ -101,7 +101,8 @@ class _Line(msgspec.Struct, gc=False, forbid_unknown_fields=True):
 _decode_head = msgspec.json.Decoder(_Line).decode
 
 
-# The CLI writes every line as {"type":"T","data":{...}[,"agentId":"A"],"id":"I","timestamp":"S","parentId":P[,"agentId":"A"]}.
+# The CLI writes every line as
+# {"type":"T","data":{...}[,"agentId":"A"],"id":"I","timestamp":"S","parentId":P[,"agentId":"A"]}.
 _HEAD = b'{"type":"'
 _DATA = b'","data":{'
 _ID = b',"id":"'

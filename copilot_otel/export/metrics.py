@@ -218,9 +218,10 @@ class Metrics:
                                   "Time from an LLM request to its first streamed token.", ["model"],
                                   buckets=TTFT_BUCKETS, registry=r)
         self.interactions = Counter("copilot_interactions", "Interactions by how they ended.", ["end"], registry=r)
-        self.premium_requests = Counter("copilot_premium_requests",
-                                        "Premium requests (usage.cost of user-initiated calls) by model and repository.",
-                                        ["model", repo], registry=r)
+        self.premium_requests = Counter(
+            "copilot_premium_requests",
+            "Premium requests (usage.cost of user-initiated calls) by model and repository.", ["model", repo],
+            registry=r)
         self.autopilot_premium_requests = Counter(
             "copilot_autopilot_premium_requests", "The premium requests spent on autopilot continuations.",
             ["model", repo], registry=r)

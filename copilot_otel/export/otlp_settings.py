@@ -64,7 +64,7 @@ def _check_endpoint(endpoint: str) -> None:
     if parsed.scheme not in ("http", "https") or not parsed.hostname:
         raise ConfigError(f"OTLP endpoint {endpoint!r} is not a URL: {example}")
     try:
-        parsed.port
+        _ = parsed.port  # read to check it: a port that is no number, or out of range, raises
     except ValueError:
         raise ConfigError(f"OTLP endpoint {endpoint!r} has an invalid port") from None
 

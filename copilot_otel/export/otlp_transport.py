@@ -243,7 +243,7 @@ def _trailing(exc) -> tuple:
     """A failed call's trailing metadata, () when it has none."""
     try:
         return tuple(exc.trailing_metadata() or ())
-    except Exception:  # no trailing metadata on this error
+    except Exception:  # noqa: BLE001 - no trailing metadata on this error, whatever kind of error it is
         return ()
 
 

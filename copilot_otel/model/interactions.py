@@ -14,8 +14,8 @@ from .openwork import Agent, Interaction, InteractionSummary, OpenSpan, Outbox, 
 from .summary import Tally
 from .tools import ToolBook
 from ..decode.payloads import SessionError, SessionFacts, SubagentStart, TaskComplete, UserMessage
-from ..vocab import (CANCELLED, END_ABORTED, END_ERROR, END_TASK_COMPLETE, END_IDLE, END_INCOMPLETE, INCOMPLETE, LOOP_ENDS, MAIN_AGENT, OUT_OF_ORDER,
-                    SIGNAL_IDLE, Metric)
+from ..vocab import (CANCELLED, END_ABORTED, END_ERROR, END_TASK_COMPLETE, END_IDLE, END_INCOMPLETE, INCOMPLETE,
+                     LOOP_ENDS, MAIN_AGENT, OUT_OF_ORDER, SIGNAL_IDLE, Metric)
 
 
 class AgentLoop:

@@ -27,11 +27,11 @@ from .records import SpanRecord, Step
 from .openwork import InteractionSummary, Outbox
 from .summary import SessionSummary, Tally, make_summary
 from .tools import ToolBook
-from ..decode.payloads import (SessionError, SessionFacts, SubagentEnd, SubagentStart, TaskComplete, ToolEnd, ToolStart, Usage,
-                    UserMessage, as_str, permission_result, request_id, requested_tools,
-                    user_request)
-from ..vocab import (DUPLICATE_ID, ERROR, END_ABORTED, END_IDLE, END_INCOMPLETE, END_SHUTDOWN, IDLE, INCOMPLETE, SIGNAL_ERROR, SIGNAL_SHUTDOWN,
-                    SIGNAL_TASK_COMPLETE, USER_REQUESTS, WAITING_TOOL, WAITING_USER, WORKING, Metric)
+from ..decode.payloads import (SessionError, SessionFacts, SubagentEnd, SubagentStart, TaskComplete, ToolEnd, ToolStart,
+                               Usage, UserMessage, as_str, permission_result, request_id, requested_tools, user_request)
+from ..vocab import (DUPLICATE_ID, ERROR, END_ABORTED, END_IDLE, END_INCOMPLETE, END_SHUTDOWN, IDLE, INCOMPLETE,
+                     SIGNAL_ERROR, SIGNAL_SHUTDOWN, SIGNAL_TASK_COMPLETE, USER_REQUESTS, WAITING_TOOL, WAITING_USER,
+                     WORKING, Metric)
 
 
 class SessionModel:

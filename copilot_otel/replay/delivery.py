@@ -81,7 +81,8 @@ class RetryingSender:
 
 def refuser(refused: Callable[[list[SpanRecord], str], None] | None,
             stats: ReplayStats) -> Callable[[list[SpanRecord], str], bool]:
-    """``export.send_in_parts``'s ``reject``: spans refused for good go to ``refused`` (counted), else an ExportError."""
+    """``export.send_in_parts``'s ``reject``: spans refused for good go to ``refused`` (counted), else an
+    ExportError."""
 
     def reject(spans: list[SpanRecord], reason: str) -> bool:
         if refused is None:

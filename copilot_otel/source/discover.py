@@ -287,7 +287,7 @@ def _close_quietly(observer) -> None:
         observer.stop()
         if observer.is_alive():
             observer.join(timeout=5)
-    except Exception:  # it never started properly: nothing more to release
+    except Exception:  # noqa: BLE001 - it never started properly: nothing more to release
         pass
     for emitter in list(getattr(observer, "emitters", ())):
         emitter.stop()

@@ -317,7 +317,7 @@ class Workers:
             outcome: tuple[Any, BaseException | None]
             try:
                 outcome = (fn(*args), None)
-            except BaseException as exc:  # handed to the awaiting handler
+            except BaseException as exc:  # noqa: BLE001 - handed to the awaiting handler
                 outcome = (None, exc)
             try:
                 self._loop.call_soon_threadsafe(_settle, future, *outcome)

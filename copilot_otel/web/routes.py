@@ -227,7 +227,7 @@ class WebView:
             shown = now
             sent = pending.pop(0)
             position = sent.position
-            await stream.send(_chain(self._session_head(now), sent.pieces(CHUNK), b"}"), "%s:%d" % position)
+            await stream.send(_chain(self._session_head(now), sent.pieces(CHUNK), b"}"), "{}:{:d}".format(*position))
             return bool(pending)
 
         self.cache.follow(path)

@@ -55,8 +55,8 @@ class MetricsServer:
     ``routes`` adds aiohttp route definitions next to /metrics and /healthz, for instance
     ``[web.get("/", index)]`` or a ``web.RouteTableDef``. Their handlers run on the server's
     loop and must not block it: ``await request.app[SERVER].run_blocking(fn, *args)`` runs slow
-    work in worker threads of their own (not those that render /metrics). A handler that prepares its response itself (a stream
-    such as Server-Sent Events) is not held to the write deadline; at ``stop()`` it is cancelled
+    work in worker threads of their own (not those that render /metrics). A handler that prepares its response
+    itself (a stream such as Server-Sent Events) is not held to the write deadline; at ``stop()`` it is cancelled
     within ``2 * STOP_GRACE``. Every response carries ``X-Content-Type-Options: nosniff`` and a
     ``Content-Security-Policy`` that lets a page load only this server's scripts and styles.
 
@@ -177,7 +177,7 @@ class MetricsServer:
         asyncio.set_event_loop(loop)
         try:
             loop.run_until_complete(self._serve(limit, backlog, ready, loop))
-        except BaseException as exc:  # start() reports it
+        except BaseException as exc:  # noqa: BLE001 - start() reports it
             self._failure = exc
         finally:
             ready.set()

@@ -232,7 +232,8 @@ class SessionTrace:
             open_spans = [span_json(s, running=bool(s.attributes.get(A.COPILOT_RUNNING)))
                           for s in self._reader.live_model.open_spans()]
             head = {"token": self.token, "reset": reset, "from": start, "next": end, "more": end < self.total,
-                    "total": self.total, "dropped": self.dropped, "last_event_ms": self._reader.live_model.last_event_ns / 1e6,
+                    "total": self.total, "dropped": self.dropped,
+                    "last_event_ms": self._reader.live_model.last_event_ns / 1e6,
                     "open": open_spans}
             return Page(head, finished)
 
