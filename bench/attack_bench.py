@@ -239,7 +239,8 @@ def main() -> None:
     parts = args.only or ["big-log", "tools", "flood"]
     print(f"machine: {machine()}")
     soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    print(f"open-files limit: {soft}; load average {' '.join(open('/proc/loadavg').read().split()[:3])}; "
+    load = " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    print(f"open-files limit: {soft}; load average {load}; "
           f"daemon flags: {' '.join(DAEMON_ARGS) or '(defaults)'}")
     for part in parts:
         work = Path(tempfile.mkdtemp(prefix=f"attack-bench-{part}-"))

@@ -127,7 +127,7 @@ def bench_latency(args, work: Path) -> dict:
         while not traces.exists():
             time.sleep(0.01)
         growth = FileGrowth(traces, use_inotify=not args.poll_traces)
-        reader = open(traces, "rb")
+        reader = open(traces, "rb")  # noqa: SIM115 - read as the daemon writes, closed after the run
         reader.seek(0, os.SEEK_END)
         seen = b""
         for i in range(args.warmup + args.appends):

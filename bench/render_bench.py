@@ -70,7 +70,7 @@ def main() -> int:
         for fmt in FORMATS:
             figures = {}
             for kind in ("library", "cached"):
-                def count(renders: int) -> int:
+                def count(renders: int, kind: str = kind, fmt: str = fmt) -> int:
                     return callgrind([sys.executable, __file__, "--renders", str(renders), "--child", kind, fmt],
                                      work / "cg", env)
                 figures[kind] = (count(args.renders) - count(0)) / args.renders

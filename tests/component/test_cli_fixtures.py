@@ -219,7 +219,7 @@ def test_reused_ids_fixture_has_two_interactions():
         fx = Fixture(ROOT / v / "reused_ids")
         assert len(fx.meta["runs"]) == 2
         assert fx.meta["llm_requests"]["answered"] == 5  # plain (2) + multi_turn (3)
-        assert len([e for e in fx.of_type("user.message")]) >= 2
+        assert len(list(fx.of_type("user.message"))) >= 2
 
 
 def test_copilot_api_sessions_of_1_0_102_carry_cost():

@@ -107,7 +107,7 @@ def test_another_user_gets_one_and_the_same_401_from_every_route_of_the_view(dae
     assert len({(a[0], tuple(sorted(a[1].items())), a[2]) for a in refused}) == 1  # one answer for all
     assert refused[0][2] == NEEDS_TOKEN.encode()
     assert [a[0] for a in opened] == [200, 200, 200]
-    for status, headers, body in refused:
+    for _status, headers, body in refused:
         assert not any(secret.encode() in body or any(secret in v for v in headers.values()) for secret in SECRETS)
     assert value(daemon.scrape(), "copilot_otel_http_errors_total", reason="unauthorized") - before == len(requests)
     # The owner, with the token, sees the session that nobody could not even learn exists.

@@ -273,9 +273,8 @@ def test_checkpoint_positions_do_not_pile_up_while_the_backend_is_down(tmp_path)
     log.start()
     log.user()
     log.turn_start()
-    with OtlpReceiver() as receiver:
-        with DaemonProcess(home, tmp_path / "state", env=grpc_env(receiver, OTEL_EXPORTER_OTLP_TIMEOUT="1"),
-                           args=FAST) as daemon:
+    with OtlpReceiver() as receiver, DaemonProcess(
+            home, tmp_path / "state", env=grpc_env(receiver, OTEL_EXPORTER_OTLP_TIMEOUT="1"), args=FAST) as daemon:
             with receiver.outage():
                 append(path, log.jsonl())
                 first = len(log.entries)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import shutil
 import time
+from itertools import pairwise
 from datetime import datetime
 from pathlib import Path
 
@@ -45,7 +46,7 @@ def test_a_down_backend_is_retried_after_the_delay_each_warning_announces_and_si
     seen = warnings(daemon.log_text())
     # full jitter: the k-th wait is drawn below a ceiling that doubles from 0.5 s (export/retry.py)
     assert all(0 <= delay <= 0.5 * 2 ** k + 0.05 for k, (_when, delay) in enumerate(seen[:3])), seen
-    for (when, delay), (after, _next) in zip(seen, seen[1:]):
+    for (when, delay), (after, _next) in pairwise(seen):
         assert after - when >= delay - 0.01, (when, delay, after)  # log stamps are to the millisecond
     assert code == 0
     assert stopped_in < 5.0, f"SIGTERM took {stopped_in:.1f} s with the backend down"

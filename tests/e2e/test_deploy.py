@@ -278,7 +278,7 @@ def test_compose_images_are_pinned_and_the_daemon_is_built_here():
     """Third-party images name a version; the daemon is built from this repo."""
     services = compose_services()
     assert set(services) == {"copilot-otel", "jaeger", "prometheus", "grafana"}
-    for name, service in services.items():
+    for service in services.values():
         if "build" not in service:
             assert_pinned(service["image"])
     build = services["copilot-otel"]["build"]
@@ -527,7 +527,7 @@ def test_kustomizations_reference_existing_files():
 
 
 def test_kubernetes_images_are_pinned():
-    for path, doc in OBJECTS:
+    for _path, doc in OBJECTS:
         if doc["kind"] in ("Deployment", "DaemonSet"):
             for container in containers(doc["spec"]["template"]["spec"]):
                 assert_pinned(container["image"])

@@ -111,7 +111,7 @@ def sdk_run(cli, provider, tmp_path_factory):
 
 def test_attach_matches_the_file(sdk_run):
     """Live spans and counters match a replay of the same session's events.jsonl."""
-    home, (session_id, handle, idles, sink) = sdk_run
+    home, (session_id, handle, _idles, sink) = sdk_run
     spans, updates = file_replay(session_id, home / "session-state" / session_id / "events.jsonl")
     assert structural(sink.records) == structural(spans)
     assert chats(sink.records) == chats(spans)

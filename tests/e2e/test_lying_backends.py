@@ -187,13 +187,13 @@ def test_the_daemon_says_a_timed_out_export_is_failing_and_stops_promptly(tmp_pa
     home, state = tmp_path / "home", tmp_path / "state"
     new_session(home, "trickled").write_bytes(
         next((FIXTURES / "plain" / "session-state").glob("*/events.jsonl")).read_bytes())
-    with LyingBackend(TRICKLE) as backend:
-        with DaemonProcess(home, state, env=http_env(backend.base, 2), args=FAST) as daemon:
-            wait_until(lambda: "no answer within the OTLP timeout of 2 s" in health(daemon), timeout=30,
-                       what="/healthz saying the export times out")
-            said = health(daemon)
-            assert value(daemon.scrape(), "copilot_otel_checkpoint_commits_total") == 0
-            took = stop_seconds(daemon)
+    with LyingBackend(TRICKLE) as backend, DaemonProcess(home, state, env=http_env(backend.base, 2),
+                                                           args=FAST) as daemon:
+        wait_until(lambda: "no answer within the OTLP timeout of 2 s" in health(daemon), timeout=30,
+                   what="/healthz saying the export times out")
+        said = health(daemon)
+        assert value(daemon.scrape(), "copilot_otel_checkpoint_commits_total") == 0
+        took = stop_seconds(daemon)
     assert said.startswith("ok (trace export failing")
     assert took < 5 + 1.5, took
 

@@ -166,7 +166,7 @@ def test_counters_equal_the_cli_own_otel(cli_corpus, corpus_daemon):
 
 def test_prometheus_scrapes_the_same_values(cli_corpus, corpus_daemon):
     """A real Prometheus scraping /metrics every second holds the same counts (query API)."""
-    daemon, prometheus = corpus_daemon
+    _daemon, prometheus = corpus_daemon
     expected = derived_counts(cli_corpus.values())
     wait_until(lambda: prometheus.query('up{job="copilot-otel"} == 1'), what="a first scrape")
     wait_until(lambda: prometheus.values("sum(copilot_completion_signals_total{signal='shutdown'})")
@@ -224,7 +224,7 @@ def test_alert_rules_load_and_stay_quiet(corpus_daemon):
     names = {r["name"] for g in rules["data"]["groups"] for r in g["rules"]}
     assert {"CopilotSessionStuck", "CopilotSessionAbandoned", "CopilotOtelDown"} <= names
     assert all(r["health"] == "ok" for g in rules["data"]["groups"] for r in g["rules"])
-    firing = [a for a in prometheus.query("ALERTS{alertstate='firing'}")]
+    firing = list(prometheus.query("ALERTS{alertstate='firing'}"))
     assert firing == []
 
 
@@ -271,8 +271,8 @@ def test_stuck_and_abandoned_sessions(cli, provider, tmp_path):
 
     def panels_list(prometheus, session_id: str) -> None:
         for title, expr in stalled_panels:
-            wait_until(lambda: any(r["metric"].get("session_id") == session_id
-                                   for r in prometheus.query(render_grafana_expr(expr))),
+            wait_until(lambda expr=expr: any(r["metric"].get("session_id") == session_id
+                                             for r in prometheus.query(render_grafana_expr(expr))),
                        timeout=20, what=f"panel {title!r} to show {session_id}")
 
     with DaemonProcess(home, tmp_path / "state", traces_file=traces,

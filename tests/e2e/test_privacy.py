@@ -359,7 +359,8 @@ def test_otlp_headers_never_in_daemon_log(planted, tmp_path, unused_port):
         for daemon, _token in runs.values():
             daemon.start()
         for daemon, _token in runs.values():
-            wait_until(lambda: "copilot_otel.export.queue" in daemon.log_text(), timeout=30, what="our export warning")
+            wait_until(lambda daemon=daemon: "copilot_otel.export.queue" in daemon.log_text(), timeout=30,
+                       what="our export warning")
     finally:
         for daemon, _token in runs.values():
             daemon.kill9()  # the logs are complete up to here; a graceful stop waits out the retries
@@ -403,10 +404,7 @@ def _listeners(pid: int) -> set[tuple[str, int]]:
             fields = row.split()
             address, port = fields[1].split(":")
             if fields[3] == "0A":  # LISTEN
-                if width == 8:
-                    host = ".".join(str(b) for b in reversed(bytes.fromhex(address)))
-                else:
-                    host = address
+                host = ".".join(str(b) for b in reversed(bytes.fromhex(address))) if width == 8 else address
                 out.add((host, int(port, 16)))
     return out
 

@@ -176,8 +176,8 @@ def test_autopilot_nudges_marked(exported):
 def test_provider_error_is_an_error(exported):
     """A session.error ends the interaction with status ERROR and its error type."""
     run, spans = exported["provider_error"]
-    error = [e for e in run.events() if e["type"] == "session.error"][0]
-    root = [s for s in spans if s.parent_span_id is None][0]
+    error = next(e for e in run.events() if e["type"] == "session.error")
+    root = next(s for s in spans if s.parent_span_id is None)
     assert root.status_code == "ERROR"
     assert root.attributes["error.type"] == error["data"]["errorType"]
     assert root.attributes["http.response.status_code"] == error["data"]["statusCode"]
@@ -217,7 +217,10 @@ def test_a_log_copied_into_itself_exports_nothing_twice(cli_corpus, tmp_path):
     assert run_replay(str(run.events_path), "--traces-file", str(once)).returncode == 0
     result = run_replay(str(doubled), "--traces-file", str(twice))
     assert result.returncode == 0
-    key = lambda s: (s.trace_id, s.span_id, s.name, s.start_time_unix_nano, s.end_time_unix_nano, s.status_code)
+
+    def key(s):
+        return s.trace_id, s.span_id, s.name, s.start_time_unix_nano, s.end_time_unix_nano, s.status_code
+
     assert sorted(map(key, read_spans(twice))) == sorted(map(key, read_spans(once)))
     assert result.stderr.decode().count("duplicate_id") == len(data.splitlines())
 

@@ -233,7 +233,7 @@ def test_the_live_daemon_exports_exactly_what_replay_does(tmp_path):
     Sessions of CLIs that write no lock file (up to 1.0.2) and whose log ends mid-turn are left out: the
     daemon has no evidence that they ended, so it keeps their work open."""
     home = tmp_path / "home" / "session-state"
-    folders = [d for d in FIXTURES.glob("*/session-state/*")] + [d for d in VERSIONS.glob("*/*/session-state/*")]
+    folders = [*FIXTURES.glob("*/session-state/*"), *VERSIONS.glob("*/*/session-state/*")]
     for folder in folders:
         if _settled(folder):
             shutil.copytree(folder, home / folder.name)

@@ -159,7 +159,7 @@ def test_a_live_view_is_sent_only_what_its_own_session_did(tmp_path):
             since_b = first_b["trace"]["next"]
             for copy in range(3):
                 append(b, another_copy(log, f"b{copy}", _now()))
-                wait_until(lambda: _spans_after(on_b, since_b) >= (copy + 1) * per_copy, timeout=20,
+                wait_until(lambda copy=copy: _spans_after(on_b, since_b) >= (copy + 1) * per_copy, timeout=20,
                            what=f"B's change {copy} on B's stream")
             received = on_a.received
             time.sleep(1.0)  # A's stream had every chance to push by now (MIN_PUSH is 0.25 s)

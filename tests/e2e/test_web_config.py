@@ -169,10 +169,10 @@ def _client(pki, cert: str | None, *, max_version=ssl.TLSVersion.TLSv1_3) -> ssl
 def _handshake_fails(port: int, context: ssl.SSLContext) -> bool:
     """True when the server ends the TLS connection before answering a request."""
     try:
-        with socket.create_connection((LOOPBACK, port), timeout=10) as raw:
-            with context.wrap_socket(raw, server_hostname=LOOPBACK) as tls:
-                tls.sendall(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
-                return not tls.recv(100).startswith(b"HTTP/1.1")
+        with socket.create_connection((LOOPBACK, port), timeout=10) as raw, \
+                context.wrap_socket(raw, server_hostname=LOOPBACK) as tls:
+            tls.sendall(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+            return not tls.recv(100).startswith(b"HTTP/1.1")
     except (ssl.SSLError, ConnectionError):
         return True
 

@@ -22,7 +22,7 @@ def run(coroutine: Coroutine[Any, Any, T]) -> T:
     def main() -> None:
         try:
             outcome["result"] = asyncio.run(coroutine)
-        except BaseException as exc:  # handed to the caller, traceback and all
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller, traceback and all
             outcome["error"] = exc
 
     thread = threading.Thread(target=main, name="asyncio-run")

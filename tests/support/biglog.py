@@ -41,11 +41,11 @@ def grow(events: bytes, target_bytes: int) -> bytes:
         suffix = f"-{copy}".encode()
         shift = span * (copy - 1 - copies)
 
-        def token(match: re.Match) -> bytes:
+        def token(match: re.Match, suffix: bytes = suffix) -> bytes:
             text = match.group()
             return text[:-1] + suffix + b'"' if text.startswith(b'"') else text + suffix
 
-        chunk = _TIME.sub(lambda m: _moved(m, shift), _TOKEN.sub(token, body))
+        chunk = _TIME.sub(lambda m, shift=shift: _moved(m, shift), _TOKEN.sub(token, body))
         out.append(chunk)
         size += len(chunk)
     return b"".join(out)

@@ -304,8 +304,8 @@ class CopilotCLI:
             stdout_file = home.parent / f"{stamp}.stdout.{'jsonl' if output_json else 'txt'}"
         if stderr_file is None:
             stderr_file = home.parent / f"{stamp}.stderr.txt"
-        out = open(stdout_file, "wb")
-        err = open(stderr_file, "wb")
+        out = open(stdout_file, "wb")  # noqa: SIM115 - the CLI's output files, closed once it ends
+        err = open(stderr_file, "wb")  # noqa: SIM115
         try:
             popen = subprocess.Popen(
                 self.argv(prompt, session_id=sid, autopilot=autopilot, resume=resume, output_json=output_json, extra_args=extra_args),

@@ -33,7 +33,7 @@ def as_nobody(fn: Callable[..., Any], *args, timeout: float = 60.0) -> Any:
             os.close(read)
             _drop()
             outcome = ("ok", fn(*args))
-        except BaseException as exc:  # handed to the parent
+        except BaseException as exc:  # noqa: BLE001 - handed to the parent
             outcome = ("error", f"{type(exc).__name__}: {exc}")
         try:
             data = pickle.dumps(outcome)
@@ -75,7 +75,7 @@ def serve_as_nobody(setup: Callable[..., Any], serve: Callable[[Any], None], *ar
             os.write(write, b"ready")
             os.close(write)
             serve(state)
-        except BaseException as exc:
+        except BaseException as exc:  # noqa: BLE001 - said to the parent, whatever it was
             try:
                 os.write(write, f"failed: {type(exc).__name__}: {exc}".encode())
             except OSError:

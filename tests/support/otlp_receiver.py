@@ -220,8 +220,9 @@ def spans_from_request(request: trace_service_pb2.ExportTraceServiceRequest) -> 
                             for e in s.events
                         ),
                         links=tuple(
-                            ReceivedLink(l.trace_id.hex(), l.span_id.hex(), _decode_attributes(l.attributes), l.trace_state)
-                            for l in s.links
+                            ReceivedLink(link.trace_id.hex(), link.span_id.hex(), _decode_attributes(link.attributes),
+                                         link.trace_state)
+                            for link in s.links
                         ),
                         dropped_attributes_count=s.dropped_attributes_count,
                         dropped_events_count=s.dropped_events_count,

@@ -46,7 +46,7 @@ class Prometheus:
             "scrape_configs": [{"job_name": self.job, "static_configs": [{"targets": self.targets}], **self.scrape},
                                *self.extra_jobs],
         }))
-        log = open(self.workdir / "prometheus.log", "wb")
+        log = open(self.workdir / "prometheus.log", "wb")  # noqa: SIM115 - Prometheus's log, open while it runs
         try:
             self.proc = subprocess.Popen(
                 [binary, f"--config.file={config}", f"--storage.tsdb.path={self.workdir / 'data'}",

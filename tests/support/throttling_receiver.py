@@ -185,7 +185,7 @@ def _http_handler(gate: ThrottlingGate):
             try:
                 request = trace_service_pb2.ExportTraceServiceRequest.FromString(body)
                 spans = _span_count(request)
-            except Exception:  # compressed, or not protobuf: count it as one
+            except Exception:  # noqa: BLE001 - compressed, or not protobuf: count it as one
                 spans = 1
             if not gate.policy.admit(spans):
                 said = gate.retry_after() if callable(gate.retry_after) else gate.retry_after

@@ -105,7 +105,6 @@ def test_a_compacted_session_that_grows_is_rebuilt_and_delivers_only_what_is_new
     before = read(follower)
     follower.compact()
     assert follower.wake() is False  # nothing changed yet
-    old_size = path.stat().st_size
     old_entries = len(log.entries)
     log.resume()
     log.user("Again.")
