@@ -320,7 +320,7 @@ def run(log_level, poll, rescan_interval, from_end, idle_quiet, max_buffered_spa
         **options) -> None:
     """The daemon: follow every session under COPILOT_HOME, export spans, serve /metrics and the web view.
 
-    The web view and its JSON answer only with the token made at each start (`copilot-otel open`
+    The web view's data (/api/) answers only with the token made at each start (`copilot-otel open`
     opens the page with it); /metrics and /healthz answer scrapers. The commands reach the daemon
     on its Unix socket in the state folder.
     """
@@ -355,7 +355,7 @@ def run(log_level, poll, rescan_interval, from_end, idle_quiet, max_buffered_spa
 def view(paths, address, log_level, **options) -> None:
     """Serve the web view over session logs (folders, events.jsonl files or a COPILOT_HOME), without the daemon.
 
-    The pages answer only with the token made at start: `copilot-otel open --metrics-address
+    The pages show data only with the token made at start: `copilot-otel open --metrics-address
     HOST:PORT` (this --address) opens them with it.
     """
     from ..web.routes import run_view
@@ -377,9 +377,11 @@ def view(paths, address, log_level, **options) -> None:
 def open_view(print_url, **options) -> None:
     """Open the web view in your browser with its token (which the daemon or `view` keeps in the state folder).
 
-    The token goes only to a server of your own user: if another user holds the port, nothing is opened.
+    The browser is given a 0600 page in the state folder that sends it on with the token, never the token
+    itself: another user can read every command line. The token goes only to a server of your own user: if
+    another user holds the port, nothing is opened.
     """
-    from ..web.access import read_token_file, token_file
+    from ..web.access import opener_file, read_token_file, token_file, with_token, write_opener
     from ..base.owner import describe_uid, listener_uid
 
     try:
@@ -396,16 +398,21 @@ def open_view(print_url, **options) -> None:
     if holder is None and os.path.exists("/proc/net/tcp"):
         _fail(f"nothing listens on {host}:{port}: the daemon (or `view`) that made the token is not running",
               EXIT_EXPORT_FAILED)
-    with_token = f"{url}?token={token}"
     if print_url:
-        click.echo(with_token)
+        click.echo(with_token(url, token))
         return
+    opener = opener_file(config.state_dir, port)
+    try:
+        check_state_dir(config.state_dir)
+        write_opener(opener, url, token)
+    except (ConfigError, OSError) as exc:
+        _fail(f"cannot write {opener}: {getattr(exc, 'strerror', None) or exc}; use --print-url", EXIT_EXPORT_FAILED)
     import webbrowser
 
-    if webbrowser.open(with_token):
+    if webbrowser.open(opener.as_uri()):
         click.echo(f"opened {url} in your browser", err=True)
     else:
-        click.echo(f"no browser found here; open {with_token}")
+        click.echo(f"no browser found here; open {with_token(url, token)}")
 
 
 if __name__ == "__main__":  # pragma: no cover

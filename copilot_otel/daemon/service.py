@@ -57,6 +57,7 @@ def run_daemon(config: Config) -> int:
     endpoint.start()
     log.info("following %s; metrics on %s/metrics, sessions on %s; traces to %s", daemon.root, endpoint.base,
              endpoint.shown_url(), daemon.sink.description)
+    endpoint.say_url()
     pusher = None
     if config.metrics_otlp is not None:  # OTEL_METRICS_EXPORTER=otlp (the OTel SDK is imported only then)
         from ..export.otlp_metrics import start_pushing

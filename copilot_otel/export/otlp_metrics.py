@@ -31,6 +31,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from prometheus_client import CollectorRegistry
 
+from ..base.redact import redact, redact_url
 from ..version import __version__
 from .otlp_settings import ENV_OTLP_METRICS_ENDPOINT, OtlpSettings
 from .genai_metrics import GenAiMetrics
@@ -86,7 +87,7 @@ class OtlpMetricExporter(MetricExporter):
             receipt = self._transport.send(self._encode(metrics_data).SerializeToString(),
                                            None if timeout_millis is None else timeout_millis / 1000)
         except ExportError as exc:
-            self.last_error = str(exc)
+            self.last_error = redact(str(exc))
             return MetricExportResult.FAILURE
         self.last_error = None
         if receipt.rejected or receipt.message:
@@ -246,5 +247,5 @@ def start_pushing(settings: OtlpSettings, registry: CollectorRegistry,
 
     pusher = MetricsPusher(registry, make_exporter(settings), build_resource(), genai=genai)
     log.info("pushing metrics every %g s over OTLP (%s) to %s", pusher.interval, settings.protocol,
-             settings.endpoint or "the exporter's default endpoint")
+             redact_url(settings.endpoint) if settings.endpoint else "the exporter's default endpoint")
     return pusher.start()

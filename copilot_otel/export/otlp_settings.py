@@ -16,6 +16,7 @@ from urllib.parse import urlparse
 from msgspec import Struct
 
 from ..base.parsing import ConfigError, parse_bool
+from ..base.redact import redact, redact_url
 from ..base.regular import check_regular, reason
 from ..base.structs import repr_without
 
@@ -56,17 +57,18 @@ def _check_headers(variable: str, value: str) -> None:
 
 def _check_endpoint(endpoint: str) -> None:
     """An OTLP endpoint must be an http(s) URL with a valid port."""
+    shown = redact_url(endpoint)
     example = "expected e.g. http://127.0.0.1:4317 (grpc) or http://127.0.0.1:4318 (http/protobuf)"
     try:
         parsed = urlparse(endpoint)
     except ValueError as exc:  # 'http://[::1' and the like
-        raise ConfigError(f"OTLP endpoint {endpoint!r} is not a valid URL ({exc}): {example}") from None
+        raise ConfigError(f"OTLP endpoint {shown!r} is not a valid URL ({redact(str(exc))}): {example}") from None
     if parsed.scheme not in ("http", "https") or not parsed.hostname:
-        raise ConfigError(f"OTLP endpoint {endpoint!r} is not a URL: {example}")
+        raise ConfigError(f"OTLP endpoint {shown!r} is not a URL: {example}")
     try:
         _ = parsed.port  # read to check it: a port that is no number, or out of range, raises
     except ValueError:
-        raise ConfigError(f"OTLP endpoint {endpoint!r} has an invalid port") from None
+        raise ConfigError(f"OTLP endpoint {shown!r} has an invalid port") from None
 
 
 def _protocol(env: Mapping[str, str], specific: str) -> str:

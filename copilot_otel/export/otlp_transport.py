@@ -21,6 +21,7 @@ from urllib.parse import urlparse
 
 from msgspec.structs import replace
 
+from ..base.redact import redact_url
 from ..base.regular import read_regular
 from ..version import __version__
 from .otlp_settings import ENV_OTLP_ENDPOINT, OtlpSettings
@@ -64,7 +65,7 @@ class HttpTransport:
 
     def __init__(self, settings: OtlpSettings, endpoint: str, signal: Signal) -> None:
         self.endpoint, self.signal, self.timeout = endpoint, signal, settings.timeout
-        self.description = f"{endpoint} ({settings.protocol})"
+        self.description = f"{redact_url(endpoint)} ({settings.protocol})"
         self._headers = {"Content-Type": PROTOBUF, "User-Agent": USER_AGENT, **dict(settings.headers)}
         self._gzip = settings.compression == "gzip"
         if self._gzip:
@@ -184,7 +185,7 @@ class GrpcTransport:
 
         self._grpc = grpc
         self.signal, self.timeout = signal, settings.timeout
-        self.description = f"{endpoint} ({settings.protocol})"
+        self.description = f"{redact_url(endpoint)} ({settings.protocol})"
         parsed = urlparse(endpoint)
         target = parsed.netloc or endpoint
         insecure = settings.insecure if settings.insecure is not None else parsed.scheme == "http"

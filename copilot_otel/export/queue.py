@@ -26,6 +26,7 @@ from typing import Callable, Iterable
 from msgspec import Struct, field
 
 from ..base.pause import PAUSE
+from ..base.redact import redact
 from .checkpoint import Checkpoint, FilePosition
 from .deadletter import DeadLetter
 from ..model.records import SpanRecord
@@ -238,7 +239,7 @@ class ExportQueue:
             wait = backoff.next(exc)
             if not isinstance(exc, RejectedError):
                 self.healthy = False
-                self.last_error = str(exc) or type(exc).__name__
+                self.last_error = redact(str(exc)) or type(exc).__name__
                 self._on_failed(len(part))
                 if isinstance(exc, ExportError):
                     log.warning("%s; %s", exc, retry_wait_reason(exc, wait))

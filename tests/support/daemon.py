@@ -54,8 +54,9 @@ class DaemonProcess:
         return view_token(self.state_dir, self.port)
 
     def page_url(self, path: str = "/") -> str:
-        """A page of the web view opened the way a user opens it: once with its token (it then sets a cookie)."""
-        return f"http://{LOOPBACK}:{self.port}{path}{'&' if '?' in path else '?'}token={self.token}"
+        """A page of the web view opened the way `copilot-otel open` opens it: with its token in the fragment
+        (the page keeps it in its origin's storage)."""
+        return f"http://{LOOPBACK}:{self.port}{path}#token={self.token}"
 
     def api_get(self, path: str, timeout: float = 30.0, headers: dict | None = None) -> bytes:
         """GET ``path`` of the web view with the token (Authorization: Bearer), as a script would."""
@@ -152,6 +153,14 @@ class DaemonProcess:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def one_session_daemon(root: Path, session_id: str, **start) -> DaemonProcess:
+    """A daemon (to start with ``with``) over a home in ``root`` holding one finished session, traces to a file."""
+    from tests.support.files import ended_session
+
+    ended_session(root / "home", session_id, **start)
+    return DaemonProcess(root / "home", root / "state", traces_file=root / "traces.jsonl")
 
 
 def view_token(state_dir: Path, port: int) -> str:
