@@ -279,7 +279,8 @@ class MetricsServer:
     async def _healthz(self, request: web.Request) -> web.Response:
         ok, detail = self._health()
         # Anyone on the machine may read /healthz: no endpoint's password or key in it, whatever said it.
-        return web.Response(status=200 if ok else 503, text=redact(detail) + "\n", headers={"Cache-Control": "no-store"})
+        return web.Response(status=200 if ok else 503, text=redact(detail) + "\n",
+                            headers={"Cache-Control": "no-store"})
 
     def _count(self, reason: str) -> None:
         self._errors.labels(reason).inc()
