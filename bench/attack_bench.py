@@ -32,13 +32,13 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import bench_daemon, cpu_seconds, machine, median, percentile  # noqa: E402
+from _common import bench_daemon, cpu_seconds, machine, median, percentile
 
-from tests.support.biglog import grow  # noqa: E402  (_common put the repository on sys.path)
-from tests.support.events import SessionLog  # noqa: E402
-from tests.support.files import append, new_session  # noqa: E402
-from tests.support.net import wait_until  # noqa: E402
-from tests.support.scrape import parse, value  # noqa: E402
+from tests.support.biglog import grow  # _common put the repository on sys.path
+from tests.support.events import SessionLog
+from tests.support.files import append, new_session
+from tests.support.net import wait_until
+from tests.support.scrape import parse, value
 
 STORED = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "cli" / "1.0.102"
 

@@ -32,12 +32,12 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable
+from collections.abc import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import add_daemon_options, bench_daemon, cpu_seconds, machine, median, percentile  # noqa: E402
+from _common import add_daemon_options, bench_daemon, cpu_seconds, machine, median, percentile
 
-from tests.support.scrape import by_label  # noqa: E402  (_common put the repository on sys.path)
+from tests.support.scrape import by_label  # _common put the repository on sys.path
 
 
 def raise_own_fd_limit(needed: int) -> int:

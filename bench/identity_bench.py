@@ -23,10 +23,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from copilot_otel import identity, tail as tail_module  # noqa: E402
-from copilot_otel.model.sessions import READ_TYPES  # noqa: E402
-from copilot_otel.source.tail import FileTail  # noqa: E402
-from tests.support.biglog import grow  # noqa: E402
+from copilot_otel import identity, tail as tail_module
+from copilot_otel.model.sessions import READ_TYPES
+from copilot_otel.source.tail import FileTail
+from tests.support.biglog import grow
 
 SOURCE = next(Path(__file__).resolve().parent.parent.joinpath(
     "tests/fixtures/cli/1.0.102/subagent/session-state").glob("*/events.jsonl"))

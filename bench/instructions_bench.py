@@ -38,8 +38,8 @@ from pathlib import Path
 from types import SimpleNamespace
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import DEFAULT_SOURCE, bytecode_env, copilot_otel_bin, machine, median  # noqa: E402
-from corpus import synthesize  # noqa: E402
+from _common import DEFAULT_SOURCE, bytecode_env, copilot_otel_bin, machine, median
+from corpus import synthesize
 
 BASELINE = """
 import json, sys

@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import bytecode_env, machine  # noqa: E402
-from instructions_bench import callgrind  # noqa: E402
+from _common import bytecode_env, machine
+from instructions_bench import callgrind
 
 FORMATS = {"text": "", "openmetrics": "application/openmetrics-text;version=1.0.0"}
 
@@ -36,7 +35,7 @@ def render(encoder_kind: str, accept: str, renders: int) -> None:
 
     disable_created_series()
     metrics = Metrics(resource={"service.name": "copilot-otel"})
-    metrics.add_live_sessions(lambda: [])
+    metrics.add_live_sessions(list)
 
     def calls(names: list[str], n: int) -> None:
         exemplar = {"trace_id": f"{n:032x}", "span_id": f"{n:016x}"}

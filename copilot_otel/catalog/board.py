@@ -8,7 +8,8 @@ from __future__ import annotations
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Iterable, Mapping, NamedTuple
+from collections.abc import Iterable, Mapping
+from typing import NamedTuple
 
 from msgspec import Struct
 

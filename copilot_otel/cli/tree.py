@@ -123,7 +123,7 @@ class Layout:
 class SafeLine(Text):
     """One line of the tree: text appended to it is escaped for the terminal (and, as rich Text, never markup)."""
 
-    def append(self, text, style=None) -> "SafeLine":
+    def append(self, text, style=None) -> SafeLine:
         super().append(safe(text) if isinstance(text, str) else text, style)
         return self
 

@@ -17,7 +17,8 @@ from pathlib import Path
 from stat import S_ISREG
 from types import MappingProxyType
 from functools import partial
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from msgspec.structs import replace
 

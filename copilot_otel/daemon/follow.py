@@ -106,7 +106,7 @@ class Follower(Struct):
     @classmethod
     def start(cls, path: Path, options: ModelOptions, *, max_line_bytes: int, restored: FilePosition | None = None,
               skip_history: bool = False, pids: list[int] | None = None, within: Path | None = None,
-              generation: int = 0, history: bool = False) -> "Follower":
+              generation: int = 0, history: bool = False) -> Follower:
         """Follow ``path`` from its checkpoint (``restored``, perhaps committed at another path: a moved log),
         from its end (``skip_history``), or from the start.
 

@@ -13,7 +13,8 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
-from typing import Mapping, Protocol, TypeVar
+from collections.abc import Mapping
+from typing import Protocol, TypeVar
 
 from ..export.checkpoint import FilePosition
 from ..source.sources import session_id_of

@@ -7,7 +7,8 @@ the session model keys on are lifted out of ``data``; everything else stays in
 
 from __future__ import annotations
 
-from typing import Any, Mapping, final
+from collections.abc import Mapping
+from typing import Any, final
 
 from msgspec import Struct
 

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import re
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from functools import lru_cache
 from types import MappingProxyType
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 import msgspec
 import orjson
@@ -29,13 +30,13 @@ INTERNAL_ERROR = "internal_error"  # an event the session model could not apply 
 REASONS = (NOT_JSON, INVALID_UTF8, NOT_OBJECT, BAD_TYPE, BAD_TIMESTAMP, BAD_DATA, TOO_LONG, NUL_BYTE, DUPLICATE_ID,
            INTERNAL_ERROR)
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 @lru_cache(maxsize=4096)
 def _whole_seconds(prefix: str) -> int:
     """Epoch seconds of a 'YYYY-MM-DDTHH:MM:SS' prefix read as UTC (cached: events share seconds)."""
-    return int((datetime.fromisoformat(prefix).replace(tzinfo=timezone.utc) - _EPOCH).total_seconds())
+    return int((datetime.fromisoformat(prefix).replace(tzinfo=UTC) - _EPOCH).total_seconds())
 
 
 def parse_timestamp(value: object) -> int | None:

@@ -8,7 +8,8 @@ a :class:`Receipt`: spans the destination accepted and dropped all the same (OTL
 
 from __future__ import annotations
 
-from typing import Protocol, Sequence, runtime_checkable
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
 
 from msgspec import Struct
 

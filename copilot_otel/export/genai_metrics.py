@@ -9,7 +9,8 @@ from __future__ import annotations
 import math
 import threading
 from bisect import bisect_left
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from msgspec import Struct, field
 

@@ -11,7 +11,8 @@ import logging
 import re
 import time
 from bisect import bisect_left
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from msgspec import Struct
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -374,14 +375,14 @@ class Metrics:
 
         self.apply_all((Outputs(metrics=[update]),))
 
-    def apply_outputs(self, out: "Outputs") -> None:
+    def apply_outputs(self, out: Outputs) -> None:
         """Count what one drive of the pipeline produced: metric updates, events, rejected lines.
 
         Counter increments of the same series are added up first (a backlog holds thousands), with the
         last one's span as the exemplar: a series keeps only its latest exemplar anyway."""
         self.apply_all((out,))
 
-    def apply_all(self, outs: Iterable["Outputs"]) -> None:
+    def apply_all(self, outs: Iterable[Outputs]) -> None:
         """Count what several drives produced (the logs one pass of the daemon read), leaving every series as
         apply_outputs of each in turn would: the same increments in the same order, and on each series (each
         bucket of a histogram) the same last exemplar. Only that last one is given, since each exemplar given

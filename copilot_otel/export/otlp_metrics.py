@@ -21,7 +21,8 @@ import math
 import os
 import threading
 import time
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from opentelemetry.sdk.metrics import Exemplar
 from opentelemetry.sdk.metrics.export import (AggregationTemporality, Gauge, Histogram, HistogramDataPoint,
@@ -213,7 +214,7 @@ class MetricsPusher:
             log.warning("%s; the next push sends the totals again", why or "OTLP metrics export failed")
         return ok
 
-    def start(self) -> "MetricsPusher":
+    def start(self) -> MetricsPusher:
         """Push every ``interval`` seconds on a thread of its own."""
         self._thread = threading.Thread(target=self._run, name="copilot-otel-metrics-push", daemon=True)
         self._thread.start()

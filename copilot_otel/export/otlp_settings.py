@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import os
 from pathlib import Path
-from typing import Mapping
+from collections.abc import Mapping
 from urllib.parse import urlparse
 
 from msgspec import Struct
@@ -118,7 +118,7 @@ class OtlpSettings(Struct, frozen=True):
         return repr_without(self, "headers")
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> "OtlpSettings":
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> OtlpSettings:
         """Read the standard OTEL_EXPORTER_OTLP_* variables, validated."""
         env = os.environ if environ is None else environ
         exporters = [e.strip().lower() for e in env.get(ENV_TRACES_EXPORTER, "").split(",") if e.strip()]
@@ -131,7 +131,7 @@ class OtlpSettings(Struct, frozen=True):
         return cls._of_signal(env, ENV_OTLP_TRACES_ENDPOINT, ENV_OTLP_TRACES_PROTOCOL, ENV_OTLP_TRACES_HEADERS)
 
     @classmethod
-    def metrics_from_env(cls, environ: Mapping[str, str] | None = None) -> "OtlpSettings | None":
+    def metrics_from_env(cls, environ: Mapping[str, str] | None = None) -> OtlpSettings | None:
         """Where metrics are pushed when OTEL_METRICS_EXPORTER names otlp (None: they are not), from the
         standard OTEL_EXPORTER_OTLP_(METRICS_)* variables. Prometheus pull (/metrics) is always served."""
         env = os.environ if environ is None else environ
@@ -146,7 +146,7 @@ class OtlpSettings(Struct, frozen=True):
 
     @classmethod
     def _of_signal(cls, env: Mapping[str, str], endpoint_variable: str, protocol_variable: str,
-                   headers_variable: str) -> "OtlpSettings":
+                   headers_variable: str) -> OtlpSettings:
         """One signal's settings: its own variables, else the generic OTEL_EXPORTER_OTLP_* ones, validated."""
         endpoint = env.get(endpoint_variable) or env.get(ENV_OTLP_ENDPOINT) or None
         protocol = _protocol(env, protocol_variable)

@@ -11,7 +11,7 @@ not to the request. What each answer means: otlp_answers.py.
 from __future__ import annotations
 
 import logging
-from typing import Sequence
+from collections.abc import Sequence
 
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import Event as OTelEvent

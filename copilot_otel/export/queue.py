@@ -21,7 +21,7 @@ import logging
 import threading
 import time
 from collections import deque
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 from msgspec import Struct, field
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import TYPE_CHECKING, Any, Mapping
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 from ..version import __version__
@@ -67,7 +68,7 @@ def _from_sdk() -> dict[str, Any]:
     return attributes
 
 
-def build_resource() -> "Resource":
+def build_resource() -> Resource:
     """Our resource as the SDK's Resource (OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES honoured)."""
     from opentelemetry.sdk.resources import Resource
 

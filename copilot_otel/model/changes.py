@@ -9,7 +9,8 @@ is not counted twice.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from .openwork import Outbox
 from ..decode.payloads import as_int
@@ -21,7 +22,7 @@ _LINE_KEYS = (("linesAdded", LINES_ADDED), ("linesRemoved", LINES_REMOVED))
 class CodeChanges:
     """copilot_code_lines_total{change} and copilot_files_modified_total of one session."""
 
-    __slots__ = ("out", "lines", "process_lines", "files", "file_count")
+    __slots__ = ("file_count", "files", "lines", "out", "process_lines")
 
     def __init__(self, out: Outbox) -> None:
         self.out = out

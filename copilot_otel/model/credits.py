@@ -7,7 +7,8 @@ totals exactly. A call that reported no amount is counted apart, by status, neve
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from .openwork import OpenSpan, Outbox, Totals
 from .summary import Tally

@@ -9,7 +9,8 @@ holds the one guard that turns a bug of the model into a skipped event, never a 
 from __future__ import annotations
 
 import logging
-from typing import Callable, Iterable, Protocol
+from collections.abc import Callable, Iterable
+from typing import Protocol
 
 from msgspec import Struct, field
 

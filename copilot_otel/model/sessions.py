@@ -11,7 +11,7 @@ Tools and sub-agents are kept by :class:`~copilot_otel.model.tools.ToolBook`, LL
 from __future__ import annotations
 
 from msgspec.structs import replace
-from typing import Callable
+from collections.abc import Callable
 
 from . import attrs as A
 from . import spanattrs

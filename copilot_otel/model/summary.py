@@ -96,7 +96,7 @@ def credits_text(nano_aiu: int, status: str | None = None) -> str:
     return text + "+" if status in ("partial", "unavailable") else text
 
 
-def make_summary(session_id: str, state: str, ended: str | None, facts: "SessionFacts", tally: Tally,
+def make_summary(session_id: str, state: str, ended: str | None, facts: SessionFacts, tally: Tally,
                  last_event_ns: int, waiting: tuple[str | None, int], *, running_tools: int = 0,
                  confirms: str | None = None, cut_off_end: str | None = None,
                  asking: tuple[str, int] | None = None) -> SessionSummary:

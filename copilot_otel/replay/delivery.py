@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import random
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from .batches import Batch, ReplayStats
 from ..config import DEFAULT_GIVE_UP_AFTER
@@ -185,7 +185,7 @@ class ReplaySender:
         self.on_delivered(batch)
 
 
-def _attempt(action: Callable[[], None], waits: "_Waits") -> bool:
+def _attempt(action: Callable[[], None], waits: _Waits) -> bool:
     """Run ``action``; False (after waiting) if it failed in a way worth another try."""
     try:
         action()

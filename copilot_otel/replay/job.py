@@ -12,7 +12,7 @@ import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from collections.abc import Iterator
 
 from msgspec import Struct, field
 
@@ -59,7 +59,7 @@ class Outcome(Struct):
 class _Quiet:
     """No progress display (not a terminal): rich is not even imported."""
 
-    def __enter__(self) -> "_Quiet":
+    def __enter__(self) -> _Quiet:
         return self
 
     def __exit__(self, *exc_info) -> None:

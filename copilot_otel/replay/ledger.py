@@ -28,7 +28,7 @@ import logging
 import os
 import sqlite3
 from pathlib import Path
-from typing import Iterable
+from collections.abc import Iterable
 
 from msgspec import Struct
 

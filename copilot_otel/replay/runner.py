@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 from dataclasses import dataclass
-from typing import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from msgspec import Struct, field
 import orjson
@@ -35,8 +35,19 @@ from ..base.workers import MAX_WORKERS, WorkerPool, available_cpus
 
 log = logging.getLogger(__name__)
 
-__all__ = ["EVENTS_FILE", "SESSION_STATE", "SourceError", "find_event_files", "resolve", "session_id_of",
-           "Batch", "ReplayStats", "replay_files", "replay_stream", "replay_session"]
+__all__ = [
+    "EVENTS_FILE",
+    "SESSION_STATE",
+    "Batch",
+    "ReplayStats",
+    "SourceError",
+    "find_event_files",
+    "replay_files",
+    "replay_session",
+    "replay_stream",
+    "resolve",
+    "session_id_of",
+]
 
 BATCH = 512
 # Files per unit of work, in one process or spread over several; a request never holds spans of

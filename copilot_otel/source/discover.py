@@ -82,7 +82,7 @@ class Tree:
 
 
 class _Handler(FileSystemEventHandler):
-    def __init__(self, discoverer: "Discoverer") -> None:
+    def __init__(self, discoverer: Discoverer) -> None:
         self._discoverer = discoverer
 
     def on_any_event(self, event: FileSystemEvent) -> None:

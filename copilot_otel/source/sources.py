@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import stat
 from pathlib import Path
-from typing import Iterable
+from collections.abc import Iterable
 
 EVENTS_FILE = "events.jsonl"
 SESSION_STATE = "session-state"

@@ -79,7 +79,7 @@ def named(summary: SessionSummary, folder: Path, *, capture: bool = False) -> Se
 class NameCache:
     """The name of one session folder, read again only when its workspace.yaml changed (a stat per ask)."""
 
-    __slots__ = ("_key", "name", "capture")
+    __slots__ = ("_key", "capture", "name")
 
     def __init__(self, capture: bool = False) -> None:
         self._key: tuple[int, int, int] | None = None

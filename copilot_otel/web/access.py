@@ -31,7 +31,7 @@ import secrets
 import socket
 import stat
 from pathlib import Path
-from typing import Awaitable, Callable
+from collections.abc import Awaitable, Callable
 
 import orjson
 from aiohttp import web

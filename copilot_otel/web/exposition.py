@@ -16,7 +16,8 @@ is rendered whole by the library, every time. Only the lines of the last render 
 from __future__ import annotations
 
 import copy
-from typing import Any, Callable, Iterable, cast
+from collections.abc import Callable, Iterable
+from typing import Any, cast
 
 from prometheus_client.registry import Collector
 

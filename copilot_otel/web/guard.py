@@ -25,7 +25,8 @@ import sys
 import threading
 import time
 import weakref
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from aiohttp import web
 from aiohttp.http import HttpProcessingError
@@ -37,7 +38,7 @@ REASONS = ("bad_request", "header_timeout", "header_too_large", "write_timeout",
            "connection_refused", "render_busy", "handler_error", "loop_error", "host_refused", "unauthorized",
            "auth_busy", "peer_refused")
 
-_counters: "weakref.WeakKeyDictionary[CollectorRegistry, Counter]" = weakref.WeakKeyDictionary()
+_counters: weakref.WeakKeyDictionary[CollectorRegistry, Counter] = weakref.WeakKeyDictionary()
 _counters_lock = threading.Lock()
 
 
@@ -96,7 +97,7 @@ class Connections:
         """
         return lambda: _Connection(self, make_protocol(), admit)
 
-    def opened(self, conn: "_Connection") -> bool:
+    def opened(self, conn: _Connection) -> bool:
         """Admit a new connection, at the cap closing the longest idle one; False to refuse it."""
         if len(self._open) >= self.limit:
             oldest = next(iter(self._idle), None)
@@ -110,11 +111,11 @@ class Connections:
         self._idle[conn] = None
         return True
 
-    def closed(self, conn: "_Connection") -> None:
+    def closed(self, conn: _Connection) -> None:
         self._open.pop(conn.protocol, None)
         self._idle.pop(conn, None)
 
-    def busy(self, conn: "_Connection", busy: bool) -> None:
+    def busy(self, conn: _Connection, busy: bool) -> None:
         if conn.protocol not in self._open:
             return
         self._idle.pop(conn, None)
@@ -154,7 +155,7 @@ class Connections:
 class _Connection(asyncio.Protocol):
     """aiohttp's protocol for one connection, plus the request-head deadline and size cap."""
 
-    __slots__ = ("_table", "protocol", "_admit", "_transport", "_deadline", "_head_bytes", "_busy", "_admitted")
+    __slots__ = ("_admit", "_admitted", "_busy", "_deadline", "_head_bytes", "_table", "_transport", "protocol")
 
     def __init__(self, table: Connections, protocol: asyncio.Protocol,
                  admit: Callable[[Any], str | None] | None = None) -> None:

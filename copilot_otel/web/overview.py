@@ -13,7 +13,8 @@ from __future__ import annotations
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Hashable, Protocol
+from collections.abc import Callable, Hashable
+from typing import TYPE_CHECKING, Protocol
 
 from ..catalog.board import Board, Live, make_board
 from ..config import DEFAULT_MAX_LINE_BYTES, Config

@@ -19,7 +19,8 @@ import logging
 import time
 from itertools import islice
 from pathlib import Path
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import orjson
 from aiohttp import web

@@ -19,7 +19,7 @@ import os
 import socket
 import threading
 from pathlib import Path
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry

@@ -22,7 +22,7 @@ import logging
 import socket
 import struct
 import time
-from typing import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 
 from aiohttp import web
 from aiohttp.abc import AbstractStreamWriter
@@ -46,7 +46,7 @@ class Pieces(Payload):
     """A body of ``size`` bytes made from ``pieces`` (an iterator) as the client reads it; ``busy``
     is told when the writing begins and ends."""
 
-    def __init__(self, pieces: Iterable[bytes], size: int, content_type: str, busy: "Releaser") -> None:
+    def __init__(self, pieces: Iterable[bytes], size: int, content_type: str, busy: Releaser) -> None:
         super().__init__(iter(pieces), content_type=content_type)
         self._size = size
         self._busy = busy
@@ -118,8 +118,8 @@ class EventStream:
             raise Gone from None
 
 
-async def serve_stream(request: web.Request, changes: "Changes",
-                       push: Callable[["EventStream", Board], Awaitable[bool]]) -> web.StreamResponse:
+async def serve_stream(request: web.Request, changes: Changes,
+                       push: Callable[[EventStream, Board], Awaitable[bool]]) -> web.StreamResponse:
     """Server-Sent Events until the client goes: ``push(stream, board)`` when the board moved (at most every
     MIN_PUSH s), or at once when it said there is more to send (True); a comment after HEARTBEAT s of silence."""
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "X-Accel-Buffering": "no",

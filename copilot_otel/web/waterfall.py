@@ -20,7 +20,7 @@ import threading
 import time
 from collections import Counter, OrderedDict
 from pathlib import Path
-from typing import Iterator
+from collections.abc import Iterator
 
 from msgspec import Struct
 import orjson
@@ -73,7 +73,7 @@ class Page(Struct, frozen=True):
         """(token, index) to ask from next time."""
         return self.head["token"], self.head["next"]
 
-    def split(self, max_spans: int = PAGE_SPANS, max_bytes: int = PAGE_BYTES) -> list["Page"]:
+    def split(self, max_spans: int = PAGE_SPANS, max_bytes: int = PAGE_BYTES) -> list[Page]:
         """This page as pages of at most ``max_spans`` finished spans and ``max_bytes`` of their JSON (but one
         span at least each; at least one page)."""
         first, total = self.head["from"], len(self.spans)

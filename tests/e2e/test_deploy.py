@@ -75,7 +75,7 @@ def test_dashboard_ids_are_unique_and_grid_positions_valid():
         pos = panel["gridPos"]
         assert set(pos) == {"x", "y", "w", "h"}, panel["title"]
         assert all(isinstance(value, int) for value in pos.values()), panel["title"]
-        assert 0 <= pos["x"] and 1 <= pos["w"] and pos["x"] + pos["w"] <= 24, panel["title"]
+        assert pos["x"] >= 0 and pos["w"] >= 1 and pos["x"] + pos["w"] <= 24, panel["title"]
         assert pos["y"] >= 0 and pos["h"] >= 1, panel["title"]
         for x in range(pos["x"], pos["x"] + pos["w"]):
             for y in range(pos["y"], pos["y"] + pos["h"]):

@@ -22,6 +22,7 @@ from tests.support.files import append, new_session
 from tests.support.net import wait_until, wait_until_steady
 from tests.support.scrape import value
 from tests.support.viewclient import EventStream, get_json, send_get
+from datetime import UTC
 
 REAL = Path(__file__).resolve().parents[1] / "fixtures" / "cli" / "1.0.102" / "multi_turn"
 BIG_SPANS = 2 * PAGE_SPANS + 500  # three answers' worth
@@ -185,9 +186,9 @@ def _spans_after(stream: EventStream, since: int) -> int:
 
 
 def _now():
-    from datetime import datetime, timezone
+    from datetime import datetime
 
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 def test_the_sessions_stream_sends_a_page_only_when_it_changed(tmp_path):

@@ -122,7 +122,7 @@ class ApiRequest:
 
 
 class _ApiHandler(_Handler):
-    server: "object"
+    server: object
 
     def end_headers(self) -> None:
         # Every GitHub response carries a request id; CLIs treat an error without one as a

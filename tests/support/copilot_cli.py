@@ -23,7 +23,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from tests.support.provider import MODEL, MULTI_VIEW_NAME, MULTI_VIEW_TEXT, marker  # conftest puts the repo on sys.path
 

@@ -78,7 +78,7 @@ class DaemonProcess:
             argv += ["--traces-file", str(self.traces_file)]
         return argv
 
-    def start(self, timeout: float = 20.0) -> "DaemonProcess":
+    def start(self, timeout: float = 20.0) -> DaemonProcess:
         """Start it and wait until /healthz answers."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab")  # noqa: SIM115 - the daemon's log, open while it runs
@@ -148,7 +148,7 @@ class DaemonProcess:
     def kill9(self) -> None:
         self.stop(signal.SIGKILL)
 
-    def __enter__(self) -> "DaemonProcess":
+    def __enter__(self) -> DaemonProcess:
         return self.start()
 
     def __exit__(self, *exc) -> None:

@@ -12,7 +12,8 @@ import pickle
 import select
 import signal
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 NOBODY = 65534
 NOGROUP = 65534

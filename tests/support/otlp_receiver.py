@@ -70,7 +70,8 @@ import time
 from concurrent import futures
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import grpc
 from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2, metrics_service_pb2_grpc
@@ -82,14 +83,14 @@ from tests.support.net import free_ports
 
 __all__ = [
     "OtlpReceiver",
-    "ReceivedSpan",
     "ReceivedEvent",
     "ReceivedLink",
     "ReceivedMetric",
     "ReceivedPoint",
+    "ReceivedSpan",
     "ReceiverError",
-    "rotel_agent_path",
     "decode_any_value",
+    "rotel_agent_path",
 ]
 
 LOOPBACK = "127.0.0.1"
@@ -301,7 +302,7 @@ class _Sink(trace_service_pb2_grpc.TraceServiceServicer):
         self.spans: list[ReceivedSpan] = []
         self.metrics: list[ReceivedMetric] = []  # by _MetricsSink
 
-    def Export(self, request, context):  # noqa: N802 (grpc naming)
+    def Export(self, request, context):
         spans = spans_from_request(request)
         with self.cond:
             self.requests.append(request)
@@ -316,7 +317,7 @@ class _MetricsSink(metrics_service_pb2_grpc.MetricsServiceServicer):
     def __init__(self, sink: _Sink) -> None:
         self.sink = sink
 
-    def Export(self, request, context):  # noqa: N802 (grpc naming)
+    def Export(self, request, context):
         metrics = metrics_from_request(request)
         with self.sink.cond:
             self.sink.metrics.extend(metrics)
@@ -377,7 +378,7 @@ def _agent_env() -> dict[str, str]:
     return env
 
 
-_live: "set[OtlpReceiver]" = set()
+_live: set[OtlpReceiver] = set()
 _live_lock = threading.Lock()
 
 
@@ -467,14 +468,14 @@ class OtlpReceiver(LoopbackEndpoints):
 
     # ---------------------------------------------------------------- lifecycle
 
-    def __enter__(self) -> "OtlpReceiver":
+    def __enter__(self) -> OtlpReceiver:
         self.start()
         return self
 
     def __exit__(self, *exc: Any) -> None:
         self.stop()
 
-    def start(self) -> "OtlpReceiver":
+    def start(self) -> OtlpReceiver:
         """Start the sink and Rotel on new free ports. Returns self."""
         with self._lock:
             if self._server is not None:
@@ -543,7 +544,7 @@ class OtlpReceiver(LoopbackEndpoints):
         self.up()
 
     @contextlib.contextmanager
-    def outage(self, graceful: bool = True) -> Iterator["OtlpReceiver"]:
+    def outage(self, graceful: bool = True) -> Iterator[OtlpReceiver]:
         """``with rx.outage(): ...`` - backend down inside the block, up again after it."""
         self.down(graceful=graceful)
         try:
@@ -569,7 +570,7 @@ class OtlpReceiver(LoopbackEndpoints):
             self._paused = False
 
     @contextlib.contextmanager
-    def hung(self) -> Iterator["OtlpReceiver"]:
+    def hung(self) -> Iterator[OtlpReceiver]:
         """``with rx.hung(): ...`` - backend unresponsive inside the block."""
         self.pause()
         try:

@@ -36,7 +36,7 @@ class Prometheus:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self) -> "Prometheus":
+    def start(self) -> Prometheus:
         binary = require_tool("prometheus", "prometheus")
         self.workdir.mkdir(parents=True, exist_ok=True)
         config = self.workdir / "prometheus.yml"
@@ -98,7 +98,7 @@ class Prometheus:
                 os.kill(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(timeout=5)
 
-    def __enter__(self) -> "Prometheus":
+    def __enter__(self) -> Prometheus:
         return self.start()
 
     def __exit__(self, *exc) -> None:

@@ -40,7 +40,7 @@ import threading
 import time
 from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Callable
+from collections.abc import Callable
 
 MODEL = "test-model"
 THREAD_PREFIX = "scripted-provider"  # names of the server's threads (serving + per request)
@@ -84,7 +84,7 @@ def behaviour_of(body: dict, default: str = "normal") -> tuple[str, int | None]:
     return found.group(1), int(found.group(2)) if found.group(2) else None
 
 
-def response_id(behaviour: str, arg: int | None, ctx: "Ctx | None") -> str:
+def response_id(behaviour: str, arg: int | None, ctx: Ctx | None) -> str:
     """The completion id a behaviour gives a step (normal: completion_id)."""
     if behaviour == "reuse_ids":
         return REUSED_ID
@@ -649,7 +649,7 @@ class Served:
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
-    server: "_Server"
+    server: _Server
 
     def log_message(self, *args) -> None:  # quiet
         pass
@@ -801,7 +801,7 @@ class _Server(ThreadingHTTPServer):
     # a request still finishing its reply is not left running after the with block.
     daemon_threads = True
     allow_reuse_address = True
-    owner: "ScriptedProvider"
+    owner: ScriptedProvider
 
     def process_request(self, request, client_address) -> None:
         """One thread per request, as ThreadingMixIn does, remembered so that close() can join it."""
@@ -834,7 +834,7 @@ class ScriptedProvider:
         self.served: list[Served] = []
 
     # lifecycle -----------------------------------------------------------------------
-    def start(self) -> "ScriptedProvider":
+    def start(self) -> ScriptedProvider:
         if self._server is not None:
             return self
         server = _Server(self._addr, self.handler_class)
@@ -862,7 +862,7 @@ class ScriptedProvider:
         with self._lock:
             return [t for t in (self._thread, *self._requests) if t is not None]
 
-    def __enter__(self) -> "ScriptedProvider":
+    def __enter__(self) -> ScriptedProvider:
         return self.start()
 
     def __exit__(self, *exc) -> None:

@@ -4,7 +4,7 @@ import ast
 import re
 import sys
 import tomllib
-from functools import lru_cache
+from functools import cache
 from importlib import metadata
 from pathlib import Path
 
@@ -39,12 +39,12 @@ def _imports() -> dict[str, set[str]]:
     return found
 
 
-@lru_cache(maxsize=None)
+@cache
 def _files_of(dist: str) -> tuple[str, ...]:
     return tuple(str(f) for f in metadata.distribution(dist).files or ())
 
 
-@lru_cache(maxsize=None)
+@cache
 def _distributions_of() -> dict[str, list[str]]:
     return metadata.packages_distributions()
 
