@@ -159,8 +159,8 @@ def tool_flood(work: Path, tools: int, *, checkout: Path | None = None) -> dict[
           f"{value(samples, 'copilot_otel_label_overflow_total', label='tool'):.0f}")
     print(f"  /metrics while it arrives: {len(times)} scrapes, max {max(sizes) / 1024:.0f} KiB, "
           f"p50 {median(times) * 1000:.1f} ms, p99 {percentile(times, 99) * 1000:.1f} ms")
-    print(f"  /metrics after: {len(after[-1][1]) / 1024:.0f} KiB (target < 1 MB), p50 {median(after_times) * 1000:.1f} ms, "
-          f"p99 {percentile(after_times, 99) * 1000:.1f} ms (target < 50)")
+    print(f"  /metrics after: {len(after[-1][1]) / 1024:.0f} KiB (target < 1 MB), "
+          f"p50 {median(after_times) * 1000:.1f} ms, p99 {percentile(after_times, 99) * 1000:.1f} ms (target < 50)")
     return {"read_s": read_s, "p50_ms": median(times) * 1000, "p99_ms": percentile(times, 99) * 1000,
             "after_p99_ms": percentile(after_times, 99) * 1000, "peak_mib": peak}
 
@@ -222,7 +222,8 @@ def junk_flood(work: Path, mbps: float, seconds: float) -> None:
     print(f"flood: junk at {mbps:.0f} MB/s for {seconds:.0f} s ({written[0] / 1e6:.0f} MB) beside a normal session")
     print(f"  normal session, append to span on disk: {len(delays)} probes, p50 {median(delays) * 1000:.0f} ms, "
           f"p99 {percentile(delays, 99) * 1000:.0f} ms, max {max(delays) * 1000:.0f} ms (target p99 < 1 s)")
-    print(f"  daemon: {rejected * 1001 / 1e6:.0f} MB of the junk read meanwhile, CPU {cpu:.1f} s, peak RSS {peak:.0f} MiB")
+    print(f"  daemon: {rejected * 1001 / 1e6:.0f} MB of the junk read meanwhile, CPU {cpu:.1f} s, "
+          f"peak RSS {peak:.0f} MiB")
 
 
 def main() -> None:
@@ -233,7 +234,8 @@ def main() -> None:
     parser.add_argument("--flood-mbps", type=float, default=10.0)
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--daemon-arg", action="append", default=[],
-                        help="extra argument for `copilot-otel run` (repeatable), e.g. --daemon-arg=--max-label-values=100")
+                        help="extra argument for `copilot-otel run` (repeatable), "
+                             "e.g. --daemon-arg=--max-label-values=100")
     args = parser.parse_args()
     DAEMON_ARGS.extend(args.daemon_arg)
     parts = args.only or ["big-log", "tools", "flood"]

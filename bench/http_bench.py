@@ -4,8 +4,8 @@ Starts the real daemon (`copilot-otel run`, an empty COPILOT_HOME unless --copil
 given, on a free loopback port), times --scrapes GETs of /metrics and of /healthz with no
 other client, then opens --connections connections that each send the start of a request
 line ("GET /metr") and stop, and times the same GETs again while they are open, opening a new
-one for each the server closes (up to a tenth of them before every tenth GET). Each GET is a new connection, as a scraper without
-keep-alive makes. Prints p50/p99/max per path, the
+one for each the server closes (up to a tenth of them before every tenth GET). Each GET is a new connection, as a
+scraper without keep-alive makes. Prints p50/p99/max per path, the
 daemon's CPU (utime+stime from /proc/<pid>/stat) while the idle connections are held and
 while the scrapes run, its open descriptors and threads, and its
 copilot_otel_http_errors_total. The server closes half-sent connections at its header

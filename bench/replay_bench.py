@@ -186,7 +186,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  subprocess ratio per round: {', '.join(f'{x / y:.2f}' for x, y in zip(sub_t, base_t))} "
                   f"(median {s / b:.2f}; issue 25's target <= 1.0: {'met' if s / b <= 1.0 else 'MISSED'})")
             one = files[0].parent
-            for label, argv in (("replay of one session", ["replay", str(one), "--traces-file", str(work / "one.jsonl")]),
+            for label, argv in (("replay of one session", ["replay", str(one), "--traces-file",
+                                                           str(work / "one.jsonl")]),
                                 ("inspect of one session", ["inspect", str(one)]),
                                 ("copilot-otel --help", ["--help"])):
                 wall = median([timed_command(argv, env) for _ in range(5)])

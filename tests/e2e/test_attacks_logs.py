@@ -31,7 +31,8 @@ from tests.support.otlp_json import read_spans
 from tests.support.scrape import value
 from tests.support.spans import expected_keys, spans_now, wait_for_keys
 
-FIXTURE = next(Path(__file__).resolve().parents[1].joinpath("fixtures/cli/1.0.102/multi_turn/session-state").glob("*/events.jsonl"))
+FIXTURE = next(Path(__file__).resolve().parents[1].joinpath("fixtures/cli/1.0.102/multi_turn/session-state")
+               .glob("*/events.jsonl"))
 FAST = ("--idle-quiet", "0.3", "--rescan-interval", "1")
 _TIMESTAMP = re.compile(rb'"timestamp":"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3})Z"')
 
@@ -181,7 +182,8 @@ def test_a_log_replaced_by_another_sessions_log_is_a_new_generation(tmp_path):
     home, traces = tmp_path / "home", tmp_path / "traces.jsonl"
     path = new_session(home, "replaced")
     path.write_bytes(FIXTURE.read_bytes())
-    other = next(Path(__file__).resolve().parents[1].joinpath("fixtures/cli/1.0.102/autopilot/session-state").glob("*/events.jsonl"))
+    other = next(Path(__file__).resolve().parents[1].joinpath("fixtures/cli/1.0.102/autopilot/session-state")
+                 .glob("*/events.jsonl"))
     with DaemonProcess(home, tmp_path / "state", traces_file=traces, args=FAST) as daemon:
         before = wait_for_keys(traces, expected_keys([path]))
         fresh = path.with_name(".fresh")

@@ -248,7 +248,8 @@ def bind_mounts(service: dict) -> dict[str, dict]:
 def test_grafana_provisioning_matches_the_compose_stack():
     """Datasources point at the compose services; the dashboard provider reads
     the folder the compose file mounts; the home dashboard exists there."""
-    datasources = {ds["uid"]: ds for ds in load_yaml(DEPLOY / "grafana/provisioning/datasources/copilot-otel.yml")["datasources"]}
+    datasources = {ds["uid"]: ds
+                   for ds in load_yaml(DEPLOY / "grafana/provisioning/datasources/copilot-otel.yml")["datasources"]}
     assert datasources["prometheus"]["type"] == "prometheus"
     assert datasources["prometheus"]["url"] == "http://prometheus:9090"
     assert datasources["prometheus"]["isDefault"] is True
@@ -326,7 +327,9 @@ def test_every_shipped_scraper_and_probe_names_the_daemon_as_it_answers():
     (check,) = re.findall(r"urlopen\('https?://([^/']+)/healthz'", DOCKERFILE.read_text())
     assert host_allowed(check)
     probes = [container[probe]["httpGet"] for _path, doc in OBJECTS if doc["kind"] in ("DaemonSet", "Deployment")
-              for container in containers(doc["spec"]["template"]["spec"]) for probe in ("livenessProbe", "readinessProbe", "startupProbe")
+              for container in containers(doc["spec"]["template"]["spec"]) for probe in ("livenessProbe",
+                                                                                         "readinessProbe",
+                                                                                         "startupProbe")
               if "httpGet" in container.get(probe, {})]
     assert probes and all("host" not in probe and not any(h["name"].lower() == "host"
                                                           for h in probe.get("httpHeaders", [])) for probe in probes)
@@ -536,7 +539,8 @@ def test_kubernetes_images_are_pinned():
             assert image["newTag"] not in ("", "latest"), path
 
 
-@pytest.mark.parametrize("kind,name", [("DaemonSet", "copilot-otel"), ("Deployment", "copilot-agent"), ("Deployment", "otel-collector")])
+@pytest.mark.parametrize("kind,name", [("DaemonSet", "copilot-otel"), ("Deployment", "copilot-agent"), ("Deployment",
+                                                                                                        "otel-collector")])
 def test_pods_run_as_non_root_without_privileges(kind, name):
     """runAsNonRoot on the pod; every container without privilege escalation or
     capabilities; the daemon and the Collector on a read-only root filesystem."""
@@ -666,7 +670,8 @@ def test_collector_deployment_uses_the_config_and_exposes_otlp():
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert ports["otlp-grpc"] == 4317 and ports["otlp-http"] == 4318
     service = named("Service", "otel-collector")
-    assert {(p["port"], p["targetPort"]) for p in service["spec"]["ports"]} == {(4317, "otlp-grpc"), (4318, "otlp-http")}
+    assert {(p["port"], p["targetPort"]) for p in service["spec"]["ports"]} == {(4317, "otlp-grpc"), (4318,
+                                                                                                      "otlp-http")}
     assert service["spec"]["selector"].items() <= pod_labels(deployment).items()
     assert deployment["spec"]["replicas"] >= 2
     assert "memory" in container["resources"]["limits"]

@@ -39,7 +39,8 @@ def derived_counts(runs) -> dict[str, Counter]:
     for run in runs:
         events = run.events()
         agent_names = {e["agentId"]: e["data"]["agentName"] for e in events if e["type"] == "subagent.started"}
-        tool_names = {e["data"]["toolCallId"]: e["data"]["toolName"] for e in events if e["type"] == "tool.execution_start"}
+        tool_names = {e["data"]["toolCallId"]: e["data"]["toolName"] for e in events
+                      if e["type"] == "tool.execution_start"}
         model = next(e["data"]["selectedModel"] for e in events if e["type"] == "session.start")
         for e in events:
             t, d = e["type"], e["data"]
@@ -336,7 +337,8 @@ def test_live_states_of_an_sdk_session(cli, provider, tmp_path):
                 await answer.wait()
                 return PermissionDecisionApproveOnce()
 
-            async with CopilotClient(env=cli.sdk_env(home=home, port=provider.port), working_directory=str(cwd)) as client:
+            async with CopilotClient(env=cli.sdk_env(home=home, port=provider.port),
+                                     working_directory=str(cwd)) as client:
                 session = await client.create_session(
                     on_permission_request=ask_the_person, model=MODEL, streaming=True,
                     provider={"type": "openai", "base_url": f"http://127.0.0.1:{provider.port}/v1",

@@ -255,7 +255,8 @@ def test_capture_on_exports_content_cut_to_the_limit(planted, tmp_path):
     default = _content(_replay_capture(planted, tmp_path / "default.jsonl"))
     answer = echo_secret_answer(secret)
     assert len(answer) > 4096
-    answers = {v for (_s, attr), v in full.items() if attr == "gen_ai.output.messages" and v.startswith("The secret is")}
+    answers = {v for (_s, attr), v in full.items() if attr == "gen_ai.output.messages"
+               and v.startswith("The secret is")}
     assert answers == {answer}  # exported whole when the limit allows
     assert sorted(default) == sorted(full)
     for where, text in full.items():
@@ -419,7 +420,8 @@ def _daemon_in_private_network(tmp_path: Path, *args: str) -> tuple[str, set]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "COPILOT_"))}
     log_path = tmp_path / "daemon.log"
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen([unshare, "--net", sys.executable, "-m", "copilot_otel.cli.main", "run", "--copilot-home",
+        proc = subprocess.Popen([unshare, "--net", sys.executable, "-m", "copilot_otel.cli.main", "run",
+                                 "--copilot-home",
                                  str(tmp_path / "home"), "--state-dir", str(tmp_path / "state"), *args], env=env,
                                 stdin=subprocess.DEVNULL, stdout=log, stderr=log)
     try:

@@ -382,7 +382,8 @@ def test_a_session_too_large_for_one_answer_shows_every_span(daemon, browser):
     first = view_api.get_json(daemon.port, "/api/session/large-session")["trace"]
     assert len(first["spans"]) == PAGE_SPANS and first["more"] is True
     page = browser.page()
-    page.goto(daemon.page_url("/session/large-session"), timeout=60_000)  # its first read of a 12 MB log, on a busy machine
+    page.goto(daemon.page_url("/session/large-session"),
+              timeout=60_000)  # its first read of a 12 MB log, on a busy machine
     wait_until(lambda: page.locator(".span").count() >= len(expected.records), timeout=120,
                what="every span on the page")
     shown = page.locator(".span").evaluate_all("rows => rows.map(r => r.dataset.spanId)")

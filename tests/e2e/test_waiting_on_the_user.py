@@ -13,7 +13,8 @@ from tests.support.files import EVENTS_FILE, new_session
 from tests.support.otlp_json import read_spans
 from tests.support.scrape import parse
 
-FIXTURE = next((Path(__file__).parent.parent / "fixtures" / "cli" / "1.0.102" / "failing_tool" / "session-state").iterdir())
+FIXTURE = next((Path(__file__).parent.parent / "fixtures" / "cli" / "1.0.102" / "failing_tool" / "session-state")
+               .iterdir())
 
 
 def events() -> list[dict]:

@@ -93,7 +93,8 @@ def test_prometheus_scrapes_over_tls_with_basic_auth(tls_daemon, pki, tmp_path):
     scrapes the daemon; the same job with a wrong password, or over plain http, is down."""
     target = [f"127.0.0.1:{tls_daemon.port}"]
     tls = {"ca_file": str(pki["ca"])}
-    jobs = [{"job_name": "wrong-password", "scheme": "https", "tls_config": tls, "static_configs": [{"targets": target}],
+    jobs = [{"job_name": "wrong-password", "scheme": "https", "tls_config": tls,
+             "static_configs": [{"targets": target}],
              "basic_auth": {"username": "prometheus", "password": "guess"}},
             {"job_name": "plain-http", "static_configs": [{"targets": target}]}]
     with Prometheus(tmp_path / "prometheus", target, scrape={

@@ -273,7 +273,8 @@ def metrics_from_request(request: metrics_service_pb2.ExportMetricsServiceReques
                 kind = m.WhichOneof("data")
                 data = getattr(m, kind)
                 points = tuple(
-                    ReceivedPoint(_decode_attributes(p.attributes), count=p.count, sum=p.sum, bounds=tuple(p.explicit_bounds),
+                    ReceivedPoint(_decode_attributes(p.attributes), count=p.count, sum=p.sum,
+                                  bounds=tuple(p.explicit_bounds),
                                   bucket_counts=tuple(p.bucket_counts), start_time_unix_nano=p.start_time_unix_nano,
                                   time_unix_nano=p.time_unix_nano, exemplars=_exemplars(p)) if kind == "histogram"
                     else ReceivedPoint(_decode_attributes(p.attributes), getattr(p, p.WhichOneof("value")),
@@ -286,7 +287,8 @@ def metrics_from_request(request: metrics_service_pb2.ExportMetricsServiceReques
 
 
 def _exemplars(point: Any) -> tuple[tuple[str, str, float], ...]:
-    return tuple((e.trace_id.hex(), e.span_id.hex(), getattr(e, e.WhichOneof("value")) if e.WhichOneof("value") else 0.0)
+    return tuple((e.trace_id.hex(), e.span_id.hex(), getattr(e, e.WhichOneof("value")) if e.WhichOneof("value")
+                  else 0.0)
                  for e in point.exemplars)
 
 

@@ -79,7 +79,8 @@ class ThrottlingGate(LoopbackEndpoints):
     """OTLP/gRPC + OTLP/HTTP in front of ``receiver``; throttles as told (see the module docstring)."""
 
     def __init__(self, receiver: OtlpReceiver, *, grpc_code: grpc.StatusCode = grpc.StatusCode.RESOURCE_EXHAUSTED,
-                 http_status: int = 429, retry_after: str | Callable[[], str] | None = "1", retry_info: float | None = None) -> None:
+                 http_status: int = 429, retry_after: str | Callable[[], str] | None = "1",
+                 retry_info: float | None = None) -> None:
         """``retry_after``: the Retry-After header of an HTTP refusal (None: none; a callable: made at each refusal,
         e.g. an HTTP date); ``retry_info``: the delay of the
         google.rpc.RetryInfo a gRPC refusal carries in its trailing metadata (None: none)."""

@@ -83,8 +83,8 @@ def test_the_rate_limit_spaces_spans():
 
 
 def test_refusals_are_waited_out_and_every_span_arrives_once(tmp_path):
-    """A backend that refuses the first five attempts: the replay waits with growing backoff (here each wait at the top of its jitter), retries, and
-    the backend holds each span once; the ledger says every log is done."""
+    """A backend that refuses the first five attempts: the replay waits with growing backoff (here each wait at the
+    top of its jitter), retries, and the backend holds each span once; the ledger says every log is done."""
     time = FakeTime()
     reference = MemorySink()
     replay_files(logs(tmp_path), reference)

@@ -50,7 +50,8 @@ def _distributions_of() -> dict[str, list[str]]:
 
 
 def _providers(module: str) -> set[str]:
-    """The installed distributions that hold this module (by their RECORD), e.g. google.rpc -> googleapis-common-protos."""
+    """The installed distributions that hold this module (by their RECORD), e.g. google.rpc ->
+    googleapis-common-protos."""
     parts = module.split(".")
     candidates = _distributions_of().get(parts[0], [])
     for depth in range(len(parts), 0, -1):
