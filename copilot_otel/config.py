@@ -97,6 +97,8 @@ class Config(Struct, frozen=True):
     rescan_interval: float = DEFAULT_RESCAN_INTERVAL
     poll: bool = False
     from_start: bool = True
+    # Also export logs whose last event is older than the state folder's first start (history; run only).
+    backfill: bool = False
     max_buffered_spans: int = DEFAULT_MAX_BUFFERED_SPANS
     # A session waiting on a tool is stuck after stuck_after_tool seconds, or its tool's own (tool, seconds).
     stuck_after_tool: float = DEFAULT_STUCK_AFTER_TOOL
@@ -286,6 +288,7 @@ _ENV_FIELDS: dict[str, Callable[[str, str], Any]] = {
     "idle_quiet": _parse_seconds,
     "rescan_interval": _parse_seconds,
     "poll": _parse_bool,
+    "backfill": _parse_bool,
     "max_buffered_spans": _parse_int,
     "max_request_bytes": _parse_int,
     "max_label_values": _parse_int,

@@ -113,6 +113,7 @@ def replay(paths, log_level, metrics_file, workers, rate, give_up_after, restart
     from ..replay.ledger import LedgerBusy
     from ..replay.runner import SourceError, resolve
     from ..replay.job import METRICS_REFUSED, replay_logs, replay_stdin, report, write_metrics
+    from ..export.resource import resource_of
     from ..export.sinks import make_sink
     from ..base.workers import one_run_collector
 
@@ -128,7 +129,7 @@ def replay(paths, log_level, metrics_file, workers, rate, give_up_after, restart
         files = [] if from_stdin else resolve(paths or [config.copilot_home])
         sink = make_sink(traces_file=config.traces_file, otlp=config.otlp, default_file=config.default_traces_file,
                          max_request_bytes=config.max_request_bytes, rotation=config.traces_rotation,
-                         strict=strict)
+                         strict=strict, resource=resource_of(config))
     except (ConfigError, SourceError) as exc:
         _fail(str(exc))
         return
@@ -305,6 +306,9 @@ def sessions(state, repository, since, json, from_files, log_level, **options) -
         help="Seconds between rescans that back up the file watcher.")
 @option("from-end", is_flag=True, default=False,
         help="On first start, skip the history already in the files.")
+@option("backfill", is_flag=True, default=False,
+        help="Also export the sessions whose last event is older than the state folder's first start "
+             "(left out by default: a restored home's old sessions are not this machine's).")
 @option("idle-quiet", type=Duration(MIN_IDLE_QUIET), default=DEFAULT_IDLE_QUIET, show_default=True,
         help="Seconds of silence after a final answer that confirm the agent loop went idle.")
 @option("max-buffered-spans", type=click.IntRange(min=1), default=DEFAULT_MAX_BUFFERED_SPANS, show_default=True,
@@ -316,8 +320,8 @@ def sessions(state, repository, since, json, from_files, log_level, **options) -
 @access_options
 @BUDGETS_FILE
 @STRICT_MODES
-def run(log_level, poll, rescan_interval, from_end, idle_quiet, max_buffered_spans, trace_url, max_label_values,
-        **options) -> None:
+def run(log_level, poll, rescan_interval, from_end, backfill, idle_quiet, max_buffered_spans, trace_url,
+        max_label_values, **options) -> None:
     """The daemon: follow every session under COPILOT_HOME, export spans, serve /metrics and the web view.
 
     The web view's data (/api/) answers only with the token made at each start (`copilot-otel open`
@@ -330,7 +334,7 @@ def run(log_level, poll, rescan_interval, from_end, idle_quiet, max_buffered_spa
     disable_created_series()
     _setup_logging(log_level)
     try:
-        config = build_config(poll=poll, rescan_interval=rescan_interval, from_start=not from_end,
+        config = build_config(poll=poll, rescan_interval=rescan_interval, from_start=not from_end, backfill=backfill,
                               idle_quiet=idle_quiet, max_buffered_spans=max_buffered_spans, trace_url=trace_url,
                               max_label_values=max_label_values, **options)
     except ConfigError as exc:

@@ -79,6 +79,7 @@ class Follower(Struct):
     session_id: str = ""  # its spans' session id: its folder's (session_id_of), or the first folder's of a moved log
     moved_from: tuple[str, ...] = ()  # the paths it was followed at before a move (their checkpoint rows go)
     names: NameCache | None = None  # the session's name, from its workspace.yaml (made by __post_init__)
+    skipped: bool = False  # started at its end, its history left out: its position is committed at once
 
     def __post_init__(self) -> None:
         self.session_id = self.session_id or self.reader.session_id
@@ -106,9 +107,10 @@ class Follower(Struct):
     @classmethod
     def start(cls, path: Path, options: ModelOptions, *, max_line_bytes: int, restored: FilePosition | None = None,
               skip_history: bool = False, pids: list[int] | None = None, within: Path | None = None,
-              generation: int = 0, history: bool = False) -> Follower:
+              generation: int = 0, history: bool = False, history_before_ns: int = 0) -> Follower:
         """Follow ``path`` from its checkpoint (``restored``, perhaps committed at another path: a moved log),
-        from its end (``skip_history``), or from the start.
+        from its end (``skip_history``, or a log whose last event is older than ``history_before_ns``: see
+        ``skipped``), or from the start.
 
         ``within``: the tree the file must stay inside, checked on every open."""
         floor_line, session_id = 0, session_id_of(path)
@@ -124,11 +126,12 @@ class Follower(Struct):
             floor_line = restored.line
             generation = restored.generation
             moved_from = (restored.path,) if restored.path != str(path) else ()
-        elif skip_history:
+        elif skip_history or (history_before_ns and (tail.newest_event_ns() or history_before_ns) < history_before_ns):
             tail.skip_history()
             floor_line = tail.line
         follower = cls(path, reader, floor_line=floor_line, pids=pids or [], generation=generation,
                        whole=tail.offset == 0, session_id=session_id, moved_from=moved_from, history=history)
+        follower.skipped = restored is None and tail.offset > 0
         if tail.offset > 0:
             _prime(follower.live_model, path, tail.offset, max_line_bytes)
         return follower
@@ -311,8 +314,10 @@ class Follower(Struct):
                                seen_at=self.seen_at)
         summary = model.summary()
         tool = summary.waiting_on or (self.cut_off_tool if self.abandoned_at is not None else None)
+        trace = model.trace_id
         return Liveness(self.session_id, summary.state, summary.last_event_ns, tuple(self.pids), self.abandoned_at,
-                           self.locks_expected, tool, summary.repository, self.seen_at)
+                           self.locks_expected, tool, summary.repository, self.seen_at,
+                           f"{trace:032x}" if trace else "")
 
 
 _SESSION_FACTS = (b'"session.start"', b'"session.resume"', b'"session.model_change"')

@@ -26,6 +26,7 @@ from .limits import DEFAULT_MAX_LABEL_VALUES
 from ..decode.lines import INTERNAL_ERROR, REASONS
 from .genai_metrics import GenAi, GenAiMetrics
 from .limits import MAX_NAME_CHARS, OTHER, cut_name
+from .totals import Resumed, baselines, decode, snapshot
 from ..model.records import MetricUpdate
 from ..vocab import (ATTRIBUTED, CLAMP_REASONS, INTERACTION_ENDS, REPOSITORY_LABEL, SIGNALS, STALLED_STATES, STATES,
                      Metric)
@@ -48,7 +49,7 @@ _BOUNDS = {key: [float(bound) for bound in buckets] + [float("inf")] for key, bu
     (Metric.LLM_CALL_DURATION, LLM_BUCKETS), (Metric.LLM_TIME_TO_FIRST_TOKEN, TTFT_BUCKETS))}
 # The CLI has about 150 event types; a file full of invented ones must not mint series.
 MAX_EVENT_TYPES = 250
-STALLED_LABELS = ["session_id", "state", "tool", "repository"]
+STALLED_LABELS = ["session_id", "state", "tool", "repository", "trace_id"]
 # The exemplar label names Grafana's exemplarTraceIdDestinations and OTLP exemplars read.
 TRACE_ID, SPAN_ID = "trace_id", "span_id"
 _EVENT_TYPE = re.compile(r"[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*){1,3}")
@@ -112,6 +113,11 @@ class LabelCap:
         seen.add(value)
         return value
 
+    def admit(self, label: str, value: str) -> None:
+        """Count ``value`` among ``label``'s values without a new update (a series resumed from the checkpoint)."""
+        if value and value != OTHER and len(self._seen[label]) < self.limit:
+            self._seen[label].add(value)
+
 
 class LiveSession(Struct, frozen=True):
     """One session's state as the collector sees it at scrape time."""
@@ -121,6 +127,7 @@ class LiveSession(Struct, frozen=True):
     stalled_seconds: float = 0.0
     tool: str = ""  # the tool a stalled session waits on ("" when none)
     repository: str = ""  # owner/name of its git repository ("" outside one)
+    trace_id: str = ""  # hex id of the trace of its running (else last) interaction ("" before the first)
 
 
 class LiveSessionsCollector:
@@ -140,7 +147,8 @@ class LiveSessionsCollector:
             counts[session.state] = counts.get(session.state, 0) + 1
             if session.state in STALLED_STATES:
                 repository = cut_name(session.repository) if self._repository_label else ""
-                stalled.add_metric([session.session_id, session.state, cut_name(session.tool), repository],
+                stalled.add_metric([session.session_id, session.state, cut_name(session.tool), repository,
+                                    session.trace_id],
                                    session.stalled_seconds)
         sessions = GaugeMetricFamily("copilot_sessions", "Live Copilot sessions by state.", labels=["state"])
         for state, count in counts.items():
@@ -273,6 +281,13 @@ class Metrics:
                                       ["label"], registry=r)
         for label in CAPPED_LABELS:
             self.label_overflow.labels(label)
+        # The OTLP metrics push (OTEL_METRICS_EXPORTER=otlp): a gateway that refuses it is counted and said.
+        self.metrics_push_failures = Counter("copilot_otel_metrics_push_failures",
+                                             "OTLP metrics pushes that failed, by reason (a gRPC status, http_<code>, "
+                                             "timeout, unreachable, not_otlp, error).", ["reason"], registry=r)
+        self.metrics_push_last_success = Gauge(
+            "copilot_otel_metrics_push_last_success_timestamp_seconds",
+            "When an OTLP metrics push was last accepted (Unix time; 0: none yet, or no push configured).", registry=r)
         self.labels = LabelCap(max_label_values, lambda label: self.label_overflow.labels(label).inc())
         # The GenAI instruments the CLI's own OTel exports: for the OTLP push only (not on /metrics).
         self.genai = GenAiMetrics(lambda label, value: self.labels.value(label, value, count=label in PUSH_ONLY))
@@ -319,6 +334,10 @@ class Metrics:
         assert set(self._series) == set(Metric), "every metric key needs its series"
         assert HISTOGRAMS == set(_BOUNDS) == {key for key, series in self._series.items()
                                               if isinstance(series, Histogram)}
+        # The session metrics' totals start where the checkpoint left them (resume(); totals.py): since when they
+        # count (the OTLP push's start time), and the families given a kept start, each by its Resumed collector.
+        self.counting_since_ns = time.time_ns()
+        self._resumed: dict = {}
         self._children: dict = {}  # (metric key, label values) -> its series
         # (metric key, label values as the model gave them) -> its series, for values the cap let through unchanged
         # (bounded by the cap; a value cut or counted as 'other' goes through the cap each time, to be counted).
@@ -362,6 +381,36 @@ class Metrics:
                 labels = (*labels[:-1], "")
             child = self._children[key] = series.labels(*labels) if labels else series
         return child
+
+    def totals(self) -> bytes:
+        """The session metrics' totals now (every copilot_* counter and histogram), for the checkpoint."""
+        families = dict.fromkeys(self._series.values())
+        return snapshot([self._resumed.get(family, family) for family in families], self.counting_since_ns)
+
+    def resume(self, data: bytes | None) -> int:
+        """Start the session metrics at the totals the checkpoint kept (``totals()`` of a run before); the number
+        of samples resumed. Call it before the first update."""
+        kept = decode(data)
+        if kept is None:
+            return 0
+        names = {described.name: family for family in dict.fromkeys(self._series.values())
+                 for described in family.describe()}
+        resumed = 0
+        for family, baseline in baselines(kept, names).items():
+            self.registry.unregister(family)
+            self._resumed[family] = Resumed(family, baseline)
+            self.registry.register(self._resumed[family])
+            for _name, labels in baseline:
+                for label, value in labels:
+                    if label in CAPPED_LABELS:
+                        self.labels.admit(label, value)
+            resumed += len(baseline)
+        self.counting_since_ns = kept.since_ns
+        return resumed
+
+    def resumed_starts(self) -> dict[str, int]:
+        """The families whose totals a run before began, each with since when they count (Unix ns)."""
+        return {resumed.name: self.counting_since_ns for resumed in self._resumed.values()}
 
     def add_budgets(self, budgets: tuple, resource: Mapping[str, Any]) -> None:
         """Expose ``budgets`` (budgets.py) and count the credits of each one's scope."""
@@ -460,6 +509,13 @@ class Metrics:
             self.events_ahead.inc(ahead)
         if newest > self.newest_event_ns:
             self.newest_event_ns = newest
+
+    def metrics_pushed(self, reason: str | None) -> None:
+        """Count one OTLP metrics push: accepted (``reason`` None) or failed for ``reason``."""
+        if reason is None:
+            self.metrics_push_last_success.set(time.time())
+        else:
+            self.metrics_push_failures.labels(reason).inc()
 
     def _failed(self, update: MetricUpdate | None) -> None:
         """An update that could not be applied (a bug of ours): counted as internal_error, its traceback logged

@@ -113,10 +113,10 @@ class HttpTransport:
             raise _abandoned(self.description) from None
         except TimeoutError:
             raise ExportError(f"OTLP export to {self.description} failed: no answer within the OTLP timeout of "
-                              f"{seconds:g} s (OTEL_EXPORTER_OTLP_TIMEOUT)") from None
+                              f"{seconds:g} s (OTEL_EXPORTER_OTLP_TIMEOUT)", reason="timeout") from None
         except (aiohttp.ClientError, OSError, ValueError) as exc:
             raise ExportError(f"OTLP export to {self.description} failed: "
-                              f"{quote(str(exc)) or type(exc).__name__}") from None
+                              f"{quote(str(exc)) or type(exc).__name__}", reason="unreachable") from None
         finally:
             self._inflight.discard(future)
         return http_answer(answer, self.signal, self.description)

@@ -44,6 +44,7 @@ class _Segment(Struct):
 
     spans: list[SpanRecord] = field(default_factory=list)
     markers: dict[str, FilePosition] = field(default_factory=dict)
+    totals: bytes | None = None  # the metric totals as of these markers (committed with them)
 
 
 class ExportQueue:
@@ -68,6 +69,7 @@ class ExportQueue:
         self._segments: deque[_Segment] = deque()
         self._queued_spans = 0
         self._uncommitted: dict[str, FilePosition] = {}  # positions a failed commit left behind
+        self._uncommitted_totals: bytes | None = None  # and the totals that go with them
         self._next_commit_retry = 0.0
         self._cond = threading.Condition()
         self._stopping = False
@@ -121,11 +123,12 @@ class ExportQueue:
             self._segments.append(_Segment(list(spans)))
         self._queued_spans += len(spans)
 
-    def put(self, spans: list[SpanRecord], markers: Iterable[FilePosition] = (), *,
+    def put(self, spans: list[SpanRecord], markers: Iterable[FilePosition] = (), *, totals: bytes | None = None,
             should_stop: Callable[[], bool] = lambda: False) -> None:
         """Queue spans (blocking while the queue is full, unless stopping), then checkpoint positions, each
         committed once every span queued before it is delivered (a position replaces an earlier one of the same
-        file that waits behind the same spans): one wake-up of the exporter for both."""
+        file that waits behind the same spans): one wake-up of the exporter for both. ``totals``: the metric
+        totals that match these positions, committed in the same transaction."""
         with self._cond:
             if spans:
                 while self._queued_spans >= self.max_spans and not self._stopping and not should_stop():
@@ -135,6 +138,10 @@ class ExportQueue:
                 self._append(spans)
             for position in markers:
                 self._mark(position)
+            if totals is not None:
+                if not self._segments:
+                    self._segments.append(_Segment())
+                self._segments[-1].totals = totals
             self._cond.notify_all()
 
     def offer_spans(self, spans: list[SpanRecord]) -> int:
@@ -180,17 +187,19 @@ class ExportQueue:
             self._thread.join(timeout=0.05)
         return flushed
 
-    def _take(self) -> tuple[list[SpanRecord], dict[str, FilePosition]] | None:
+    def _take(self) -> tuple[list[SpanRecord], dict[str, FilePosition], bytes | None] | None:
         with self._cond:
             while not self._segments and not self._stopping:
-                if self._uncommitted and time.monotonic() >= self._next_commit_retry:
+                if (self._uncommitted or self._uncommitted_totals is not None) \
+                        and time.monotonic() >= self._next_commit_retry:
                     self._busy = True
-                    return [], {}
+                    return [], {}, None
                 self._cond.wait(0.5)
             if not self._segments:
                 return None
             spans: list[SpanRecord] = []
             markers: dict[str, FilePosition] = {}
+            totals = None
             while self._segments and len(spans) < self.batch:
                 segment = self._segments[0]
                 room = self.batch - len(spans)
@@ -200,22 +209,23 @@ class ExportQueue:
                     break
                 spans.extend(segment.spans)
                 markers.update(segment.markers)
+                totals = segment.totals if segment.totals is not None else totals
                 self._segments.popleft()
             self._busy = True
-            return spans, markers
+            return spans, markers, totals
 
     def _run(self) -> None:
         while True:
             taken = self._take()
             if taken is None:
                 return
-            spans, markers = taken
+            spans, markers, totals = taken
             if PAUSE.renders:  # a /metrics render runs: let it run alone (pause.py)
                 PAUSE.wait()
             try:
                 if spans and not self._deliver(spans):
                     return  # stopping while the backend is down: the checkpoint stays behind
-                self._commit(markers)
+                self._commit(markers, totals)
             finally:
                 with self._cond:
                     self._queued_spans -= len(spans)
@@ -280,17 +290,21 @@ class ExportQueue:
                 self._cond.wait(remaining)
             return not self._stopping
 
-    def _commit(self, markers: dict[str, FilePosition]) -> None:
-        """Make the delivered spans durable, then commit the positions behind them (and any left behind)."""
+    def _commit(self, markers: dict[str, FilePosition], totals: bytes | None = None) -> None:
+        """Make the delivered spans durable, then commit the positions behind them (and any left behind) with the
+        metric totals that match them."""
         self._uncommitted.update(markers)
-        if not self._uncommitted:
+        if totals is not None:
+            self._uncommitted_totals = totals
+        if not self._uncommitted and self._uncommitted_totals is None:
             return
         if self.checkpoint is None:
             self._uncommitted.clear()
+            self._uncommitted_totals = None
             return
         try:
             self.sink.sync()
-            self.checkpoint.commit(list(self._uncommitted.values()))
+            self.checkpoint.commit(list(self._uncommitted.values()), self._uncommitted_totals)
         except Exception as exc:  # noqa: BLE001 - a sync or commit that failed in any way is retried later
             self._next_commit_retry = time.monotonic() + COMMIT_RETRY
             reason = str(exc) or type(exc).__name__
@@ -299,6 +313,7 @@ class ExportQueue:
             self.commit_error = reason
             return
         self._uncommitted.clear()
+        self._uncommitted_totals = None
         if self.commit_error is not None:
             log.info("checkpoint commits work again")
             self.commit_error = None

@@ -108,6 +108,7 @@ class Liveness(Struct, frozen=True):
     waiting_on: str | None = None  # the tool it waits on (the oldest running), or waited on when it died
     repository: str | None = None
     seen_at: float | None = None  # monotonic time the daemon last saw one of its events (None: no daemon)
+    trace_id: str = ""  # hex id of the trace of its running (else last) interaction: what a stuck alert links to
 
 
 def live_state(session: Liveness, *, now: float, policy: StuckPolicy, alive: Callable[[int], bool],

@@ -90,6 +90,24 @@ class FileTail:
         self.offset, self.line, self.identity = offset, line, identity
         self.crc, self.expect, self.scanned = None, (end, crc), None
 
+    def newest_event_ns(self) -> int | None:
+        """When the last event among the file's last MiB of complete lines happened (None: no event there, or
+        the file cannot be read now)."""
+        try:
+            handle = self._open()
+        except OSError:
+            return None
+        with handle:
+            end = _last_newline_end(handle, os.fstat(handle.fileno()).st_size)
+            start = max(0, end - CHUNK)
+            handle.seek(start)
+            lines = handle.read(end - start).split(b"\n")
+        for raw in reversed(lines[1:] if start else lines):  # the first piece may be the end of a longer line
+            event = decode_line(raw) if raw.strip() else None
+            if isinstance(event, Event):
+                return event.timestamp_ns
+        return None
+
     def skip_history(self) -> None:
         """Begin after the file's last complete line, as if everything before it had been read (--from-end)."""
         try:

@@ -38,7 +38,7 @@ class Checkpoint:
         self.failures = failures
         self.commits: list[tuple[list[FilePosition], int]] = []
 
-    def commit(self, positions: list[FilePosition]) -> None:
+    def commit(self, positions: list[FilePosition], totals: bytes | None = None) -> None:
         if self.failures:
             self.failures -= 1
             raise OSError("disk full")

@@ -134,3 +134,33 @@ def test_fifty_exporters_that_lost_the_same_gateway_do_not_come_back_in_step():
     slots = [int(g / 0.2) for g in gaps if g >= 0]
     assert max(slots.count(s) for s in set(slots)) <= 20, sorted(round(g, 2) for g in gaps)
     assert statistics.pstdev(retries) > 0.3
+
+
+@pytest.mark.parametrize("retry_after,expected", [("1", lambda w, interval: w == 1.0),
+                                                  ("999999", lambda w, interval: w == 300.0),
+                                                  (None, lambda w, interval: 0 <= w <= 0.5)])
+def test_a_refused_metrics_push_is_retried_as_the_policy_says(retry_after, expected):
+    """The OTLP metrics push follows the same policy: refused with Retry-After 1 s, the next push goes in 1 s, not at
+    the next interval; 999999 s is capped at 300 s (a longer wait than the interval, as the backend asked); with no
+    delay given, a jittered first backoff (below 0.5 s); once a push goes through, the interval again."""
+    from prometheus_client import CollectorRegistry, Counter as PromCounter
+
+    from copilot_otel.export.otlp_metrics import MetricsPusher, make_exporter
+    from copilot_otel.export.resource import build_resource
+
+    registry = CollectorRegistry()
+    PromCounter("copilot_turns", "turns", registry=registry).inc()
+    with OtlpReceiver() as receiver, ThrottlingGate(receiver, http_status=429, retry_after=retry_after) as gate:
+        gate.refuse_for(3600)
+        settings = OtlpSettings(endpoint=gate.http_base, protocol="http/protobuf", timeout=5.0)
+        pusher = MetricsPusher(registry, make_exporter(settings), build_resource(), interval=60.0)
+        try:
+            delivered = pusher.push(timeout=5)
+            wait = pusher.next_wait(delivered)
+            assert not delivered and expected(wait, 60.0), wait
+            gate.open()
+            delivered = pusher.push(timeout=5)
+        finally:
+            pusher.exporter.shutdown()
+    assert gate.refused == 1
+    assert delivered and pusher.next_wait(delivered) == 60.0, pusher.exporter.last_error
