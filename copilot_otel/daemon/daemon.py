@@ -18,7 +18,7 @@ from stat import S_ISREG
 from types import MappingProxyType
 from functools import partial
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from msgspec.structs import replace
 
@@ -47,6 +47,9 @@ from ..source.sources import SESSION_STATE
 from ..base.regular import NOT_REGULAR
 from ..model.summary import SessionSummary
 from ..vocab import END_INCOMPLETE, END_SHUTDOWN
+
+if TYPE_CHECKING:  # the OTel SDK is imported only when the push is on
+    from ..export.otlp_metrics import MetricsPusher
 
 log = logging.getLogger(__name__)
 
@@ -132,7 +135,8 @@ class Daemon:
         # The generation a deleted log would start again at, were it written anew.
         self._generations: dict[Path, int] = {}
         self._stop = threading.Event()
-        self.metrics_push = None  # the OTLP metrics pusher (OTEL_METRICS_EXPORTER=otlp): /healthz says its failures
+        # the OTLP metrics pusher (OTEL_METRICS_EXPORTER=otlp): /healthz says its failures
+        self.metrics_push: MetricsPusher | None = None
         # What this pass read, counted and handed to the exporter once a batch of spans waits and at the end of
         # the pass: the metric updates, the spans in order, then the checkpoint positions (each behind its own
         # spans, as the exporter needs). At start-up thousands of logs bring a few spans each; a metrics update,

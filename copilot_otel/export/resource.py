@@ -129,7 +129,7 @@ def _from_sdk(ours: str | None = None) -> dict[str, Any]:
     return attributes
 
 
-def build_resource(attributes: Mapping[str, Any] | None = None) -> "Resource":
+def build_resource(attributes: Mapping[str, Any] | None = None) -> Resource:
     """``attributes`` (by default resource_attributes() without a state folder) as the SDK's Resource."""
     from opentelemetry.sdk.resources import Resource
 

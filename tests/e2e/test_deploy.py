@@ -545,7 +545,8 @@ def test_systemd_gateway_keeps_its_queue_in_its_state_directory():
     assert settings["StateDirectory"] == ["otelcol-gateway"]
     assert "GATEWAY_QUEUE_DIR=%S/otelcol-gateway" in settings["Environment"]
     assert settings["Restart"] == ["always"]
-    assert "install -D -m 0644 deploy/otelcol/gateway.yaml /etc/otelcol-contrib/gateway.yaml" in GATEWAY_UNIT.read_text()
+    install = "install -D -m 0644 deploy/otelcol/gateway.yaml /etc/otelcol-contrib/gateway.yaml"
+    assert install in GATEWAY_UNIT.read_text()
     example = (DEPLOY / "systemd" / "otelcol-gateway.env.example").read_text()
     config = GATEWAY_CONFIG.read_text()
     for variable in re.findall(r"^#?(\w+)=", example, flags=re.M):
