@@ -184,7 +184,8 @@ class Ledger:
                                  [(path_text(p), i, s, int(d)) for p, i, s, d in rows])
             self._db.execute("COMMIT")
         except BaseException:
-            self._db.execute("ROLLBACK")
+            if self._db.in_transaction:  # a Ctrl-C may land before BEGIN took: nothing to roll back then
+                self._db.execute("ROLLBACK")
             raise
 
     def close(self, *, remove: bool = False) -> None:
