@@ -46,7 +46,7 @@ def percentile(values, q: float) -> float:
     ordered = sorted(values)
     if not ordered:
         return float("nan")
-    rank = max(0, min(len(ordered) - 1, int(round(q / 100.0 * len(ordered) + 0.5)) - 1))
+    rank = max(0, min(len(ordered) - 1, round(q / 100.0 * len(ordered) + 0.5) - 1))
     return ordered[rank]
 
 
@@ -95,9 +95,10 @@ def machine() -> str:
     """A one-line description of this machine."""
     model = "?"
     try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
+        with open("/proc/cpuinfo") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
                 break
     except OSError:
         pass

@@ -35,13 +35,13 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import bench_daemon, cpu_seconds, machine, median, percentile  # noqa: E402
+from _common import bench_daemon, cpu_seconds, machine, median, percentile
 
-from tests.support.biglog import grow  # noqa: E402  (_common put the repository on sys.path)
-from tests.support.events import SessionLog  # noqa: E402
-from tests.support.files import append, new_session  # noqa: E402
-from tests.support.net import wait_until  # noqa: E402
-from tests.support.scrape import parse, value  # noqa: E402
+from tests.support.biglog import grow  # _common put the repository on sys.path
+from tests.support.events import SessionLog
+from tests.support.files import append, new_session
+from tests.support.net import wait_until
+from tests.support.scrape import parse, value
 
 STORED = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "cli" / "1.0.102"
 
@@ -162,8 +162,8 @@ def tool_flood(work: Path, tools: int, *, checkout: Path | None = None) -> dict[
           f"{value(samples, 'copilot_otel_label_overflow_total', label='tool'):.0f}")
     print(f"  /metrics while it arrives: {len(times)} scrapes, max {max(sizes) / 1024:.0f} KiB, "
           f"p50 {median(times) * 1000:.1f} ms, p99 {percentile(times, 99) * 1000:.1f} ms")
-    print(f"  /metrics after: {len(after[-1][1]) / 1024:.0f} KiB (target < 1 MB), p50 {median(after_times) * 1000:.1f} ms, "
-          f"p99 {percentile(after_times, 99) * 1000:.1f} ms (target < 50)")
+    print(f"  /metrics after: {len(after[-1][1]) / 1024:.0f} KiB (target < 1 MB), "
+          f"p50 {median(after_times) * 1000:.1f} ms, p99 {percentile(after_times, 99) * 1000:.1f} ms (target < 50)")
     return {"read_s": read_s, "p50_ms": median(times) * 1000, "p99_ms": percentile(times, 99) * 1000,
             "after_p99_ms": percentile(after_times, 99) * 1000, "peak_mib": peak}
 
@@ -269,13 +269,15 @@ def main() -> None:
     parser.add_argument("--checkout", type=Path, default=None,
                         help="flood: run the copilot_otel of another source tree (e.g. a worktree of main)")
     parser.add_argument("--daemon-arg", action="append", default=[],
-                        help="extra argument for `copilot-otel run` (repeatable), e.g. --daemon-arg=--max-label-values=100")
+                        help="extra argument for `copilot-otel run` (repeatable), "
+                             "e.g. --daemon-arg=--max-label-values=100")
     args = parser.parse_args()
     DAEMON_ARGS.extend(args.daemon_arg)
     parts = args.only or ["big-log", "tools", "flood"]
     print(f"machine: {machine()}")
     soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    print(f"open-files limit: {soft}; load average {' '.join(open('/proc/loadavg').read().split()[:3])}; "
+    load = " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    print(f"open-files limit: {soft}; load average {load}; "
           f"daemon flags: {' '.join(DAEMON_ARGS) or '(defaults)'}")
     for part in parts:
         work = Path(tempfile.mkdtemp(prefix=f"attack-bench-{part}-"))

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import DEFAULT_SOURCE  # noqa: E402
+from _common import DEFAULT_SOURCE
 
 EVENTS_FILE = "events.jsonl"
 SESSION_STATE = "session-state"
@@ -46,7 +46,7 @@ class Template:
     size: int
 
     @classmethod
-    def load(cls, path: Path, *, drop_types: tuple[str, ...] = ()) -> "Template":
+    def load(cls, path: Path, *, drop_types: tuple[str, ...] = ()) -> Template:
         raw = path.read_bytes()
         if drop_types:
             kept = [line for line in raw.splitlines(keepends=True)

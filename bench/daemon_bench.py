@@ -30,11 +30,11 @@ import sys
 import tempfile
 import time
 import uuid
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import (  # noqa: E402
+from _common import (
     DEFAULT_SOURCE,
     add_daemon_options,
     bench_daemon,
@@ -45,13 +45,13 @@ from _common import (  # noqa: E402
     percentile,
     rss_mb,
 )
-from corpus import _write, idle_template, make_idle, source_logs  # noqa: E402
-from tests.support.scrape import value  # noqa: E402
+from corpus import _write, idle_template, make_idle, source_logs
+from tests.support.scrape import value
 
 
 def now_iso() -> str:
     """The CLI's own timestamp form: 2026-12-02T18:15:16.733Z."""
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     return now.strftime("%Y-%m-%dT%H:%M:%S.") + f"{now.microsecond // 1000:03d}Z"
 
 
@@ -132,7 +132,7 @@ def bench_latency(args, work: Path) -> dict:
         while not traces.exists():
             time.sleep(0.01)
         growth = FileGrowth(traces, use_inotify=not args.poll_traces)
-        reader = open(traces, "rb")
+        reader = open(traces, "rb")  # noqa: SIM115 - read as the daemon writes, closed after the run
         reader.seek(0, os.SEEK_END)
         seen = b""
         for i in range(args.warmup + args.appends):

@@ -89,7 +89,7 @@ def main() -> None:
     print(f"{'format':12s} {'registry':15s} {'median ms':>10s} {'p95 ms':>8s} {'bytes':>8s} {'exemplars':>9s}")
     for name, render in (("text 0.0.4", generate_latest), ("openmetrics", openmetrics)):
         for label, registry in registries.items():
-            times, size = timed(lambda: render(registry), args.renders)
+            times, size = timed(lambda render=render, registry=registry: render(registry), args.renders)
             count = render(registry).count(b" # {")
             print(f"{name:12s} {label:15s} {median(times):10.2f} {percentile(times, 95):8.2f} {size:8d} {count:9d}")
 

@@ -22,18 +22,18 @@ import sys
 import tempfile
 import threading
 import time
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import DEFAULT_SOURCE, REPO, cpu_seconds, machine, rss_mb  # noqa: E402
-from corpus import Template, source_logs, synthesize  # noqa: E402
+from _common import DEFAULT_SOURCE, REPO, cpu_seconds, machine, rss_mb
+from corpus import Template, source_logs, synthesize
 
-from tests.support.commands import COMMAND, clean_env  # noqa: E402
-from tests.support.daemon import DaemonProcess  # noqa: E402
-from tests.support.fleet import RotelGateway  # noqa: E402
-from tests.support.otlp_receiver import OtlpReceiver  # noqa: E402
-from tests.support.scrape import value  # noqa: E402
+from tests.support.commands import COMMAND, clean_env
+from tests.support.daemon import DaemonProcess
+from tests.support.fleet import RotelGateway
+from tests.support.otlp_receiver import OtlpReceiver
+from tests.support.scrape import value
 
 TIMESTAMP = re.compile(rb'"timestamp":"[^"]*"')
 
@@ -56,7 +56,7 @@ class CountingRelay:
         while not self._stop.is_set():
             try:
                 client, _ = self._server.accept()
-            except socket.timeout:
+            except TimeoutError:
                 continue
             except OSError:  # closed
                 return
@@ -110,7 +110,7 @@ def busy_sessions(home: Path, templates: list[Template], sessions: int, gap: flo
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         tick = time.monotonic()
-        stamp = datetime.now(timezone.utc).strftime('"timestamp":"%Y-%m-%dT%H:%M:%S.%f')[:-3].encode() + b'Z"'
+        stamp = datetime.now(UTC).strftime('"timestamp":"%Y-%m-%dT%H:%M:%S.%f')[:-3].encode() + b'Z"'
         for index, (handle, lines) in enumerate(live):
             line = next(lines, None)
             if line is None:

@@ -4,8 +4,8 @@ Starts the real daemon (`copilot-otel run`, an empty COPILOT_HOME unless --copil
 given, on a free loopback port), times --scrapes GETs of /metrics and of /healthz with no
 other client, then opens --connections connections that each send the start of a request
 line ("GET /metr") and stop, and times the same GETs again while they are open, opening a new
-one for each the server closes (up to a tenth of them before every tenth GET). Each GET is a new connection, as a scraper without
-keep-alive makes. Prints p50/p99/max per path, the
+one for each the server closes (up to a tenth of them before every tenth GET). Each GET is a new connection, as a
+scraper without keep-alive makes. Prints p50/p99/max per path, the
 daemon's CPU (utime+stime from /proc/<pid>/stat) while the idle connections are held and
 while the scrapes run, its open descriptors and threads, and its
 copilot_otel_http_errors_total. The server closes half-sent connections at its header
@@ -32,12 +32,12 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable
+from collections.abc import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import add_daemon_options, bench_daemon, cpu_seconds, machine, median, percentile  # noqa: E402
+from _common import add_daemon_options, bench_daemon, cpu_seconds, machine, median, percentile
 
-from tests.support.scrape import by_label  # noqa: E402  (_common put the repository on sys.path)
+from tests.support.scrape import by_label  # _common put the repository on sys.path
 
 
 def raise_own_fd_limit(needed: int) -> int:

@@ -23,10 +23,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from copilot_otel import identity, tail as tail_module  # noqa: E402
-from copilot_otel.model.sessions import READ_TYPES  # noqa: E402
-from copilot_otel.source.tail import FileTail  # noqa: E402
-from tests.support.biglog import grow  # noqa: E402
+from copilot_otel import identity, tail as tail_module
+from copilot_otel.model.sessions import READ_TYPES
+from copilot_otel.source.tail import FileTail
+from tests.support.biglog import grow
 
 SOURCE = next(Path(__file__).resolve().parent.parent.joinpath(
     "tests/fixtures/cli/1.0.102/subagent/session-state").glob("*/events.jsonl"))
@@ -90,8 +90,8 @@ def main() -> None:
         print(f"log: {mb:.0f} MiB, {tail.line:,} lines (real CLI log, grown)")
         print(f"read whole, with the CRC:     {with_crc:.3f} s ({mb / with_crc:,.0f} MiB/s)")
         print(f"read whole, CRC a no-op:      {without:.3f} s ({mb / without:,.0f} MiB/s)")
-        print(f"the CRC's share of a read:    {100 * (with_crc - without) / with_crc:.1f} % (the same bytes' CRC alone: "
-              f"{100 * crc_pass / with_crc:.1f} %)")
+        print(f"the CRC's share of a read:    {100 * (with_crc - without) / with_crc:.1f} % "
+              f"(the same bytes' CRC alone: {100 * crc_pass / with_crc:.1f} %)")
         print(f"a copy moved over it, checked: {check:.3f} s (one CRC pass over {mb:.0f} MiB)")
         print(f"a restored position, checked:  {restart:.3f} s")
         print(f"prefix_crc alone:              {crc_pass:.3f} s ({mb / crc_pass:,.0f} MiB/s)")

@@ -4,8 +4,8 @@
   and of a python3 that `json.loads` every line of the same logs (all processes summed:
   --trace-children=yes). Counts do not depend on how busy the machine is. Corpus: --sessions
   real-shaped sessions (bench/corpus.py; 280 are about 16 MB). Target: replay <= 1.0x json.loads.
-  The instructions of `inspect` of one session are printed too. With --digest the replay's traces file's SHA-256 is printed too (output byte-identical across
-  changes: compare it before and after).
+  The instructions of `inspect` of one session are printed too. With --digest the replay's traces file's SHA-256
+  is printed too (output byte-identical across changes: compare it before and after).
 - startup: `copilot-otel run` on --idle-folders small finished sessions, until /metrics says it follows
   them all (bench/daemon_bench.py's idle part), then idle CPU and RSS over --duration s. Target <= 5 s.
 - startup-instructions: the daemon's instructions (callgrind) from its start until it follows
@@ -38,8 +38,8 @@ from pathlib import Path
 from types import SimpleNamespace
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import DEFAULT_SOURCE, bytecode_env, copilot_otel_bin, machine, median  # noqa: E402
-from corpus import synthesize  # noqa: E402
+from _common import DEFAULT_SOURCE, bytecode_env, copilot_otel_bin, machine, median
+from corpus import synthesize
 
 BASELINE = """
 import json, sys

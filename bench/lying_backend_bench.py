@@ -28,10 +28,10 @@ import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import REPO  # noqa: E402  (puts the repository on sys.path)
+from _common import REPO  # puts the repository on sys.path
 
-from tests.support.liars import LIES, Answer, LyingBackend  # noqa: E402
-from tests.support.net import free_port  # noqa: E402
+from tests.support.liars import LIES, Answer, LyingBackend
+from tests.support.net import free_port
 
 LOG = next((REPO / "tests" / "fixtures" / "cli" / "1.0.102" / "multi_turn" / "session-state").iterdir())
 

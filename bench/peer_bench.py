@@ -29,8 +29,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import DEFAULT_SOURCE, REPO, bytecode_env, copilot_otel_bin, machine, median  # noqa: E402
-from corpus import synthesize  # noqa: E402
+from _common import DEFAULT_SOURCE, REPO, bytecode_env, copilot_otel_bin, machine, median
+from corpus import synthesize
 
 CCUSAGE_VERSION = "20.0.24"
 TARGET = 1.0  # copilot-otel's time / ccusage's

@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import bytecode_env, machine  # noqa: E402
-from instructions_bench import callgrind  # noqa: E402
+from _common import bytecode_env, machine
+from instructions_bench import callgrind
 
 FORMATS = {"text": "", "openmetrics": "application/openmetrics-text;version=1.0.0"}
 
@@ -36,7 +35,7 @@ def render(encoder_kind: str, accept: str, renders: int) -> None:
 
     disable_created_series()
     metrics = Metrics(resource={"service.name": "copilot-otel"})
-    metrics.add_live_sessions(lambda: [])
+    metrics.add_live_sessions(list)
 
     def calls(names: list[str], n: int) -> None:
         exemplar = {"trace_id": f"{n:032x}", "span_id": f"{n:016x}"}
@@ -70,7 +69,7 @@ def main() -> int:
         for fmt in FORMATS:
             figures = {}
             for kind in ("library", "cached"):
-                def count(renders: int) -> int:
+                def count(renders: int, kind: str = kind, fmt: str = fmt) -> int:
                     return callgrind([sys.executable, __file__, "--renders", str(renders), "--child", kind, fmt],
                                      work / "cg", env)
                 figures[kind] = (count(args.renders) - count(0)) / args.renders

@@ -32,15 +32,15 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import DEFAULT_SOURCE, bytecode_env, copilot_otel_bin, machine, median  # noqa: E402
-from corpus import synthesize  # noqa: E402
+from _common import DEFAULT_SOURCE, bytecode_env, copilot_otel_bin, machine, median
+from corpus import synthesize
 
-from copilot_otel.export.otlp_json import OtlpJsonEncoder  # noqa: E402
-from copilot_otel.replay.runner import BATCH, ReplayStats, default_workers, replay_files, replay_session, resolve  # noqa: E402
-from copilot_otel.export.resource import resource_attributes  # noqa: E402
-from copilot_otel.export.sinks import FileSink  # noqa: E402
-from copilot_otel.source.sources import session_id_of  # noqa: E402
-from copilot_otel.source.tail import read_all  # noqa: E402
+from copilot_otel.export.otlp_json import OtlpJsonEncoder
+from copilot_otel.replay.runner import BATCH, ReplayStats, default_workers, replay_files, replay_session, resolve
+from copilot_otel.export.resource import resource_attributes
+from copilot_otel.export.sinks import FileSink
+from copilot_otel.source.sources import session_id_of
+from copilot_otel.source.tail import read_all
 
 
 def baseline(files: list[Path]) -> int:
@@ -186,7 +186,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  subprocess ratio per round: {', '.join(f'{x / y:.2f}' for x, y in zip(sub_t, base_t))} "
                   f"(median {s / b:.2f}; issue 25's target <= 1.0: {'met' if s / b <= 1.0 else 'MISSED'})")
             one = files[0].parent
-            for label, argv in (("replay of one session", ["replay", str(one), "--traces-file", str(work / "one.jsonl")]),
+            for label, argv in (("replay of one session", ["replay", str(one), "--traces-file",
+                                                           str(work / "one.jsonl")]),
                                 ("inspect of one session", ["inspect", str(one)]),
                                 ("copilot-otel --help", ["--help"])):
                 wall = median([timed_command(argv, env) for _ in range(5)])

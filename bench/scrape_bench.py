@@ -29,11 +29,11 @@ import sys
 import tempfile
 import time
 import urllib.request
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import (  # noqa: E402
+from _common import (
     DEFAULT_SOURCE,
     add_daemon_options,
     bench_daemon,
@@ -41,14 +41,14 @@ from _common import (  # noqa: E402
     median,
     percentile,
 )
-from corpus import EVENTS_FILE, SESSION_STATE, Template, make_idle, source_logs  # noqa: E402
-from tests.support.scrape import by_label, value  # noqa: E402
+from corpus import EVENTS_FILE, SESSION_STATE, Template, make_idle, source_logs
+from tests.support.scrape import by_label, value
 
 OPENMETRICS = "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5"
 
 
 def iso(epoch: float) -> str:
-    moment = datetime.fromtimestamp(epoch, timezone.utc)
+    moment = datetime.fromtimestamp(epoch, UTC)
     return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
 
 

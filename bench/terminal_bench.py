@@ -24,13 +24,13 @@ from unittest import mock
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from rich.console import Console  # noqa: E402
+from rich.console import Console
 
-from copilot_otel import listing  # noqa: E402
-from copilot_otel.base.safe_text import SafeFormatter, safe  # noqa: E402
-from copilot_otel.catalog.status import SessionStatus  # noqa: E402
-from copilot_otel.base.strictmodes import check_folder  # noqa: E402
-from copilot_otel.model.summary import SessionSummary  # noqa: E402
+from copilot_otel import listing
+from copilot_otel.base.safe_text import SafeFormatter, safe
+from copilot_otel.catalog.status import SessionStatus
+from copilot_otel.base.strictmodes import check_folder
+from copilot_otel.model.summary import SessionSummary
 
 CLEAN = "claude-sonnet-4.5 · octo-org/octo-repo@feature/otel-fixtures"
 HOSTILE = "m\x1b]52;c;cHduZWQ=\x07\x1b]0;pwned\x07\x1b[2J\u202e" + CLEAN

@@ -29,12 +29,12 @@ from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import DEFAULT_SOURCE, REPO  # noqa: E402
-from corpus import synthesize  # noqa: E402
+from _common import DEFAULT_SOURCE, REPO
+from corpus import synthesize
 
-from tests.support.otlp_receiver import OtlpReceiver  # noqa: E402
-from tests.support.commands import COMMAND, clean_env  # noqa: E402
-from tests.support.throttling_receiver import ThrottlingGate  # noqa: E402
+from tests.support.otlp_receiver import OtlpReceiver
+from tests.support.commands import COMMAND, clean_env
+from tests.support.throttling_receiver import ThrottlingGate
 
 
 def outages(gate: ThrottlingGate, every: float, outage: float, stop: threading.Event) -> None:

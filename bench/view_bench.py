@@ -35,7 +35,7 @@ import uuid
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import (  # noqa: E402
+from _common import (
     DEFAULT_SOURCE,
     add_daemon_options,
     bench_daemon,
@@ -45,10 +45,10 @@ from _common import (  # noqa: E402
     percentile,
     rss_mb,
 )
-from corpus import EVENTS_FILE, SESSION_STATE, make_idle  # noqa: E402
-from scrape_bench import iso, make_live  # noqa: E402
-from tests.support.browser import Browser  # noqa: E402
-from tests.support.scrape import value  # noqa: E402
+from corpus import EVENTS_FILE, SESSION_STATE, make_idle
+from scrape_bench import iso, make_live
+from tests.support.browser import Browser
+from tests.support.scrape import value
 
 OBSERVER = """() => {
   window.__seen = {};

@@ -33,16 +33,16 @@ import sys
 import tempfile
 import threading
 import time
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import add_daemon_options, bench_daemon, cpu_seconds, machine, median, percentile  # noqa: E402
-from tests.support.biglog import another_copy, grow  # noqa: E402
-from tests.support.files import new_session  # noqa: E402
-from tests.support.net import LOOPBACK, wait_until  # noqa: E402
-from tests.support.scrape import value  # noqa: E402
-from tests.support.viewclient import get, get_json, send_get  # noqa: E402
+from _common import add_daemon_options, bench_daemon, cpu_seconds, machine, median, percentile
+from tests.support.biglog import another_copy, grow
+from tests.support.files import new_session
+from tests.support.net import LOOPBACK, wait_until
+from tests.support.scrape import value
+from tests.support.viewclient import get, get_json, send_get
 
 STORED = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "cli" / "1.0.102"
 SPANS_PER_MB = 738  # multi_turn grown: measured with waterfall.SessionTrace
@@ -194,7 +194,7 @@ class Readers(threading.Thread):
     def __init__(self, socks: dict) -> None:
         super().__init__(daemon=True)
         self.selector = selectors.DefaultSelector()
-        self.received = {name: 0 for name in socks}
+        self.received = dict.fromkeys(socks, 0)
         self.ended: set = set()
         for name, sock in socks.items():
             sock.setblocking(False)
@@ -231,7 +231,7 @@ class Appender(threading.Thread):
             path = self.paths[self.count % len(self.paths)]
             self.count += 1
             with open(path, "ab") as handle:
-                handle.write(another_copy(self.log, f"live{self.count}", datetime.now(timezone.utc)))
+                handle.write(another_copy(self.log, f"live{self.count}", datetime.now(UTC)))
 
 
 def live_views(work: Path, args) -> None:

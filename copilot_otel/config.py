@@ -6,7 +6,8 @@ import math
 import os
 import re
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 from urllib.parse import urlparse
 
 from msgspec import Struct, field
@@ -14,14 +15,14 @@ from msgspec.structs import force_setattr
 
 from .export.otlp_settings import OtlpSettings
 from .export.limits import DEFAULT_MAX_LABEL_VALUES, DEFAULT_MAX_REQUEST_BYTES, MIN_MAX_REQUEST_BYTES
-from .base.parsing import ConfigError  # noqa: F401 (every front end catches it from here)
+from .base.parsing import ConfigError  # every front end catches it from here
 from .base.parsing import parse_bool as _parse_bool
 from .base.parsing import DURATION_HINT, duration_seconds
 from .base.parsing import parse_seconds as _parse_seconds
 from .base.parsing import parse_int as _parse_int
 from .base.parsing import parse_path as _parse_path
 from .source.liveness import StuckPolicy
-from .model.options import DEFAULT_CONTENT_MAX_CHARS, ModelOptions  # noqa: F401 (read from here too)
+from .model.options import DEFAULT_CONTENT_MAX_CHARS, ModelOptions  # read from here too
 from .export.rotation import Rotation
 
 # Our own variables: every flag --some-flag is COPILOT_OTEL_SOME_FLAG.
@@ -157,7 +158,7 @@ class Config(Struct, frozen=True):
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, *, exports: bool = True,
-                 **overrides: Any) -> "Config":
+                 **overrides: Any) -> Config:
         """The configuration from COPILOT_OTEL_* and the standard variables; ``overrides`` (flags) win.
 
         ``exports=False``: OTLP settings are not read (a command that exports nothing).

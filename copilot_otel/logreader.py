@@ -8,7 +8,6 @@ file left open, reads the tail itself and drives what it read with ``drive``.
 
 from __future__ import annotations
 
-from collections.abc import Collection
 from pathlib import Path
 
 from .config import DEFAULT_MAX_LINE_BYTES
@@ -30,7 +29,7 @@ class LogReader:
     """
 
     def __init__(self, path: Path, options: ModelOptions = ModelOptions(), *, session_id: str | None = None,
-                 max_line_bytes: int = DEFAULT_MAX_LINE_BYTES, keep: Collection[str] | None = READ_TYPES,
+                 max_line_bytes: int = DEFAULT_MAX_LINE_BYTES, keep: frozenset[bytes] | None = READ_TYPES,
                  within: Path | None = None, summaries: bool = True, metrics: bool = True, live_idle: bool = False,
                  warn: Warn | None = None, pause: Pause | None = None) -> None:
         self.path = path if isinstance(path, Path) else Path(path)  # a Path is kept: parsing one again is half the cost
@@ -44,6 +43,13 @@ class LogReader:
         self.within = within
         self.tail = FileTail(self.path, max_line_bytes=max_line_bytes, keep=keep, within=within)
         self.model: SessionModel | None = self.new_model()  # None: dropped while nothing is open (the daemon's)
+
+    @property
+    def live_model(self) -> SessionModel:
+        """The model, which is there whenever the log is read: only the daemon drops it (compaction), and it
+        rebuilds the model before it reads on (Follower.wake)."""
+        assert self.model is not None, f"{self.path}: the session model was dropped (compacted)"
+        return self.model
 
     def new_model(self) -> SessionModel:
         """A model for this log with nothing read yet."""
@@ -71,18 +77,18 @@ class LogReader:
     def drive(self, items: list, out: Outputs, *, warn: Warn | None = None, floor: int = -1) -> Outputs:
         """Apply read items to the model into ``out`` (``floor``: see pipeline.drive)."""
         warned = self._warn if warn is None else {"warn": warn}
-        return drive(self.model, items, out, source=str(self.path), floor=floor, pause=self._pause, **warned)
+        return drive(self.live_model, items, out, source=str(self.path), floor=floor, pause=self._pause, **warned)
 
     def read_to_end(self, out: Outputs | None = None) -> Outputs:
         """Every complete line there is now, driven into ``out``; raises UnreadableLog when it cannot be read."""
         result, out = self.read(out, max_bytes=1 << 62)
-        if result.gone or result.error:
-            raise UnreadableLog(self.path, "no such file" if result.gone else result.error)
+        if result.failure:
+            raise UnreadableLog(self.path, result.failure)
         return out
 
     def finish(self, out: Outputs | None = None) -> Outputs:
         """The log is over: close what is still open into ``out``."""
-        return finish(self.model, Outputs() if out is None else out)
+        return finish(self.live_model, Outputs() if out is None else out)
 
 
 def quiet(*_args) -> None:

@@ -16,7 +16,8 @@ from __future__ import annotations
 import logging
 import threading
 from pathlib import Path
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from msgspec.structs import replace
 from prometheus_client import CollectorRegistry, Counter
@@ -36,8 +37,8 @@ from .vocab import IDLE
 log = logging.getLogger(__name__)
 
 _shared_lock = threading.Lock()
-_shared: dict[int, "_Shared"] = {}  # id(registry) -> what all attachments on it share
-_default: "_Shared | None" = None
+_shared: dict[int, _Shared] = {}  # id(registry) -> what all attachments on it share
+_default: _Shared | None = None
 
 
 class _Shared:
@@ -45,7 +46,7 @@ class _Shared:
 
     def __init__(self, metrics: Metrics) -> None:
         self.metrics = metrics
-        self.attachments: set["Attachment"] = set()
+        self.attachments: set[Attachment] = set()
         self.handler_errors = Counter("copilot_otel_handler_errors", "Exceptions caught in the SDK event handler.",
                                       registry=metrics.registry)
         metrics.add_live_sessions(self.snapshot)
@@ -158,7 +159,7 @@ class Attachment:
         self._shared.attachments.discard(self)
         return delivered
 
-    def __enter__(self) -> "Attachment":
+    def __enter__(self) -> Attachment:
         return self
 
     def __exit__(self, *exc) -> None:

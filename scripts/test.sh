@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Installs everything the tests need on a fresh machine, then runs them layer by layer.
 #   Python packages (pinned in pyproject.toml) into .venv, the Copilot CLI 1.0.102 and ccusage 20.0.24 (the
-#   differential test's other reader of the same logs) from npm into tests/cli (its package.json), Prometheus, systemd-analyze and Chromium (the web view's browser tests drive it
-#   with Playwright) from Debian's packages; then pytest: tests/unit, tests/component, tests/e2e,
-#   each layer's time printed, and the total against the targets (unit + component < 30 s, all < 6 min).
+#   differential test's other reader of the same logs) from npm into tests/cli (its package.json), Prometheus,
+#   Alertmanager, systemd-analyze and Chromium (the web view's browser tests drive it with Playwright) from
+#   Debian's packages; then the lint layer (ruff check and mypy: any finding fails the run), and pytest:
+#   tests/unit, tests/component, tests/e2e, each layer's time printed, and the total against the targets
+#   (unit + component < 30 s, all < 6 min).
 #
-#   scripts/test.sh                  every layer (extra pytest options go to each: scripts/test.sh -q -x)
-#   scripts/test.sh unit component   only these layers
+#   scripts/test.sh                  every layer (extra pytest options go to the pytest ones: scripts/test.sh -q -x)
+#   scripts/test.sh unit component   only these layers (lint: only ruff and mypy)
 #   scripts/test.sh tests/e2e/test_view.py -k token   anything else: one pytest run with these arguments
 # TEST_WORKERS=N: processes for the e2e layer (default 4, pytest-xdist; 0 runs every layer in this process). The
 # layer mostly waits on processes: 268 s of CPU in 516 s with 2 workers, 308 s in 278 s with 4, on 2 cores.
@@ -75,14 +77,22 @@ layers=()
 options=()
 for arg in "$@"; do
     case "$arg" in
-        unit|component|e2e) layers+=("$arg") ;;
+        lint|unit|component|e2e) layers+=("$arg") ;;
         -*) options+=("$arg") ;;
         *) code=0; .venv/bin/python -m pytest "$@" || code=$?
            home_check || [ "$code" -ne 0 ] || code=1
            exit "$code" ;;
     esac
 done
-[ ${#layers[@]} -gt 0 ] || layers=(unit component e2e)
+[ ${#layers[@]} -gt 0 ] || layers=(lint unit component e2e)
+
+# The lint layer: both linters run, so that one run shows every finding; either one's finding fails it.
+lint() {
+    local rc=0
+    .venv/bin/ruff check . || rc=1
+    .venv/bin/mypy || rc=1
+    return $rc
+}
 
 workers=${TEST_WORKERS:-4}
 ms() { local t=${1/./}; echo $((10#$t)); }  # "12.345" (seconds) -> 12345
@@ -92,17 +102,22 @@ failed=0
 exec 3>&2 4>&1
 TIMEFORMAT='%3R %3U %3S'
 for layer in "${layers[@]}"; do
-    parallel=()
-    # e2e mostly waits on processes: four workers (pytest-xdist), each running whole test files.
-    if [ "$layer" = e2e ] && [ "$workers" -gt 0 ]; then
-        parallel=(-n "$workers" --dist loadfile)
-    elif [ "$workers" -gt 0 ]; then
-        parallel=(-n 2)
+    if [ "$layer" = lint ]; then
+        echo "== lint (ruff check ., mypy)"
+        run=(lint)
+    else
+        parallel=()
+        # e2e mostly waits on processes: four workers (pytest-xdist), each running whole test files.
+        if [ "$layer" = e2e ] && [ "$workers" -gt 0 ]; then
+            parallel=(-n "$workers" --dist loadfile)
+        elif [ "$workers" -gt 0 ]; then
+            parallel=(-n 2)
+        fi
+        echo "== $layer (tests/$layer)"
+        run=(.venv/bin/python -m pytest "tests/$layer" "${parallel[@]}" "${options[@]}")
     fi
-    echo "== $layer (tests/$layer)"
     code[$layer]=0
-    timing=$( { time .venv/bin/python -m pytest "tests/$layer" "${parallel[@]}" "${options[@]}" >&4 2>&3; } 2>&1 ) \
-        || code[$layer]=$?
+    timing=$( { time "${run[@]}" >&4 2>&3; } 2>&1 ) || code[$layer]=$?
     read -r real user sys <<<"${timing##*$'\n'}"
     wall[$layer]=$(ms "$real")
     cpu[$layer]=$(( $(ms "$user") + $(ms "$sys") ))
@@ -113,7 +128,10 @@ echo
 printf '%-10s %8s %8s  %s\n' layer wall cpu result
 total=0
 for layer in "${layers[@]}"; do
-    result=passed; [ "${code[$layer]}" -eq 0 ] || result="FAILED (pytest exit ${code[$layer]})"
+    result=passed
+    if [ "${code[$layer]}" -ne 0 ]; then
+        result="FAILED (pytest exit ${code[$layer]})"; [ "$layer" != lint ] || result="FAILED (findings above)"
+    fi
     printf '%-10s %6s s %6s s  %s\n' "$layer" "$(seconds "${wall[$layer]}")" "$(seconds "${cpu[$layer]}")" "$result"
     total=$((total + wall[$layer]))
 done
@@ -125,6 +143,7 @@ target() {  # what, milliseconds, limit in seconds
 if [ -n "${wall[unit]:-}" ] && [ -n "${wall[component]:-}" ]; then
     target "unit + component" $((wall[unit] + wall[component])) 30
 fi
-[ ${#layers[@]} -lt 3 ] || target "the whole suite" "$total" 360
+[ -z "${wall[unit]:-}" ] || [ -z "${wall[component]:-}" ] || [ -z "${wall[e2e]:-}" ] \
+    || target "the whole suite" "$total" 360
 home_check || failed=1
 exit $failed

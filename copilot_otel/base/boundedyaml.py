@@ -9,7 +9,11 @@ built.
 
 from __future__ import annotations
 
-from typing import Any
+from functools import cache
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import yaml
 
 MAX_DEPTH = 32  # nesting of mappings and sequences
 MAX_NODES = 50_000  # scalars, mappings and sequences
@@ -40,12 +44,21 @@ def load(data: bytes | str) -> Any:
     return yaml.load(data, Loader=loader)  # noqa: S506 - a safe loader
 
 
-def _refuse(event: Any, problem: str) -> None:
+@cache
+def _beyond_bounds() -> type[yaml.MarkedYAMLError]:
+    """The error of a document beyond the bounds (made once yaml is imported)."""
     import yaml
 
-    exc = yaml.MarkedYAMLError(problem=problem, problem_mark=event.start_mark)
-    exc.beyond_bounds = True  # not a syntax error: a document this reader will not build
-    raise exc
+    class BeyondBounds(yaml.MarkedYAMLError):
+        """Not a syntax error: a document this reader will not build."""
+
+        beyond_bounds = True
+
+    return BeyondBounds
+
+
+def _refuse(event: Any, problem: str) -> None:
+    raise _beyond_bounds()(problem=problem, problem_mark=event.start_mark)
 
 
 def describe(exc: Exception) -> str:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import gc
 import time
-from typing import Callable
+from collections.abc import Callable
 
 MAX_DEFERRAL = 30.0  # s the collector may stay off, from when a backlog began or from the last collection
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
-from typing import Callable
+from collections.abc import Callable
 
 log = logging.getLogger("copilot_otel")
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import threading
 import time
 from contextlib import contextmanager
-from typing import Iterator
+from collections.abc import Iterator
 
 MAX_WAIT = 1.0  # how long the renders may hold the reader, s, from the first of them
 

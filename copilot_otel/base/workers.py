@@ -15,7 +15,8 @@ import sys
 import threading
 from collections import deque
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any
 
 # queue and signal, and these, are imported where a pool is made or a worker runs (where concurrent.futures has
 # imported them already): a replay of a few sessions never pays for them

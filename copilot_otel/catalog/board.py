@@ -8,7 +8,8 @@ from __future__ import annotations
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Iterable, Mapping, NamedTuple
+from collections.abc import Iterable, Mapping
+from typing import NamedTuple
 
 from msgspec import Struct
 
@@ -80,7 +81,8 @@ def row_json(row: Row, *, monotonic: float | None = None, now: float | None = No
         "turns": s.turns, "llm_calls": s.llm_calls, "tool_calls": s.tool_calls, "tool_failures": s.tool_failures,
         "input_tokens": s.input_tokens, "output_tokens": s.output_tokens, "tokens": s.tokens,
         "cache_read_tokens": s.cache_read_tokens, "cache_write_tokens": s.cache_write_tokens,
-        "lines_added": s.lines_added, "lines_removed": s.lines_removed, "premium_requests": round(s.premium_requests, 2),
+        "lines_added": s.lines_added, "lines_removed": s.lines_removed,
+        "premium_requests": round(s.premium_requests, 2),
         "nudge_premium_requests": round(s.nudge_premium_requests, 2), "last_end": s.last_end,
         "nano_aiu": s.nano_aiu, "nudge_nano_aiu": s.nudge_nano_aiu, "ai_credits": s.nano_aiu / 1e9,
         "credits_status": s.credits_status, "asking": s.asking, "asking_since_ms": s.asking_since_ns // 1_000_000,

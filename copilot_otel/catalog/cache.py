@@ -15,7 +15,7 @@ import math
 import os
 import threading
 from pathlib import Path
-from typing import Mapping
+from collections.abc import Mapping
 
 import msgspec
 from msgspec import Struct

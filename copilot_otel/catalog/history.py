@@ -34,7 +34,7 @@ def summarize_log(path: Path, options: ModelOptions, max_line_bytes: int = DEFAU
 
     reader = LogReader(path, options, max_line_bytes=max_line_bytes, summaries=False, metrics=False, warn=skipped)
     out = reader.read_to_end()
-    summary = named(reader.model.summary(), path.parent)
+    summary = named(reader.live_model.summary(), path.parent)
     rejected = sum(out.rejected.values())
     return replace(summary, rejected=rejected, rejected_lines=tuple(named_lines)) if rejected else summary
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from types import MappingProxyType
-from typing import Mapping
+from collections.abc import Mapping
 
 from msgspec import Struct, field
 

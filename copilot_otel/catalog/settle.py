@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Callable
+from collections.abc import Callable
 
 from msgspec.structs import replace
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
-from typing import Callable
+from collections.abc import Callable
 
 from msgspec import Struct
 
@@ -68,8 +68,8 @@ class SessionReader:
     def update(self) -> bool:
         """Read what was appended; True if there were new lines. Raises UnreadableLog."""
         result, out = self.reader.read(max_bytes=1 << 62)
-        if result.gone or result.error:
-            raise UnreadableLog(self.path, "no such file" if result.gone else result.error)
+        if result.failure:
+            raise UnreadableLog(self.path, result.failure)
         if result.restarted:  # truncated or replaced: read from the start, into a new model
             self._reset(self.reader)
         elif result.items and self._closed is not None:  # resumed after we closed it: read it again whole
@@ -91,7 +91,7 @@ class SessionReader:
     @property
     def model(self) -> SessionModel:
         """The session model, as read so far."""
-        return self.reader.model
+        return self.reader.live_model
 
     def snapshot(self, *, policy: StuckPolicy, now: float | None = None,
                  alive: Callable[[int], bool] = pid_alive) -> Snapshot:

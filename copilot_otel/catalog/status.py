@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from msgspec import Struct
 from msgspec.structs import replace
@@ -49,11 +50,11 @@ class SessionStatus(Struct, frozen=True):
         return row_json(Row(0, 0, self.session_id, Path(self.path or ""), self.summary, self.state,
                             self.stalled_seconds, self.silent_seconds, self.activity), now=now)
 
-    def nameless(self) -> "SessionStatus":
+    def nameless(self) -> SessionStatus:
         """The same without the session's name (--hide-names)."""
         return replace(self, summary=replace(self.summary, name=None)) if self.summary.name else self
 
-    def under(self, policy: StuckPolicy) -> "SessionStatus":
+    def under(self, policy: StuckPolicy) -> SessionStatus:
         """The same session named by other thresholds (those given to `sessions`, over the daemon's): at work
         and silent past the threshold of what it does is stuck, else what it does."""
         if self.state not in (STUCK, WORKING, WAITING_TOOL) or self.activity not in (WORKING, WAITING_TOOL):
@@ -64,7 +65,7 @@ class SessionStatus(Struct, frozen=True):
         return replace(self, state=self.activity, stalled_seconds=0.0)
 
     @classmethod
-    def from_json(cls, row: dict[str, Any]) -> "SessionStatus":
+    def from_json(cls, row: dict[str, Any]) -> SessionStatus:
         """A row of /api/sessions back as a status (times to the millisecond; the log's own state unknown)."""
         summary = SessionSummary(
             row["id"], IDLE, row.get("ended"), row.get("model"), row.get("cwd"), row.get("cli_version"),

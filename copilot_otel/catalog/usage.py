@@ -12,7 +12,8 @@ it used nothing. With no time window the totals are exactly the sessions' own (t
 from __future__ import annotations
 
 from datetime import datetime, tzinfo
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING
+from collections.abc import Iterable
 
 from msgspec import Struct
 from msgspec.structs import astuple

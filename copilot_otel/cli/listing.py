@@ -12,10 +12,12 @@ from __future__ import annotations
 import fnmatch
 import logging
 import os
+import socket
 import time
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING
+from collections.abc import Iterable
 
 from msgspec import Struct
 import orjson
@@ -117,6 +119,8 @@ def _socket_connection(sock, timeout: float):
     import http.client
 
     class _SocketConnection(http.client.HTTPConnection):
+        _connected: socket.socket | None = None
+
         def connect(self) -> None:
             self.sock, self._connected = self._connected, None
             if self.sock is None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from rich.console import Console, ConsoleOptions, RenderResult
+from rich.console import Console, ConsoleOptions, Group, RenderResult
 from rich.live import Live
 from rich.segment import Segment
 from rich.text import Text
@@ -26,7 +26,9 @@ class Fitted:
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         height = options.height or console.size.height
         lines = console.render_lines(self.tree, options.update(height=None), pad=False)
-        header = len(self.tree.label.renderables)  # the header Group's lines, one Text each
+        label = self.tree.label
+        assert isinstance(label, Group)  # build_tree's header
+        header = len(label.renderables)  # the header Group's lines, one Text each
         room = max(1, height - header - 1 - (1 if self.footer else 0))
         body = lines[header:]
         if len(body) > room:

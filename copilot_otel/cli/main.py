@@ -27,8 +27,8 @@ from ..config import (
     ConfigError,
     parse_address,
 )
-from .flags import (BUDGETS_FILE, DURATION, COPILOT_HOME, HIDE_NAMES, LOG_LEVEL, MAX_LINE_BYTES, METRICS_ADDRESS, PATH, STATE_DIR,
-                    STRICT_MODES, TRACE_URL_HELP, WEB_VIEW_COST, access_options, export_options, option,
+from .flags import (BUDGETS_FILE, DURATION, COPILOT_HOME, HIDE_NAMES, LOG_LEVEL, MAX_LINE_BYTES, METRICS_ADDRESS, PATH,
+                    STATE_DIR, STRICT_MODES, TRACE_URL_HELP, WEB_VIEW_COST, access_options, export_options, option,
                     reading_options, repository_option, stuck_options, Duration)
 from ..base.safe_text import safe, safe_json, safe_lines
 from ..base.safe_text import say as _say
@@ -241,8 +241,8 @@ def _session_log(text: str, config: Config) -> Path:
 @option("state", multiple=True, type=click.Choice([*SESSION_STATES, "live"]),
         help="Only sessions in this state (repeat for several; `live`: every state but ended).")
 @option("repository", metavar="REPOSITORY|FOLDER",
-        help="Only sessions in this repository (owner/name, name or a glob), or, outside git, in this folder (a path, its "
-             "last part or a glob); `none`: the sessions in no repository.")
+        help="Only sessions in this repository (owner/name, name or a glob), or, outside git, in this folder "
+             "(a path, its last part or a glob); `none`: the sessions in no repository.")
 @option("since", metavar="WHEN", help="Only sessions active since then: 30m, 2h, 1d, or 2026-12-01.")
 @option("json", is_flag=True, help="Print a JSON array, one object per session.")
 @option("from-files", is_flag=True, help="Read the session logs even when a daemon runs.")
@@ -274,7 +274,7 @@ def sessions(state, repository, since, json, from_files, log_level, **options) -
         click.echo(f"copilot-otel: {why}; reading the session logs", err=True)
     unreadable = []
     if statuses is None:
-        cache_file = config.summary_cache
+        cache_file: Path | None = config.summary_cache
         try:
             check_state_dir(config.state_dir, strict=not config.no_strict_modes)
         except ConfigError as exc:  # a listing needs no cache: list without it, neither read nor written
@@ -344,7 +344,7 @@ def usage(by, group, since, until, tz, json, csv, log_level, **options) -> None:
         since_time = parse_when("since", since, zone, now=now) if since else None
         until_time = parse_when("until", until, zone, now=now, end=True) if until else None
         groups = tuple(g.strip() for g in group.split(",") if g.strip())
-        cache_file = config.summary_cache
+        cache_file: Path | None = config.summary_cache
         try:
             check_state_dir(config.state_dir, strict=not config.no_strict_modes)
         except ConfigError as exc:  # a report needs no cache: read without it

@@ -38,8 +38,9 @@ _STATE_STYLES = {WORKING: "cyan", WAITING_TOOL: "cyan", WAITING_USER: "magenta",
 class SafeLine(Text):
     """One line of the tree: text appended to it is escaped for the terminal (and, as rich Text, never markup)."""
 
-    def append(self, text, style=None) -> "SafeLine":
-        return super().append(safe(text) if isinstance(text, str) else text, style)
+    def append(self, text, style=None) -> SafeLine:
+        super().append(safe(text) if isinstance(text, str) else text, style)
+        return self
 
 
 def _line(*parts: tuple[str, str] | str) -> Text:
@@ -149,7 +150,8 @@ def header(snapshot: Snapshot) -> Group:
     for span in snapshot.spans:
         totals.add(span)
     if summary.nano_aiu or summary.credits_status:  # the session's, with what the CLI's totals added (the stream's)
-        totals.nano_aiu, totals.unpriced_calls = summary.nano_aiu, int(summary.credits_status in ("partial", "unavailable"))
+        unpriced = int(summary.credits_status in ("partial", "unavailable"))
+        totals.nano_aiu, totals.unpriced_calls = summary.nano_aiu, unpriced
     lines.append(_line((f"  {plural(summary.interactions, 'interaction')} · {totals.text()}", "dim")))
     if totals.unpriced_calls and totals.nano_aiu:
         lines.append(_line((f"  ({PARTIAL_NOTE})", "dim")))

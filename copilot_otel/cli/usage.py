@@ -148,7 +148,7 @@ def _credits_cells(row: Row) -> tuple[str, str]:
     return f"{nano / NANO_AIU_PER_CREDIT:,.2f}{plus}", f"{nano / NANO_AIU_PER_CREDIT * USD_PER_CREDIT:,.2f}{plus}"
 
 
-def _pair(a: int, b: int) -> str:
+def _pair(a: float, b: float) -> str:
     return f"{count(a)}/{count(b)}"
 
 

@@ -16,7 +16,9 @@ import time
 from pathlib import Path
 from stat import S_ISREG
 from types import MappingProxyType
-from typing import Callable
+from functools import partial
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from msgspec.structs import replace
 
@@ -45,6 +47,9 @@ from ..source.sources import SESSION_STATE
 from ..base.regular import NOT_REGULAR
 from ..model.summary import SessionSummary
 from ..vocab import END_INCOMPLETE, END_SHUTDOWN
+
+if TYPE_CHECKING:  # the OTel SDK is imported only when the push is on
+    from ..export.otlp_metrics import MetricsPusher
 
 log = logging.getLogger(__name__)
 
@@ -139,7 +144,8 @@ class Daemon:
         # The generation a deleted log would start again at, were it written anew.
         self._generations: dict[Path, int] = {}
         self._stop = threading.Event()
-        self.metrics_push = None  # the OTLP metrics pusher (OTEL_METRICS_EXPORTER=otlp): /healthz says its failures
+        # the OTLP metrics pusher (OTEL_METRICS_EXPORTER=otlp): /healthz says its failures
+        self.metrics_push: MetricsPusher | None = None
         # What this pass read, counted and handed to the exporter once a batch of spans waits and at the end of
         # the pass: the metric updates, the spans in order, then the checkpoint positions (each behind its own
         # spans, as the exporter needs). At start-up thousands of logs bring a few spans each; a metrics update,
@@ -320,7 +326,9 @@ class Daemon:
         log.info("%s moved to %s; following it there as the same session %s", old, path, follower.session_id)
         follower.move(path)
         self.moves.moved(first_id, old, path)
-        for keyed in (self.sessions, self._open, self._abandoned, self._liveness, self._summaries):
+        by_path: tuple[dict[Path, Any], ...] = (self.sessions, self._open, self._abandoned, self._liveness,
+                                                self._summaries)
+        for keyed in by_path:
             if old in keyed:
                 keyed[path] = keyed.pop(old)
         if old in self._partial:
@@ -355,7 +363,7 @@ class Daemon:
         cut_off = None
         if result.items:
             self._abandoned.pop(path, None)
-            if follower.model.ended is None:  # learn the pid of a process that writes it (a finished one has none)
+            if follower.live_model.ended is None:  # learn the pid of a process that writes it (a finished one has none)
                 self._alive(follower)
             cut_off = None if result.more else follower.close_at_floor()
             if cut_off is not None:
@@ -367,20 +375,22 @@ class Daemon:
                                             waiting_since_ns=cut_off.waiting_since_ns)
         if result.more:
             self._backlog[path] = None
-        elif follower.model.ended is not None and follower.abandoned_at is None:
+        elif follower.live_model.ended is not None and follower.abandoned_at is None:
             self._compact(follower)
 
     def _rename(self, follower: Follower) -> None:
         """Its name again, if its workspace.yaml changed with no new event (a rename): the views show it."""
         summary = self._summaries.get(follower.path)
-        if summary is not None and (name := follower.names.of(follower.path.parent)) != summary.name:
+        names = follower.names
+        assert names is not None  # made by Follower.__post_init__
+        if summary is not None and (name := names.of(follower.path.parent)) != summary.name:
             self._summaries[follower.path] = replace(summary, name=name)
             self._changed = True
 
     def _deliver(self, follower: Follower, out: Outputs) -> None:
         """Count what a read produced, queue its spans, then the checkpoint position behind them."""
         self._queue_outputs(out)
-        if follower.model.ended is None:
+        if follower.live_model.ended is None:
             self._watch(follower, resumed=bool(out.events.get("session.resume")))
         else:
             self._unwatch(follower)
@@ -495,7 +505,7 @@ class Daemon:
                     self._liveness.pop(path, None)
                     self._compact(follower)
         for follower in list(self._open.values()):
-            model = follower.model
+            model = follower.live_model
             # Quiet is measured on our clock: a backlog read late must not look quiet.
             quiet = monotonic - follower.last_read
             if model.awaiting_confirmation and quiet >= self.config.idle_quiet:
@@ -506,7 +516,7 @@ class Daemon:
                 continue  # a log with more waiting to be read: its last event read is not its last one
             decision = verdict(mid_turn=model.mid_turn, awaiting_confirmation=model.awaiting_confirmation,
                                since_event=monotonic - follower.seen_at, quiet=quiet,
-                               alive=lambda f=follower: self._alive(f), locks_expected=follower.locks_expected)
+                               alive=partial(self._alive, follower), locks_expected=follower.locks_expected)
             if decision == ABANDON:
                 self._abandon(follower, monotonic)
             elif decision == DORMANT:  # its process is gone and nothing is open: set aside until it grows
@@ -551,7 +561,7 @@ class Daemon:
             follower.abandoned_at = monotonic
             self._abandoned[follower.path] = follower
             log.warning("session %s was abandoned mid-turn (its CLI process is gone)", follower.session_id)
-        before = follower.model.summary()
+        before = follower.live_model.summary()
         out = Outputs()
         follower.finish(out, END_INCOMPLETE)
         self._deliver(follower, out)

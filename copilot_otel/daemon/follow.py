@@ -78,7 +78,7 @@ class Follower(Struct):
     told_ahead: bool = False  # its events stamped ahead of our clock were reported
     session_id: str = ""  # its spans' session id: its folder's (session_id_of), or the first folder's of a moved log
     moved_from: tuple[str, ...] = ()  # the paths it was followed at before a move (their checkpoint rows go)
-    names: NameCache | None = None  # the session's name, from its workspace.yaml
+    names: NameCache | None = None  # the session's name, from its workspace.yaml (made by __post_init__)
     skipped: bool = False  # started at its end, its history left out: its position is committed at once
 
     def __post_init__(self) -> None:
@@ -99,16 +99,22 @@ class Follower(Struct):
     def model(self, model: SessionModel | None) -> None:
         self.reader.model = model
 
+    @property
+    def live_model(self) -> SessionModel:
+        """The session model, where it cannot be compacted: while the log is read, or the session is open."""
+        return self.reader.live_model
+
     @classmethod
     def start(cls, path: Path, options: ModelOptions, *, max_line_bytes: int, restored: FilePosition | None = None,
               skip_history: bool = False, pids: list[int] | None = None, within: Path | None = None,
-              generation: int = 0, history: bool = False, history_before_ns: int = 0) -> "Follower":
+              generation: int = 0, history: bool = False, history_before_ns: int = 0) -> Follower:
         """Follow ``path`` from its checkpoint (``restored``, perhaps committed at another path: a moved log),
         from its end (``skip_history``, or a log whose last event is older than ``history_before_ns``: see
         ``skipped``), or from the start.
 
         ``within``: the tree the file must stay inside, checked on every open."""
-        floor_line, session_id, moved_from = 0, session_id_of(path), ()
+        floor_line, session_id = 0, session_id_of(path)
+        moved_from: tuple[str, ...] = ()
         if restored is not None:
             session_id = restored.session_id or session_id_of(Path(restored.path))
         reader = LogReader(path, options, session_id=session_id, max_line_bytes=max_line_bytes, keep=READ_TYPES,
@@ -127,7 +133,7 @@ class Follower(Struct):
                        whole=tail.offset == 0, session_id=session_id, moved_from=moved_from, history=history)
         follower.skipped = restored is None and tail.offset > 0
         if tail.offset > 0:
-            _prime(follower.model, path, tail.offset, max_line_bytes)
+            _prime(follower.live_model, path, tail.offset, max_line_bytes)
         return follower
 
     def new_model(self) -> SessionModel:
@@ -174,15 +180,15 @@ class Follower(Struct):
                 cut = 0
                 if items:
                     self.settle_at_floor = False
-                    if not self.model.quiescent:
-                        self.model.finish()  # delivered when it happened: nothing to export again
+                    if not self.live_model.quiescent:
+                        self.live_model.finish()  # delivered when it happened: nothing to export again
             self.reader.drive(items, out, warn=warn, floor=_floor(items, cut))
             self._salt(out, start)
             self._ahead(items[cut:], out)
             self.abandoned_at = None
             self.last_read = self.seen_at = time.monotonic()
             if self.history:
-                age = time.time() - self.model.last_event_ns / 1e9
+                age = time.time() - self.live_model.last_event_ns / 1e9
                 self.seen_at -= max(0.0, age)
                 self.history = result.more  # a backlog read on: still history
         return result
@@ -207,7 +213,7 @@ class Follower(Struct):
     def confirm_end(self, out: Outputs) -> None:
         """A quiet period confirmed that the agent loop went idle: what that closes goes into ``out``."""
         start = len(out.spans)
-        out.add(self.model.confirm_end())
+        out.add(self.live_model.confirm_end())
         self._salt(out, start)
 
     def wake(self) -> bool:
@@ -254,7 +260,8 @@ class Follower(Struct):
 
     def summary(self) -> SessionSummary:
         """The model's summary, with the session's name."""
-        summary, name = self.model.summary(), self.names.of(self.path.parent)
+        assert self.names is not None  # made by __post_init__
+        summary, name = self.live_model.summary(), self.names.of(self.path.parent)
         return summary if name == summary.name else replace(summary, name=name)  # most have none to show
 
     def compact(self) -> bool:

@@ -13,7 +13,8 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
-from typing import Mapping, TypeVar
+from collections.abc import Mapping
+from typing import Protocol, TypeVar
 
 from ..export.checkpoint import FilePosition
 from ..source.sources import session_id_of
@@ -21,7 +22,15 @@ from ..source.tail import FileTail
 
 log = logging.getLogger(__name__)
 
-T = TypeVar("T")
+
+
+class Followed(Protocol):
+    """What Moves needs of a follower: the paths it was followed at before a move."""
+
+    moved_from: tuple[str, ...]
+
+
+T = TypeVar("T", bound=Followed)
 
 
 class Moves:
@@ -79,14 +88,18 @@ class Moves:
     def live_origin(self, first_id: str, followers: Mapping[Path, T]) -> T | None:
         """The follower of a log beginning with ``first_id`` whose path is gone (the log moved), if any."""
         path = self._live.get(first_id) if first_id else None
-        follower = followers.get(path) if path is not None else None
+        if path is None:
+            return None
+        follower = followers.get(path)
         return follower if follower is not None and not os.path.lexists(path) else None
 
     def restored_origin(self, first_id: str) -> FilePosition | None:
         """A checkpoint position of a log beginning with ``first_id`` at a path that is gone (moved while the
         daemon was stopped); taken out of the restored positions."""
         old = self._restored_by_id.get(first_id) if first_id else None
-        position = self._restored.get(old) if old is not None else None
+        if old is None:
+            return None
+        position = self._restored.get(old)
         if position is None or os.path.lexists(old):
             return None
         del self._restored[old]

@@ -41,7 +41,7 @@ class SessionNotices:
         if follower.path in self._live:
             return
         self._live.add(follower.path)
-        summary = follower.model.summary()
+        summary = follower.live_model.summary()
         details = ", ".join(x for x in (summary.model, where(summary)) if x)
         verb = "resumed" if resumed else "started"
         log.info("session %s %s%s", follower.session_id, verb, f" ({details})" if details else "")
@@ -99,7 +99,7 @@ class SessionNotices:
             place = f" in {liveness.repository}" if liveness.repository else ""
             log.warning("session %s is stuck%s: %s, no event for %s (its threshold: %s)", follower.session_id, place,
                         what, duration(live[1]), duration(threshold))
-            model = follower.model
+            model = follower.live_model
             return [span for span in model.open_spans(int(now * 1e9)) if span.attributes.get(A.COPILOT_RUNNING)]
         self._recovered(follower, live[0] if live is not None else "no longer live")
         return []

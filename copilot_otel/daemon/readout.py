@@ -4,7 +4,7 @@ the moment they are asked for (the reader replaces them whole; nothing here touc
 from __future__ import annotations
 
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from ..source.liveness import Liveness, StuckPolicy, live_state, pid_alive
 from ..export.metrics import LiveSession

@@ -8,10 +8,14 @@ import os
 import signal
 import sqlite3
 import sys
+from typing import TYPE_CHECKING
 
 from ..export.checkpoint import CheckpointError
 from ..config import Config, ConfigError
 from .daemon import Daemon
+
+if TYPE_CHECKING:  # the OTel SDK is imported only when the push is on
+    from ..export.otlp_metrics import MetricsPusher
 
 log = logging.getLogger("copilot_otel.daemon")  # its lines read as the daemon's, as before
 
@@ -56,7 +60,7 @@ def run_daemon(config: Config) -> int:
     log.info("following %s; metrics on %s/metrics, sessions on %s; traces to %s", daemon.root, endpoint.base,
              endpoint.shown_url(), daemon.sink.description)
     endpoint.say_url()
-    pusher = None
+    pusher: MetricsPusher | None = None
     if config.metrics_otlp is not None:  # OTEL_METRICS_EXPORTER=otlp (the OTel SDK is imported only then)
         from ..export.otlp_metrics import start_pushing
 

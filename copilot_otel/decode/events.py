@@ -7,7 +7,8 @@ the session model keys on are lifted out of ``data``; everything else stays in
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any, final
 
 from msgspec import Struct
 
@@ -19,6 +20,7 @@ MAIN_AGENT = "main"
 # msgspec structs: built in C (a frozen dataclass's __init__ sets each field through object.__setattr__, and its
 # class is compiled with exec at import); equal, hashable and picklable as the dataclass was.
 # gc=False: an event holds plain JSON values, never itself, so it can form no cycle.
+@final  # no subclass: the pipeline tells an event from a DecodeError by type(item) is DecodeError
 class Event(Struct, frozen=True, gc=False):
     """One session event, as written by the CLI (or streamed live)."""
 
@@ -56,6 +58,7 @@ class Event(Struct, frozen=True, gc=False):
         return value if isinstance(value, str) else None
 
 
+@final
 class DecodeError(Struct, frozen=True, gc=False):
     """A line that is not a usable event, with the reason it was rejected."""
 

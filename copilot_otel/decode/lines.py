@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import re
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from functools import lru_cache
 from types import MappingProxyType
-from typing import Any, Iterable
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 import msgspec
 import orjson
@@ -29,13 +30,13 @@ INTERNAL_ERROR = "internal_error"  # an event the session model could not apply 
 REASONS = (NOT_JSON, INVALID_UTF8, NOT_OBJECT, BAD_TYPE, BAD_TIMESTAMP, BAD_DATA, TOO_LONG, NUL_BYTE, DUPLICATE_ID,
            INTERNAL_ERROR)
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 @lru_cache(maxsize=4096)
 def _whole_seconds(prefix: str) -> int:
     """Epoch seconds of a 'YYYY-MM-DDTHH:MM:SS' prefix read as UTC (cached: events share seconds)."""
-    return int((datetime.fromisoformat(prefix).replace(tzinfo=timezone.utc) - _EPOCH).total_seconds())
+    return int((datetime.fromisoformat(prefix).replace(tzinfo=UTC) - _EPOCH).total_seconds())
 
 
 def parse_timestamp(value: object) -> int | None:
@@ -101,7 +102,8 @@ class _Line(msgspec.Struct, gc=False, forbid_unknown_fields=True):
 _decode_head = msgspec.json.Decoder(_Line).decode
 
 
-# The CLI writes every line as {"type":"T","data":{...}[,"agentId":"A"],"id":"I","timestamp":"S","parentId":P[,"agentId":"A"]}.
+# The CLI writes every line as
+# {"type":"T","data":{...}[,"agentId":"A"],"id":"I","timestamp":"S","parentId":P[,"agentId":"A"]}.
 _HEAD = b'{"type":"'
 _DATA = b'","data":{'
 _ID = b',"id":"'
@@ -110,7 +112,7 @@ _TAIL = re.compile(rb',"id":"([^"\\]+)","timestamp":"([^"\\]+)",'
 _AGENT = b',"agentId":"'
 _ESCAPED = b"\\"  # _agent_before's answer for an agent id written with an escape
 _TAIL_WINDOW = 400  # the tail's most bytes (ids are uuids, the timestamp is short)
-NO_DATA: dict = MappingProxyType({})  # the data of an event whose payload nothing reads
+NO_DATA: Mapping[str, Any] = MappingProxyType({})  # the data of an event whose payload nothing reads
 
 
 def type_set(types: Iterable[str]) -> frozenset[bytes]:
@@ -180,7 +182,8 @@ _TOKENS = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}]', re.S)
 def _shallow(raw: bytes, offset: int, line: int) -> Event | None:
     """The event of a line nested deeper than a parser goes, with every value below MAX_DEPTH read as "..."
     (marked ``cut``), or None if it is not JSON all the same."""
-    parts, depth, start, kept = [], 0, -1, 0
+    parts: list[bytes] = []
+    depth, start, kept = 0, -1, 0
     for token in _TOKENS.finditer(raw):
         char = token.group()[:1]
         if char == b'"':

@@ -46,7 +46,7 @@ def parse_version(text: object) -> tuple[int, ...] | None:
 class Normalizer:
     """Per session: rewrites one CLI version's events into the shape the model reads."""
 
-    __slots__ = ("version", "synthesizes_calls", "cumulative_totals", "_turn_start")
+    __slots__ = ("_turn_start", "cumulative_totals", "synthesizes_calls", "version")
 
     def __init__(self) -> None:
         self.version: tuple[int, ...] | None = None

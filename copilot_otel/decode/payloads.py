@@ -8,7 +8,8 @@ The model then reads plain attributes and never tests a type itself.
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from msgspec import Struct
 
@@ -51,14 +52,14 @@ class SessionFacts(Struct, frozen=True):
     repository_host: str | None = None  # e.g. github.com
     host_type: str | None = None  # github or ado
 
-    def merged(self, newer: "SessionFacts") -> "SessionFacts":
+    def merged(self, newer: SessionFacts) -> SessionFacts:
         """These facts, updated with what ``newer`` knows."""
         names = self.__struct_fields__  # in declaration order (__slots__ of a struct is not)
         return SessionFacts(*(new if new is not None else old for new, old in zip(
             (getattr(newer, name) for name in names), (getattr(self, name) for name in names))))
 
     @staticmethod
-    def of(event: Event) -> "SessionFacts":
+    def of(event: Event) -> SessionFacts:
         data = event.data
         context = _dict(data.get("context"))
         return SessionFacts(as_str(data.get("selectedModel")), as_str(context.get("cwd")),
@@ -76,7 +77,7 @@ class UserMessage(Struct, frozen=True):
     content: Any
 
     @staticmethod
-    def of(event: Event) -> "UserMessage":
+    def of(event: Event) -> UserMessage:
         data = event.data
         source = as_str(data.get("source")) or ""
         return UserMessage(event.interaction_id,
@@ -94,7 +95,7 @@ class Usage(Struct, frozen=True):
     duration_ms: float
 
     @staticmethod
-    def of(event: Event) -> "Usage | None":
+    def of(event: Event) -> Usage | None:
         """None when the event carries no usage object."""
         usage = event.data.get("usage") if event.type == "session.usage_record" else event.data
         if not isinstance(usage, dict):
@@ -118,7 +119,7 @@ class Usage(Struct, frozen=True):
         return as_str(self.fields.get("aiCreditsStatus"))
 
     @staticmethod
-    def known(model: str | None, duration: Any) -> "Usage":
+    def known(model: str | None, duration: Any) -> Usage:
         """A call known only by its model and duration (the headless stream)."""
         return Usage({"model": model, "duration": duration}, model, None, as_num(duration))
 
@@ -131,7 +132,7 @@ class ToolStart(Struct, frozen=True):
     arguments: Any
 
     @staticmethod
-    def of(event: Event) -> "ToolStart":
+    def of(event: Event) -> ToolStart:
         return ToolStart(event.tool_call_id, as_str(event.data.get("toolName")) or "unknown",
                          event.data.get("arguments"))
 
@@ -147,7 +148,7 @@ class ToolEnd(Struct, frozen=True):
     result: Any
 
     @staticmethod
-    def of(event: Event) -> "ToolEnd":
+    def of(event: Event) -> ToolEnd:
         data = event.data
         shell, error = data.get("shellExecution"), data.get("error")
         exit_code = shell.get("exitCode") if isinstance(shell, dict) else None
@@ -164,7 +165,7 @@ class SubagentStart(Struct, frozen=True):
     name: str
 
     @staticmethod
-    def of(event: Event) -> "SubagentStart":
+    def of(event: Event) -> SubagentStart:
         data = event.data
         return SubagentStart(event.tool_call_id,
                              as_str(data.get("agentName")) or as_str(data.get("agentDisplayName")) or "subagent")
@@ -182,7 +183,7 @@ class SubagentEnd(Struct, frozen=True):
     error_type: str | None
 
     @staticmethod
-    def of(event: Event) -> "SubagentEnd":
+    def of(event: Event) -> SubagentEnd:
         data = event.data
         tokens, calls = data.get("totalTokens"), data.get("totalToolCalls")
         return SubagentEnd(event.tool_call_id, event.type == "subagent.failed", data.get("cancelled") is True,
@@ -199,7 +200,7 @@ class SessionError(Struct, frozen=True):
     error_code: str | None = None
 
     @staticmethod
-    def of(event: Event) -> "SessionError":
+    def of(event: Event) -> SessionError:
         data = event.data
         status = data.get("statusCode")
         return SessionError(as_str(data.get("errorType")) or "session_error", as_int(status), data.get("message"),
@@ -213,7 +214,7 @@ class TaskComplete(Struct, frozen=True):
     failed: bool
 
     @staticmethod
-    def of(event: Event) -> "TaskComplete":
+    def of(event: Event) -> TaskComplete:
         return TaskComplete(as_str(event.data.get("summary")), event.data.get("success") is False)
 
 

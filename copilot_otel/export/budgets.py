@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import fnmatch
 import re
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from msgspec import Struct
 
@@ -113,8 +114,8 @@ def _budget(entry: Any, where: str) -> Budget:
 
 def month_start_ns(now_s: float) -> int:
     """The start of ``now_s``'s calendar month (UTC), in ns since the epoch."""
-    moment = datetime.fromtimestamp(now_s, timezone.utc)
-    return int(datetime(moment.year, moment.month, 1, tzinfo=timezone.utc).timestamp()) * 1_000_000_000
+    moment = datetime.fromtimestamp(now_s, UTC)
+    return int(datetime(moment.year, moment.month, 1, tzinfo=UTC).timestamp()) * 1_000_000_000
 
 
 def progress(budgets: tuple[Budget, ...], resource: Mapping[str, Any], summaries: Iterable[Any],

@@ -27,6 +27,7 @@ from ..base.parsing import ConfigError
 from ..source.identity import FileIdentity
 from ..base import pidlock
 from ..base.private import open_private, private_dir, state_folder, touch_private
+from ..base.sqlitestore import damaged, describe, open_checked
 from ..source.sources import path_from_text, path_text
 from ..base.strictmodes import UnsafePath, state_refusal
 
@@ -61,26 +62,12 @@ _ADDED = {
     "first_id": "first_id TEXT NOT NULL DEFAULT ''",
     "session_id": "session_id TEXT NOT NULL DEFAULT ''",
 }
-_COLUMNS = ("path, device, inode, fingerprint, fingerprint_len, offset, line, resume_offset, resume_line, updated, "
-            "generation, crc, first_id, session_id")
-# What SQLite reports for a file that is damaged or no database at all: only these are set aside.
-_CORRUPT = ("SQLITE_CORRUPT", "SQLITE_NOTADB")
+_FIRST_COLUMNS = "path, device, inode, fingerprint, fingerprint_len, offset, line, resume_offset, resume_line, updated"
+_COLUMNS = f"{_FIRST_COLUMNS}, generation, crc, first_id, session_id"
 
 
 class CheckpointError(RuntimeError):
     """The checkpoint cannot be used now (locked, disk full, I/O error): the message says which."""
-
-
-def _describe(exc: sqlite3.Error) -> str:
-    name = getattr(exc, "sqlite_errorname", "")
-    return f"{exc} ({name})" if name else str(exc)
-
-
-def _corrupt(exc: sqlite3.Error) -> bool:
-    name = getattr(exc, "sqlite_errorname", None)
-    if name is None:
-        return "malformed" in str(exc) or "not a database" in str(exc)
-    return name.startswith(_CORRUPT)
 
 
 class FilePosition(Struct, frozen=True):
@@ -116,16 +103,10 @@ class Checkpoint:
         except OSError as exc:  # a folder in the way, a link, someone else's file
             raise CheckpointError(f"cannot open the checkpoint {self.path}: {exc.strerror or exc}") from None
         try:
-            db = self._connect()
-            try:
-                db.execute("SELECT * FROM files").fetchall()  # every row read: a damaged page shows now, not later
-            except BaseException:
-                db.close()
-                raise
-            return db
-        except sqlite3.Error as exc:
-            if not _corrupt(exc):
-                raise CheckpointError(f"cannot open the checkpoint {self.path}: {_describe(exc)}") from None
+            return self._connect()
+        except sqlite3.Error as exc:  # damaged by base/sqlitestore's rule (the replay's ledger judges by it too)
+            if not damaged(exc):
+                raise CheckpointError(f"cannot open the checkpoint {self.path}: {describe(exc)}") from None
             if not self.start_afresh:
                 raise CheckpointError(
                     f"the checkpoint {self.path} is damaged ({exc}): what was exported is unknown. To export every "
@@ -143,28 +124,11 @@ class Checkpoint:
         try:
             return self._connect()
         except sqlite3.Error as exc:
-            raise CheckpointError(f"cannot create the checkpoint {self.path}: {_describe(exc)}") from None
+            raise CheckpointError(f"cannot create the checkpoint {self.path}: {describe(exc)}") from None
 
     def _connect(self) -> sqlite3.Connection:
-        db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=self.busy_timeout)
-        try:
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("PRAGMA synchronous=NORMAL")
-            older = db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'files'").fetchone()
-            db.execute(SCHEMA)
-            db.execute(TOTALS_SCHEMA)
-            db.execute(META_SCHEMA)
-            # A new checkpoint starts now; one an older version made has been following since before (unknown: 0).
-            db.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('first_start', ?)",
-                       (0.0 if older else time.time(),))
-            columns = {row[1] for row in db.execute("PRAGMA table_info(files)")}
-            for name, definition in _ADDED.items():  # a checkpoint written by an older version
-                if name not in columns:
-                    db.execute(f"ALTER TABLE files ADD COLUMN {definition}")
-        except BaseException:
-            db.close()
-            raise
-        return db
+        return open_checked(self.path, "files", _prepare, columns=_COLUMNS, first_columns=_FIRST_COLUMNS,
+                            check_same_thread=False, isolation_level=None, timeout=self.busy_timeout)
 
     def load(self) -> dict[str, FilePosition]:
         """Every committed position, by path."""
@@ -216,7 +180,7 @@ class Checkpoint:
                 self._db.execute("COMMIT")
             except sqlite3.Error as exc:
                 self._rollback()
-                raise CheckpointError(f"cannot commit to the checkpoint {self.path}: {_describe(exc)}") from None
+                raise CheckpointError(f"cannot commit to the checkpoint {self.path}: {describe(exc)}") from None
             except BaseException:
                 self._rollback()
                 raise
@@ -235,12 +199,28 @@ class Checkpoint:
             try:
                 self._db.execute("DELETE FROM files WHERE path = ?", (path_text(path),))
             except sqlite3.Error as exc:
-                log.warning("cannot drop %s from the checkpoint %s: %s", path, self.path, _describe(exc))
+                log.warning("cannot drop %s from the checkpoint %s: %s", path, self.path, describe(exc))
 
     def close(self) -> None:
         """Close the database."""
         with self._lock:
             self._db.close()
+
+
+def _prepare(db: sqlite3.Connection) -> None:
+    """WAL, and the schema made, or brought up to date from an older version's."""
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("PRAGMA synchronous=NORMAL")
+    older = db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'files'").fetchone()
+    db.execute(SCHEMA)
+    db.execute(TOTALS_SCHEMA)
+    db.execute(META_SCHEMA)
+    # A new checkpoint starts now; one an older version made has been following since before (unknown: 0).
+    db.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('first_start', ?)", (0.0 if older else time.time(),))
+    columns = {row[1] for row in db.execute("PRAGMA table_info(files)")}
+    for name, definition in _ADDED.items():  # a checkpoint written by an older version
+        if name not in columns:
+            db.execute(f"ALTER TABLE files ADD COLUMN {definition}")
 
 
 class StateLock:

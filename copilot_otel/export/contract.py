@@ -8,11 +8,13 @@ a :class:`Receipt`: spans the destination accepted and dropped all the same (OTL
 
 from __future__ import annotations
 
-from typing import Protocol, Sequence
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
 
 from msgspec import Struct
 
 from ..model.records import SpanRecord
+from .otlp_json import OtlpJsonEncoder
 
 
 class ExportError(RuntimeError):
@@ -65,3 +67,14 @@ class SpanSink(Protocol):
     def sync(self) -> None: ...
 
     def shutdown(self) -> None: ...
+
+
+@runtime_checkable
+class EncodingSink(SpanSink, Protocol):
+    """A sink that also takes requests encoded beforehand by its ``encoder`` (a file): replay's workers encode
+    the spans for it, and the parent hands it whole lines. ``fresh``: nothing was written there before."""
+
+    encoder: OtlpJsonEncoder
+    fresh: bool
+
+    def write_encoded(self, lines: bytes) -> None: ...

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 from pathlib import Path
-from typing import Sequence
+from collections.abc import Sequence
 
 from ..base.linefile import LineFile
 from ..base.private import private_dir

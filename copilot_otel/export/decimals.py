@@ -9,7 +9,7 @@ DIGITS decimals: the exposed value is the exact sum to the nano AIU, and a count
 from __future__ import annotations
 
 import math
-from typing import Hashable
+from collections.abc import Hashable
 
 DIGITS = 9  # 1 nano AIU = 1e-9 credit: the finest amount a log holds
 

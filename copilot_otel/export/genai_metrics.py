@@ -9,9 +9,10 @@ from __future__ import annotations
 import math
 import threading
 from bisect import bisect_left
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
-from msgspec import Struct
+from msgspec import Struct, field
 
 # the instruments, for the push and the tests (their definitions are the model's)
 from ..model.genai import (AGENT_BOUNDS, CALL_BOUNDS, CAPPED, INSTRUMENTS, MAX_KNOWN, GenAi,  # noqa: F401
@@ -27,7 +28,8 @@ class _Point(Struct):
     minimum: float = math.inf
     maximum: float = -math.inf
     buckets: list[int] | None = None
-    exemplars: dict[int, tuple[float, int, tuple[int, int]]] | None = None  # bucket -> (value, time, ids)
+    # bucket -> (value, time, ids)
+    exemplars: dict[int, tuple[float, int, tuple[int, int]]] = field(default_factory=dict)
 
 
 class GenAiMetrics:
@@ -54,7 +56,7 @@ class GenAiMetrics:
         known, points, cap = self._known, self._points, self._cap
         with self._lock:
             for update in batch:
-                instrument: GenAi = update.metric  # type: ignore[assignment]
+                instrument: GenAi = update.metric  # type: ignore[assignment]  # metrics.apply_all hands in only these
                 point = known.get((instrument, update.labels))
                 if point is None:
                     spec = INSTRUMENTS[instrument]
@@ -71,7 +73,9 @@ class GenAiMetrics:
                 point.count += 1
                 index = 0
                 if point.buckets is not None:
-                    index = bisect_left(INSTRUMENTS[instrument].bounds, value)
+                    bounds = INSTRUMENTS[instrument].bounds
+                    assert bounds is not None  # a point has buckets only when its instrument has bounds
+                    index = bisect_left(bounds, value)
                     point.buckets[index] += 1
                     if value < point.minimum:
                         point.minimum = value
@@ -97,7 +101,7 @@ class GenAiMetrics:
                     data_point: Any = NumberDataPoint(attributes, start_ns, now_ns, int(point.value), exemplars)
                 else:
                     data_point = HistogramDataPoint(attributes, start_ns, now_ns, point.count, point.value,
-                                                    list(point.buckets), list(spec.bounds), point.minimum,
+                                                    list(point.buckets), list(spec.bounds or ()), point.minimum,
                                                     point.maximum, exemplars)
                 by_instrument.setdefault(instrument, []).append(data_point)
         metrics = []

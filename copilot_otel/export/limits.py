@@ -8,7 +8,8 @@ values a metric label may take. Everything a log writes passes through here on i
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from msgspec.structs import replace
 

@@ -11,7 +11,8 @@ import logging
 import re
 import time
 from bisect import bisect_left
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from msgspec import Struct
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -36,6 +37,7 @@ HISTOGRAMS = frozenset((Metric.TURN_DURATION, Metric.TOOL_DURATION, Metric.LLM_C
                         Metric.LLM_TIME_TO_FIRST_TOKEN))
 
 if TYPE_CHECKING:
+    from .budgets import BudgetMeter
     from ..model.pipeline import Outputs
 
 TURN_BUCKETS = (0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600, 1200, 1800, 3600)
@@ -203,7 +205,7 @@ class Metrics:
                  max_label_values: int = DEFAULT_MAX_LABEL_VALUES) -> None:
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
         self.repository_label = repository_label
-        self.budget_meter = None  # add_budgets(): the --budgets-file's metrics
+        self.budget_meter: BudgetMeter | None = None  # add_budgets(): the --budgets-file's metrics
         self._decimals = DecimalTotals()  # the series of DECIMAL_METRICS: each lands on its rounded sum
         r = self.registry
         repo = REPOSITORY_LABEL
@@ -230,9 +232,10 @@ class Metrics:
                                   "Time from an LLM request to its first streamed token.", ["model"],
                                   buckets=TTFT_BUCKETS, registry=r)
         self.interactions = Counter("copilot_interactions", "Interactions by how they ended.", ["end"], registry=r)
-        self.premium_requests = Counter("copilot_premium_requests",
-                                        "Premium requests (usage.cost of user-initiated calls) by model and repository.",
-                                        ["model", repo], registry=r)
+        self.premium_requests = Counter(
+            "copilot_premium_requests",
+            "Premium requests (usage.cost of user-initiated calls) by model and repository.", ["model", repo],
+            registry=r)
         self.autopilot_premium_requests = Counter(
             "copilot_autopilot_premium_requests", "The premium requests spent on autopilot continuations.",
             ["model", repo], registry=r)
@@ -304,7 +307,7 @@ class Metrics:
             self.lines_rejected.labels(reason)
         self.newest_event_ns = 0
         self._lag_applies: Callable[[], bool] = lambda: True
-        self._event_types: dict[str, object] = {}  # event type -> its events_read series
+        self._event_types: dict[str, Counter] = {}  # event type -> its events_read series
         self.lag.set_function(self._lag)
         if process:
             ProcessCollector(registry=r)
@@ -426,14 +429,14 @@ class Metrics:
 
         self.apply_all((Outputs(metrics=[update]),))
 
-    def apply_outputs(self, out: "Outputs") -> None:
+    def apply_outputs(self, out: Outputs) -> None:
         """Count what one drive of the pipeline produced: metric updates, events, rejected lines.
 
         Counter increments of the same series are added up first (a backlog holds thousands), with the
         last one's span as the exemplar: a series keeps only its latest exemplar anyway."""
         self.apply_all((out,))
 
-    def apply_all(self, outs: Iterable["Outputs"]) -> None:
+    def apply_all(self, outs: Iterable[Outputs]) -> None:
         """Count what several drives produced (the logs one pass of the daemon read), leaving every series as
         apply_outputs of each in turn would: the same increments in the same order, and on each series (each
         bucket of a histogram) the same last exemplar. Only that last one is given, since each exemplar given
@@ -454,7 +457,7 @@ class Metrics:
                 if pause.renders:  # a /metrics render runs: let it run alone (pause.py)
                     pause.wait()
                 metric = update.metric
-                if type(metric) is GenAi:
+                if isinstance(metric, GenAi):
                     genai.append(update)
                     continue
                 try:  # one update that fails (a bug of ours) costs itself, never the rest of the pass

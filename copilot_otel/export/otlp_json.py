@@ -6,7 +6,8 @@ process can be handed one.
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import orjson
 
@@ -60,7 +61,7 @@ class OtlpJsonEncoder:
         return {"resource_attributes": self.resource_attributes}  # a worker builds its own cache
 
     def __setstate__(self, state: dict) -> None:
-        self.__init__(state["resource_attributes"])
+        OtlpJsonEncoder.__init__(self, state["resource_attributes"])
 
     def _key_values(self, attributes: Mapping[str, Any]) -> bytes:
         pairs = self._pairs

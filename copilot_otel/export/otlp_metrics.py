@@ -21,7 +21,8 @@ import math
 import os
 import threading
 import time
-from typing import Any, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 from opentelemetry.sdk.metrics import Exemplar
 from opentelemetry.sdk.metrics.export import (AggregationTemporality, Gauge, Histogram, HistogramDataPoint,
@@ -132,8 +133,8 @@ def metrics_data(registry: CollectorRegistry, resource: Resource, start_ns: int,
             points = _numbers(family.samples, family.name, start_ns, now_ns)
             data = Gauge(points) if points else None
         elif family.type == "histogram":
-            points = _histogram_points(family.name, family.samples, start_ns, now_ns)
-            data = Histogram(points, _CUMULATIVE) if points else None
+            buckets = _histogram_points(family.name, family.samples, start_ns, now_ns)
+            data = Histogram(buckets, _CUMULATIVE) if buckets else None
         if data is not None:
             unit = "s" if family.unit == "seconds" or family.name.endswith("_seconds") else ""
             metrics.append(Metric(family.name, family.documentation, unit, data))
@@ -242,7 +243,7 @@ class MetricsPusher:
         return (f"metrics push failing, {count} push(es) in a row since {time.strftime('%H:%M:%S', time.gmtime(since))}"
                 f" UTC; last: {why}")
 
-    def start(self) -> "MetricsPusher":
+    def start(self) -> MetricsPusher:
         """Push every ``interval`` seconds on a thread of its own."""
         self._thread = threading.Thread(target=self._run, name="copilot-otel-metrics-push", daemon=True)
         self._thread.start()

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import os
 from pathlib import Path
-from typing import Mapping
+from collections.abc import Mapping
 from urllib.parse import urlparse
 
 from msgspec import Struct
@@ -66,7 +66,7 @@ def _check_endpoint(endpoint: str) -> None:
     if parsed.scheme not in ("http", "https") or not parsed.hostname:
         raise ConfigError(f"OTLP endpoint {shown!r} is not a URL: {example}")
     try:
-        parsed.port
+        _ = parsed.port  # read to check it: a port that is no number, or out of range, raises
     except ValueError:
         raise ConfigError(f"OTLP endpoint {shown!r} has an invalid port") from None
 
@@ -118,7 +118,7 @@ class OtlpSettings(Struct, frozen=True):
         return repr_without(self, "headers")
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> "OtlpSettings":
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> OtlpSettings:
         """Read the standard OTEL_EXPORTER_OTLP_* variables, validated."""
         env = os.environ if environ is None else environ
         exporters = [e.strip().lower() for e in env.get(ENV_TRACES_EXPORTER, "").split(",") if e.strip()]
@@ -131,7 +131,7 @@ class OtlpSettings(Struct, frozen=True):
         return cls._of_signal(env, ENV_OTLP_TRACES_ENDPOINT, ENV_OTLP_TRACES_PROTOCOL, ENV_OTLP_TRACES_HEADERS)
 
     @classmethod
-    def metrics_from_env(cls, environ: Mapping[str, str] | None = None) -> "OtlpSettings | None":
+    def metrics_from_env(cls, environ: Mapping[str, str] | None = None) -> OtlpSettings | None:
         """Where metrics are pushed when OTEL_METRICS_EXPORTER names otlp (None: they are not), from the
         standard OTEL_EXPORTER_OTLP_(METRICS_)* variables. Prometheus pull (/metrics) is always served."""
         env = os.environ if environ is None else environ
@@ -146,7 +146,7 @@ class OtlpSettings(Struct, frozen=True):
 
     @classmethod
     def _of_signal(cls, env: Mapping[str, str], endpoint_variable: str, protocol_variable: str,
-                   headers_variable: str) -> "OtlpSettings":
+                   headers_variable: str) -> OtlpSettings:
         """One signal's settings: its own variables, else the generic OTEL_EXPORTER_OTLP_* ones, validated."""
         endpoint = env.get(endpoint_variable) or env.get(ENV_OTLP_ENDPOINT) or None
         protocol = _protocol(env, protocol_variable)
@@ -157,10 +157,12 @@ class OtlpSettings(Struct, frozen=True):
         if not endpoint:
             return cls(None, protocol)
         signal = endpoint_variable.split("_")[3]  # OTEL_EXPORTER_OTLP_<SIGNAL>_ENDPOINT
-        return cls(endpoint, protocol, _headers(env, signal), _timeout(env, signal),
-                   _compression(env, signal, protocol),
-                   *(_readable_file(*_otlp_variable(env, signal, setting))
-                     for setting in (OTLP_CERTIFICATE, OTLP_CLIENT_KEY, OTLP_CLIENT_CERTIFICATE)),
+        headers, timeout = _headers(env, signal), _timeout(env, signal)
+        compression = _compression(env, signal, protocol)
+        certificate, client_key, client_certificate = (_readable_file(*_otlp_variable(env, signal, setting))
+                                                       for setting in (OTLP_CERTIFICATE, OTLP_CLIENT_KEY,
+                                                                       OTLP_CLIENT_CERTIFICATE))
+        return cls(endpoint, protocol, headers, timeout, compression, certificate, client_key, client_certificate,
                    _insecure(env, signal))
 
 

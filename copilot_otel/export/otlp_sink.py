@@ -11,7 +11,7 @@ not to the request. What each answer means: otlp_answers.py.
 from __future__ import annotations
 
 import logging
-from typing import Sequence
+from collections.abc import Sequence
 
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import Event as OTelEvent
@@ -62,7 +62,8 @@ def to_readable_span(record: SpanRecord, resource: Resource) -> ReadableSpan:
         resource=resource,
         attributes=dict(record.attributes),
         events=[OTelEvent(e.name, dict(e.attributes), e.time_ns) for e in record.events],
-        links=[Link(SpanContext(trace_id, span_id, is_remote=False, trace_flags=flags)) for trace_id, span_id in record.links],
+        links=[Link(SpanContext(trace_id, span_id, is_remote=False, trace_flags=flags))
+               for trace_id, span_id in record.links],
         kind=_KINDS.get(record.kind, SpanKind.INTERNAL),
         status=Status(_STATUS[record.status], record.status_message or None)
         if record.status in _STATUS
@@ -96,7 +97,7 @@ class OtlpSink:
             return Receipt()
         try:
             payload = self._encode([to_readable_span(r, self._resource) for r in records]).SerializeToString()
-        except Exception as exc:  # what clean() let through and protobuf refuses: this request can never go
+        except Exception as exc:  # noqa: BLE001 - what clean() let through and protobuf refuses: it can never go
             raise RejectedError(f"cannot encode {len(records)} span(s) for OTLP: {exc}") from None
         if len(payload) > self.max_request_bytes:
             raise RejectedError(f"a request of {len(payload)} bytes is over the {self.max_request_bytes}-byte "

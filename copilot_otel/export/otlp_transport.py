@@ -201,8 +201,8 @@ class GrpcTransport:
             credentials = grpc.ssl_channel_credentials(_read(settings.certificate), _read(settings.client_key),
                                                        _read(settings.client_certificate))
             self._channel = grpc.secure_channel(target, credentials, options=options, compression=compression)
-        self._call = self._channel.unary_unary(signal.method, request_serializer=None,
-                                               response_deserializer=signal.response.FromString)
+        self._call: grpc.UnaryUnaryMultiCallable[bytes, Any] = self._channel.unary_unary(
+            signal.method, request_serializer=None, response_deserializer=signal.response.FromString)
         self._metadata = tuple((key.lower(), value) for key, value in settings.headers)
         self._inflight = _InFlight()
 
@@ -244,7 +244,7 @@ def _trailing(exc) -> tuple:
     """A failed call's trailing metadata, () when it has none."""
     try:
         return tuple(exc.trailing_metadata() or ())
-    except Exception:  # no trailing metadata on this error
+    except Exception:  # noqa: BLE001 - no trailing metadata on this error, whatever kind of error it is
         return ()
 
 

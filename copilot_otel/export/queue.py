@@ -7,9 +7,9 @@ Markers are coalesced, one per file between two puts of spans, so they stay boun
 
 A batch holds at most ``batch`` spans, however many one put brought. A request the sink finds
 too large, or that the destination refuses for good, is halved until it passes or the refused
-spans are found; those go to the dead-letter file and the queue moves on. What was written is made durable (``sink.sync``)
-before the checkpoint commit that covers it. Spans a backend accepted and dropped all the same (OTLP partial
-success) are counted and said: it does not say which, so there is nothing to set aside or send again.
+spans are found; those go to the dead-letter file and the queue moves on. What was written is made durable
+(``sink.sync``) before the checkpoint commit that covers it. Spans a backend accepted and dropped all the same
+(OTLP partial success) are counted and said: it does not say which, so there is nothing to set aside or send again.
 
 At stop, the queue flushes for a while, then abandons the request in flight (``sink.abort``, when the
 sink has one): the checkpoint stays behind what the backend confirmed.
@@ -21,7 +21,7 @@ import logging
 import threading
 import time
 from collections import deque
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 from msgspec import Struct, field
 
@@ -305,7 +305,7 @@ class ExportQueue:
         try:
             self.sink.sync()
             self.checkpoint.commit(list(self._uncommitted.values()), self._uncommitted_totals)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - a sync or commit that failed in any way is retried later
             self._next_commit_retry = time.monotonic() + COMMIT_RETRY
             reason = str(exc) or type(exc).__name__
             if reason != self.commit_error:
@@ -327,9 +327,10 @@ def send_in_parts(sink: SpanSink, spans: list[SpanRecord], *, reject: Callable[[
 
     A request the sink finds too large, or refuses for good, is halved until it fits or until the
     refused spans are found one by one: those go to ``reject``, which returns False if it could
-    not keep them (they are tried again), and the other spans of the request are delivered. After each part, ``progress(part, None)``; after a failure,
-    ``progress(part, error)``, which returns False to give up (then so does this) or True to try
-    that part again. A part delivered with a Receipt that says something goes to ``dropped`` first.
+    not keep them (they are tried again), and the other spans of the request are delivered. After each part,
+    ``progress(part, None)``; after a failure, ``progress(part, error)``, which returns False to give up (then so
+    does this) or True to try that part again. A part delivered with a Receipt that says something goes to
+    ``dropped`` first.
     """
     parts = deque([spans])
     while parts:
@@ -348,7 +349,7 @@ def send_in_parts(sink: SpanSink, spans: list[SpanRecord], *, reject: Callable[[
             elif not progress(part, exc):
                 return False
             continue
-        except Exception as exc:  # ExportError, or a sink bug: neither may kill the caller
+        except Exception as exc:  # noqa: BLE001 - ExportError, or a sink bug: neither may kill the caller
             if not progress(part, exc):
                 return False
             continue

@@ -21,9 +21,10 @@ import logging
 import os
 import sys
 import uuid
+from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 from ..version import __version__
@@ -128,7 +129,7 @@ def _from_sdk(ours: str | None = None) -> dict[str, Any]:
     return attributes
 
 
-def build_resource(attributes: Mapping[str, Any] | None = None) -> "Resource":
+def build_resource(attributes: Mapping[str, Any] | None = None) -> Resource:
     """``attributes`` (by default resource_attributes() without a state folder) as the SDK's Resource."""
     from opentelemetry.sdk.resources import Resource
 

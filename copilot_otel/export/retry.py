@@ -21,7 +21,7 @@ from __future__ import annotations
 import email.utils
 import random
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from msgspec import Struct
 

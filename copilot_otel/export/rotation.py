@@ -21,7 +21,7 @@ import re
 import stat
 import time
 from pathlib import Path
-from typing import Callable
+from collections.abc import Callable
 
 from msgspec import Struct
 import orjson

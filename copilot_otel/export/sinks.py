@@ -5,7 +5,8 @@ from __future__ import annotations
 import logging
 import threading
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from ..base.parsing import ConfigError
 from .limits import DEFAULT_MAX_REQUEST_BYTES

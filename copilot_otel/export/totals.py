@@ -12,7 +12,8 @@ the value it had, and events after the checkpoint are counted once, as they are 
 from __future__ import annotations
 
 import logging
-from typing import Iterable
+from collections.abc import Iterable, Mapping
+from typing import TypeVar
 
 import msgspec
 from prometheus_client.samples import Sample
@@ -82,10 +83,13 @@ class Resumed:
         return self.family.describe()
 
 
-def baselines(totals: Totals, names: dict[str, object]) -> dict[object, dict[Key, float]]:
+F = TypeVar("F")  # a metric family
+
+
+def baselines(totals: Totals, names: Mapping[str, F]) -> dict[F, dict[Key, float]]:
     """The kept samples by the family they belong to (``names``: a family's name -> the family); samples of a
     family that no longer exists are left out."""
-    found: dict[object, dict[Key, float]] = {}
+    found: dict[F, dict[Key, float]] = {}
     for name, labels, value in totals.samples:
         family = names.get(_family_name(name))
         if family is not None:

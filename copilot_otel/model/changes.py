@@ -10,6 +10,7 @@ is not counted twice.
 from __future__ import annotations
 
 from typing import Any
+from collections.abc import Mapping
 
 from .openwork import Outbox
 from .summary import Tally
@@ -23,7 +24,7 @@ _LINE_KEYS = (("linesAdded", LINES_ADDED, ADDED), ("linesRemoved", LINES_REMOVED
 class CodeChanges:
     """copilot_code_lines_total{change} and copilot_files_modified_total of one session."""
 
-    __slots__ = ("out", "tally", "lines", "process_lines", "files", "file_count")
+    __slots__ = ("file_count", "files", "lines", "out", "process_lines", "tally")
 
     def __init__(self, out: Outbox, tally: Tally) -> None:
         self.out = out
@@ -37,7 +38,7 @@ class CodeChanges:
         """A session.start or resume: per-process totals count from here."""
         self.process_lines = dict.fromkeys(self.process_lines, 0)
 
-    def shutdown(self, data: dict[str, Any], *, cumulative: bool, model: str) -> None:
+    def shutdown(self, data: Mapping[str, Any], *, cumulative: bool, model: str) -> None:
         """Count what a session.shutdown's ``codeChanges`` adds (``accountingSnapshot.codeChanges`` gives
         the file count when the list is missing); the CLI does not say which model changed them: the lines
         are the session's ``model``'s (its model at that shutdown) in the summary's slots."""

@@ -7,6 +7,7 @@ totals exactly. A call that reported no amount is counted apart, by status, neve
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from .openwork import OpenSpan, Outbox, Totals
@@ -77,7 +78,7 @@ class CreditBook:
             for model, metrics in model_metrics.items():
                 self._settle(model, metrics, counted)
 
-    def checkpoint(self, data: dict) -> None:
+    def checkpoint(self, data: Mapping[str, Any]) -> None:
         """session.usage_checkpoint: the whole session's totals so far, per model (``providerModelMetrics``).
         The headless stream reports no amount per call: its credits arrive here."""
         entries = data.get("providerModelMetrics")

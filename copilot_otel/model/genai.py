@@ -13,7 +13,8 @@ inference here either.
 from __future__ import annotations
 
 import enum
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from msgspec import Struct
 

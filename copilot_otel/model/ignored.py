@@ -29,7 +29,8 @@ MARKER = "an internal marker of the CLI's own state (rewind, truncation, compres
 
 IGNORED: dict[str, str] = {
     **dict.fromkeys((
-        "assistant.message_delta", "assistant.streaming_delta", "assistant.reasoning_delta", "assistant.tool_call_delta",
+        "assistant.message_delta", "assistant.streaming_delta", "assistant.reasoning_delta",
+        "assistant.tool_call_delta",
         "assistant.server_tool_progress", "tool.execution_partial_result", "tool.execution_progress",
         "tool.shell_output", "hook.progress", "session.managed_plugin_progress"), STREAM),
     **dict.fromkeys((

@@ -14,8 +14,8 @@ from .openwork import Agent, Interaction, InteractionSummary, OpenSpan, Outbox, 
 from .summary import Tally
 from .tools import ToolBook
 from ..decode.payloads import SessionError, SessionFacts, SubagentStart, TaskComplete, UserMessage
-from ..vocab import (CANCELLED, END_ABORTED, END_ERROR, END_TASK_COMPLETE, END_IDLE, END_INCOMPLETE, INCOMPLETE, LOOP_ENDS, MAIN_AGENT, OUT_OF_ORDER,
-                    SIGNAL_IDLE, Metric)
+from ..vocab import (CANCELLED, END_ABORTED, END_ERROR, END_TASK_COMPLETE, END_IDLE, END_INCOMPLETE, INCOMPLETE,
+                     LOOP_ENDS, MAIN_AGENT, OUT_OF_ORDER, SIGNAL_IDLE, Metric)
 
 
 class AgentLoop:
@@ -53,16 +53,17 @@ class AgentLoop:
             parent_call = event.data.get("parentToolCallId")
             if not isinstance(parent_call, str):
                 parent_call = None  # a hostile log's list or object: no parent to find
-            span = self.book.subagents.get(parent_call)
+            span = self.book.subagents.get(parent_call) if parent_call is not None else None
             name = str(span.attributes.get(A.GEN_AI_AGENT_NAME, "subagent")) if span else "subagent"
-            if span is None and parent_call in self.book.tools:  # a CLI (0.0.400) that logs no subagent.started
-                span = self.book.tools[parent_call][0]
+            if span is None and parent_call is not None and parent_call in self.book.tools:
+                span = self.book.tools[parent_call][0]  # a CLI (0.0.400) that logs no subagent.started
             agent = Agent(name, span)
             self.agents[event.agent_id] = agent
         return agent
 
     def start_subagent(self, event: Event, view: SubagentStart) -> None:
         """subagent.started: its span, under the task call; its agent named (its events may have come first)."""
+        assert view.call_id is not None  # the model hands in only sub-agents with a call id
         fallback = None if view.call_id in self.book.tools else self.interaction_for(event).root
         previous = self.book.start_subagent(event, view, fallback)
         if previous is not None:  # started twice: the first never ended
@@ -109,6 +110,7 @@ class AgentLoop:
         linked to that interaction's root. The running one, if any, ends first."""
         if self.current is not None:
             self.end(self.current.pending_end or END_IDLE, self.current.last_end_ns)
+        assert self.last_ended is not None  # called only after an interaction ended
         interaction_id, trace_id, span_id = self.last_ended
         attributes = spanattrs.interaction(self.session_id, interaction_id, self.facts, None)
         attributes[A.COPILOT_TRIGGER] = event.type
@@ -275,6 +277,7 @@ class AgentLoop:
         held, self.held = self.held, []
         for agent, turn in held:
             if agent is errored:
+                assert error is not None and exception is not None  # given with ``errored``
                 _failed(turn, error, exception)
             self.out.span(turn.close())
 

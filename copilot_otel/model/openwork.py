@@ -33,7 +33,7 @@ class OpenSpan(Struct):
     start_ns: int
     attributes: dict[str, Any]
     events: list[SpanEvent] = field(default_factory=list)
-    parent: "OpenSpan | None" = None
+    parent: OpenSpan | None = None
     end_ns: int | None = None  # set when closed
     links: tuple[tuple[int, int], ...] = ()
 
@@ -52,7 +52,7 @@ class OpenSpan(Struct):
         return SpanRecord(self.trace_id, self.span_id, self.parent_span_id, self.name, self.kind, self.start_ns,
                           end_ns, self.attributes, status, message, tuple(self.events), self.links)
 
-    def child(self, span_id: int, name: str, kind: int, start_ns: int, attributes: dict[str, Any]) -> "OpenSpan":
+    def child(self, span_id: int, name: str, kind: int, start_ns: int, attributes: dict[str, Any]) -> OpenSpan:
         """A span under this one, in the same trace."""
         return OpenSpan(self.trace_id, span_id, self.span_id, name, kind, start_ns, attributes, parent=self)
 
@@ -130,7 +130,7 @@ class InteractionSummary(Struct, frozen=True):
 class Outbox:
     """Where the model puts what an event produced, until the caller takes it as one Step."""
 
-    __slots__ = ("spans", "metrics", "anomalies", "keep_metrics", "shared", "repository")
+    __slots__ = ("anomalies", "keep_metrics", "metrics", "repository", "shared", "spans")
 
     def __init__(self, keep_metrics: bool = True) -> None:
         self.spans: list[SpanRecord] = []
@@ -144,6 +144,7 @@ class Outbox:
         """A span closed: it gets the session's shared attributes it does not set itself (added to the
         closed span's own attribute dict, which nothing else holds, rather than copied), and counts in the
         GenAI instruments."""
+        assert isinstance(record.attributes, dict)  # the closed span's own dict (OpenSpan.close)
         setdefault = record.attributes.setdefault
         for key, value in self.shared.items():
             setdefault(key, value)
@@ -169,7 +170,9 @@ class Outbox:
     def _clamped(self, metric: Any, value: Any) -> float:
         """``value`` clamped (records.clamped_value), noted as an anomaly for the caller to count and log."""
         self.anomalies.append(Anomaly(OUT_OF_RANGE, metric.value, shown(value)))
-        return clamped_value(value)
+        clamped = clamped_value(value)
+        assert clamped is not None  # called only for a value out of range
+        return clamped
 
     def anomaly(self, kind: str, event: Event) -> None:
         """The event could not be used; the caller logs it with its file and line."""

@@ -9,7 +9,8 @@ holds the one guard that turns a bug of the model into a skipped event, never a 
 from __future__ import annotations
 
 import logging
-from typing import Callable, Iterable, Protocol
+from collections.abc import Callable, Iterable
+from typing import Protocol
 
 from msgspec import Struct, field
 
@@ -27,7 +28,8 @@ Warn = Callable[..., None]  # logging.Logger.warning's signature
 class Pause(Protocol):
     """Where a reader gives way to another thread (the daemon's: base.pause.PAUSE, while a /metrics render runs)."""
 
-    renders: bool
+    @property
+    def renders(self) -> int: ...  # how many renders run now: the reader waits while any does
 
     def wait(self) -> None: ...
 

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from msgspec import Struct, field
 from msgspec.structs import replace
 
 from ..base.hashes import blake2b
 from ..vocab import DUPLICATE_ID, OUT_OF_RANGE, Metric
+
+if TYPE_CHECKING:  # genai.py makes MetricUpdates: imported for the checker only
+    from .genai import GenAi
 
 # OTel span kinds, as their OTLP enum values.
 KIND_INTERNAL = 1
@@ -74,7 +78,7 @@ class MetricUpdate(Struct, frozen=True):
     (trace id, span id) of the span it measures, which the exposition links the series to.
     """
 
-    metric: Metric  # or a genai_metrics.GenAi: an instrument of the OTLP push alone
+    metric: Metric | GenAi  # GenAi: an instrument of the OTLP push alone
     labels: tuple[str, ...] = ()
     value: float = 1.0
     exemplar: tuple[int, int] | None = None

@@ -11,7 +11,7 @@ Tools and sub-agents are kept by :class:`~copilot_otel.model.tools.ToolBook`, LL
 from __future__ import annotations
 
 from msgspec.structs import replace
-from typing import Callable
+from collections.abc import Callable
 
 from . import attrs as A
 from . import spanattrs
@@ -27,11 +27,12 @@ from .records import SpanRecord, Step
 from .openwork import InteractionSummary, Outbox
 from .summary import SessionSummary, Tally, make_summary
 from .tools import ToolBook
-from ..decode.payloads import (SessionError, SessionFacts, SubagentEnd, SubagentStart, TaskComplete, ToolEnd, ToolStart, Usage,
-                    UserMessage, as_str, permission_result, request_id, requested_tools,
-                    user_request)
-from ..vocab import (DUPLICATE_ID, ERROR, END_ABORTED, END_IDLE, END_INCOMPLETE, END_SHUTDOWN, IDLE, INCOMPLETE, SIGNAL_ERROR, SIGNAL_SHUTDOWN,
-                    SIGNAL_TASK_COMPLETE, UNKNOWN_MODEL, USER_REQUESTS, WAITING_TOOL, WAITING_USER, WORKING, Metric)
+from ..decode.payloads import (SessionError, SessionFacts, SubagentEnd, SubagentStart, TaskComplete, ToolEnd,
+                               ToolStart, Usage, UserMessage, as_str, permission_result, request_id, requested_tools,
+                               user_request)
+from ..vocab import (DUPLICATE_ID, ERROR, END_ABORTED, END_IDLE, END_INCOMPLETE, END_SHUTDOWN, IDLE, INCOMPLETE,
+                     SIGNAL_ERROR, SIGNAL_SHUTDOWN, SIGNAL_TASK_COMPLETE, UNKNOWN_MODEL, USER_REQUESTS, WAITING_TOOL,
+                     WAITING_USER, WORKING, Metric)
 
 
 class SessionModel:
@@ -100,17 +101,24 @@ class SessionModel:
     @property
     def awaiting_confirmation(self) -> bool:
         """The loop looks finished (final answer, task_complete, error) and nothing is open."""
+        return self.confirmable_end is not None
+
+    @property
+    def confirmable_end(self) -> str | None:
+        """How the loop looks to have ended, while it awaits confirmation (see awaiting_confirmation); else None."""
         current = self._loop.current
-        return (current is not None and current.pending_end is not None and not self._book.tools
-                and self._loop.main.turn is None and not self._compactions.open)
+        if (current is None or self._book.tools or self._loop.main.turn is not None
+                or self._compactions.open):
+            return None
+        return current.pending_end
 
     def confirm_end(self) -> Step:
         """The caller saw no new event for a quiet period: the agent loop really went idle."""
         if self.live_idle:
             return self._out.take()  # the live stream says when the loop really ended
         self._loop.release_held()
-        if self.awaiting_confirmation:
-            self._end(self._loop.current.pending_end)
+        if (how := self.confirmable_end) is not None:
+            self._end(how)
         return self._out.take()
 
     def finish(self, reason: str = END_INCOMPLETE) -> Step:
@@ -176,7 +184,7 @@ class SessionModel:
         current = self._loop.current
         return make_summary(self.session_id, self.state, self.ended, self.facts, self.tally, self.last_event_ns,
                             waiting, running_tools=len(self._book.tools),
-                            confirms=current.pending_end if self.awaiting_confirmation else None,
+                            confirms=self.confirmable_end,
                             cut_off_end=(current.pending_end or END_INCOMPLETE) if current is not None else None,
                             asking=self.asking)
 
@@ -191,8 +199,8 @@ class SessionModel:
     def _settle(self, reason: str) -> None:
         """End the session: a loop that looked finished ends normally, anything still open as incomplete."""
         self._loop.release_held()
-        if self.awaiting_confirmation:
-            self._end(self._loop.current.pending_end)
+        if (how := self.confirmable_end) is not None:
+            self._end(how)
         self._close_everything(reason)
 
     def _close_everything(self, reason: str) -> None:
@@ -304,8 +312,8 @@ class SessionModel:
         self._changes.shutdown(event.data, cumulative=cumulative, model=self.model or UNKNOWN_MODEL)
         self._calls.new_process()  # a resume starts a new process
         self._changes.new_process()
-        if self.awaiting_confirmation:
-            self._end(self._loop.current.pending_end)
+        if (how := self.confirmable_end) is not None:
+            self._end(how)
         self._out.count(Metric.COMPLETION_SIGNALS, SIGNAL_SHUTDOWN)
         self._close_everything(END_SHUTDOWN)
 

@@ -137,7 +137,7 @@ def interaction(session_id: str, interaction_id: str, facts: SessionFacts, promp
 
 def turn(session_id: str, agent: str, turn_id: str, interaction_id: str, *, autopilot: bool) -> dict[str, Any]:
     """One turn of the main agent or of a sub-agent."""
-    attributes = {
+    attributes: dict[str, Any] = {
         A.GEN_AI_CONVERSATION_ID: session_id,
         A.GEN_AI_AGENT_NAME: A.AGENT_NAME if agent == MAIN_AGENT else agent,
         A.COPILOT_TURN_ID: turn_id,

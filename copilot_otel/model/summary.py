@@ -133,7 +133,7 @@ def credits_noted(text: str) -> bool:
     return text.endswith("+") or text == CREDITS_UNKNOWN
 
 
-def make_summary(session_id: str, state: str, ended: str | None, facts: "SessionFacts", tally: Tally,
+def make_summary(session_id: str, state: str, ended: str | None, facts: SessionFacts, tally: Tally,
                  last_event_ns: int, waiting: tuple[str | None, int], *, running_tools: int = 0,
                  confirms: str | None = None, cut_off_end: str | None = None,
                  asking: tuple[str, int] | None = None) -> SessionSummary:
@@ -147,8 +147,8 @@ def make_summary(session_id: str, state: str, ended: str | None, facts: "Session
         _int64(tally.output_tokens), _int64(tally.cache_read_tokens), _finite(tally.premium_requests),
         _finite(tally.nudge_premium_requests), tally.last_end, _int64(tally.nano_aiu), _int64(tally.nudge_nano_aiu),
         tally.credits_status or status_of(tally.priced_calls, tally.unpriced_calls), None, confirms, cut_off_end,
-        *(asking or (None, 0)), _int64(tally.cache_write_tokens), _int64(tally.lines_added),
-        _int64(tally.lines_removed), frozen_slots(tally.slots))
+        asking[0] if asking else None, asking[1] if asking else 0, _int64(tally.cache_write_tokens),
+        _int64(tally.lines_added), _int64(tally.lines_removed), frozen_slots(tally.slots))
 
 
 def _int64(total: int) -> int:

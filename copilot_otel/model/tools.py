@@ -45,6 +45,7 @@ class ToolBook:
     def start_tool(self, event: Event, view: ToolStart, agent: Agent, parent: OpenSpan) -> None:
         """A tool started under ``parent`` (its agent's turn, else where that agent's work hangs)."""
         call_id = view.call_id
+        assert call_id is not None  # the model hands in only tools with a call id
         attributes = spanattrs.tool(self.session_id, agent.name, view.name, call_id,
                                     self.capture.text(view.arguments))
         span = parent.child(span_id_for(self.session_id, event.id), f"{A.OP_EXECUTE_TOOL} {view.name}",
@@ -115,6 +116,7 @@ class ToolBook:
             self.tally.tool_failures += 1
         self.out.count(Metric.TOOL_CALLS, tool, outcome, span=span)
         waited_ns = int(span.attributes.get(A.COPILOT_TOOL_USER_WAIT_MS, 0.0) * 1e6)  # a person's, not the tool's
+        assert span.end_ns is not None  # closed before it counts
         self.out.count(Metric.TOOL_DURATION, tool, value=max(0, span.end_ns - span.start_ns - waited_ns) / 1e9,
                        span=span)
 
@@ -129,8 +131,10 @@ class ToolBook:
 
         Returns the span of an earlier start of the same call that never ended (now closed), if any.
         """
+        assert view.call_id is not None  # the model hands in only sub-agents with a call id
         tool = self.tools.get(view.call_id)
         parent = tool[0] if tool is not None else fallback_parent
+        assert parent is not None  # the caller gives a fallback unless the task call runs
         attributes = spanattrs.subagent(self.session_id, view.name, view.call_id)
         span = parent.child(span_id_for(self.session_id, event.id), f"{A.OP_INVOKE_AGENT} {view.name}",
                             KIND_INTERNAL, event.timestamp_ns, attributes)

@@ -10,6 +10,8 @@ before 1.0.93, lines changed, what a call did not report) is in the slot of the 
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 from msgspec import Struct
 
 from .records import INT64_LIMIT
@@ -55,7 +57,10 @@ def new_amounts() -> list:
 INT64_MAX = (1 << 63) - 1
 
 
-def bounded(value: int | float) -> int | float:
+Amount = TypeVar("Amount", int, float)
+
+
+def bounded(value: Amount) -> Amount:
     """An amount within int64's range (a log's 400-digit token count would make a summary, or a report, that no
     JSON encoder writes)."""
     if isinstance(value, int):

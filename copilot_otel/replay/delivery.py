@@ -16,14 +16,14 @@ from __future__ import annotations
 import logging
 import random
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from .batches import Batch, ReplayStats
 from ..config import DEFAULT_GIVE_UP_AFTER
 from ..export.queue import send_in_parts
 from .ledger import Ledger
 from ..model.records import SpanRecord
-from ..export.contract import ExportError, Receipt, SpanSink
+from ..export.contract import EncodingSink, ExportError, Receipt, SpanSink
 from ..export.retry import Backoff, RetryPolicy, retry_wait_reason
 
 log = logging.getLogger(__name__)
@@ -48,6 +48,7 @@ class RetryingSender:
     def __call__(self, batch: Batch, sink: SpanSink, stats: ReplayStats) -> None:
         """Deliver one batch (raises ExportError once retrying for ``retry_for`` seconds did not help)."""
         if batch.encoded:
+            assert isinstance(sink, EncodingSink)  # replay_files encodes batches only for such a sink
             sink.write_encoded(batch.encoded)
         elif batch.records:
             self.export(sink, batch.records, stats)
@@ -80,7 +81,8 @@ class RetryingSender:
 
 def refuser(refused: Callable[[list[SpanRecord], str], None] | None,
             stats: ReplayStats) -> Callable[[list[SpanRecord], str], bool]:
-    """``export.send_in_parts``'s ``reject``: spans refused for good go to ``refused`` (counted), else an ExportError."""
+    """``export.send_in_parts``'s ``reject``: spans refused for good go to ``refused`` (counted), else an
+    ExportError."""
 
     def reject(spans: list[SpanRecord], reason: str) -> bool:
         if refused is None:
@@ -163,7 +165,9 @@ class ReplaySender:
         self.limit.take(batch.spans)
         waits = _Waits(self)
         if batch.encoded:
-            while not _attempt(lambda: sink.write_encoded(batch.encoded), waits):
+            assert isinstance(sink, EncodingSink)  # replay_files encodes batches only for such a sink
+            encoding = sink
+            while not _attempt(lambda: encoding.write_encoded(batch.encoded), waits):
                 pass
         elif batch.records:
             send_in_parts(sink, batch.records, reject=refuser(self.refused, stats), progress=waits.progress,
@@ -181,7 +185,7 @@ class ReplaySender:
         self.on_delivered(batch)
 
 
-def _attempt(action: Callable[[], None], waits: "_Waits") -> bool:
+def _attempt(action: Callable[[], None], waits: _Waits) -> bool:
     """Run ``action``; False (after waiting) if it failed in a way worth another try."""
     try:
         action()
@@ -211,7 +215,7 @@ class _Waits:
         if not isinstance(error, ExportError):
             raise error  # a sink bug, not the backend
         first = self.failing_since is None
-        if first:
+        if self.failing_since is None:
             self.failing_since = self.attempt_started
             delivery.refusals += 1
         failing_for = now - self.failing_since

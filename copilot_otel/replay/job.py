@@ -12,7 +12,7 @@ import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from collections.abc import Iterator
 
 from msgspec import Struct, field
 
@@ -60,7 +60,7 @@ class Outcome(Struct):
 class _Quiet:
     """No progress display (not a terminal): rich is not even imported."""
 
-    def __enter__(self) -> "_Quiet":
+    def __enter__(self) -> _Quiet:
         return self
 
     def __exit__(self, *exc_info) -> None:
@@ -109,7 +109,7 @@ def replay_logs(files: list[Path], sink: SpanSink, config: Config, *, workers: i
     # started anew only when the file is (new or emptied) or with --restart. An OTLP backend's is the replay's.
     into_file = isinstance(sink, FileSink)
     ledger = _open_ledger(Ledger.path_for(config.state_dir, sink.description, () if into_file else files, settings),
-                          restart or (into_file and sink.fresh))
+                          restart or (isinstance(sink, FileSink) and sink.fresh))
     progress = ledger.load() if ledger is not None else {}
     identities = {str(path): identity_of(path) for path in files}
     todo: list[tuple[Path, int]] = []
@@ -120,7 +120,7 @@ def replay_logs(files: list[Path], sink: SpanSink, config: Config, *, workers: i
         elif not known.done:
             todo.append((path, known.sent))
     outcome = Outcome(ReplayStats(metrics=[] if keep_metrics else None), len(files), before=len(files) - len(todo),
-                      again=into_file and restart and not sink.fresh)
+                      again=isinstance(sink, FileSink) and restart and not sink.fresh)
     if outcome.again:
         log.warning("--restart: %s holds spans already; every session is written again after them (the same ids: "
                     "a backend keeps one of each, a reader of the file sees each twice)", sink.description)

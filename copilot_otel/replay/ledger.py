@@ -28,7 +28,7 @@ import logging
 import os
 import sqlite3
 from pathlib import Path
-from typing import Iterable
+from collections.abc import Iterable
 
 from msgspec import Struct
 
@@ -36,6 +36,7 @@ from ..base import pidlock
 from ..base.hashes import blake2b
 from ..base.private import open_private, private_dir, touch_private
 from ..base.regular import open_regular
+from ..base.sqlitestore import busy, damaged, open_checked
 from ..source.identity import prefix_crc
 from ..source.sources import path_from_text, path_text
 
@@ -50,7 +51,7 @@ CREATE TABLE IF NOT EXISTS logs (
 )
 """
 BUSY_TIMEOUT = 1.0  # seconds to wait for a database lock held by a program other than a replay
-_DAMAGED = ("SQLITE_CORRUPT", "SQLITE_NOTADB")
+_COLUMNS = "path, identity, sent, done"
 
 
 class LedgerBusy(RuntimeError):
@@ -90,16 +91,10 @@ def same_log(recorded: str, path: Path) -> bool:
     return found is not None and recorded == content_identity(length, found[0], whole=recorded.endswith(":whole"))
 
 
-def _damaged(exc: sqlite3.Error) -> bool:
-    """Damage, or a file of another schema; not a lock, a full disk or an I/O error."""
-    name = getattr(exc, "sqlite_errorname", "") or ""
-    return name.startswith(_DAMAGED) or (name == "SQLITE_ERROR" and "no such" in str(exc)) or (
-        not name and ("malformed" in str(exc) or "not a database" in str(exc)))
-
-
-def _busy(exc: sqlite3.Error) -> bool:
-    name = getattr(exc, "sqlite_errorname", "") or ""
-    return name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")) or "locked" in str(exc)
+def _prepare(db: sqlite3.Connection) -> None:
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("PRAGMA synchronous=NORMAL")
+    db.execute(SCHEMA)
 
 
 class Progress(Struct, frozen=True):
@@ -149,10 +144,10 @@ class Ledger:
         try:
             return self._connect()
         except sqlite3.Error as exc:
-            if _busy(exc):
+            if busy(exc):
                 raise LedgerBusy(f"the replay's record {self.path} is locked by another program ({exc}); "
                                  "close it and run again") from None
-            if not _damaged(exc):
+            if not damaged(exc):  # base/sqlitestore's rule, the checkpoint's too
                 raise
             log.warning("the replay's record %s is damaged (%s): rebuilt empty; the sessions it had delivered are "
                         "sent again, with the same span ids", self.path, exc)
@@ -161,16 +156,7 @@ class Ledger:
 
     def _connect(self) -> sqlite3.Connection:
         touch_private(self.path)  # SQLite gives its -wal and -shm files the database's mode
-        db = sqlite3.connect(self.path, isolation_level=None, timeout=BUSY_TIMEOUT)
-        try:
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("PRAGMA synchronous=NORMAL")
-            db.execute(SCHEMA)
-            db.execute("SELECT path, identity, sent, done FROM logs").fetchall()  # reads every page: damage shows
-        except BaseException:
-            db.close()
-            raise
-        return db
+        return open_checked(self.path, "logs", _prepare, columns=_COLUMNS, isolation_level=None, timeout=BUSY_TIMEOUT)
 
     def _remove_files(self) -> None:
         for suffix in ("", "-wal", "-shm"):
@@ -186,7 +172,7 @@ class Ledger:
 
     def load(self) -> dict[str, Progress]:
         """Every log's progress, by path."""
-        rows = self._db.execute("SELECT path, identity, sent, done FROM logs").fetchall()
+        rows = self._db.execute(f"SELECT {_COLUMNS} FROM logs").fetchall()
         return {path_from_text(path): Progress(identity, sent, bool(done)) for path, identity, sent, done in rows}
 
     def record(self, rows: Iterable[tuple[str, str, int, bool]]) -> None:
@@ -198,7 +184,8 @@ class Ledger:
                                  [(path_text(p), i, s, int(d)) for p, i, s, d in rows])
             self._db.execute("COMMIT")
         except BaseException:
-            self._db.execute("ROLLBACK")
+            if self._db.in_transaction:  # a Ctrl-C may land before BEGIN took: nothing to roll back then
+                self._db.execute("ROLLBACK")
             raise
 
     def close(self, *, remove: bool = False) -> None:

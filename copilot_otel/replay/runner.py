@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Callable, Iterator
+from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
 
 from msgspec import Struct, field
 import orjson
@@ -28,15 +29,25 @@ from ..export.otlp_json import OtlpJsonEncoder
 from ..model.pipeline import Outputs, drive, finish
 from ..model.records import SpanRecord
 from ..model.sessions import SessionModel
-from ..export.sinks import FileSink
-from ..export.contract import SpanSink
+from ..export.contract import EncodingSink, SpanSink
 from ..source.sources import EVENTS_FILE, SESSION_STATE, SourceError, find_event_files, resolve, session_id_of
 from ..base.workers import MAX_WORKERS, WorkerPool, available_cpus
 
 log = logging.getLogger(__name__)
 
-__all__ = ["EVENTS_FILE", "SESSION_STATE", "SourceError", "find_event_files", "resolve", "session_id_of",
-           "Batch", "ReplayStats", "replay_files", "replay_stream", "replay_session"]
+__all__ = [
+    "EVENTS_FILE",
+    "SESSION_STATE",
+    "Batch",
+    "ReplayStats",
+    "SourceError",
+    "find_event_files",
+    "replay_files",
+    "replay_session",
+    "replay_stream",
+    "resolve",
+    "session_id_of",
+]
 
 BATCH = 512
 # Files per unit of work, in one process or spread over several; a request never holds spans of
@@ -75,6 +86,17 @@ def _path_skip(item: Item) -> tuple[Path, int]:
     return item if isinstance(item, tuple) else (item, 0)
 
 
+@dataclass(eq=False)
+class _Owner:
+    """A log whose spans are pending in a shard's batches: how many are pending, whether all are made, and its
+    content identity (for the ledger)."""
+
+    log: str
+    pending: int = 0
+    made: bool = False
+    content: str = ""
+
+
 class Shard(Struct, frozen=True):
     """Files replayed together; ``in_parent``: one file too large to hand back from a worker whole."""
 
@@ -111,15 +133,15 @@ class ShardJob(Struct, frozen=True):
         with the logs it holds spans of. A log that cannot be read makes no span and is named in
         ``unreadable`` (logged without one); it ends in no batch."""
         pending: list[SpanRecord] = []
-        owners: list[list] = []  # [log, its spans in pending, all its spans made]: the logs of ``pending``
+        owners: list[_Owner] = []  # the logs of ``pending``
         for item in files:
             path, skip = _path_skip(item)
-            owner = [str(path), 0, False, ""]  # log, its spans pending, all made, its content identity
+            owner = _Owner(str(path))
             owners.append(owner)
             failed: list[tuple[str, str]] = []
             for spans in self._file_spans(path, skip, stats, failed, owner):
                 pending.extend(spans)
-                owner[1] += len(spans)
+                owner.pending += len(spans)
                 while len(pending) >= self.batch:
                     yield self._cut(pending, owners, self.batch, stats)
             if failed:
@@ -129,7 +151,7 @@ class ShardJob(Struct, frozen=True):
                 else:
                     unreadable.extend(failed)
             else:
-                owner[2] = True
+                owner.made = True
             stats.files += 1
             if on_file is not None:
                 on_file(path)
@@ -137,7 +159,7 @@ class ShardJob(Struct, frozen=True):
             yield self._cut(pending, owners, len(pending), stats)
 
     @staticmethod
-    def _cut(pending: list[SpanRecord], owners: list[list], size: int, stats: ReplayStats) -> Batch:
+    def _cut(pending: list[SpanRecord], owners: list[_Owner], size: int, stats: ReplayStats) -> Batch:
         """The first ``size`` pending spans as a batch, taken out of ``pending`` and ``owners``."""
         records = pending[:size]
         del pending[:size]
@@ -145,16 +167,16 @@ class ShardJob(Struct, frozen=True):
         room = size
         while owners:
             owner = owners[0]
-            if owner[1] == 0 and not owner[2]:
+            if owner.pending == 0 and not owner.made:
                 break  # the log being read, none of its spans pending yet
-            taken = min(owner[1], room)
+            taken = min(owner.pending, room)
             room -= taken
-            owner[1] -= taken
-            ended = owner[2] and owner[1] == 0
+            owner.pending -= taken
+            ended = owner.made and owner.pending == 0
             if taken or ended:
-                parts.append((owner[0], taken, ended))
-                if owner[3]:
-                    content.append((owner[0], owner[3]))
+                parts.append((owner.log, taken, ended))
+                if owner.content:
+                    content.append((owner.log, owner.content))
             if not ended:
                 break  # more of its spans wait, or are still to be made
             owners.pop(0)
@@ -162,7 +184,7 @@ class ShardJob(Struct, frozen=True):
         return Batch(records, b"", tuple(parts), tuple(content))
 
     def _file_spans(self, path: Path, skip: int, stats: ReplayStats, failed: list[tuple[str, str]],
-                    owner: list) -> Iterator[list[SpanRecord]]:
+                    owner: _Owner) -> Iterator[list[SpanRecord]]:
         """One log's spans, a read at a time, its first ``skip`` left out; what is open at its end closed as
         incomplete. A log that cannot be read (at any read) stops there, named in ``failed``; one read to its
         last byte gets its content identity in ``owner`` (for the ledger)."""
@@ -177,18 +199,18 @@ class ShardJob(Struct, frozen=True):
             stats.fold(out)
             spans, skip = out.spans[skip:], max(0, skip - len(out.spans))
             # What these spans were made from (their ledger row names it): the bytes read so far.
-            owner[3] = content_identity(tail.offset, tail.crc, whole=False) if tail.crc is not None else ""
+            owner.content = content_identity(tail.offset, tail.crc, whole=False) if tail.crc is not None else ""
             yield spans
             if not result.more:
                 break
         whole = tail.crc is not None and tail.offset == tail.size
-        owner[3] = content_identity(tail.offset, tail.crc, whole=True) if whole else ""
+        owner.content = content_identity(tail.offset, tail.crc, whole=True) if tail.crc is not None and whole else ""
         out = reader.finish()
         stats.fold(out)
         yield out.spans[skip:]
 
 
-def plan_shards(files: list[Item], shard_files: int = SHARD_FILES, shard_bytes: int = SHARD_BYTES) -> list[Shard]:
+def plan_shards(files: Sequence[Item], shard_files: int = SHARD_FILES, shard_bytes: int = SHARD_BYTES) -> list[Shard]:
     """Cut the files, in order, into shards of at most ``shard_files`` files and ``shard_bytes`` bytes."""
     shards: list[Shard] = []
     current: list[Item] = []
@@ -221,7 +243,7 @@ def default_workers(files: int) -> int:
     return max(1, min(available_cpus(), MAX_WORKERS))
 
 
-def replay_files(files: list[Item], sink: SpanSink, *, options: ModelOptions = ModelOptions(),
+def replay_files(files: Sequence[Item], sink: SpanSink, *, options: ModelOptions = ModelOptions(),
                  on_file: Callable[[Path], None] | None = None, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
                  workers: int | None = None, keep_metrics: bool = False, shard_files: int = SHARD_FILES,
                  shard_bytes: int = SHARD_BYTES, max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
@@ -239,7 +261,7 @@ def replay_files(files: list[Item], sink: SpanSink, *, options: ModelOptions = M
     read make no span and are added to ``unreadable`` (logged without one). Raises WorkerError if a
     worker died.
     """
-    encoder = sink.encoder if isinstance(sink, FileSink) else None
+    encoder = sink.encoder if isinstance(sink, EncodingSink) else None
     job = ShardJob(options, max_line_bytes, encoder, keep_metrics, max_request_bytes, batch)
     shards = plan_shards(files, shard_files, shard_bytes)
     count = min(default_workers(len(files)) if workers is None else workers, len(shards))

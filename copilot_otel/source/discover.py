@@ -19,7 +19,7 @@ import threading
 import time
 import warnings
 from pathlib import Path
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 from watchdog.events import (
     DirCreatedEvent,
@@ -33,6 +33,7 @@ from watchdog.events import (
     FileSystemEventHandler,
 )
 from watchdog.observers import Observer
+from watchdog.observers.api import BaseObserver
 
 from .liveness import LOCK_PREFIX, LOCK_SUFFIX
 from .workspace import FILE_NAME as NAME_FILE
@@ -93,7 +94,7 @@ class Tree:
 
 
 class _Handler(FileSystemEventHandler):
-    def __init__(self, discoverer: "Discoverer") -> None:
+    def __init__(self, discoverer: Discoverer) -> None:
         self._discoverer = discoverer
 
     def on_any_event(self, event: FileSystemEvent) -> None:
@@ -116,7 +117,7 @@ class Discoverer:
         self._files: set[Path] = set()
         self._lock_dirs: set[Path] = set()
         self._known: dict[str, tuple[int, int]] = {}  # events file -> (inode, size) at the last rescan
-        self._observer = None
+        self._observer: BaseObserver | None = None
         self._next_rescan = 0.0
         self._scan_seconds = 0.0  # how long the last walk over the folders took
         self._next_look = 0.0
@@ -153,7 +154,7 @@ class Discoverer:
         with self._cond:
             if name == EVENTS_FILE:
                 self._files.add(path)
-            elif name.startswith(LOCK_PREFIX) and name.endswith(LOCK_SUFFIX) or name == NAME_FILE:
+            elif (name.startswith(LOCK_PREFIX) and name.endswith(LOCK_SUFFIX)) or name == NAME_FILE:
                 self._lock_dirs.add(path.parent)  # its locks, or its name (workspace.yaml), changed
             elif is_directory and path.parent == self.root:
                 # A new session folder: its log may be written before the watch on it exists.
@@ -356,7 +357,7 @@ def _close_quietly(observer) -> None:
         observer.stop()
         if observer.is_alive():
             observer.join(timeout=5)
-    except Exception:  # it never started properly: nothing more to release
+    except Exception:  # noqa: BLE001 - it never started properly: nothing more to release
         pass
     for emitter in list(getattr(observer, "emitters", ())):
         emitter.stop()

@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import Callable, Mapping
+from collections.abc import Callable, Mapping
 
 from msgspec import Struct, field
 
@@ -54,7 +54,7 @@ def pid_alive(pid: int) -> bool:
 
 def lock_pids(session_dir: Path) -> list[int]:
     """The pids named by the session's lock files (from the file name)."""
-    pids = []
+    pids: list[int] = []
     try:
         names = os.listdir(session_dir)
     except OSError:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import stat
 from pathlib import Path
-from typing import Iterable
+from collections.abc import Iterable
 
 EVENTS_FILE = "events.jsonl"
 SESSION_STATE = "session-state"
@@ -156,7 +156,8 @@ def find_session(root: Path, text: str) -> Path:
     if text == LATEST:
         if not folders:
             raise SourceError(f"no session under {root}")
-        return max((root / name / EVENTS_FILE for name in folders), key=lambda path: (last_event_ns(path), _mtime(path)))
+        return max((root / name / EVENTS_FILE for name in folders),
+                   key=lambda path: (last_event_ns(path), _mtime(path)))
     if text in folders:
         return root / text / EVENTS_FILE
     matches = [name for name in folders if name.startswith(text)] if text else []

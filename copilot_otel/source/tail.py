@@ -16,7 +16,6 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import Collection
 
 from msgspec import Struct
 from msgspec.structs import replace
@@ -51,6 +50,11 @@ class ReadResult(Struct):
     error: str | None = None  # the file exists but cannot be read (permissions, I/O, not a regular file)
     more: bool = False  # the read stopped at its byte budget: there may be more to read now
 
+    @property
+    def failure(self) -> str | None:
+        """Why the file could not be read ("no such file", or the error), or None when it was read."""
+        return "no such file" if self.gone else self.error
+
 
 class Refused(OSError):
     """The path is not something we read: not a regular file, or outside the watched tree."""
@@ -65,7 +69,7 @@ class FileTail:
 
     def __init__(self, path: Path, *, offset: int = 0, line: int = 0, identity: FileIdentity | None = None,
                  crc: int | None = None, max_line_bytes: int = 16 * 1024 * 1024,
-                 keep: Collection[str] | None = None, within: Path | None = None) -> None:
+                 keep: frozenset[bytes] | None = None, within: Path | None = None) -> None:
         self.path = path if isinstance(path, Path) else Path(path)  # a Path is kept, not parsed again
         self.offset = offset  # end of the last complete line handed out
         self.line = line  # number of complete lines handed out
@@ -226,8 +230,9 @@ class FileTail:
         items, more = self._read_lines(handle, max_bytes)
         if first and self.line:  # the first line is complete: the log's first event names it
             event = items[0] if items else None
-            named = type(event) is Event and event.line == 1 and not event.id.startswith("@")
-            self.identity = replace(self.identity, first_id=event.id if named else "")
+            first_id = event.id if type(event) is Event and event.line == 1 and not event.id.startswith("@") else ""
+            assert self.identity is not None  # set above, at the first read
+            self.identity = replace(self.identity, first_id=first_id)
         return ReadResult(items, restarted, copied, lines, more=more)
 
     def _read_lines(self, handle, max_bytes: int) -> tuple[list[Event | DecodeError], bool]:
@@ -242,7 +247,7 @@ class FileTail:
         position = offset
         line_crc = self.crc  # CRC-32 of the bytes before ``offset``
         running = line_crc  # ... and of every byte read so far (None once a hole was jumped over)
-        if skipping:
+        if self.scanned is not None:
             position = _next_data(handle.fileno(), self.scanned)  # holes hold no newline: jump over them
             skipped = position - offset
             running = self._scanned_crc if position == self.scanned else None
@@ -349,10 +354,10 @@ def _inside(fd: int, path: Path, root: str) -> bool:
 
 
 def read_all(path: Path, *, max_line_bytes: int = 16 * 1024 * 1024,
-             keep: Collection[str] | None = None) -> list[Event | DecodeError]:
+             keep: frozenset[bytes] | None = None) -> list[Event | DecodeError]:
     """Every complete line of a file, decoded (a partial last line is left out); raises UnreadableLog
     (naming the file and the reason) when it is gone or cannot be read."""
     result = FileTail(path, max_line_bytes=max_line_bytes, keep=keep).read(max_bytes=sys.maxsize)
-    if result.gone or result.error:
-        raise UnreadableLog(Path(path), "no such file" if result.gone else result.error)
+    if result.failure:
+        raise UnreadableLog(Path(path), result.failure)
     return result.items

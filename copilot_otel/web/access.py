@@ -30,7 +30,7 @@ import secrets
 import socket
 import stat
 from pathlib import Path
-from typing import Awaitable, Callable
+from collections.abc import Awaitable, Callable
 
 import orjson
 from aiohttp import web
@@ -119,7 +119,8 @@ class Gate:
                            {"WWW-Authenticate": 'Bearer realm="copilot-otel"'})
 
     def _is_token(self, offered: str | None) -> bool:
-        return offered is not None and hmac.compare_digest(offered.encode(errors="surrogateescape"), self._token)
+        return (offered is not None and self._token is not None
+                and hmac.compare_digest(offered.encode(errors="surrogateescape"), self._token))
 
     def _refuse(self, reason: str, kind: type[web.HTTPException], text: str,
                 headers: dict | None = None) -> web.HTTPException:
@@ -163,7 +164,9 @@ def _on_unix_socket(request: web.Request) -> bool:
 def _certificate_named(request: web.Request, allowed: set[str]) -> bool:
     transport = request.transport
     cert = transport.get_extra_info("peercert") if transport is not None else None
-    return bool(cert) and any(value in allowed for _kind, value in cert.get("subjectAltName", ()))
+    if not cert:
+        return False
+    return any(value in allowed for _kind, value in cert.get("subjectAltName", ()))
 
 
 # ------------------------------------------------------------------------ the token file

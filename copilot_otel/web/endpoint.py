@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import sys
 from pathlib import Path
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 from prometheus_client import CollectorRegistry
 
@@ -34,10 +34,9 @@ class Endpoint:
         web_config = web_config or web_config_of(config)
         self.token = new_token()
         hide(self.token)  # out of every log line, whatever carries it (base/redact.py)
-        extra = {"health": health} if health is not None else {}
-        self.server = MetricsServer(config.metrics_address, registry, routes=routes, token=self.token,
+        self.server = MetricsServer(config.metrics_address, registry, health, routes=routes, token=self.token,
                                     allowed_hosts=config.allowed_hosts, web_config=web_config,
-                                    unix_socket=unix_socket, address_flag=address_flag, **extra)
+                                    unix_socket=unix_socket, address_flag=address_flag)
         host, port = self.server.address
         scheme = "https" if web_config is not None and web_config.tls is not None else "http"
         self.base = f"{scheme}://{_reachable(host)}:{port}"

@@ -16,11 +16,13 @@ is rendered whole by the library, every time. Only the lines of the last render 
 from __future__ import annotations
 
 import copy
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any, cast
 
 from prometheus_client.registry import Collector
 
-Encoder = Callable[[Collector], bytes]
+# prometheus_client's encoders (generate_latest), typed for a CollectorRegistry: they call only its collect()
+Encoder = Callable[[Any], bytes]
 OPENMETRICS_END = b"# EOF\n"
 
 
@@ -65,13 +67,13 @@ class CachedExposition:
         self._encoder = encoder
         self._end = OPENMETRICS_END if openmetrics else b""
         self._heads: dict[tuple, bytes] = {}  # (name, type, unit, help) -> the family's header lines
-        self._lines: dict[tuple, dict[tuple, bytes]] = {}  # (name, type) -> sample key -> its line
+        self._lines: dict[tuple, dict[tuple | None, bytes]] = {}  # (name, type) -> sample key -> its line
 
     def __call__(self, registry: Collector) -> bytes:
         """The body: what ``encoder(registry)`` gives."""
         old_heads, old_lines = self._heads, self._lines
         heads: dict[tuple, bytes] = {}
-        lines_of: dict[tuple, dict[tuple, bytes]] = {}
+        lines_of: dict[tuple, dict[tuple | None, bytes]] = {}
         output: list[bytes] = []
         for family in registry.collect():
             head_key = (family.name, family.type, family.unit, family.documentation)
@@ -91,9 +93,10 @@ class CachedExposition:
                     continue
                 for i, line in zip(missing, made):
                     lines[i] = line
+            done = cast("list[bytes]", lines)  # each one found or made (made is None only with a None key)
             output.append(head)
-            output.extend(lines)
-            lines_of.setdefault((family.name, family.type), {}).update(zip(keys, lines))
+            output.extend(done)
+            lines_of.setdefault((family.name, family.type), {}).update(zip(keys, done))
         self._heads, self._lines = heads, lines_of
         output.append(self._end)
         return b"".join(output)

@@ -32,7 +32,8 @@ import sys
 import threading
 import time
 import weakref
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from aiohttp import web
 from aiohttp.http import HttpProcessingError
@@ -44,7 +45,7 @@ REASONS = ("bad_request", "header_timeout", "header_too_large", "write_timeout",
            "connection_refused", "render_busy", "handler_error", "loop_error", "host_refused", "unauthorized",
            "auth_busy", "peer_refused", "handshake_failed", "handshake_evicted")
 
-_counters: "weakref.WeakKeyDictionary[CollectorRegistry, Counter]" = weakref.WeakKeyDictionary()
+_counters: weakref.WeakKeyDictionary[CollectorRegistry, Counter] = weakref.WeakKeyDictionary()
 _counters_lock = threading.Lock()
 
 
@@ -107,7 +108,7 @@ class Connections:
         """
         return lambda: _Connection(self, make_protocol(), admit, tls)
 
-    def opened(self, conn: "_Connection") -> bool:
+    def opened(self, conn: _Connection) -> bool:
         """Admit a new connection, at the cap closing the longest idle one; False to refuse it."""
         if len(self._open) >= self.limit:
             oldest = next(iter(self._idle), None)
@@ -121,12 +122,12 @@ class Connections:
         self._idle[conn] = None
         return True
 
-    def closed(self, conn: "_Connection") -> None:
+    def closed(self, conn: _Connection) -> None:
         self._open.pop(conn.protocol, None)
         self._idle.pop(conn, None)
         self._handshakes.pop(conn, None)
 
-    def handshaking(self, conn: "_Connection") -> None:
+    def handshaking(self, conn: _Connection) -> None:
         """A TLS handshake begins; at the cap the oldest pending one is closed to make room."""
         if len(self._handshakes) >= self.handshake_limit:
             oldest = next(iter(self._handshakes))
@@ -135,7 +136,7 @@ class Connections:
             oldest.evict()
         self._handshakes[conn] = None
 
-    def handshake_over(self, conn: "_Connection") -> None:
+    def handshake_over(self, conn: _Connection) -> None:
         self._handshakes.pop(conn, None)
 
     @property
@@ -143,7 +144,7 @@ class Connections:
         """TLS handshakes begun and not yet ended."""
         return len(self._handshakes)
 
-    def busy(self, conn: "_Connection", busy: bool) -> None:
+    def busy(self, conn: _Connection, busy: bool) -> None:
         if conn.protocol not in self._open:
             return
         self._idle.pop(conn, None)
@@ -183,8 +184,18 @@ class Connections:
 class _Connection(asyncio.Protocol):
     """aiohttp's protocol for one connection, plus the request-head deadline and size cap."""
 
-    __slots__ = ("_table", "protocol", "_admit", "_transport", "_deadline", "_head_bytes", "_busy", "_admitted",
-                 "_tls", "_handshake")
+    __slots__ = (
+        "_admit",
+        "_admitted",
+        "_busy",
+        "_deadline",
+        "_handshake",
+        "_head_bytes",
+        "_table",
+        "_tls",
+        "_transport",
+        "protocol",
+    )
 
     def __init__(self, table: Connections, protocol: asyncio.Protocol,
                  admit: Callable[[Any], str | None] | None = None, tls: ssl.SSLContext | None = None) -> None:
@@ -216,6 +227,7 @@ class _Connection(asyncio.Protocol):
 
     async def _start_tls(self, raw) -> None:
         table = self._table
+        assert self._tls is not None  # only a TLS listener's connections start a handshake
         try:
             secured = await asyncio.get_running_loop().start_tls(
                 raw, self, self._tls, server_side=True, ssl_handshake_timeout=table.header_timeout)
@@ -379,9 +391,10 @@ class Workers:
     def _work(self) -> None:
         while (job := self._jobs.get()) is not None:
             future, fn, args = job
+            outcome: tuple[Any, BaseException | None]
             try:
                 outcome = (fn(*args), None)
-            except BaseException as exc:  # handed to the awaiting handler
+            except BaseException as exc:  # noqa: BLE001 - handed to the awaiting handler
                 outcome = (None, exc)
             try:
                 self._loop.call_soon_threadsafe(_settle, future, *outcome)

@@ -23,7 +23,7 @@ import ipaddress
 import secrets
 import socket
 from collections import deque
-from typing import Awaitable, Callable, Hashable
+from collections.abc import Awaitable, Callable, Hashable
 
 from ..base.owner import tcp_peer_uid
 

@@ -13,7 +13,8 @@ from __future__ import annotations
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Protocol
+from collections.abc import Callable, Hashable
+from typing import TYPE_CHECKING, Protocol
 
 from msgspec.structs import replace
 
@@ -108,8 +109,8 @@ class _Boarded:
         self._board: Board | None = None
         self._board_lock = threading.Lock()
 
-    def _published(self) -> tuple[int, tuple[Liveness, ...]]:
-        """(generation, liveness) as they were published together."""
+    def _published(self) -> tuple[Hashable, tuple[Liveness, ...]]:
+        """(generation, liveness) as they were published together: the generation moves when the records do."""
         raise NotImplementedError
 
     def _summaries(self) -> list[tuple[Path, SessionSummary]]:

@@ -19,7 +19,8 @@ import logging
 import time
 from itertools import islice
 from pathlib import Path
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import orjson
 from aiohttp import web
@@ -221,7 +222,7 @@ class WebView:
             shown = now
             sent = pending.pop(0)
             position = sent.position
-            await stream.send(_chain(self._session_head(now), sent.pieces(CHUNK), b"}"), "%s:%d" % position)
+            await stream.send(_chain(self._session_head(now), sent.pieces(CHUNK), b"}"), "{}:{:d}".format(*position))
             return bool(pending)
 
         self.cache.follow(path)

@@ -19,7 +19,7 @@ import os
 import socket
 import threading
 from pathlib import Path
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry
@@ -41,7 +41,8 @@ HEADER_TIMEOUT = 10.0  # s from the first byte of a request head to its end
 IDLE_TIMEOUT = 30.0  # s a connection may wait for its next request (its head included)
 WRITE_TIMEOUT = 30.0  # s to send a response to a client that reads slowly
 MAX_HEAD_BYTES = 32 * 1024
-HANDSHAKES = 512  # TLS handshakes pending at once at most (each must end within HEADER_TIMEOUT); the oldest closed beyond
+# TLS handshakes pending at once at most (each must end within HEADER_TIMEOUT); the oldest closed beyond
+HANDSHAKES = 512
 BACKLOG = 64  # accepted per loop iteration at most; fewer under a low open-files limit
 LISTEN_QUEUE = 1024  # connections the kernel holds for us (they cost no descriptor until accepted)
 RENDER_THREADS = 2
@@ -57,8 +58,8 @@ class MetricsServer:
     ``routes`` adds aiohttp route definitions next to /metrics and /healthz, for instance
     ``[web.get("/", index)]`` or a ``web.RouteTableDef``. Their handlers run on the server's
     loop and must not block it: ``await request.app[SERVER].run_blocking(fn, *args)`` runs slow
-    work in worker threads of their own (not those that render /metrics). A handler that prepares its response itself (a stream
-    such as Server-Sent Events) is not held to the write deadline; at ``stop()`` it is cancelled
+    work in worker threads of their own (not those that render /metrics). A handler that prepares its response
+    itself (a stream such as Server-Sent Events) is not held to the write deadline; at ``stop()`` it is cancelled
     within ``2 * STOP_GRACE``. Every response carries ``X-Content-Type-Options: nosniff`` and a
     ``Content-Security-Policy`` that lets a page load only this server's scripts and styles.
 
@@ -69,7 +70,7 @@ class MetricsServer:
     """
 
     def __init__(self, address: tuple[str, int], registry: CollectorRegistry,
-                 health: Callable[[], tuple[bool, str]] = lambda: (True, "ok"), *,
+                 health: Callable[[], tuple[bool, str]] | None = None, *,
                  routes: Iterable[web.AbstractRouteDef] = (), max_connections: int = MAX_CONNECTIONS,
                  header_timeout: float = HEADER_TIMEOUT, idle_timeout: float = IDLE_TIMEOUT,
                  write_timeout: float = WRITE_TIMEOUT, max_head_bytes: int = MAX_HEAD_BYTES,
@@ -77,19 +78,21 @@ class MetricsServer:
                  unix_socket: Path | None = None, address_flag: str = "--metrics-address") -> None:
         host, port = address
         self._registry = registry
-        self._health = health
+        self._health = health or _healthy
         self._routes = list(routes)
         self._max_connections = max_connections
-        self._limits = dict(header_timeout=header_timeout, max_head_bytes=max_head_bytes,
-                            write_timeout=write_timeout)
+        self._header_timeout, self._max_head_bytes, self._write_timeout = header_timeout, max_head_bytes, write_timeout
         self._idle_timeout = idle_timeout
         self._errors = http_errors(registry)
         self._web_config = web_config or WebConfig()
         self._sock = _bind(host, port, address_flag)
         self.address: tuple[str, int] = self._sock.getsockname()[:2]
         self.unix_socket = unix_socket
+        self._unix: socket.socket | None = None
+        self._unix_inode = 0
         try:
-            self._unix, self._unix_inode = bind_socket(unix_socket) if unix_socket is not None else (None, 0)
+            if unix_socket is not None:
+                self._unix, self._unix_inode = bind_socket(unix_socket)
         except OSError as exc:
             self._sock.close()
             raise ConfigError(f"cannot serve the commands' socket {unix_socket}: {exc.strerror or exc}") from None
@@ -136,16 +139,17 @@ class MetricsServer:
         if thread is None:
             self._close_sockets()
             return
-        stopping = self._stopping
-        if stopping is not None:
+        stopping, loop = self._stopping, self._loop
+        if stopping is not None and loop is not None:
             try:
-                self._loop.call_soon_threadsafe(stopping.set)
+                loop.call_soon_threadsafe(stopping.set)
             except RuntimeError:  # the loop already ended
                 pass
         thread.join(timeout=10)
         if thread.is_alive():
             log.warning("metrics server: its loop did not end within 10 s")
-        self._workers.close(timeout=5)
+        if self._workers is not None:
+            self._workers.close(timeout=5)
         if self._route_workers is not None:
             self._route_workers.close(timeout=5)
         if self._login_workers is not None:
@@ -155,34 +159,42 @@ class MetricsServer:
     def _close_sockets(self) -> None:
         self._sock.close()
         if self._unix is not None:
+            assert self.unix_socket is not None  # bound there
             remove_socket(self.unix_socket, self._unix_inode)
             self._unix.close()
 
     async def run_blocking(self, fn: Callable, *args):
         """Run ``fn(*args)`` in the added routes' worker threads and return its result."""
-        return await (self._route_workers or self._workers).submit(fn, *args)
+        workers = self._route_workers or self._workers
+        assert workers is not None  # start() made them
+        return await workers.submit(fn, *args)
 
     async def _check_login(self, fn: Callable, *args):
+        assert self._login_workers is not None  # the gate checks a login only when web_config has users
         return await self._login_workers.submit(fn, *args)
 
     # ---------------------------------------------------------------- the loop thread
 
     def _run(self, limit: int, backlog: int, ready: threading.Event) -> None:
-        asyncio.set_event_loop(self._loop)
+        loop = self._loop
+        assert loop is not None  # start() made it
+        asyncio.set_event_loop(loop)
         try:
-            self._loop.run_until_complete(self._serve(limit, backlog, ready))
-        except BaseException as exc:  # start() reports it
+            loop.run_until_complete(self._serve(limit, backlog, ready, loop))
+        except BaseException as exc:  # noqa: BLE001 - start() reports it
             self._failure = exc
         finally:
             ready.set()
             try:
-                _cancel_leftovers(self._loop)
+                _cancel_leftovers(loop)
             finally:
-                self._loop.close()
+                loop.close()
 
-    async def _serve(self, limit: int, backlog: int, ready: threading.Event) -> None:
+    async def _serve(self, limit: int, backlog: int, ready: threading.Event, loop: asyncio.AbstractEventLoop) -> None:
         self._stopping = asyncio.Event()
-        connections = Connections(limit=limit, count=self._count, handshake_limit=self._handshakes, **self._limits)
+        connections = Connections(limit=limit, count=self._count, handshake_limit=self._handshakes,
+                                  header_timeout=self._header_timeout, max_head_bytes=self._max_head_bytes,
+                                  write_timeout=self._write_timeout)
         app = web.Application(middlewares=[connections.middleware, self._gate.middleware])
         app[SERVER] = self
         app.router.add_get("/metrics", self._metrics)
@@ -196,17 +208,19 @@ class MetricsServer:
                                lingering_time=0, logger=QuietLog(logging.getLogger("aiohttp.server"), self._count),
                                max_line_size=8190, max_field_size=8190, max_headers=64)
         await runner.setup()
+        handler = runner.server
+        assert handler is not None  # made by setup()
         servers = []
         try:
             tls = self._web_config.tls
-            servers.append(await self._loop.create_server(
-                connections.factory(runner.server, tls=tls), sock=self._sock, backlog=backlog))
+            servers.append(await loop.create_server(
+                connections.factory(handler, tls=tls), sock=self._sock, backlog=backlog))
             # asyncio's backlog is both how many it accepts per iteration and the listen queue;
             # a longer queue keeps a scraper's SYN from being dropped (a 1 s retry) in a flood.
             self._sock.listen(LISTEN_QUEUE)
             if self._unix is not None:
-                servers.append(await self._loop.create_unix_server(
-                    connections.factory(runner.server, admit=_owner_only), sock=self._unix, backlog=backlog))
+                servers.append(await loop.create_unix_server(
+                    connections.factory(handler, admit=_owner_only), sock=self._unix, backlog=backlog))
             ready.set()
             await self._stopping.wait()
         finally:
@@ -234,6 +248,7 @@ class MetricsServer:
                     raise web.HTTPServiceUnavailable(text="busy rendering other formats; retry\n",
                                                      headers={"Retry-After": "1"})
                 # Scrapes that arrive while one renders the same format share its result.
+                assert self._workers is not None  # start() made them
                 render = self._workers.submit(_render, self._registry, self._exposition(encoder, content_type),
                                               gzipped)
                 self._renders[key] = render
@@ -267,7 +282,8 @@ class MetricsServer:
     async def _healthz(self, request: web.Request) -> web.Response:
         ok, detail = self._health()
         # Anyone on the machine may read /healthz: no endpoint's password or key in it, whatever said it.
-        return web.Response(status=200 if ok else 503, text=redact(detail) + "\n", headers={"Cache-Control": "no-store"})
+        return web.Response(status=200 if ok else 503, text=redact(detail) + "\n",
+                            headers={"Cache-Control": "no-store"})
 
     def _count(self, reason: str) -> None:
         self._errors.labels(reason).inc()
@@ -351,3 +367,8 @@ def _is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def _healthy() -> tuple[bool, str]:
+    """The health of a server given no check of its own."""
+    return True, "ok"

@@ -22,7 +22,7 @@ import logging
 import socket
 import struct
 import time
-from typing import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 
 from aiohttp import web
 from aiohttp.abc import AbstractStreamWriter
@@ -46,7 +46,7 @@ class Pieces(Payload):
     """A body of ``size`` bytes made from ``pieces`` (an iterator) as the client reads it; ``busy``
     is told when the writing begins and ends."""
 
-    def __init__(self, pieces: Iterable[bytes], size: int, content_type: str, busy: "Releaser") -> None:
+    def __init__(self, pieces: Iterable[bytes], size: int, content_type: str, busy: Releaser) -> None:
         super().__init__(iter(pieces), content_type=content_type)
         self._size = size
         self._busy = busy
@@ -56,7 +56,8 @@ class Pieces(Payload):
         self._busy.begin()
         try:
             for piece in self._value:
-                await writer.write(piece, drain=False)
+                # aiohttp hands in its StreamWriter, which takes drain=; the abstract writer it is typed as does not
+                await writer.write(piece, drain=False)  # type: ignore[call-arg]
                 await writer.drain()  # waits while the client's buffer is full
                 await asyncio.sleep(0)  # and lets the others (a scrape) have the loop between two pieces
         except asyncio.CancelledError:  # the write deadline (or the client left): what the kernel holds goes too
@@ -117,8 +118,8 @@ class EventStream:
             raise Gone from None
 
 
-async def serve_stream(request: web.Request, changes: "Changes",
-                       push: Callable[["EventStream", Board], Awaitable[bool]]) -> web.StreamResponse:
+async def serve_stream(request: web.Request, changes: Changes,
+                       push: Callable[[EventStream, Board], Awaitable[bool]]) -> web.StreamResponse:
     """Server-Sent Events until the client goes: ``push(stream, board)`` when the board moved (at most every
     MIN_PUSH s), or at once when it said there is more to send (True); a comment after HEARTBEAT s of silence."""
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "X-Accel-Buffering": "no",
@@ -132,6 +133,7 @@ async def serve_stream(request: web.Request, changes: "Changes",
         while True:
             if more or changes.board is not seen:
                 seen, version = changes.board, changes.version
+                assert seen is not None  # there since join()
                 more = await push(stream, seen)
                 if not more:
                     await asyncio.sleep(MIN_PUSH)

@@ -20,7 +20,7 @@ import threading
 import time
 from collections import Counter, OrderedDict
 from pathlib import Path
-from typing import Iterator
+from collections.abc import Iterator
 
 from msgspec import Struct
 import orjson
@@ -73,7 +73,7 @@ class Page(Struct, frozen=True):
         """(token, index) to ask from next time."""
         return self.head["token"], self.head["next"]
 
-    def split(self, max_spans: int = PAGE_SPANS, max_bytes: int = PAGE_BYTES) -> list["Page"]:
+    def split(self, max_spans: int = PAGE_SPANS, max_bytes: int = PAGE_BYTES) -> list[Page]:
         """This page as pages of at most ``max_spans`` finished spans and ``max_bytes`` of their JSON (but one
         span at least each; at least one page)."""
         first, total = self.head["from"], len(self.spans)
@@ -230,9 +230,10 @@ class SessionTrace:
                     finished = finished[:starts[1]]
                     end = start + starts[1]
             open_spans = [span_json(s, running=bool(s.attributes.get(A.COPILOT_RUNNING)))
-                          for s in self._reader.model.open_spans()]
+                          for s in self._reader.live_model.open_spans()]
             head = {"token": self.token, "reset": reset, "from": start, "next": end, "more": end < self.total,
-                    "total": self.total, "dropped": self.dropped, "last_event_ms": self._reader.model.last_event_ns / 1e6,
+                    "total": self.total, "dropped": self.dropped,
+                    "last_event_ms": self._reader.live_model.last_event_ns / 1e6,
                     "open": open_spans}
             return Page(head, finished)
 

@@ -124,14 +124,15 @@ def _headers(value: Any) -> dict[str, str]:
 
 
 def _tls(section: dict, path: Path) -> tuple[ssl.SSLContext, tuple[str, ...]]:
-    for key, why in _UNSUPPORTED.items():
-        if section.get(key):
-            raise _Bad(f"tls_server_config.{key}: {why}")
+    for name, why in _UNSUPPORTED.items():
+        if section.get(name):
+            raise _Bad(f"tls_server_config.{name}: {why}")
     if "prefer_server_cipher_suites" in section and not isinstance(section["prefer_server_cipher_suites"], bool):
         raise _Bad("tls_server_config.prefer_server_cipher_suites must be true or false")
     cert, key = section.get("cert_file"), section.get("key_file")
     if not cert or not key:
-        raise _Bad(f"tls_server_config needs both cert_file and key_file (missing {'cert_file' if not cert else 'key_file'})")
+        missing = "cert_file" if not cert else "key_file"
+        raise _Bad(f"tls_server_config needs both cert_file and key_file (missing {missing})")
     folder = path.parent
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = _version(section, "min_version", "TLS12")
@@ -141,7 +142,8 @@ def _tls(section: dict, path: Path) -> tuple[ssl.SSLContext, tuple[str, ...]]:
     try:
         context.load_cert_chain(_file(folder, cert, "cert_file"), _file(folder, key, "key_file"))
     except ssl.SSLError as exc:
-        raise _Bad(f"tls_server_config: cert_file and key_file do not make a certificate and its key ({exc.reason})")
+        raise _Bad("tls_server_config: cert_file and key_file do not make a certificate and its key "
+                   f"({exc.reason})") from None
     mode_name = section.get("client_auth_type") or "NoClientCert"
     if mode_name not in CLIENT_AUTH:
         raise _Bad(f"tls_server_config.client_auth_type {mode_name!r} is not one of {', '.join(CLIENT_AUTH)}")
@@ -159,7 +161,7 @@ def _tls(section: dict, path: Path) -> tuple[ssl.SSLContext, tuple[str, ...]]:
         try:
             context.load_verify_locations(cafile=_file(folder, ca, "client_ca_file"))
         except ssl.SSLError as exc:
-            raise _Bad(f"tls_server_config.client_ca_file holds no certificate ({exc.reason})")
+            raise _Bad(f"tls_server_config.client_ca_file holds no certificate ({exc.reason})") from None
         context.verify_mode = mode
     sans = section.get("client_allowed_sans") or []
     if not isinstance(sans, list) or not all(isinstance(s, str) and s for s in sans):

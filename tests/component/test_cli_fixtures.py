@@ -21,7 +21,8 @@ from tests.support.provider import AUTOPILOT_NUDGES, ID_POOL_SIZE, MODEL, REUSED
 
 ROOT = Path(__file__).resolve().parents[1] / "fixtures" / "cli"
 VERSIONS = ("0.0.400", "1.0.2", "1.0.24", "1.0.50", "1.0.70", "1.0.85", "1.0.92", "1.0.102")
-EVERY_VERSION = ("plain", "multi_turn", "subagent", "failing_tool", "provider_error", "reused_ids", "streaming", "throttled", "git_repo")
+EVERY_VERSION = ("plain", "multi_turn", "subagent", "failing_tool", "provider_error", "reused_ids", "streaming",
+                 "throttled", "git_repo")
 MAX_TOTAL_BYTES = 3 * 1024 * 1024
 MAX_STRING = 4000  # record_versions.MAX_STRING
 
@@ -149,7 +150,8 @@ def test_otel_export_is_recorded_where_the_version_has_it(fx: Fixture):
     spans = [r for r in recs if r.get("type") == "span"]
     chats = [s for s in spans if (s.get("attributes") or {}).get("gen_ai.operation.name") == "chat"]
     assert len(chats) == fx.meta["otel"]["chat_spans"]
-    assert Counter(str((s.get("attributes") or {}).get("gen_ai.operation.name") or s.get("name")) for s in spans) == Counter(fx.meta["otel"]["spans_by_operation"])
+    assert Counter(str((s.get("attributes") or {}).get("gen_ai.operation.name") or s.get("name"))
+                   for s in spans) == Counter(fx.meta["otel"]["spans_by_operation"])
     for s in spans:
         assert (s.get("resource") or {}).get("attributes", {}).get("service.version") == fx.version
 
@@ -185,7 +187,8 @@ def test_logs_are_trimmed_and_hold_nothing_of_this_machine(fx: Fixture):
         for bad in forbidden:
             assert bad not in text, f"{f} holds {bad!r}"
         assert not secretish.search(text), f"{f} holds something shaped like a token"
-        assert re.findall(r"/tmp/[^\s\"']*", text) == [m for m in re.findall(r"/tmp/[^\s\"']*", text) if m.startswith("/tmp/copilot-record/<run>")], f
+        assert re.findall(r"/tmp/[^\s\"']*", text) == [m for m in re.findall(r"/tmp/[^\s\"']*", text)
+                                                       if m.startswith("/tmp/copilot-record/<run>")], f
         if f.suffix == ".jsonl":
             for line in text.splitlines():
                 for s in re.findall(r'"((?:[^"\\]|\\.)*)"', line):
@@ -219,7 +222,7 @@ def test_reused_ids_fixture_has_two_interactions():
         fx = Fixture(ROOT / v / "reused_ids")
         assert len(fx.meta["runs"]) == 2
         assert fx.meta["llm_requests"]["answered"] == 5  # plain (2) + multi_turn (3)
-        assert len([e for e in fx.of_type("user.message")]) >= 2
+        assert len(list(fx.of_type("user.message"))) >= 2
 
 
 def test_copilot_api_sessions_of_1_0_102_carry_cost():
@@ -262,7 +265,8 @@ from tests.support.provider import CHUNK_CHARS, THROTTLE_RETRY_AFTER, decide, ma
 
 def _request(url: str, body: dict | None = None) -> tuple[int, dict, bytes]:
     req = urllib.request.Request(url, data=json.dumps(body).encode() if body is not None else None,
-                                 headers={"Content-Type": "application/json"}, method="POST" if body is not None else "GET")
+                                 headers={"Content-Type": "application/json"},
+                                 method="POST" if body is not None else "GET")
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # straight to loopback
     try:
         with opener.open(req, timeout=10) as resp:
@@ -282,7 +286,8 @@ def _chunks(raw: bytes) -> list[dict]:
 def _body(text: str, steps: int = 0, stream: bool = True) -> dict:
     msgs = [{"role": "user", "content": text}]
     for i in range(steps):
-        msgs += [{"role": "assistant", "content": "", "tool_calls": [{"id": f"c{i}", "type": "function", "function": {"name": "bash", "arguments": "{}"}}]},
+        call = {"id": f"c{i}", "type": "function", "function": {"name": "bash", "arguments": "{}"}}
+        msgs += [{"role": "assistant", "content": "", "tool_calls": [call]},
                  {"role": "tool", "tool_call_id": f"c{i}", "content": "ok"}]
     body = {"model": COPILOT_MODEL, "messages": msgs}
     if stream:
@@ -322,12 +327,14 @@ def test_reused_and_pooled_response_ids():
     with CopilotApi() as api:
         ids = set()
         for step in range(3):
-            _, _, raw = _request(f"{api.url}/chat/completions", _body(f"{marker('multi_turn')} {provider_marker('reuse_ids')}", step))
+            _, _, raw = _request(f"{api.url}/chat/completions",
+                                 _body(f"{marker('multi_turn')} {provider_marker('reuse_ids')}", step))
             ids |= {c["id"] for c in _chunks(raw)}
         assert ids == {REUSED_ID}
         pooled = []
         for step in range(3):
-            _, _, raw = _request(f"{api.url}/chat/completions", _body(f"{marker('multi_turn')} {provider_marker('id_pool')}", step))
+            _, _, raw = _request(f"{api.url}/chat/completions",
+                                 _body(f"{marker('multi_turn')} {provider_marker('id_pool')}", step))
             pooled.append({c["id"] for c in _chunks(raw)}.pop())
         assert set(pooled) <= {f"chatcmpl-pool-{i}" for i in range(ID_POOL_SIZE)} and len(set(pooled)) < len(pooled)
 
@@ -362,5 +369,6 @@ def test_a_request_without_stream_gets_one_completion():
         status, headers, raw = _request(f"{api.url}/chat/completions", _body(f"{marker('plain')} go", stream=False))
     obj = json.loads(raw)
     assert status == 200 and headers["content-type"] == "application/json"
-    assert obj["object"] == "chat.completion" and obj["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "bash"
+    assert obj["object"] == "chat.completion"
+    assert obj["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "bash"
     assert obj["usage"]["prompt_tokens"] > 0

@@ -69,7 +69,8 @@ def test_every_answered_llm_call_is_one_chat_span(fx):
     from the log (0.0.400 drops its last events) are missing, and then only those."""
     answered = fx.meta["llm_requests"]["by_status"].get("200", 0)
     chats = [s for s in fx.spans_of("chat") if s.status != STATUS_ERROR]
-    told = sum(v for (metric, labels), v in fx.counters.items() if metric is Metric.LLM_CALLS and labels[1] == "success")
+    told = sum(v for (metric, labels), v in fx.counters.items() if metric is Metric.LLM_CALLS
+               and labels[1] == "success")
     expected = answered
     if fx.lost_its_end:
         expected = len(fx.of_type("session.usage_record")) or len(fx.of_type("assistant.message"))
@@ -86,7 +87,8 @@ def test_every_tool_is_one_span_counted_with_its_outcome(fx):
     expected = Counter()
     for start in starts:
         outcome = completions.get(start["data"]["toolCallId"])
-        expected[(start["data"]["toolName"], "incomplete" if outcome is None else "success" if outcome else "failure")] += 1
+        expected[(start["data"]["toolName"], "incomplete" if outcome is None else "success" if outcome
+                  else "failure")] += 1
     told = Counter({labels: v for (metric, labels), v in fx.counters.items() if metric is Metric.TOOL_CALLS})
     assert told == expected
 

@@ -48,7 +48,7 @@ def test_line_written_in_two_pieces(tmp_path):
     lines = lines_of("plain")
     home = tmp_path / "home"
     path = new_session(home, "two-pieces")
-    cut = next(i for i, l in enumerate(lines) if b'"tool.execution_complete"' in l)
+    cut = next(i for i, line in enumerate(lines) if b'"tool.execution_complete"' in line)
     with InProcessDaemon(home, tmp_path / "state") as daemon:
         append(path, b"".join(lines[:cut]))
         half = len(lines[cut]) // 2
@@ -89,7 +89,7 @@ def test_restart_between_export_and_checkpoint(tmp_path):
     lines = lines_of("subagent")
     home, state, sink = tmp_path / "home", tmp_path / "state", MemorySink()
     path = new_session(home, "lost-commit")
-    cut = next(i for i, l in enumerate(lines) if b'"subagent.started"' in l)
+    cut = next(i for i, line in enumerate(lines) if b'"subagent.started"' in line)
     with InProcessDaemon(home, state, sink=sink) as daemon:
         append(path, b"".join(lines[:cut]))
         wait_until(lambda: value(daemon.scrape(), "copilot_otel_events_read_total", type="subagent.started") == 0

@@ -14,7 +14,8 @@ MAX_TOTAL_BYTES = 2_000_000
 @pytest.mark.parametrize("name", sorted(EXPECTATIONS))
 def test_fixture_shows_its_situation(name):
     """Each stored log holds the events its situation is about (tests/fixtures/situations.py says which)."""
-    assert (FIXTURES / name / "meta.json").is_file(), f"not recorded: run tests/fixtures/record_situations.py --only {name}"
+    assert (FIXTURES / name / "meta.json").is_file(), \
+        f"not recorded: run tests/fixtures/record_situations.py --only {name}"
     assert problems(name, FIXTURES / name) == []
 
 

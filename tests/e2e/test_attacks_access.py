@@ -115,7 +115,7 @@ def test_another_user_gets_one_and_the_same_401_from_every_route_of_the_view(dae
     for _status, _headers, body in pages:
         assert b"secret-session-1" not in body and not any(secret.encode() in body for secret in SECRETS)
     assert [a[0] for a in opened] == [200, 200, 200]
-    for status, headers, body in refused:
+    for _status, headers, body in refused:
         assert not any(secret.encode() in body or any(secret in v for v in headers.values()) for secret in SECRETS)
     assert value(daemon.scrape(), "copilot_otel_http_errors_total", reason="unauthorized") - before == len(refused)
     # The owner, with the token, sees the session that nobody could not even learn exists.
@@ -184,7 +184,8 @@ def test_a_rebinding_page_is_refused_on_every_route_of_a_loopback_bind(daemon):
     auth = {"Authorization": f"Bearer {daemon.token}"}
     before = value(daemon.scrape(), "copilot_otel_http_errors_total", reason="host_refused")
     evil = fetch_all(daemon.port, [(path, {"Host": host, **auth}) for path in ROUTES
-                                   for host in (f"evil.example:{daemon.port}", "evil.example", "localhost.evil.example")])
+                                   for host in (f"evil.example:{daemon.port}", "evil.example",
+                                                "localhost.evil.example")])
     assert {(status, body) for status, _headers, body in evil} == {(403, HOST_REFUSED.encode())}
     assert value(daemon.scrape(), "copilot_otel_http_errors_total", reason="host_refused") - before == len(evil)
     fine = fetch_all(daemon.port, [("/healthz", {"Host": host}) for host in
@@ -354,7 +355,8 @@ def test_sessions_trusts_no_socket_of_another_user(tmp_path, world, daemon):
     finally:
         stop_child(planted)
     own = run_copilot_otel("sessions", "--json", "--copilot-home", str(home), "--state-dir", str(daemon.state_dir))
-    assert own.returncode == 0 and own.stderr == b"" and {r["id"] for r in json.loads(own.stdout)} == {"secret-session-1"}
+    assert own.returncode == 0 and own.stderr == b"" and {r["id"]
+                                                          for r in json.loads(own.stdout)} == {"secret-session-1"}
     other = tmp_path / "other-home"
     (other / "session-state").mkdir(parents=True)
     elsewhere = run_copilot_otel("sessions", "--json", "--copilot-home", str(other), "--state-dir",

@@ -12,7 +12,7 @@ import re
 import sqlite3
 import subprocess
 import time
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from pathlib import Path
 
 import orjson
@@ -115,7 +115,7 @@ def test_requests_over_the_receivers_limit_are_split(tmp_path):
 def poisoned_session(name: str) -> SessionLog:
     """A session whose log lies: it starts in 1960, a tool's exit code, token counts and a status code
     lie beyond int64 (within what JSON parsers read: unsigned 64 bits)."""
-    log = SessionLog(name, start=datetime(1960, 5, 1, tzinfo=timezone.utc))
+    log = SessionLog(name, start=datetime(1960, 5, 1, tzinfo=UTC))
     log.start()
     log.user()
     log.turn_start()
@@ -273,9 +273,8 @@ def test_checkpoint_positions_do_not_pile_up_while_the_backend_is_down(tmp_path)
     log.start()
     log.user()
     log.turn_start()
-    with OtlpReceiver() as receiver:
-        with DaemonProcess(home, tmp_path / "state", env=grpc_env(receiver, OTEL_EXPORTER_OTLP_TIMEOUT="1"),
-                           args=FAST) as daemon:
+    with OtlpReceiver() as receiver, DaemonProcess(
+            home, tmp_path / "state", env=grpc_env(receiver, OTEL_EXPORTER_OTLP_TIMEOUT="1"), args=FAST) as daemon:
             with receiver.outage():
                 append(path, log.jsonl())
                 first = len(log.entries)

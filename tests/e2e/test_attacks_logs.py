@@ -17,7 +17,7 @@ import re
 import shutil
 import subprocess
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta, UTC
 from pathlib import Path
 
 import pytest
@@ -31,14 +31,15 @@ from tests.support.otlp_json import read_spans
 from tests.support.scrape import value
 from tests.support.spans import expected_keys, spans_now, wait_for_keys
 
-FIXTURE = next(Path(__file__).resolve().parents[1].joinpath("fixtures/cli/1.0.102/multi_turn/session-state").glob("*/events.jsonl"))
+FIXTURE = next(Path(__file__).resolve().parents[1].joinpath("fixtures/cli/1.0.102/multi_turn/session-state")
+               .glob("*/events.jsonl"))
 FAST = ("--idle-quiet", "0.3", "--rescan-interval", "1")
 _TIMESTAMP = re.compile(rb'"timestamp":"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3})Z"')
 
 
 def lines() -> list[bytes]:
     """The real log's lines, stamped from now (a session at work now: not stuck after a restart)."""
-    return restamped(FIXTURE.read_bytes(), datetime.now(timezone.utc)).splitlines(keepends=True)
+    return restamped(FIXTURE.read_bytes(), datetime.now(UTC)).splitlines(keepends=True)
 
 
 def tokens_in(data: bytes) -> int:
@@ -181,7 +182,8 @@ def test_a_log_replaced_by_another_sessions_log_is_a_new_generation(tmp_path):
     home, traces = tmp_path / "home", tmp_path / "traces.jsonl"
     path = new_session(home, "replaced")
     path.write_bytes(FIXTURE.read_bytes())
-    other = next(Path(__file__).resolve().parents[1].joinpath("fixtures/cli/1.0.102/autopilot/session-state").glob("*/events.jsonl"))
+    other = next(Path(__file__).resolve().parents[1].joinpath("fixtures/cli/1.0.102/autopilot/session-state")
+                 .glob("*/events.jsonl"))
     with DaemonProcess(home, tmp_path / "state", traces_file=traces, args=FAST) as daemon:
         before = wait_for_keys(traces, expected_keys([path]))
         fresh = path.with_name(".fresh")
@@ -195,11 +197,11 @@ def test_a_log_replaced_by_another_sessions_log_is_a_new_generation(tmp_path):
 
 def restamped(data: bytes, first_at: datetime) -> bytes:
     """The log with every timestamp moved by the same amount, so that its first event is at ``first_at``."""
-    first = datetime.fromisoformat(_TIMESTAMP.search(data).group(1).decode()).replace(tzinfo=timezone.utc)
+    first = datetime.fromisoformat(_TIMESTAMP.search(data).group(1).decode()).replace(tzinfo=UTC)
     shift = first_at - first
 
     def moved(match: re.Match) -> bytes:
-        moment = datetime.fromisoformat(match.group(1).decode()).replace(tzinfo=timezone.utc) + shift
+        moment = datetime.fromisoformat(match.group(1).decode()).replace(tzinfo=UTC) + shift
         return b'"timestamp":"%s.%03dZ"' % (moment.strftime("%Y-%m-%dT%H:%M:%S").encode(), moment.microsecond // 1000)
 
     return _TIMESTAMP.sub(moved, data)
@@ -210,7 +212,7 @@ def test_a_log_stamped_two_hours_ahead_is_exported_in_full(tmp_path):
     times, by the daemon and by replay; the daemon counts and names the events ahead of its clock."""
     home, traces, replayed = tmp_path / "home", tmp_path / "traces.jsonl", tmp_path / "replayed.jsonl"
     path = new_session(home, "fast-clock")
-    data = restamped(FIXTURE.read_bytes(), datetime.now(timezone.utc) + timedelta(hours=2))
+    data = restamped(FIXTURE.read_bytes(), datetime.now(UTC) + timedelta(hours=2))
     path.write_bytes(data)
     count = len(data.splitlines())
     with DaemonProcess(home, tmp_path / "state", traces_file=traces, args=FAST) as daemon:
@@ -255,7 +257,7 @@ def test_stuck_is_measured_from_when_the_event_arrived(tmp_path, shift):
     threshold = 3.0
     with DaemonProcess(home, tmp_path / "state", args=FAST + ("--stuck-after", str(threshold))) as daemon:
         written = time.monotonic()
-        working_session(home, "stepped", datetime.now(timezone.utc) + shift)
+        working_session(home, "stepped", datetime.now(UTC) + shift)
         wait_until(lambda: value(daemon.scrape(), "copilot_otel_events_read_total", type="assistant.turn_start"),
                    what="the session read")
         read_at = time.monotonic()
@@ -319,7 +321,7 @@ def test_a_session_stamped_ahead_whose_process_dies_mid_turn_is_abandoned(tmp_pa
     try:
         with DaemonProcess(home, tmp_path / "state", args=FAST) as daemon:
             written = time.monotonic()
-            path = working_session(home, "held", datetime.now(timezone.utc) + timedelta(minutes=50))
+            path = working_session(home, "held", datetime.now(UTC) + timedelta(minutes=50))
             for lock in path.parent.glob("inuse.*.lock"):
                 lock.unlink()
             (path.parent / f"inuse.{holder.pid}.lock").write_text(str(holder.pid))

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import shutil
 import time
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from pathlib import Path
 
 import pytest
@@ -59,7 +59,7 @@ def _copy_now(fixture: str, home: Path) -> tuple[str, int]:
     source = next((FIXTURES / fixture).rglob("events.jsonl"))
     events = [json.loads(line) for line in source.read_text().splitlines() if line.strip()]
     stamp = lambda e: datetime.fromisoformat(e["timestamp"].replace("Z", "+00:00"))  # noqa: E731
-    shift = datetime.now(timezone.utc).replace(microsecond=0) - stamp(events[-1])
+    shift = datetime.now(UTC).replace(microsecond=0) - stamp(events[-1])
     target = home / "session-state" / source.parent.name
     target.mkdir(parents=True)
     for e in events:
@@ -140,9 +140,9 @@ def test_the_daemon_counts_each_budget_s_scope_and_the_view_shows_its_progress(t
 
 def test_progress_counts_only_this_month_and_the_budget_s_repositories():
     """A session whose last event was last month, or in another repository, is not in a budget's month."""
-    now = datetime(2026, 7, 3, 12, tzinfo=timezone.utc).timestamp()
+    now = datetime(2026, 7, 3, 12, tzinfo=UTC).timestamp()
     start = month_start_ns(now)
-    assert start == int(datetime(2026, 7, 1, tzinfo=timezone.utc).timestamp()) * 1_000_000_000
+    assert start == int(datetime(2026, 7, 1, tzinfo=UTC).timestamp()) * 1_000_000_000
 
     def summary(repository: str, last_ns: int, nano: int) -> SessionSummary:
         return SessionSummary("s", "idle", None, None, None, None, repository, None, 0, last_ns, None, 0, *[0] * 9,

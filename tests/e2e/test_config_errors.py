@@ -49,7 +49,8 @@ BAD_SETTINGS = {
     "unknown_traces_protocol": Bad(env={"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "udp"}, says=("'udp'",),
                                    fix=("grpc", "http/protobuf")),
     "stuck_after_not_positive": Bad(args=("--stuck-after", "0"), says=("--stuck-after",), fix=("positive",)),
-    "stuck_after_from_env": Bad(env={"COPILOT_OTEL_STUCK_AFTER": "-5"}, says=("--stuck-after", "-5"), fix=("positive",)),
+    "stuck_after_from_env": Bad(env={"COPILOT_OTEL_STUCK_AFTER": "-5"}, says=("--stuck-after", "-5"), fix=("positive",
+                                                                                                           )),
     "metrics_address_not_host_port": Bad(args=("--metrics-address", "nonsense"), says=("nonsense",),
                                          fix=("HOST:PORT",)),
     # issue 17, defect 12: each of these gave a traceback and exit 1, or was silently accepted
@@ -145,7 +146,8 @@ def test_port_in_use(tmp_path):
         holder.bind(("127.0.0.1", 0))
         holder.listen()
         port = holder.getsockname()[1]
-        result = run_copilot_otel("run", "--copilot-home", str(tmp_path / "home"), "--state-dir", str(tmp_path / "state"),
+        result = run_copilot_otel("run", "--copilot-home", str(tmp_path / "home"), "--state-dir",
+                                  str(tmp_path / "state"),
                          "--metrics-address", f"127.0.0.1:{port}")
     assert_one_clear_line(result, (f"127.0.0.1:{port}", "in use"), ("--metrics-address",))
 

@@ -250,7 +250,8 @@ def test_the_daemon_sessions_inspect_and_the_web_view_show_the_cli_s_totals(tmp_
     unknown = run_inspect(next(s for s, fx in sessions.items() if fx.name == UNAVAILABLE), "--copilot-home", str(home))
     assert unknown.stdout.decode().count("AI credits unknown") == 1 + unknown.stdout.decode().count("totals:")
     partial = sessions_named(sessions, "credits_partial")
-    text = run_inspect(next(s for s, fx in sessions.items() if fx is partial), "--copilot-home", str(home)).stdout.decode()
+    session = next(s for s, fx in sessions.items() if fx is partial)
+    text = run_inspect(session, "--copilot-home", str(home)).stdout.decode()
     assert f"{partial.total / 1e9:,.2f}+ AI credits" in text and "+: some LLM calls reported no AI credits" in text
 
 

@@ -116,7 +116,7 @@ def test_backend_down_pauses_reading_instead_of_dropping(cli_corpus, tmp_path):
     the backend is back, every span of every log arrives, exactly once."""
     home = tmp_path / "home"
     paths = []
-    for name, run in cli_corpus.items():
+    for name in cli_corpus:
         paths.append(new_session(home, f"outage-{name}"))
         paths[-1].write_bytes(b"")
     with OtlpReceiver() as receiver:

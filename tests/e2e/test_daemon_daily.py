@@ -124,7 +124,7 @@ def test_healthz_says_why_sessions_cannot_be_seen(world_dir):
     home.chmod(0o000)
     as_nobody = AS_NOBODY if os.geteuid() == 0 else ()
     with DaemonProcess(home, state, args=FAST, prefix=as_nobody) as daemon:
-        code, text = wait_until(lambda: (lambda h: h if h[0] == 503 else None)(health(daemon)), what="a 503")
+        _code, text = wait_until(lambda: (lambda h: h if h[0] == 503 else None)(health(daemon)), what="a 503")
         assert f"cannot read {home}" in text and "Permission denied" in text
         home.chmod(0o755)
         wait_until(lambda: health(daemon) == (200, "ok\n"), what="ok again")

@@ -76,7 +76,7 @@ def test_dashboard_ids_are_unique_and_grid_positions_valid():
         pos = panel["gridPos"]
         assert set(pos) == {"x", "y", "w", "h"}, panel["title"]
         assert all(isinstance(value, int) for value in pos.values()), panel["title"]
-        assert 0 <= pos["x"] and 1 <= pos["w"] and pos["x"] + pos["w"] <= 24, panel["title"]
+        assert pos["x"] >= 0 and pos["w"] >= 1 and pos["x"] + pos["w"] <= 24, panel["title"]
         assert pos["y"] >= 0 and pos["h"] >= 1, panel["title"]
         for x in range(pos["x"], pos["x"] + pos["w"]):
             for y in range(pos["y"], pos["y"] + pos["h"]):
@@ -278,7 +278,8 @@ def bind_mounts(service: dict) -> dict[str, dict]:
 def test_grafana_provisioning_matches_the_compose_stack():
     """Datasources point at the compose services; the dashboard provider reads
     the folder the compose file mounts; the home dashboard exists there."""
-    datasources = {ds["uid"]: ds for ds in load_yaml(DEPLOY / "grafana/provisioning/datasources/copilot-otel.yml")["datasources"]}
+    datasources = {ds["uid"]: ds
+                   for ds in load_yaml(DEPLOY / "grafana/provisioning/datasources/copilot-otel.yml")["datasources"]}
     assert datasources["prometheus"]["type"] == "prometheus"
     assert datasources["prometheus"]["url"] == "http://prometheus:9090"
     assert datasources["prometheus"]["isDefault"] is True
@@ -308,7 +309,7 @@ def test_compose_images_are_pinned_and_the_daemon_is_built_here():
     """Third-party images name a version; the daemon is built from this repo."""
     services = compose_services()
     assert set(services) == {"copilot-otel", "otel-collector", "jaeger", "prometheus", "grafana"}
-    for name, service in services.items():
+    for service in services.values():
         if "build" not in service:
             assert_pinned(service["image"])
     build = services["copilot-otel"]["build"]
@@ -356,7 +357,9 @@ def test_every_shipped_scraper_and_probe_names_the_daemon_as_it_answers():
     (check,) = re.findall(r"urlopen\('https?://([^/']+)/healthz'", DOCKERFILE.read_text())
     assert host_allowed(check)
     probes = [container[probe]["httpGet"] for _path, doc in OBJECTS if doc["kind"] in ("DaemonSet", "Deployment")
-              for container in containers(doc["spec"]["template"]["spec"]) for probe in ("livenessProbe", "readinessProbe", "startupProbe")
+              for container in containers(doc["spec"]["template"]["spec"]) for probe in ("livenessProbe",
+                                                                                         "readinessProbe",
+                                                                                         "startupProbe")
               if "httpGet" in container.get(probe, {})]
     assert probes and all("host" not in probe and not any(h["name"].lower() == "host"
                                                           for h in probe.get("httpHeaders", [])) for probe in probes)
@@ -544,7 +547,8 @@ def test_systemd_gateway_keeps_its_queue_in_its_state_directory():
     assert settings["StateDirectory"] == ["otelcol-gateway"]
     assert "GATEWAY_QUEUE_DIR=%S/otelcol-gateway" in settings["Environment"]
     assert settings["Restart"] == ["always"]
-    assert "install -D -m 0644 deploy/otelcol/gateway.yaml /etc/otelcol-contrib/gateway.yaml" in GATEWAY_UNIT.read_text()
+    install = "install -D -m 0644 deploy/otelcol/gateway.yaml /etc/otelcol-contrib/gateway.yaml"
+    assert install in GATEWAY_UNIT.read_text()
     example = (DEPLOY / "systemd" / "otelcol-gateway.env.example").read_text()
     config = GATEWAY_CONFIG.read_text()
     for variable in re.findall(r"^#?(\w+)=", example, flags=re.M):
@@ -618,7 +622,7 @@ def test_kustomizations_reference_existing_files():
 
 
 def test_kubernetes_images_are_pinned():
-    for path, doc in OBJECTS:
+    for _path, doc in OBJECTS:
         if doc["kind"] in ("Deployment", "DaemonSet"):
             for container in containers(doc["spec"]["template"]["spec"]):
                 assert_pinned(container["image"])
@@ -627,7 +631,8 @@ def test_kubernetes_images_are_pinned():
             assert image["newTag"] not in ("", "latest"), path
 
 
-@pytest.mark.parametrize("kind,name", [("DaemonSet", "copilot-otel"), ("Deployment", "copilot-agent"), ("Deployment", "otel-collector")])
+@pytest.mark.parametrize("kind,name", [("DaemonSet", "copilot-otel"), ("Deployment", "copilot-agent"), ("Deployment",
+                                                                                                        "otel-collector")])
 def test_pods_run_as_non_root_without_privileges(kind, name):
     """runAsNonRoot on the pod; every container without privilege escalation or
     capabilities; the daemon and the Collector on a read-only root filesystem."""
@@ -779,7 +784,8 @@ def test_collector_deployment_uses_the_config_and_exposes_otlp():
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert ports["otlp-grpc"] == 4317 and ports["otlp-http"] == 4318
     service = named("Service", "otel-collector")
-    assert {(p["port"], p["targetPort"]) for p in service["spec"]["ports"]} == {(4317, "otlp-grpc"), (4318, "otlp-http")}
+    assert {(p["port"], p["targetPort"]) for p in service["spec"]["ports"]} == {(4317, "otlp-grpc"), (4318,
+                                                                                                      "otlp-http")}
     assert service["spec"]["selector"].items() <= pod_labels(deployment).items()
     assert deployment["spec"]["replicas"] >= 2
     assert "memory" in container["resources"]["limits"]

@@ -123,7 +123,7 @@ def test_the_otlp_push_carries_exemplars_of_the_exported_spans(tmp_path):
             wait_until(lambda: value(daemon.scrape(), "copilot_completion_signals_total", signal="shutdown")
                        == shutdowns, what="every session read")
             calls = sum(v for (name, _l), v in daemon.scrape().items() if name == "copilot_llm_calls_total")
-            pushed = {name: receiver.wait_for_metric(name, timeout=20, predicate=lambda m: sum(
+            pushed = {name: receiver.wait_for_metric(name, timeout=20, predicate=lambda m, total=total: sum(
                       p.value if m.kind == "sum" else p.count for p in m.points) == total)
                       for name, total in (("copilot_llm_calls", calls), ("copilot_llm_call_duration_seconds", calls))}
             for name in ("copilot_tool_duration_seconds", "copilot_turns", "copilot_tokens"):

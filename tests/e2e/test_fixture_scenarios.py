@@ -433,7 +433,8 @@ def test_decide_follows_the_conversation():
     resumed = _body(*after["messages"][1:], {"role": "user", "content": [{"type": "text", "text": marker("resume")}]})
     ctx, _ = decide(resumed)
     assert (ctx.scenario, ctx.interaction, ctx.step) == ("resume", 2, 0)
-    nudged = _body({"role": "user", "content": marker("autopilot")}, {"role": "assistant", "content": "a"}, {"role": "user", "content": "go on"})
+    nudged = _body({"role": "user", "content": marker("autopilot")}, {"role": "assistant", "content": "a"},
+                   {"role": "user", "content": "go on"})
     ctx, reply = decide(nudged)
     assert ctx.nudges == 1 and not reply.tool_calls
     assert parse_completion_id(completion_id("subagent-child", 3, 4)) == ("subagent-child", 3, 4)

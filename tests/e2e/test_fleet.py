@@ -136,7 +136,7 @@ def fleet(cli, provider, tmp_path_factory):
                     run.wait()
                 for name in machines:
                     expected = state.expected(name)
-                    wait_until(lambda: final(state.received(name)) == expected, timeout=60,
+                    wait_until(lambda name=name, expected=expected: final(state.received(name)) == expected, timeout=60,
                                what=f"{name}'s spans at the receiver")
                 yield state
         finally:
@@ -251,9 +251,10 @@ def test_a_gateway_sigkill_inside_its_batch_loses_what_rotel_acknowledged_and_no
 
 def test_a_daemon_restart_resends_nothing_and_hides_no_machine(fleet):
     """ci-runner-1's daemon restarts (SIGTERM, then the same state folder, address and host name): while it is
-    down the "Daemons down" panel names it; it sends no span again, keeps its instance id, and from its first scrapes every dashboard query on series every machine
-    serves still has a row for each of the five host names, over a window (6 s) that holds only samples from
-    after the restart: its counters are back, not merely remembered by Prometheus."""
+    down the "Daemons down" panel names it; it sends no span again, keeps its instance id, and from its first
+    scrapes every dashboard query on series every machine serves still has a row for each of the five host names,
+    over a window (6 s) that holds only samples from after the restart: its counters are back, not merely remembered
+    by Prometheus."""
     machine, prometheus = fleet.machines["ci-runner-1"], fleet.prometheus
     sent = final(fleet.received("ci-runner-1"))
     identity = prometheus.values('target_info{host_name="ci-runner-1"}', "service_instance_id")

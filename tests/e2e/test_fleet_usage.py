@@ -55,7 +55,7 @@ def test_the_day_starts_again_at_midnight_utc(tmp_path):
                                             'team="payments"}', "value": DAY - 1},
                                  {"labels": 'copilot:ai_credits_by_team:day_to_date{model="m",repository="o/r"}',
                                   "value": 2 * (DAY - 1)}]},
-                {"expr": f'copilot:ai_credits:day_to_date{{instance="a:9464"}}', "eval_time": f"{DAY + 5}m",
+                {"expr": 'copilot:ai_credits:day_to_date{instance="a:9464"}', "eval_time": f"{DAY + 5}m",
                  "exp_samples": [{"labels": f'copilot:ai_credits:day_to_date{{{a},model="m",repository="o/r"}}',
                                   "value": 6}]}]}]}))
     result = run([promtool(), "test", "rules", str(tmp_path / "test.yml")])
@@ -127,7 +127,7 @@ def test_the_fleet_s_day_by_team_repository_and_model_adds_up_the_machines_repor
                        timeout=120, what="the day's credits of both teams")
             time.sleep(3)  # more evaluations change nothing: the day holds what was counted, once
             assert close(by("sum by (team) (copilot:ai_credits_by_team:day_to_date)", "team"), teams)
-            places = {key: value for key, value in expected_place.items()}
+            places = dict(expected_place)
             assert close(by("sum by (repository, model) (copilot:ai_credits_by_team:day_to_date)", "repository",
                             "model"), places)
             (table,) = [p for p in dashboard_panels() if p["title"].startswith("AI credits today (UTC) by team")]

@@ -128,7 +128,8 @@ def _misplaced(log: Log) -> dict[str, Planted]:
     task_start = log.index(lambda e: e["type"] == "tool.execution_start" and e["data"]["toolName"] == "task")
     task_call = log.events[task_start - 1]["data"]["toolCallId"]
     sub_agent = next(e["agentId"] for e in log.events if e.get("agentId"))
-    last_turn = max(i for i, e in enumerate(log.events, 1) if e["type"] == "assistant.turn_start" and not e.get("agentId"))
+    last_turn = max(i for i, e in enumerate(log.events, 1) if e["type"] == "assistant.turn_start"
+                    and not e.get("agentId"))
     last_message = next(i for i in range(last_turn + 1, len(log.events) + 1)
                         if log.events[i - 1]["type"] == "assistant.message" and not log.events[i - 1].get("agentId"))
     child_complete = log.index(lambda e: e["type"] == "tool.execution_complete" and e.get("agentId"))
@@ -138,7 +139,8 @@ def _misplaced(log: Log) -> dict[str, Planted]:
         "duplicate_id": Planted(last_message, (log.lines[last_turn - 1], log.lines[child_complete - 1]),
                                 ("duplicate_id",) * 2),
         "end_before_start": Planted(user, (
-            event("assistant.turn_end", log.ts(user), "early-turn-end", {"turnId": "0", "interactionId": main_interaction}),
+            event("assistant.turn_end", log.ts(user), "early-turn-end", {"turnId": "0",
+                                                                         "interactionId": main_interaction}),
             event("subagent.completed", log.ts(user), "early-subagent-end",
                   {"toolCallId": task_call, "agentName": "general-purpose"}, agentId=sub_agent),
         ), out_of_order=("assistant.turn_end", "subagent.completed")),
@@ -147,12 +149,14 @@ def _misplaced(log: Log) -> dict[str, Planted]:
                                                      "interactionId": main_interaction, "turnId": "0"}),),
                                       out_of_order=("tool.execution_complete",)),
         # While only the main agent's last turn is open, a turn end that names the (finished) sub-agent.
-        "turn_end_of_another_agent": Planted(last_turn, (event("assistant.turn_end", log.ts(last_turn), "other-agent-end",
+        "turn_end_of_another_agent": Planted(last_turn, (event("assistant.turn_end", log.ts(last_turn),
+                                                               "other-agent-end",
                                                                {"turnId": "1", "interactionId": main_interaction},
                                                                agentId=sub_agent),),
                                              out_of_order=("assistant.turn_end",)),
         "unknown_type": Planted(usage, (event("x.planted.unknown_type", log.ts(usage), "unknown-1",
-                                              {"whatever": [1, {"nested": True}]}),), unknown=("x.planted.unknown_type",)),
+                                              {"whatever": [1, {"nested": True}]}),), unknown=("x.planted.unknown_type",
+                                                                                               )),
     }
 
 
@@ -216,12 +220,14 @@ def planted_runs(clean_log, cases, tmp_path_factory) -> dict[str, CaseRun]:
     out = {}
     try:
         for group in groups:
-            daemons[group] = DaemonProcess(homes[group], root / f"state-{group}", traces_file=root / f"traces-{group}.jsonl",
+            daemons[group] = DaemonProcess(homes[group], root / f"state-{group}",
+                                           traces_file=root / f"traces-{group}.jsonl",
                                            args=FAST + ("--max-line-bytes", str(MAX_LINE))).start()
         for group, names in groups.items():
             daemon = daemons[group]
             wait_for_keys(daemon.traces_file, sorted(k for n in names for k in expected[n]), timeout=30)
-            out[group] = CaseRun(paths, numbers, expected, complete_lines_spans(daemon.traces_file), "", daemon.scrape())
+            out[group] = CaseRun(paths, numbers, expected, complete_lines_spans(daemon.traces_file), "",
+                                 daemon.scrape())
     finally:
         for group, daemon in daemons.items():
             daemon.stop()
@@ -229,7 +235,8 @@ def planted_runs(clean_log, cases, tmp_path_factory) -> dict[str, CaseRun]:
                 out[group].daemon_log = daemon.log_text()
     # replay: one run over both homes.
     traces = root / "replay.jsonl"
-    result = run_replay(str(homes["A"]), str(homes["B"]), "--traces-file", str(traces), "--max-line-bytes", str(MAX_LINE))
+    result = run_replay(str(homes["A"]), str(homes["B"]), "--traces-file", str(traces), "--max-line-bytes",
+                        str(MAX_LINE))
     out["replay"] = (result, read_spans(traces))
     return out
 
@@ -392,7 +399,8 @@ def test_giant_line_is_skipped_without_reading_it_into_memory(cli_corpus, tmp_pa
     lines = cli_corpus["plain"].events_path.read_bytes().splitlines(keepends=True)
     cut = len(lines) // 2
     piece = b'{"type":"session.info","data":{"pad":"' + b"x" * (GIANT // 4)
-    with DaemonProcess(home, tmp_path / "state", traces_file=traces, args=FAST + ("--max-line-bytes", str(MAX_LINE))) as daemon:
+    with DaemonProcess(home, tmp_path / "state", traces_file=traces, args=FAST + ("--max-line-bytes",
+                                                                                  str(MAX_LINE))) as daemon:
         append(path, b"".join(lines[:cut]))
         wait_until(lambda: value(daemon.scrape(), "copilot_otel_events_read_total", type="user.message"),
                    what="the first half")
@@ -412,7 +420,8 @@ def test_giant_line_is_skipped_without_reading_it_into_memory(cli_corpus, tmp_pa
     # replay: peak memory with the giant line against the same log without it.
     peak_with = _replay_peak_rss_kb(path, tmp_path / "with.jsonl")
     peak_without = _replay_peak_rss_kb(reference / "events.jsonl", tmp_path / "without.jsonl")
-    assert (peak_with - peak_without) / 1024 < 24, f"replay's peak memory grew by {(peak_with - peak_without) / 1024:.0f} MiB"
+    grew = (peak_with - peak_without) / 1024
+    assert grew < 24, f"replay's peak memory grew by {grew:.0f} MiB"
 
 
 def _replay_peak_rss_kb(path: Path, traces: Path) -> int:

@@ -11,6 +11,7 @@ import json
 import random
 import threading
 import time
+from itertools import pairwise
 from pathlib import Path
 
 from tests.support.biglog import grow
@@ -90,6 +91,6 @@ def test_kill9_while_20_mb_logs_are_written(tmp_path):
         cuts = [0]
         while cuts[-1] < len(data):
             cuts.append(min(len(data), cuts[-1] + rng.randrange(64 << 10, 512 << 10)))
-        pieces.append([data[a:b] for a, b in zip(cuts, cuts[1:])])
+        pieces.append([data[a:b] for a, b in pairwise(cuts)])
     paths = [new_session(tmp_path / "home", f"big-{i}") for i in range(3)]
     _kill9_loop(tmp_path, paths, pieces, kills=3, seed=13, timeout=240)

@@ -65,7 +65,8 @@ def structural(records):
 
 
 def chats(records):
-    return sorted((r.name, r.attributes.get("gen_ai.usage.input_tokens"), r.attributes.get("gen_ai.usage.output_tokens"))
+    return sorted((r.name, r.attributes.get("gen_ai.usage.input_tokens"),
+                   r.attributes.get("gen_ai.usage.output_tokens"))
                   for r in records if r.name.startswith("chat "))
 
 
@@ -111,7 +112,7 @@ def sdk_run(cli, provider, tmp_path_factory):
 
 def test_attach_matches_the_file(sdk_run):
     """Live spans and counters match a replay of the same session's events.jsonl."""
-    home, (session_id, handle, idles, sink) = sdk_run
+    home, (session_id, handle, _idles, sink) = sdk_run
     spans, updates = file_replay(session_id, home / "session-state" / session_id / "events.jsonl")
     assert structural(sink.records) == structural(spans)
     assert chats(sink.records) == chats(spans)
@@ -213,7 +214,8 @@ def test_headless_json_stream_piped_live(cli, provider, tmp_path):
     producer = subprocess.Popen(argv, cwd=cwd, env=cli.env(home=home, port=provider.port, otel_file=None,
                                                            extra_env=None),
                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
-    consumer = subprocess.run([sys.executable, "-m", "copilot_otel.cli.main", "replay", "-", "--traces-file", str(traces),
+    consumer = subprocess.run([sys.executable, "-m", "copilot_otel.cli.main", "replay", "-", "--traces-file",
+                               str(traces),
                                "--metrics-file", str(metrics_file)], stdin=producer.stdout, capture_output=True,
                               timeout=120)
     producer.stdout.close()

@@ -86,7 +86,8 @@ def test_a_replay_to_a_lying_backend_exits_1_keeps_its_ledger_and_a_rerun_delive
         stderr = first.stderr.decode()
         assert first.returncode == 1, stderr
         assert f"gave up: OTLP export to {backend.traces_url} (http/protobuf) failed: {SAID[lie]}" in stderr, stderr
-        assert re.search(rf"\d+ of {len(logs(home))} session\(s\) not delivered", stderr) and "run the same command again" in stderr
+        assert re.search(rf"\d+ of {len(logs(home))} session\(s\) not delivered",
+                         stderr) and "run the same command again" in stderr
         assert ledgers(tmp_path) and backend.lies >= 1 and "Traceback" not in stderr
         delivered_first = sum(received(receiver).values())
         backend.honest()
@@ -187,13 +188,13 @@ def test_the_daemon_says_a_timed_out_export_is_failing_and_stops_promptly(tmp_pa
     home, state = tmp_path / "home", tmp_path / "state"
     new_session(home, "trickled").write_bytes(
         next((FIXTURES / "plain" / "session-state").glob("*/events.jsonl")).read_bytes())
-    with LyingBackend(TRICKLE) as backend:
-        with DaemonProcess(home, state, env=http_env(backend.base, 2), args=FAST) as daemon:
-            wait_until(lambda: "no answer within the OTLP timeout of 2 s" in health(daemon), timeout=30,
-                       what="/healthz saying the export times out")
-            said = health(daemon)
-            assert value(daemon.scrape(), "copilot_otel_checkpoint_commits_total") == 0
-            took = stop_seconds(daemon)
+    with LyingBackend(TRICKLE) as backend, DaemonProcess(home, state, env=http_env(backend.base, 2),
+                                                           args=FAST) as daemon:
+        wait_until(lambda: "no answer within the OTLP timeout of 2 s" in health(daemon), timeout=30,
+                   what="/healthz saying the export times out")
+        said = health(daemon)
+        assert value(daemon.scrape(), "copilot_otel_checkpoint_commits_total") == 0
+        took = stop_seconds(daemon)
     assert said.startswith("ok (trace export failing")
     assert took < 5 + 1.5, took
 
@@ -207,7 +208,8 @@ def test_sigterm_is_prompt_whatever_the_timeout_with_traces_and_metrics_held(tmp
         next((FIXTURES / "plain" / "session-state").glob("*/events.jsonl")).read_bytes())
     with Silent() as traces, Silent() as metrics:
         env = {**http_env(traces.base, 60), "OTEL_METRICS_EXPORTER": "otlp",
-               "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT": f"{metrics.base}/v1/metrics", "OTEL_METRIC_EXPORT_INTERVAL": "200"}
+               "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT": f"{metrics.base}/v1/metrics",
+               "OTEL_METRIC_EXPORT_INTERVAL": "200"}
         with DaemonProcess(home, state, env=env, args=FAST) as daemon:
             wait_until(lambda: traces.accepted and metrics.accepted, timeout=30, what="both requests in flight")
             took = stop_seconds(daemon)

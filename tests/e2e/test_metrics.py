@@ -39,7 +39,8 @@ def derived_counts(runs) -> dict[str, Counter]:
     for run in runs:
         events = run.events()
         agent_names = {e["agentId"]: e["data"]["agentName"] for e in events if e["type"] == "subagent.started"}
-        tool_names = {e["data"]["toolCallId"]: e["data"]["toolName"] for e in events if e["type"] == "tool.execution_start"}
+        tool_names = {e["data"]["toolCallId"]: e["data"]["toolName"] for e in events
+                      if e["type"] == "tool.execution_start"}
         model = next(e["data"]["selectedModel"] for e in events if e["type"] == "session.start")
         for e in events:
             t, d = e["type"], e["data"]
@@ -166,7 +167,7 @@ def test_counters_equal_the_cli_own_otel(cli_corpus, corpus_daemon):
 
 def test_prometheus_scrapes_the_same_values(cli_corpus, corpus_daemon):
     """A real Prometheus scraping /metrics every second holds the same counts (query API)."""
-    daemon, prometheus = corpus_daemon
+    _daemon, prometheus = corpus_daemon
     expected = derived_counts(cli_corpus.values())
     wait_until(lambda: prometheus.query('up{job="copilot-otel"} == 1'), what="a first scrape")
     wait_until(lambda: prometheus.values("sum(copilot_completion_signals_total{signal='shutdown'})")
@@ -226,7 +227,7 @@ def test_alert_rules_load_and_stay_quiet(corpus_daemon):
     names = {r["name"] for g in rules["data"]["groups"] for r in g["rules"]}
     assert {"CopilotSessionStuck", "CopilotSessionAbandoned", "CopilotOtelDown"} <= names
     assert all(r["health"] == "ok" for g in rules["data"]["groups"] for r in g["rules"])
-    firing = [a for a in prometheus.query("ALERTS{alertstate='firing'}")]
+    firing = list(prometheus.query("ALERTS{alertstate='firing'}"))
     assert firing == []
 
 
@@ -274,8 +275,8 @@ def test_stuck_and_abandoned_sessions(cli, provider, tmp_path):
 
     def panels_list(prometheus, session_id: str) -> None:
         for title, expr in stalled_panels:
-            wait_until(lambda: any(r["metric"].get("session_id") == session_id
-                                   for r in prometheus.query(render_grafana_expr(expr))),
+            wait_until(lambda expr=expr: any(r["metric"].get("session_id") == session_id
+                                             for r in prometheus.query(render_grafana_expr(expr))),
                        timeout=20, what=f"panel {title!r} to show {session_id}")
 
     with DaemonProcess(home, tmp_path / "state", traces_file=traces,
@@ -339,7 +340,8 @@ def test_live_states_of_an_sdk_session(cli, provider, tmp_path):
                 await answer.wait()
                 return PermissionDecisionApproveOnce()
 
-            async with CopilotClient(env=cli.sdk_env(home=home, port=provider.port), working_directory=str(cwd)) as client:
+            async with CopilotClient(env=cli.sdk_env(home=home, port=provider.port),
+                                     working_directory=str(cwd)) as client:
                 session = await client.create_session(
                     on_permission_request=ask_the_person, model=MODEL, streaming=True,
                     provider={"type": "openai", "base_url": f"http://127.0.0.1:{provider.port}/v1",

@@ -55,13 +55,12 @@ def emit_tree(protocol: str, rx: OtlpReceiver, tag: str = "t"):
         f"{tag}.parent",
         kind=SpanKind.SERVER,
         attributes={"a.str": "s", "a.int": 5, "a.float": 1.5, "a.bool": True, "a.list": ["x", "y"], "a.ints": [1, 2]},
-    ) as parent:
-        with tracer.start_as_current_span(
-            f"{tag}.child", kind=SpanKind.CLIENT, links=[Link(parent.get_span_context(), {"l": "v"})]
-        ) as child:
-            child.set_attribute("gen_ai.usage.input_tokens", 123)
-            child.add_event("ev", {"k": 1})
-            child.set_status(Status(StatusCode.ERROR, "boom"))
+    ) as parent, tracer.start_as_current_span(
+        f"{tag}.child", kind=SpanKind.CLIENT, links=[Link(parent.get_span_context(), {"l": "v"})]
+    ) as child:
+        child.set_attribute("gen_ai.usage.input_tokens", 123)
+        child.add_event("ev", {"k": 1})
+        child.set_status(Status(StatusCode.ERROR, "boom"))
     provider.shutdown()
     return memory.get_finished_spans()
 

@@ -265,7 +265,8 @@ def test_capture_on_exports_content_cut_to_the_limit(planted, tmp_path):
     default = _content(_replay_capture(planted, tmp_path / "default.jsonl"))
     answer = echo_secret_answer(secret)
     assert len(answer) > 4096
-    answers = {v for (_s, attr), v in full.items() if attr == "gen_ai.output.messages" and v.startswith("The secret is")}
+    answers = {v for (_s, attr), v in full.items() if attr == "gen_ai.output.messages"
+               and v.startswith("The secret is")}
     assert answers == {answer}  # exported whole when the limit allows
     assert sorted(default) == sorted(full)
     for where, text in full.items():
@@ -369,7 +370,8 @@ def test_otlp_headers_never_in_daemon_log(planted, tmp_path, unused_port):
         for daemon, _token in runs.values():
             daemon.start()
         for daemon, _token in runs.values():
-            wait_until(lambda: "copilot_otel.export.queue" in daemon.log_text(), timeout=30, what="our export warning")
+            wait_until(lambda daemon=daemon: "copilot_otel.export.queue" in daemon.log_text(), timeout=30,
+                       what="our export warning")
     finally:
         for daemon, _token in runs.values():
             daemon.kill9()  # the logs are complete up to here; a graceful stop waits out the retries
@@ -413,10 +415,7 @@ def _listeners(pid: int) -> set[tuple[str, int]]:
             fields = row.split()
             address, port = fields[1].split(":")
             if fields[3] == "0A":  # LISTEN
-                if width == 8:
-                    host = ".".join(str(b) for b in reversed(bytes.fromhex(address)))
-                else:
-                    host = address
+                host = ".".join(str(b) for b in reversed(bytes.fromhex(address))) if width == 8 else address
                 out.add((host, int(port, 16)))
     return out
 
@@ -431,7 +430,8 @@ def _daemon_in_private_network(tmp_path: Path, *args: str) -> tuple[str, set]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "COPILOT_"))}
     log_path = tmp_path / "daemon.log"
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen([unshare, "--net", sys.executable, "-m", "copilot_otel.cli.main", "run", "--copilot-home",
+        proc = subprocess.Popen([unshare, "--net", sys.executable, "-m", "copilot_otel.cli.main", "run",
+                                 "--copilot-home",
                                  str(tmp_path / "home"), "--state-dir", str(tmp_path / "state"), *args], env=env,
                                 stdin=subprocess.DEVNULL, stdout=log, stderr=log)
     try:

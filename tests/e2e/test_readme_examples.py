@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 import shutil
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta, UTC
 from pathlib import Path
 
 import pytest
@@ -61,7 +61,7 @@ def home(tmp_path_factory) -> Path:
             shutil.copytree(folder, home / "session-state" / folder.name)
     stuck = next(shown[0].split()[1] for command, shown in readme_commands() if "--stuck-after-tool" in command
                  and command.startswith("inspect"))  # the example's id: `inspect` names it by its start
-    log = SessionLog(stuck, start=datetime.now(timezone.utc) - timedelta(seconds=16))
+    log = SessionLog(stuck, start=datetime.now(UTC) - timedelta(seconds=16))
     log.start(cwd="/home/mona/webshop", repository="acme/webshop", branch="main", gitRoot="/home/mona/webshop")
     log.user("[scenario:sleep_tool:40] Please do the scripted task.")
     log.calling(("bash", "call-1"))

@@ -62,7 +62,8 @@ def test_one_span_per_turn_llm_call_and_tool(exported, scenario):
     chats = by_op(spans, "chat")
     assert sorted(s.end_time_unix_nano for s in chats) == sorted(iso_ns(e["timestamp"]) for e in usages)
     # A chat lasts usage.duration, clamped so it never starts before its turn.
-    turn_start = {(e.get("agentId"), e["data"]["interactionId"], e["data"]["turnId"]): iso_ns(e["timestamp"]) for e in starts}
+    turn_start = {(e.get("agentId"), e["data"]["interactionId"], e["data"]["turnId"]): iso_ns(e["timestamp"])
+                  for e in starts}
     expected = []
     for usage in usages:
         agent = usage.get("agentId")
@@ -71,7 +72,8 @@ def test_one_span_per_turn_llm_call_and_tool(exported, scenario):
         expected.append(end - max(end - usage["data"]["usage"]["duration"] * 1_000_000, max(opened)))
     assert sorted(s.duration_ns for s in chats) == sorted(expected)
     tool_spans = by_op(spans, "execute_tool")
-    assert sorted(s.attributes["gen_ai.tool.call.id"] for s in tool_spans) == sorted(e["data"]["toolCallId"] for e in tools)
+    assert sorted(s.attributes["gen_ai.tool.call.id"] for s in tool_spans) == sorted(e["data"]["toolCallId"]
+                                                                                     for e in tools)
     completes = {e["data"]["toolCallId"]: e for e in events if e["type"] == "tool.execution_complete"}
     # A task call holds its sub-agent: it ends at its completion, or at the sub-agent's if that comes later.
     subagents = {e["data"]["toolCallId"]: iso_ns(e["timestamp"]) for e in events if e["type"] == "subagent.completed"}
@@ -155,7 +157,8 @@ def test_subagent_nested_under_its_task_call(exported, scenario):
         parent = by_id[sub[0].parent_span_id]
         assert parent.attributes["gen_ai.tool.name"] == "task"
         assert parent.attributes["gen_ai.tool.call.id"] == event["data"]["toolCallId"]
-        agent_turns = [e for e in events if e["type"] == "assistant.turn_start" and e.get("agentId") == event["agentId"]]
+        agent_turns = [e for e in events if e["type"] == "assistant.turn_start"
+                       and e.get("agentId") == event["agentId"]]
         children = [s for s in turn_spans(spans) if s.parent_span_id == sub[0].span_id]
         assert len(children) == len(agent_turns)
         failed = any(e["type"] == "subagent.failed" for e in events)
@@ -176,8 +179,8 @@ def test_autopilot_nudges_marked(exported):
 def test_provider_error_is_an_error(exported):
     """A session.error ends the interaction with status ERROR and its error type."""
     run, spans = exported["provider_error"]
-    error = [e for e in run.events() if e["type"] == "session.error"][0]
-    root = [s for s in spans if s.parent_span_id is None][0]
+    error = next(e for e in run.events() if e["type"] == "session.error")
+    root = next(s for s in spans if s.parent_span_id is None)
     assert root.status_code == "ERROR"
     assert root.attributes["error.type"] == error["data"]["errorType"]
     assert root.attributes["http.response.status_code"] == error["data"]["statusCode"]
@@ -217,7 +220,10 @@ def test_a_log_copied_into_itself_exports_nothing_twice(cli_corpus, tmp_path):
     assert run_replay(str(run.events_path), "--traces-file", str(once)).returncode == 0
     result = run_replay(str(doubled), "--traces-file", str(twice))
     assert result.returncode == 0
-    key = lambda s: (s.trace_id, s.span_id, s.name, s.start_time_unix_nano, s.end_time_unix_nano, s.status_code)
+
+    def key(s):
+        return s.trace_id, s.span_id, s.name, s.start_time_unix_nano, s.end_time_unix_nano, s.status_code
+
     assert sorted(map(key, read_spans(twice))) == sorted(map(key, read_spans(once)))
     assert result.stderr.decode().count("duplicate_id") == len(data.splitlines())
 
@@ -292,7 +298,8 @@ def test_agrees_with_the_cli_own_otel(exported, scenario):
     their_ok_chats = [s for s in their_chats if s["status"]["code"] != 2]
     assert len(ours_chats) == len(their_ok_chats)
     for key in ("gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens"):
-        assert sum(s.attributes.get(key, 0) for s in ours_chats) == sum(s["attributes"].get(key, 0) for s in their_ok_chats)
+        assert sum(s.attributes.get(key, 0) for s in ours_chats) == sum(s["attributes"].get(key, 0)
+                                                                        for s in their_ok_chats)
     assert Counter(s.attributes["gen_ai.tool.name"] for s in ours_tools) == Counter(
         s["attributes"]["gen_ai.tool.name"] for s in their_tools)
     assert Counter((s.attributes["gen_ai.tool.call.id"], s.status_code == "ERROR") for s in ours_tools) == Counter(
@@ -346,7 +353,8 @@ def test_resolve_names_each_log_once_by_its_real_path(cli_corpus, tmp_path):
     runs = sorted(cli_corpus.values(), key=lambda run: run.session_id)
     for run in runs[:4]:
         shutil.copytree(run.session_dir, home / "session-state" / run.session_id)
-    (home / "session-state" / "linked-folder").symlink_to(elsewhere / "real-home" / "session-state" / runs[4].session_id)
+    linked = elsewhere / "real-home" / "session-state" / runs[4].session_id
+    (home / "session-state" / "linked-folder").symlink_to(linked)
     (home / "session-state" / "linked-file").mkdir()
     (home / "session-state" / "linked-file" / "events.jsonl").symlink_to(runs[5].events_path)
     (home / "session-state" / "twice").symlink_to(home / "session-state" / runs[0].session_id)
@@ -574,7 +582,8 @@ def test_inspect_names_each_malformed_line(cli_corpus, tmp_path):
     stderr = result.stderr.decode()
     assert f"{log}:4:" in stderr and f"{log}:5:" in stderr
     assert "2 malformed line(s) skipped" in result.stdout.decode()
-    assert result.stdout.decode().count("── interaction ") == sum(1 for e in run.events() if e["type"] == "user.message")
+    assert result.stdout.decode().count("── interaction ") == sum(1 for e in run.events()
+                                                                  if e["type"] == "user.message")
 
 
 def test_inspect_unknown_session_is_a_clear_error(tmp_path):
@@ -593,7 +602,8 @@ def test_inspect_a_session_still_running(cli, provider, tmp_path):
 
     process = cli.start(prompt_for("sleep_tool", 4), home=home, port=provider.port, cwd=cwd)
     try:
-        wait_until(lambda: process.events_path.exists() and b'"tool.execution_start"' in process.events_path.read_bytes(),
+        wait_until(lambda: process.events_path.exists()
+                   and b'"tool.execution_start"' in process.events_path.read_bytes(),
                    timeout=90, what="the tool to start")
         result = run_inspect(str(process.session_dir))
         assert result.returncode == 0, result.stderr.decode()

@@ -42,7 +42,8 @@ def counted_by_replay(tmp_path: Path, folder: Path) -> dict[tuple, float]:
                         "--state-dir", str(tmp_path / "replay-state"))
     assert result.returncode == 0, result.stderr.decode()
     return {(name, labels): number for (name, labels), number in parse(metrics.read_text()).items()
-            if name.endswith("_total") and name.startswith("copilot_") and not name.startswith("copilot_otel_") and number}
+            if name.endswith("_total") and name.startswith("copilot_") and not name.startswith("copilot_otel_")
+            and number}
 
 
 def scraped_since(prometheus: Prometheus, moment: float) -> bool:
@@ -92,8 +93,8 @@ def test_after_a_kill_every_series_is_back_at_its_value_and_increase_is_the_new_
                           series(prometheus, f"label_replace(resets({name}[{window}]), '__name__', '{name}', '', '')")
                           .items())
             increases.update(((name, labels), number) for (_n, labels), number in
-                             series(prometheus, f"label_replace(increase({name}[{window}]), '__name__', '{name}', '', '')")
-                             .items())
+                             series(prometheus,
+                                    f"label_replace(increase({name}[{window}]), '__name__', '{name}', '', '')").items())
     added = counted_by_replay(tmp_path, new)
     assert added, "the new session counts something"
     assert set(before) <= set(after)

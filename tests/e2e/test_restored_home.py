@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import shutil
 import time
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from pathlib import Path
 
 from copilot_otel.decode.events import Event
@@ -40,7 +40,7 @@ def newest_ns(path: Path) -> int:
 
 
 def now_log(session_id: str) -> SessionLog:
-    return SessionLog(session_id, start=datetime.now(timezone.utc))
+    return SessionLog(session_id, start=datetime.now(UTC))
 
 
 def conversations(spans) -> set[str]:

@@ -505,7 +505,7 @@ def test_bad_requests_are_counted_not_logged_as_errors():
             try:
                 sock.sendall(junk)
                 reply = sock.recv(4096)
-                assert reply == b"" or reply.startswith(b"HTTP/1.") and b" 400 " in reply.split(b"\r\n")[0]
+                assert reply == b"" or (reply.startswith(b"HTTP/1.") and b" 400 " in reply.split(b"\r\n")[0])
             except ConnectionError:
                 pass
             finally:

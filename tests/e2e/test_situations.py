@@ -29,7 +29,8 @@ def replay(tmp_path: Path, *sources: Path, stdin: bytes | None = None, name: str
     """`copilot-otel replay` of ``sources`` (or of stdin): the spans and the metrics file's samples."""
     traces, metrics = tmp_path / f"{name}.jsonl", tmp_path / f"{name}.prom"
     args = [str(s) for s in sources] or ["-"]
-    result = subprocess.run([sys.executable, "-m", "copilot_otel.cli.main", "replay", *args, "--traces-file", str(traces),
+    result = subprocess.run([sys.executable, "-m", "copilot_otel.cli.main", "replay", *args, "--traces-file",
+                             str(traces),
                              "--metrics-file", str(metrics), "--state-dir", str(tmp_path / "state")],
                             input=stdin, capture_output=True, timeout=120)
     assert result.returncode == 0, result.stderr.decode()
@@ -155,7 +156,8 @@ def test_compactions_have_spans_and_count_their_tokens_apart(tmp_path):
             expected[label] += used[key]
     for label, value in expected.items():
         assert metrics[f'copilot_tokens_total{{model="test-model",type="{label}"}}'] == value
-    usage = [e["data"]["usage"] for events in fx.sessions.values() for e in events if e["type"] == "session.usage_record"]
+    usage = [e["data"]["usage"] for events in fx.sessions.values() for e in events
+             if e["type"] == "session.usage_record"]
     assert metrics['copilot_tokens_total{model="test-model",type="input"}'] == sum(u["inputTokens"] for u in usage)
 
 
@@ -234,7 +236,7 @@ def test_the_live_daemon_exports_exactly_what_replay_does(tmp_path):
     daemon has no evidence that they ended, so it keeps their work open. Both use one state folder, so the
     resource (its service.instance.id) is the same too."""
     home = tmp_path / "home" / "session-state"
-    folders = [d for d in FIXTURES.glob("*/session-state/*")] + [d for d in VERSIONS.glob("*/*/session-state/*")]
+    folders = [*FIXTURES.glob("*/session-state/*"), *VERSIONS.glob("*/*/session-state/*")]
     for folder in folders:
         if _settled(folder):
             shutil.copytree(folder, home / folder.name)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta, UTC
 from pathlib import Path
 
 import pytest
@@ -151,7 +151,7 @@ def test_the_daemons_log_escapes_what_it_quotes(tmp_path):
     """A live session at work on the hostile tool, stuck past a 1 s threshold: the daemon's lines that
     name its model, folder, repository, branch and tool ('started', 'is stuck') are escaped."""
     home = tmp_path / "home"
-    events = hostile_events(now=datetime.now(timezone.utc) - timedelta(seconds=1), until_tool=True)
+    events = hostile_events(now=datetime.now(UTC) - timedelta(seconds=1), until_tool=True)
     path = write_log(new_session(home, events[0]["data"]["sessionId"]), events)
     with DaemonProcess(home, tmp_path / "state", traces_file=tmp_path / "traces.jsonl", log_level="info",
                        args=("--stuck-after-tool", "1", "--rescan-interval", "1")) as daemon:

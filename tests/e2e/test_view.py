@@ -217,7 +217,7 @@ def test_every_response_is_locked_down_and_nothing_else_is_served(daemon):
         "/static/view.css", "/metrics", "/healthz", "/api/sessions/stream", f"/api/session/{session_id}/stream",
         "/static/", "/static", "/static/../README.md", "/static/%2e%2e/web.py", "/webstatic/view.css",
         "/copilot_otel/web/routes.py", "/session/../../etc/passwd", "/session/nope", "/api/sessions?state=bogus")}
-    for path, (status, headers, _body) in answers.items():
+    for path, (_status, headers, _body) in answers.items():
         assert "script-src 'self'" in headers.get("Content-Security-Policy", ""), path
         assert headers.get("X-Content-Type-Options") == "nosniff", path
     ok = {path for path, (status, _h, _b) in answers.items() if status == 200}
@@ -240,7 +240,7 @@ def test_view_command_serves_replayed_history_without_a_daemon(browser, tmp_path
     home = tmp_path / "home"
     paths = [copy_session(scenario, home) for scenario in ("subagent", "plain", "failing_tool")]
     port = free_port()
-    log = open(tmp_path / "view.log", "wb")
+    log = open(tmp_path / "view.log", "wb")  # noqa: SIM115 - the view's output, open while it runs
     proc = subprocess.Popen([*COMMAND, "view", str(home), "--address", f"{LOOPBACK}:{port}", "--state-dir",
                              str(tmp_path / "state")], cwd=REPO, env=clean_env(), stdout=log, stderr=log,
                             stdin=subprocess.DEVNULL)
@@ -402,7 +402,8 @@ def test_a_session_too_large_for_one_answer_shows_every_span(daemon, browser):
     first = view_api.get_json(daemon.port, "/api/session/large-session")["trace"]
     assert len(first["spans"]) == PAGE_SPANS and first["more"] is True
     page = browser.page()
-    page.goto(daemon.page_url("/session/large-session"), timeout=60_000)  # its first read of a 12 MB log, on a busy machine
+    page.goto(daemon.page_url("/session/large-session"),
+              timeout=60_000)  # its first read of a 12 MB log, on a busy machine
     wait_until(lambda: page.locator(".span").count() >= len(expected.records), timeout=120,
                what="every span on the page")
     shown = page.locator(".span").evaluate_all("rows => rows.map(r => r.dataset.spanId)")

@@ -22,6 +22,7 @@ from tests.support.files import append, new_session
 from tests.support.net import wait_until, wait_until_steady
 from tests.support.scrape import value
 from tests.support.viewclient import EventStream, get_json, send_get
+from datetime import UTC
 
 REAL = Path(__file__).resolve().parents[1] / "fixtures" / "cli" / "1.0.102" / "multi_turn"
 BIG_SPANS = 2 * PAGE_SPANS + 500  # three answers' worth
@@ -159,7 +160,7 @@ def test_a_live_view_is_sent_only_what_its_own_session_did(tmp_path):
             since_b = first_b["trace"]["next"]
             for copy in range(3):
                 append(b, another_copy(log, f"b{copy}", _now()))
-                wait_until(lambda: _spans_after(on_b, since_b) >= (copy + 1) * per_copy, timeout=20,
+                wait_until(lambda copy=copy: _spans_after(on_b, since_b) >= (copy + 1) * per_copy, timeout=20,
                            what=f"B's change {copy} on B's stream")
             received = on_a.received
             time.sleep(1.0)  # A's stream had every chance to push by now (MIN_PUSH is 0.25 s)
@@ -185,9 +186,9 @@ def _spans_after(stream: EventStream, since: int) -> int:
 
 
 def _now():
-    from datetime import datetime, timezone
+    from datetime import datetime
 
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 def test_the_sessions_stream_sends_a_page_only_when_it_changed(tmp_path):

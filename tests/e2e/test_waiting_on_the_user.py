@@ -13,7 +13,8 @@ from tests.support.files import EVENTS_FILE, new_session
 from tests.support.otlp_json import read_spans
 from tests.support.scrape import parse
 
-FIXTURE = next((Path(__file__).parent.parent / "fixtures" / "cli" / "1.0.102" / "failing_tool" / "session-state").iterdir())
+FIXTURE = next((Path(__file__).parent.parent / "fixtures" / "cli" / "1.0.102" / "failing_tool" / "session-state")
+               .iterdir())
 
 
 def events() -> list[dict]:
@@ -83,5 +84,5 @@ def test_waiting_on_the_user_is_not_coloured_as_a_fault():
                    .replace("\n", " ").split(";") if part.strip().startswith("--"))
     waiting = colours["waiting_user"]
     assert waiting not in (colours["stuck"], colours["abandoned"])
-    red, green, blue = (int(waiting[i:i + 2], 16) for i in (1, 3, 5))
+    red, _green, blue = (int(waiting[i:i + 2], 16) for i in (1, 3, 5))
     assert blue >= red, waiting  # a calm blue, not a warning's red or amber

@@ -93,7 +93,8 @@ def test_prometheus_scrapes_over_tls_with_basic_auth(tls_daemon, pki, tmp_path):
     scrapes the daemon; the same job with a wrong password, or over plain http, is down."""
     target = [f"127.0.0.1:{tls_daemon.port}"]
     tls = {"ca_file": str(pki["ca"])}
-    jobs = [{"job_name": "wrong-password", "scheme": "https", "tls_config": tls, "static_configs": [{"targets": target}],
+    jobs = [{"job_name": "wrong-password", "scheme": "https", "tls_config": tls,
+             "static_configs": [{"targets": target}],
              "basic_auth": {"username": "prometheus", "password": "guess"}},
             {"job_name": "plain-http", "static_configs": [{"targets": target}]}]
     with Prometheus(tmp_path / "prometheus", target, scrape={
@@ -172,10 +173,10 @@ def _client(pki, cert: str | None, *, max_version=ssl.TLSVersion.TLSv1_3) -> ssl
 def _handshake_fails(port: int, context: ssl.SSLContext) -> bool:
     """True when the server ends the TLS connection before answering a request."""
     try:
-        with socket.create_connection((LOOPBACK, port), timeout=10) as raw:
-            with context.wrap_socket(raw, server_hostname=LOOPBACK) as tls:
-                tls.sendall(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
-                return not tls.recv(100).startswith(b"HTTP/1.1")
+        with socket.create_connection((LOOPBACK, port), timeout=10) as raw, \
+                context.wrap_socket(raw, server_hostname=LOOPBACK) as tls:
+            tls.sendall(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+            return not tls.recv(100).startswith(b"HTTP/1.1")
     except (ssl.SSLError, ConnectionError):
         return True
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from typing import Any, Coroutine, TypeVar
+from collections.abc import Coroutine
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
@@ -22,7 +23,7 @@ def run(coroutine: Coroutine[Any, Any, T]) -> T:
     def main() -> None:
         try:
             outcome["result"] = asyncio.run(coroutine)
-        except BaseException as exc:  # handed to the caller, traceback and all
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller, traceback and all
             outcome["error"] = exc
 
     thread = threading.Thread(target=main, name="asyncio-run")

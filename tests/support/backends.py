@@ -14,6 +14,7 @@ import threading
 import urllib.request
 from concurrent import futures
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import grpc
 from google.rpc.error_details_pb2 import RetryInfo
@@ -105,7 +106,7 @@ class AnsweringGrpc:
         if tls is None:
             self.port = self._server.add_insecure_port(f"{LOOPBACK}:0")
         else:
-            cert, key = (open(path, "rb").read() for path in tls)
+            cert, key = (Path(path).read_bytes() for path in tls)
             self.port = self._server.add_secure_port(f"{LOOPBACK}:0", grpc.ssl_server_credentials([(key, cert)]))
         self.endpoint = f"http://{LOOPBACK}:{self.port}"
 

@@ -11,7 +11,7 @@ past, ending where the real log ends.
 from __future__ import annotations
 
 import re
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta, UTC
 
 _TOKEN = re.compile(rb'[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|"call_[A-Za-z0-9_.-]+"')
 _TIME = re.compile(rb'"timestamp":"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3})Z"')
@@ -19,7 +19,7 @@ _FORMAT = "%Y-%m-%dT%H:%M:%S.%f"
 
 
 def _parse(stamp: bytes) -> datetime:
-    return datetime.strptime(stamp.decode(), _FORMAT).replace(tzinfo=timezone.utc)
+    return datetime.strptime(stamp.decode(), _FORMAT).replace(tzinfo=UTC)
 
 
 def _moved(match: re.Match, shift: timedelta) -> bytes:
@@ -41,11 +41,11 @@ def grow(events: bytes, target_bytes: int) -> bytes:
         suffix = f"-{copy}".encode()
         shift = span * (copy - 1 - copies)
 
-        def token(match: re.Match) -> bytes:
+        def token(match: re.Match, suffix: bytes = suffix) -> bytes:
             text = match.group()
             return text[:-1] + suffix + b'"' if text.startswith(b'"') else text + suffix
 
-        chunk = _TIME.sub(lambda m: _moved(m, shift), _TOKEN.sub(token, body))
+        chunk = _TIME.sub(lambda m, shift=shift: _moved(m, shift), _TOKEN.sub(token, body))
         out.append(chunk)
         size += len(chunk)
     return b"".join(out)

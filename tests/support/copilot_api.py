@@ -40,7 +40,8 @@ from dataclasses import dataclass, field
 
 from tests.support.provider import Ctx, Reply, ScriptedProvider, Usage, _Handler
 
-DUMMY_TOKEN = "gho_copilototeldummy"  # not a real token (too short); the CLI only checks the prefix (gho_, ghu_ or github_pat_)
+# not a real token (too short); the CLI only checks the prefix (gho_, ghu_ or github_pat_)
+DUMMY_TOKEN = "gho_copilototeldummy"
 COPILOT_MODEL = "claude-sonnet-4.5"  # premium, multiplier 1: one user-initiated call costs 1
 
 # id, display name, vendor, family, billing multiplier (premium requests per user-initiated call)
@@ -63,7 +64,8 @@ def copilot_usage(model: str, usage: Usage) -> dict:
     """The ``copilot_usage`` field the Copilot API sends with a completion, for this usage."""
     counts = {"input": usage.prompt_tokens - usage.cached_tokens, "cache_read": usage.cached_tokens,
               "output": usage.completion_tokens}
-    details = [{"token_type": t, "token_count": n, "batch_size": 1, "cost_per_batch": NANO_AIU_PER_TOKEN[t], "model": model}
+    details = [{"token_type": t, "token_count": n, "batch_size": 1, "cost_per_batch": NANO_AIU_PER_TOKEN[t],
+                "model": model}
                for t, n in counts.items() if n > 0]
     return {"total_nano_aiu": sum(d["token_count"] * d["cost_per_batch"] for d in details), "token_details": details}
 
@@ -90,11 +92,15 @@ def model_entry(model_id: str, name: str, vendor: str, family: str, multiplier: 
                 "max_context_window_tokens": 200000,
                 "max_prompt_tokens": 128000,
                 "max_output_tokens": 16000,
-                "vision": {"max_prompt_image_size": 3145728, "max_prompt_images": 1, "supported_media_types": ["image/png", "image/jpeg"]},
+                "vision": {"max_prompt_image_size": 3145728, "max_prompt_images": 1,
+                           "supported_media_types": ["image/png", "image/jpeg"]},
             },
-            "supports": {"streaming": True, "tool_calls": True, "parallel_tool_calls": True, "vision": True, "structured_outputs": True},
+            "supports": {"streaming": True, "tool_calls": True, "parallel_tool_calls": True, "vision": True,
+                         "structured_outputs": True},
         },
-        "billing": {"is_premium": multiplier > 0, "multiplier": multiplier, "restricted_to": ["pro", "pro_plus", "business", "enterprise"]},
+        "billing": {"is_premium": multiplier > 0, "multiplier": multiplier, "restricted_to": ["pro", "pro_plus",
+                                                                                              "business",
+                                                                                              "enterprise"]},
         "policy": {"state": "enabled", "terms": f"Enable access to {name}."},
         "supported_endpoints": ["/chat/completions"],
     }
@@ -122,7 +128,7 @@ class ApiRequest:
 
 
 class _ApiHandler(_Handler):
-    server: "object"
+    server: object
 
     def end_headers(self) -> None:
         # Every GitHub response carries a request id; CLIs treat an error without one as a
@@ -133,7 +139,8 @@ class _ApiHandler(_Handler):
 
     def _log(self, proxied: bool = False, body: dict | None = None, status: int = 0) -> ApiRequest:
         headers = {k.lower(): (v if k.lower() in _LOGGED_VALUES else "<set>") for k, v in self.headers.items()}
-        entry = ApiRequest(self.command, self.path, headers, sorted(body) if isinstance(body, dict) else [], proxied, status)
+        entry = ApiRequest(self.command, self.path, headers, sorted(body) if isinstance(body, dict) else [], proxied,
+                           status)
         self.server.owner._log_request(entry)
         return entry
 
@@ -207,7 +214,8 @@ class CopilotApi(ScriptedProvider):
     handler_class = _ApiHandler
     stream_by_default = False  # as the real API: 0.0.x CLIs' sub-agents ask without "stream" and read one object
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0, behaviour: str = "normal", credits: str = "none") -> None:
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, behaviour: str = "normal",
+                 credits: str = "none") -> None:
         assert credits in CREDITS, credits
         super().__init__(host, port, behaviour)
         self.credits = credits
@@ -217,7 +225,8 @@ class CopilotApi(ScriptedProvider):
 
     def copilot_usage(self, model: str, reply: Reply, ctx: Ctx | None) -> dict | None:
         """AI credits for this reply, per ``credits``; None: the field is left out (the CLI says unavailable)."""
-        if self.credits == "none" or reply.usage is None or (self.credits == "partial" and ctx is not None and ctx.step % 2):
+        if self.credits == "none" or reply.usage is None or (self.credits == "partial" and ctx is not None
+                                                             and ctx.step % 2):
             return None
         billed = copilot_usage(model, reply.usage)
         with self._log_lock:

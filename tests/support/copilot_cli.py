@@ -23,7 +23,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from tests.support.provider import MODEL, MULTI_VIEW_NAME, MULTI_VIEW_TEXT, marker  # conftest puts the repo on sys.path
 
@@ -304,11 +304,12 @@ class CopilotCLI:
             stdout_file = home.parent / f"{stamp}.stdout.{'jsonl' if output_json else 'txt'}"
         if stderr_file is None:
             stderr_file = home.parent / f"{stamp}.stderr.txt"
-        out = open(stdout_file, "wb")
-        err = open(stderr_file, "wb")
+        out = open(stdout_file, "wb")  # noqa: SIM115 - the CLI's output files, closed once it ends
+        err = open(stderr_file, "wb")  # noqa: SIM115
         try:
             popen = subprocess.Popen(
-                self.argv(prompt, session_id=sid, autopilot=autopilot, resume=resume, output_json=output_json, extra_args=extra_args),
+                self.argv(prompt, session_id=sid, autopilot=autopilot, resume=resume, output_json=output_json,
+                          extra_args=extra_args),
                 cwd=cwd,
                 env=self.env(home=home, port=port, otel_file=otel_file, extra_env=extra_env),
                 stdin=subprocess.DEVNULL,
@@ -381,10 +382,12 @@ def run_spec(cli: CopilotCLI, spec: CorpusSpec, root: Path, port: int, timeout: 
     home, cwd = base / "home", base / "work"
     _prepare_cwd(cwd)
     arg = str(cwd) if spec.arg_is_cwd else spec.arg
-    common = dict(home=home, port=port, cwd=cwd, output_json=True, otel_file=base / "otel.jsonl", autopilot=spec.autopilot)
+    common = dict(home=home, port=port, cwd=cwd, output_json=True, otel_file=base / "otel.jsonl",
+                  autopilot=spec.autopilot)
     if spec.resume_scenario:
         first = cli.run(
-            prompt_for("plain"), stdout_file=base / "first.stdout.jsonl", stderr_file=base / "first.stderr.txt", timeout=timeout, **common
+            prompt_for("plain"), stdout_file=base / "first.stdout.jsonl", stderr_file=base / "first.stderr.txt",
+                        timeout=timeout, **common
         )
         run = cli.run(
             prompt_for(spec.resume_scenario, text="Please continue with the scripted task."),

@@ -80,10 +80,10 @@ class DaemonProcess:
             argv += ["--traces-file", str(self.traces_file)]
         return argv
 
-    def start(self, timeout: float = 20.0) -> "DaemonProcess":
+    def start(self, timeout: float = 20.0) -> DaemonProcess:
         """Start it and wait until /healthz answers."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        log = open(self.log_path, "ab")
+        log = open(self.log_path, "ab")  # noqa: SIM115 - the daemon's log, open while it runs
         try:
             self.started_at = time.monotonic()
             self.proc = subprocess.Popen(self.argv(), env=clean_env(self.extra_env), stdin=subprocess.DEVNULL,
@@ -145,12 +145,12 @@ class DaemonProcess:
         except subprocess.TimeoutExpired:
             os.kill(proc.pid, signal.SIGKILL)
             proc.wait(timeout=5)
-            raise AssertionError(f"daemon did not exit within {timeout} s of signal {sig}")
+            raise AssertionError(f"daemon did not exit within {timeout} s of signal {sig}") from None
 
     def kill9(self) -> None:
         self.stop(signal.SIGKILL)
 
-    def __enter__(self) -> "DaemonProcess":
+    def __enter__(self) -> DaemonProcess:
         return self.start()
 
     def __exit__(self, *exc) -> None:

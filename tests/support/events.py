@@ -29,14 +29,14 @@ name it with ``agent=``: they carry the top-level ``agentId`` and ``data.parentT
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta, UTC
 from typing import Any
 
 from copilot_otel.decode.lines import decode_line
 from copilot_otel.decode.events import DecodeError, Event
 
-EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
-BASE_TIME = datetime(2026, 12, 3, 12, 0, 0, tzinfo=timezone.utc)
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+BASE_TIME = datetime(2026, 12, 3, 12, 0, 0, tzinfo=UTC)
 MODEL = "test-model"
 CLI_VERSION = "1.0.102"
 

@@ -95,8 +95,9 @@ class Machine(DaemonProcess):
         folder = root / name
         (folder / "home" / "session-state").mkdir(parents=True, exist_ok=True)
         uts = ("unshare", "--uts", "sh", "-c", 'hostname "$0" && exec "$@"', name)
-        super().__init__(folder / "home", folder / "state", env=env, args=(*args, "--web-config-file", str(pki.web_config)),
-                         prefix=uts, address=address, log_path=folder / "daemon.log", log_level="info")
+        super().__init__(folder / "home", folder / "state", env=env,
+                         args=(*args, "--web-config-file", str(pki.web_config)), prefix=uts, address=address,
+                         log_path=folder / "daemon.log", log_level="info")
         self.name = name
         self.pki = pki
         self._context = ssl.create_default_context(cafile=str(pki.ca))
@@ -139,7 +140,7 @@ class Webhook:
         received, cond = self.received, self.cond
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):  # noqa: N802 (http.server naming)
+            def do_POST(self):
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
                 with cond:
                     received.append(json.loads(body))
@@ -159,7 +160,7 @@ class Webhook:
         with self.cond:
             return [alert for body in self.received for alert in body["alerts"]]
 
-    def __enter__(self) -> "Webhook":
+    def __enter__(self) -> Webhook:
         self.thread.start()
         return self
 
@@ -183,7 +184,7 @@ class Alertmanager(ServerProcess):
     def address(self) -> str:
         return f"{LOOPBACK}:{self.port}"
 
-    def start(self) -> "Alertmanager":
+    def start(self) -> Alertmanager:
         binary = require_tool("prometheus-alertmanager", "prometheus-alertmanager")
         self.workdir.mkdir(parents=True, exist_ok=True)
         config = self.workdir / "alertmanager.yml"

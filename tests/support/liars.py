@@ -133,7 +133,7 @@ class LyingBackend:
         except urllib.error.HTTPError as error:
             return Answer(error.code, error.headers.get("Content-Type"), error.read())
 
-    def __enter__(self) -> "LyingBackend":
+    def __enter__(self) -> LyingBackend:
         self._thread.start()
         return self
 
@@ -170,7 +170,7 @@ def _handler(owner: LyingBackend):
             except OSError:
                 pass
 
-        def do_POST(self) -> None:  # noqa: N802
+        def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
             lie, partial = owner.decide()
             if lie is None:
@@ -226,7 +226,7 @@ class Silent:
                 continue
             self.accepted.append(conn)
 
-    def __enter__(self) -> "Silent":
+    def __enter__(self) -> Silent:
         self._thread.start()
         return self
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable
+from collections.abc import Iterable
 
 from copilot_otel.model import attrs as A
 from copilot_otel.decode.events import Event
@@ -27,7 +27,7 @@ class Fed:
     metrics: list[MetricUpdate] = field(default_factory=list)
     anomalies: list[Anomaly] = field(default_factory=list)
 
-    def add(self, step: Step) -> "Fed":
+    def add(self, step: Step) -> Fed:
         self.spans.extend(step.spans)
         self.metrics.extend(step.metrics)
         self.anomalies.extend(step.anomalies)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import socket
 import time
-from typing import Callable, TypeVar
+from collections.abc import Callable
+from typing import TypeVar
 
 LOOPBACK = "127.0.0.1"
 

@@ -12,7 +12,8 @@ import pickle
 import select
 import signal
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 NOBODY = 65534
 NOGROUP = 65534
@@ -33,7 +34,7 @@ def as_nobody(fn: Callable[..., Any], *args, timeout: float = 60.0) -> Any:
             os.close(read)
             _drop()
             outcome = ("ok", fn(*args))
-        except BaseException as exc:  # handed to the parent
+        except BaseException as exc:  # noqa: BLE001 - handed to the parent
             outcome = ("error", f"{type(exc).__name__}: {exc}")
         try:
             data = pickle.dumps(outcome)
@@ -75,7 +76,7 @@ def serve_as_nobody(setup: Callable[..., Any], serve: Callable[[Any], None], *ar
             os.write(write, b"ready")
             os.close(write)
             serve(state)
-        except BaseException as exc:
+        except BaseException as exc:  # noqa: BLE001 - said to the parent, whatever it was
             try:
                 os.write(write, f"failed: {type(exc).__name__}: {exc}".encode())
             except OSError:

@@ -70,7 +70,8 @@ import time
 from concurrent import futures
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import grpc
 from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2, metrics_service_pb2_grpc
@@ -82,14 +83,14 @@ from tests.support.net import free_ports
 
 __all__ = [
     "OtlpReceiver",
-    "ReceivedSpan",
     "ReceivedEvent",
     "ReceivedLink",
     "ReceivedMetric",
     "ReceivedPoint",
+    "ReceivedSpan",
     "ReceiverError",
-    "rotel_agent_path",
     "decode_any_value",
+    "rotel_agent_path",
 ]
 
 LOOPBACK = "127.0.0.1"
@@ -220,8 +221,9 @@ def spans_from_request(request: trace_service_pb2.ExportTraceServiceRequest) -> 
                             for e in s.events
                         ),
                         links=tuple(
-                            ReceivedLink(l.trace_id.hex(), l.span_id.hex(), _decode_attributes(l.attributes), l.trace_state)
-                            for l in s.links
+                            ReceivedLink(link.trace_id.hex(), link.span_id.hex(), _decode_attributes(link.attributes),
+                                         link.trace_state)
+                            for link in s.links
                         ),
                         dropped_attributes_count=s.dropped_attributes_count,
                         dropped_events_count=s.dropped_events_count,
@@ -271,7 +273,8 @@ def metrics_from_request(request: metrics_service_pb2.ExportMetricsServiceReques
                 kind = m.WhichOneof("data")
                 data = getattr(m, kind)
                 points = tuple(
-                    ReceivedPoint(_decode_attributes(p.attributes), count=p.count, sum=p.sum, bounds=tuple(p.explicit_bounds),
+                    ReceivedPoint(_decode_attributes(p.attributes), count=p.count, sum=p.sum,
+                                  bounds=tuple(p.explicit_bounds),
                                   bucket_counts=tuple(p.bucket_counts), start_time_unix_nano=p.start_time_unix_nano,
                                   time_unix_nano=p.time_unix_nano, exemplars=_exemplars(p)) if kind == "histogram"
                     else ReceivedPoint(_decode_attributes(p.attributes), getattr(p, p.WhichOneof("value")),
@@ -284,7 +287,8 @@ def metrics_from_request(request: metrics_service_pb2.ExportMetricsServiceReques
 
 
 def _exemplars(point: Any) -> tuple[tuple[str, str, float], ...]:
-    return tuple((e.trace_id.hex(), e.span_id.hex(), getattr(e, e.WhichOneof("value")) if e.WhichOneof("value") else 0.0)
+    return tuple((e.trace_id.hex(), e.span_id.hex(), getattr(e, e.WhichOneof("value")) if e.WhichOneof("value")
+                  else 0.0)
                  for e in point.exemplars)
 
 
@@ -300,7 +304,7 @@ class _Sink(trace_service_pb2_grpc.TraceServiceServicer):
         self.spans: list[ReceivedSpan] = []
         self.metrics: list[ReceivedMetric] = []  # by _MetricsSink
 
-    def Export(self, request, context):  # noqa: N802 (grpc naming)
+    def Export(self, request, context):
         spans = spans_from_request(request)
         with self.cond:
             self.requests.append(request)
@@ -315,7 +319,7 @@ class _MetricsSink(metrics_service_pb2_grpc.MetricsServiceServicer):
     def __init__(self, sink: _Sink) -> None:
         self.sink = sink
 
-    def Export(self, request, context):  # noqa: N802 (grpc naming)
+    def Export(self, request, context):
         metrics = metrics_from_request(request)
         with self.sink.cond:
             self.sink.metrics.extend(metrics)
@@ -376,7 +380,7 @@ def _agent_env() -> dict[str, str]:
     return env
 
 
-_live: "set[OtlpReceiver]" = set()
+_live: set[OtlpReceiver] = set()
 _live_lock = threading.Lock()
 
 
@@ -470,14 +474,14 @@ class OtlpReceiver(LoopbackEndpoints):
 
     # ---------------------------------------------------------------- lifecycle
 
-    def __enter__(self) -> "OtlpReceiver":
+    def __enter__(self) -> OtlpReceiver:
         self.start()
         return self
 
     def __exit__(self, *exc: Any) -> None:
         self.stop()
 
-    def start(self) -> "OtlpReceiver":
+    def start(self) -> OtlpReceiver:
         """Start the sink and Rotel on new free ports. Returns self."""
         with self._lock:
             if self._server is not None:
@@ -546,7 +550,7 @@ class OtlpReceiver(LoopbackEndpoints):
         self.up()
 
     @contextlib.contextmanager
-    def outage(self, graceful: bool = True) -> Iterator["OtlpReceiver"]:
+    def outage(self, graceful: bool = True) -> Iterator[OtlpReceiver]:
         """``with rx.outage(): ...`` - backend down inside the block, up again after it."""
         self.down(graceful=graceful)
         try:
@@ -572,7 +576,7 @@ class OtlpReceiver(LoopbackEndpoints):
             self._paused = False
 
     @contextlib.contextmanager
-    def hung(self) -> Iterator["OtlpReceiver"]:
+    def hung(self) -> Iterator[OtlpReceiver]:
         """``with rx.hung(): ...`` - backend unresponsive inside the block."""
         self.pause()
         try:

@@ -33,7 +33,7 @@ class Prometheus(ServerProcess):
         self.external_labels = dict(external_labels or {})
         self.alertmanagers = list(alertmanagers)
 
-    def start(self) -> "Prometheus":
+    def start(self) -> Prometheus:
         binary = require_tool("prometheus", "prometheus")
         self.workdir.mkdir(parents=True, exist_ok=True)
         config = self.workdir / "prometheus.yml"

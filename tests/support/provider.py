@@ -40,7 +40,7 @@ import threading
 import time
 from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Callable
+from collections.abc import Callable
 
 MODEL = "test-model"
 THREAD_PREFIX = "scripted-provider"  # names of the server's threads (serving + per request)
@@ -84,7 +84,7 @@ def behaviour_of(body: dict, default: str = "normal") -> tuple[str, int | None]:
     return found.group(1), int(found.group(2)) if found.group(2) else None
 
 
-def response_id(behaviour: str, arg: int | None, ctx: "Ctx | None") -> str:
+def response_id(behaviour: str, arg: int | None, ctx: Ctx | None) -> str:
     """The completion id a behaviour gives a step (normal: completion_id)."""
     if behaviour == "reuse_ids":
         return REUSED_ID
@@ -456,7 +456,8 @@ def _sit_child(c: Ctx) -> Reply:
     """A sub-agent: bash sleeps, then answers. arg: <tag>-<seconds> (the tag names its tool call)."""
     tag, _, seconds = (c.arg or "child-1").rpartition("-")
     if c.step == 0:
-        return Reply(tool_calls=(ToolCall("bash", {"command": f"sleep {seconds}; echo {tag}", "description": f"{tag} sleeps",
+        return Reply(tool_calls=(ToolCall("bash", {"command": f"sleep {seconds}; echo {tag}",
+                                                   "description": f"{tag} sleeps",
                                                    "initial_wait": int(seconds) + 30}, f"call_sit_child_{tag}"),))
     return Reply(content=f"Sub-agent {tag} done.")
 
@@ -482,7 +483,8 @@ def _sit_bg_shell(c: Ctx) -> Reply:
     """bash in async mode (sleeps <arg> s, default 5), then the answer; when the shell's
     completion comes back (the CLI reads it itself), one more answer."""
     if c.step == 0:
-        return Reply(tool_calls=(bash(f"sleep {c.arg or 5}; echo bg-done", "background sleep", mode="async", shellId="bg"),))
+        return Reply(tool_calls=(bash(f"sleep {c.arg or 5}; echo bg-done", "background sleep", mode="async",
+                                      shellId="bg"),))
     if c.step == 1:
         return Reply(content="Started it in the background.")
     return Reply(content="The background shell finished.")
@@ -527,7 +529,8 @@ def _sit_many_tools(c: Ctx) -> Reply:
     permission denied, nobody to ask), the others echo; then the answer."""
     if c.step == 0:
         return Reply(tool_calls=tuple(
-            ToolCall("view", {"path": f"/nonexistent/many-{i}.txt"}) if i % 5 == 4 else bash(f"echo many-{i}", f"echo {i}")
+            ToolCall("view", {"path": f"/nonexistent/many-{i}.txt"}) if i % 5 == 4 else bash(f"echo many-{i}",
+                                                                                             f"echo {i}")
             for i in range(int(c.arg or MANY_TOOLS))))
     return Reply(content="Ran them all.")
 
@@ -538,7 +541,8 @@ COMPACTION_PROMPT = "Please create a detailed summary of the conversation so far
 def is_compaction_request(body: dict) -> bool:
     """A compaction request: tool_choice "none" and a last user message asking for a summary."""
     msgs = body.get("messages") or []
-    return body.get("tool_choice") == "none" and bool(msgs) and _text(msgs[-1].get("content")).startswith(COMPACTION_PROMPT)
+    return (body.get("tool_choice") == "none" and bool(msgs)
+            and _text(msgs[-1].get("content")).startswith(COMPACTION_PROMPT))
 
 
 @scenario("sit_compact")
@@ -552,7 +556,8 @@ def _sit_compact(c: Ctx) -> Reply:
         return Reply(content=f"<overview>Printing screenfuls; the last one was compact-{last}.</overview>")
     if last + 1 < int(c.arg or 6):
         n = last + 1  # explicit call ids: the step count restarts after a compaction
-        return Reply(tool_calls=(ToolCall("bash", {"command": f"yes compact-{n} | head -c 2000", "description": f"print a screenful ({n})"},
+        return Reply(tool_calls=(ToolCall("bash", {"command": f"yes compact-{n} | head -c 2000",
+                                                   "description": f"print a screenful ({n})"},
                                           f"call_sit_compact_{n}"),))
     return Reply(content="Printed them all.")
 
@@ -649,7 +654,7 @@ class Served:
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
-    server: "_Server"
+    server: _Server
 
     def log_message(self, *args) -> None:  # quiet
         pass
@@ -668,7 +673,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         if self.path.rstrip("/").endswith("/models"):
-            self._json(200, {"object": "list", "data": [{"id": MODEL, "object": "model", "created": 0, "owned_by": "copilot-otel-tests"}]})
+            self._json(200, {"object": "list", "data": [{"id": MODEL, "object": "model", "created": 0,
+                                                         "owned_by": "copilot-otel-tests"}]})
         else:
             self._json(404, {"error": {"message": "not found", "type": "invalid_request_error"}})
 
@@ -685,7 +691,8 @@ class _Handler(BaseHTTPRequestHandler):
             return
         ctx, reply = decide(body)
         behaviour, barg = behaviour_of(body, self.server.owner.behaviour)
-        if behaviour == "throttle" and reply.http_status == 200 and self.server.owner._throttled(body, barg or THROTTLE_ATTEMPTS):
+        if behaviour == "throttle" and reply.http_status == 200 and self.server.owner._throttled(body, barg
+                                                                                                 or THROTTLE_ATTEMPTS):
             reply = replace(reply, http_status=429, headers=(("retry-after", THROTTLE_RETRY_AFTER),))
         self.server.owner._record(
             Served(
@@ -713,7 +720,8 @@ class _Handler(BaseHTTPRequestHandler):
             return
         self._stream(body.get("model") or MODEL, reply, ctx, behaviour, barg)
 
-    def _complete(self, model: str, reply: Reply, ctx: Ctx | None, behaviour: str = "normal", barg: int | None = None) -> None:
+    def _complete(self, model: str, reply: Reply, ctx: Ctx | None, behaviour: str = "normal",
+                  barg: int | None = None) -> None:
         """The reply as one non-streamed chat.completion object."""
         message: dict = {"role": "assistant", "content": reply.content or None}
         if reply.tool_calls:
@@ -735,7 +743,8 @@ class _Handler(BaseHTTPRequestHandler):
             answer["copilot_usage"] = billed
         self._json(200, answer)
 
-    def _stream(self, model: str, reply: Reply, ctx: Ctx | None, behaviour: str = "normal", barg: int | None = None) -> None:
+    def _stream(self, model: str, reply: Reply, ctx: Ctx | None, behaviour: str = "normal",
+                barg: int | None = None) -> None:
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Cache-Control", "no-cache")
@@ -771,7 +780,8 @@ class _Handler(BaseHTTPRequestHandler):
         for piece in split(reply.content) if reply.content else ():
             send({"content": piece})
         for i, tc in enumerate(reply.tool_calls):
-            send({"tool_calls": [{"index": i, "id": tc.id, "type": "function", "function": {"name": tc.name, "arguments": ""}}]})
+            send({"tool_calls": [{"index": i, "id": tc.id, "type": "function", "function": {"name": tc.name,
+                                                                                            "arguments": ""}}]})
             for piece in split(json.dumps(tc.arguments)):
                 send({"tool_calls": [{"index": i, "function": {"arguments": piece}}]})
 
@@ -801,7 +811,7 @@ class _Server(ThreadingHTTPServer):
     # a request still finishing its reply is not left running after the with block.
     daemon_threads = True
     allow_reuse_address = True
-    owner: "ScriptedProvider"
+    owner: ScriptedProvider
 
     def process_request(self, request, client_address) -> None:
         """One thread per request, as ThreadingMixIn does, remembered so that close() can join it."""
@@ -834,13 +844,14 @@ class ScriptedProvider:
         self.served: list[Served] = []
 
     # lifecycle -----------------------------------------------------------------------
-    def start(self) -> "ScriptedProvider":
+    def start(self) -> ScriptedProvider:
         if self._server is not None:
             return self
         server = _Server(self._addr, self.handler_class)
         server.owner = self
         self._server = server
-        self._thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1}, name=THREAD_PREFIX, daemon=True)
+        self._thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1}, name=THREAD_PREFIX,
+                                        daemon=True)
         self._thread.start()
         return self
 
@@ -862,7 +873,7 @@ class ScriptedProvider:
         with self._lock:
             return [t for t in (self._thread, *self._requests) if t is not None]
 
-    def __enter__(self) -> "ScriptedProvider":
+    def __enter__(self) -> ScriptedProvider:
         return self.start()
 
     def __exit__(self, *exc) -> None:

@@ -30,12 +30,12 @@ class ServerProcess:
     def log_path(self) -> Path:
         return self.workdir / f"{self.name}.log"
 
-    def start(self) -> "ServerProcess":
+    def start(self) -> ServerProcess:
         raise NotImplementedError
 
     def _launch(self, argv: list[str]) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
-        log = open(self.log_path, "wb")
+        log = open(self.log_path, "wb")  # noqa: SIM115 - the process's log, handed to it and closed here
         try:
             self.proc = subprocess.Popen(argv, stdout=log, stderr=log, stdin=subprocess.DEVNULL)
         finally:

@@ -19,7 +19,7 @@ A refused request stores nothing, so a client that retries it delivers each span
 from __future__ import annotations
 
 import threading
-from typing import Callable
+from collections.abc import Callable
 import time
 import urllib.error
 import urllib.request
@@ -79,7 +79,8 @@ class ThrottlingGate(LoopbackEndpoints):
     """OTLP/gRPC + OTLP/HTTP in front of ``receiver``; throttles as told (see the module docstring)."""
 
     def __init__(self, receiver: OtlpReceiver, *, grpc_code: grpc.StatusCode = grpc.StatusCode.RESOURCE_EXHAUSTED,
-                 http_status: int = 429, retry_after: str | None | Callable[[], str] = "1", retry_info: float | None = None) -> None:
+                 http_status: int = 429, retry_after: str | Callable[[], str] | None = "1",
+                 retry_info: float | None = None) -> None:
         """``retry_after``: the Retry-After header of an HTTP refusal (None: none; a callable: made at each refusal,
         e.g. an HTTP date); ``retry_info``: the delay of the
         google.rpc.RetryInfo a gRPC refusal carries in its trailing metadata (None: none)."""
@@ -128,7 +129,7 @@ class ThrottlingGate(LoopbackEndpoints):
 
     # ---------------------------------------------------------------- lifecycle
 
-    def __enter__(self) -> "ThrottlingGate":
+    def __enter__(self) -> ThrottlingGate:
         self._executor = futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="otlp-gate")
         self._grpc = grpc.server(self._executor, options=[("grpc.max_receive_message_length", 64 << 20),
                                                          ("grpc.so_reuseport", 0)])
@@ -165,7 +166,7 @@ class _GrpcGate(trace_service_pb2_grpc.TraceServiceServicer):
     def __init__(self, gate: ThrottlingGate) -> None:
         self.gate = gate
 
-    def Export(self, request, context):  # noqa: N802 (grpc naming)
+    def Export(self, request, context):
         if not self.gate.policy.admit(_span_count(request)):
             if self.gate.retry_info is not None:
                 info = RetryInfo()
@@ -180,12 +181,12 @@ def _http_handler(gate: ThrottlingGate):
         def log_message(self, *args) -> None:
             pass
 
-        def do_POST(self) -> None:  # noqa: N802
+        def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
             try:
                 request = trace_service_pb2.ExportTraceServiceRequest.FromString(body)
                 spans = _span_count(request)
-            except Exception:  # compressed, or not protobuf: count it as one
+            except Exception:  # noqa: BLE001 - compressed, or not protobuf: count it as one
                 spans = 1
             if not gate.policy.admit(spans):
                 said = gate.retry_after() if callable(gate.retry_after) else gate.retry_after

@@ -138,7 +138,7 @@ class EventStream:
     def close(self) -> None:
         self.sock.close()
 
-    def __enter__(self) -> "EventStream":
+    def __enter__(self) -> EventStream:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -19,8 +19,10 @@ def test_every_name_shared_with_a_convention_module_has_its_value():
 
 def test_operation_names_are_the_conventions_values():
     values = gen_ai_attributes.GenAiOperationNameValues
-    assert (attrs.OP_INVOKE_AGENT, attrs.OP_CHAT, attrs.OP_EXECUTE_TOOL) == (
-        values.INVOKE_AGENT.value, values.CHAT.value, values.EXECUTE_TOOL.value)
+    assert (
+        values.INVOKE_AGENT.value, values.CHAT.value, values.EXECUTE_TOOL.value) == (attrs.OP_INVOKE_AGENT,
+                                                                                     attrs.OP_CHAT,
+                                                                                     attrs.OP_EXECUTE_TOOL)
 
 
 def test_attrs_imports_no_semconv():

@@ -105,7 +105,7 @@ def test_a_corrupt_checkpoint_is_refused_when_starting_afresh_would_count_twice(
     db = tmp_path / "checkpoint.sqlite"
     garbage = b"this is not a database" * 100
     db.write_bytes(garbage)
-    with pytest.raises(CheckpointError, match="is damaged .* move it aside .* --from-end"):
+    with pytest.raises(CheckpointError, match=r"is damaged .* move it aside .* --from-end"):
         Checkpoint(db, start_afresh=False)
     assert db.read_bytes() == garbage and list(tmp_path.glob("*.corrupt-*")) == []
 

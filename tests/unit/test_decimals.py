@@ -24,7 +24,7 @@ def test_a_counter_of_credits_shows_the_exact_sum_of_its_nano_aiu(nanos):
         seen.append(registry.get_sample_value("credits_total"))
         assert seen[-1] == round(sum(nanos[:len(seen)]) / 1e9, DIGITS)
     assert seen == sorted(seen)
-    line = next(l for l in generate_latest(registry).decode().splitlines() if l.startswith("credits_total "))
+    line = next(x for x in generate_latest(registry).decode().splitlines() if x.startswith("credits_total "))
     assert float(line.split()[1]) == sum(nanos) / 1e9
 
 

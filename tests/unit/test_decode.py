@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 
 import pytest
 from hypothesis import given, settings
@@ -23,14 +23,14 @@ def epoch_ns(moment: datetime) -> int:
 
 def test_the_cli_timestamp_form_to_nanoseconds():
     """The CLI's own form (milliseconds and Z) is read exactly, to the nanosecond."""
-    expected = epoch_ns(datetime(2026, 12, 3, 12, 1, 45, 787000, tzinfo=timezone.utc))
+    expected = epoch_ns(datetime(2026, 12, 3, 12, 1, 45, 787000, tzinfo=UTC))
     assert parse_timestamp(TS) == expected
 
 
 @pytest.mark.parametrize("text,moment", [
-    ("2026-12-03T13:01:45.787+01:00", datetime(2026, 12, 3, 12, 1, 45, 787000, tzinfo=timezone.utc)),
-    ("2026-12-03T12:01:45+00:00", datetime(2026, 12, 3, 12, 1, 45, tzinfo=timezone.utc)),
-    ("2026-12-03T12:01:45.123456Z", datetime(2026, 12, 3, 12, 1, 45, 123456, tzinfo=timezone.utc)),
+    ("2026-12-03T13:01:45.787+01:00", datetime(2026, 12, 3, 12, 1, 45, 787000, tzinfo=UTC)),
+    ("2026-12-03T12:01:45+00:00", datetime(2026, 12, 3, 12, 1, 45, tzinfo=UTC)),
+    ("2026-12-03T12:01:45.123456Z", datetime(2026, 12, 3, 12, 1, 45, 123456, tzinfo=UTC)),
 ])
 def test_other_iso_forms_with_a_zone(text, moment):
     """Any ISO-8601 time with a zone is read, whatever its offset and precision."""
@@ -173,7 +173,7 @@ def test_the_fast_timestamp_path_agrees_with_datetime(moment, digits):
     precision the path serves and beside it."""
     text = moment.strftime("%Y-%m-%dT%H:%M:%S") + (f".{moment.microsecond:06d}"[:digits + 1] if digits else "") + "Z"
     expected = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    delta = expected - datetime(1970, 1, 1, tzinfo=timezone.utc)
+    delta = expected - datetime(1970, 1, 1, tzinfo=UTC)
     want = (delta.days * 86_400 + delta.seconds) * 1_000_000_000 + delta.microseconds * 1_000
     assert parse_timestamp(text) == parse_timestamp(text) == want
 

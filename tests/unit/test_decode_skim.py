@@ -19,7 +19,8 @@ from copilot_otel.decode.events import DecodeError, Event
 from copilot_otel.model.sessions import HANDLED_TYPES, READ_TYPES
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
-REAL_LINES = [line for path in sorted(FIXTURES.rglob("events.jsonl")) for line in path.read_bytes().splitlines() if line]
+REAL_LINES = [line for path in sorted(FIXTURES.rglob("events.jsonl")) for line in path.read_bytes().splitlines()
+              if line]
 
 
 def same_reading(raw: bytes) -> None:
@@ -80,7 +81,8 @@ def test_type_words_inside_strings_do_not_fool_it(text, kind):
 def test_bad_bytes_in_a_skimmable_line_are_still_bad():
     """NUL bytes, invalid UTF-8 and a bad timestamp in a system.message line are rejected as in a full parse."""
     raw = next(line for line in REAL_LINES if line.startswith(b'{"type":"system.message"'))
-    for bad in (raw.replace(b"system prompt", b"system\x00prompt", 1), raw.replace(b"system prompt", b"system\xffprompt", 1),
+    for bad in (raw.replace(b"system prompt", b"system\x00prompt", 1), raw.replace(b"system prompt",
+                                                                                   b"system\xffprompt", 1),
                 raw.replace(b'"timestamp":"2', b'"timestamp":"x', 1)):
         assert bad != raw
         same_reading(bad)
@@ -104,5 +106,6 @@ def test_the_tail_and_its_agent_id_read_as_a_full_parse_does(agent, where, event
     agent_part = b',"agentId":' + orjson.dumps(agent)
     tail = (b',"id":' + orjson.dumps(event_id) + b',"timestamp":"2026-12-03T12:00:00.000Z","parentId":'
             + orjson.dumps(parent))
-    raw = head + (agent_part if where == "before_id" else b"") + tail + (agent_part if where == "after_parent" else b"") + b"}"
+    raw = head + (agent_part if where == "before_id" else b"") + tail + (agent_part if where == "after_parent"
+                                                                         else b"") + b"}"
     same_reading(raw)

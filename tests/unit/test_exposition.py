@@ -117,5 +117,5 @@ def test_the_daemons_registry_under_a_flood_of_tool_names(accept):
 def _only_process_figures_differ(a: bytes, b: bytes) -> bool:
     """The process collector reads CPU time and memory afresh at each render: those lines may differ."""
     lines_a, lines_b = a.split(b"\n"), b.split(b"\n")
-    return len(lines_a) == len(lines_b) and all(x == y or x.startswith(b"process_") and y.startswith(b"process_")
+    return len(lines_a) == len(lines_b) and all(x == y or (x.startswith(b"process_") and y.startswith(b"process_"))
                                                 for x, y in zip(lines_a, lines_b))

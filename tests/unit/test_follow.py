@@ -15,6 +15,7 @@ from copilot_otel.vocab import END_INCOMPLETE, IDLE, INCOMPLETE, WAITING_TOOL, M
 from tests.support.events import MODEL, SessionLog
 from tests.support.files import append
 from tests.support.model import label
+from datetime import UTC
 
 SID = "session-1"
 ROOT = "invoke_agent copilot"
@@ -105,7 +106,6 @@ def test_a_compacted_session_that_grows_is_rebuilt_and_delivers_only_what_is_new
     before = read(follower)
     follower.compact()
     assert follower.wake() is False  # nothing changed yet
-    old_size = path.stat().st_size
     old_entries = len(log.entries)
     log.resume()
     log.user("Again.")
@@ -311,11 +311,11 @@ def test_silence_is_counted_from_arrival_except_for_a_log_written_before_the_dae
     """seen_at: the monotonic time a read found new events; for history (a log written before the daemon
     started) that time less the last event's age, never more than now (a log stamped ahead is measured from
     its arrival)."""
-    from datetime import datetime, timedelta, timezone
+    from datetime import datetime, timedelta
     import time
 
     for age, history, expected in ((1000.0, False, 0.0), (1000.0, True, 1000.0), (-7200.0, True, 0.0)):
-        log = SessionLog(SID, start=datetime.now(timezone.utc) - timedelta(seconds=age))
+        log = SessionLog(SID, start=datetime.now(UTC) - timedelta(seconds=age))
         log.start()
         log.user()
         log.turn_start()

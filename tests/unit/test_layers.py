@@ -1,6 +1,7 @@
 """The package's rooms (its subpackages and top-level modules) import one another in one direction only."""
 
 import ast
+from itertools import pairwise
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "copilot_otel"
@@ -68,7 +69,7 @@ def test_no_two_rooms_import_each_other():
     """No cycle of imports between rooms (config -> export, never back; the web view never imports the daemon)."""
     graph = room_imports()
     cycle = _cycle(graph)
-    where = [f"{a} -> {b}: {sorted(graph[a][b])}" for a, b in zip(cycle, cycle[1:])] if cycle else []
+    where = [f"{a} -> {b}: {sorted(graph[a][b])}" for a, b in pairwise(cycle)] if cycle else []
     assert cycle is None, "import cycle between rooms:\n" + "\n".join(where)
 
 

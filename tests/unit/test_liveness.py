@@ -33,8 +33,10 @@ def test_a_live_session_reports_its_own_state(state):
     assert live_state(view(state, quiet_for=5), now=NOW, policy=POLICY, alive=alive(101)) == (state, 0.0)
 
 
-@pytest.mark.parametrize("state,tool,threshold", [(WORKING, None, STUCK_AFTER), (WAITING_TOOL, "view", STUCK_AFTER_TOOL),
-                                                  (WAITING_TOOL, "bash", 3600.0), (WAITING_TOOL, None, STUCK_AFTER_TOOL)])
+@pytest.mark.parametrize("state,tool,threshold", [(WORKING, None, STUCK_AFTER), (WAITING_TOOL, "view",
+                                                                                 STUCK_AFTER_TOOL),
+                                                  (WAITING_TOOL, "bash", 3600.0), (WAITING_TOOL, None,
+                                                                                   STUCK_AFTER_TOOL)])
 def test_past_its_threshold_a_session_at_work_is_stuck(state, tool, threshold):
     """Working: --stuck-after; waiting on a tool: that tool's own threshold, else --stuck-after-tool.
     Past it without an event, the session is stuck, with the seconds it has been quiet."""

@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 
 from copilot_otel.logreader import LogReader
-from copilot_otel.model.pipeline import Outputs
 from copilot_otel.replay.runner import ReplayStats, replay_session
 from copilot_otel.source.sources import UnreadableLog
 from copilot_otel.source.tail import read_all

@@ -1,4 +1,5 @@
-"""otlp_answers.py, pure: what each OTLP answer means (the same answers over real sockets: tests/component/test_backend_answers.py)."""
+"""otlp_answers.py, pure: what each OTLP answer means (the same answers over real sockets:
+tests/component/test_backend_answers.py)."""
 
 from __future__ import annotations
 
@@ -29,7 +30,8 @@ def meaning(answer: HttpAnswer, signal=TRACES) -> Receipt | str:
     (HttpAnswer(204, "No Content", "", b""), Receipt()),
     (HttpAnswer(200, "OK", "application/json", b'{"partialSuccess":{"rejectedSpans":"2","errorMessage":"x"}}'),
      Receipt(2, "x")),
-    (HttpAnswer(200, "OK", "application/x-protobuf", partial_success(0, "slow down\x1b[2J")), Receipt(0, "slow down [2J")),
+    (HttpAnswer(200, "OK", "application/x-protobuf", partial_success(0, "slow down\x1b[2J")), Receipt(0,
+                                                                                                      "slow down [2J")),
 ])
 def test_deliveries(answer, expected):
     """Protobuf whatever its parameters or spelling, an empty body, OTLP/JSON: deliveries, partial success read
@@ -40,12 +42,14 @@ def test_deliveries(answer, expected):
 @pytest.mark.parametrize("answer,says", [
     (HttpAnswer(200, "OK", "application/json", b"null"), "application/json that is no JSON object"),
     (HttpAnswer(200, "OK", "application/json", b'{"errors":[{"detail":"bad key"}]}'), "with a JSON error"),
-    (HttpAnswer(200, "OK", "application/json", b'{"partialSuccess":5}'), "JSON that is not an ExportTraceServiceResponse"),
+    (HttpAnswer(200, "OK", "application/json", b'{"partialSuccess":5}'),
+     "JSON that is not an ExportTraceServiceResponse"),
     (HttpAnswer(200, "OK", "", b"OK"), "with a body but no Content-Type, not an OTLP response"),
     (HttpAnswer(200, "OK", "text/html", b""), "with text/html, not an OTLP response"),
     (HttpAnswer(200, "OK", "application/x-protobuf", b"\0" * MAX_ANSWER_BYTES, truncated=True),
      f"with more than {MAX_ANSWER_BYTES} bytes of application/x-protobuf"),
-    (HttpAnswer(503, "Service Unavailable", "application/x-protobuf", Status(message="at capacity").SerializeToString()),
+    (HttpAnswer(503, "Service Unavailable", "application/x-protobuf",
+                Status(message="at capacity").SerializeToString()),
      "HTTP 503 Service Unavailable: at capacity"),
     (HttpAnswer(401, "Unauthorized", "text/html", b"<h1>no</h1>"),
      "HTTP 401 Unauthorized: are the credentials in OTEL_EXPORTER_OTLP_HEADERS right?"),

@@ -44,7 +44,8 @@ _RECORDS = st.builds(
     st.lists(st.tuples(st.integers(1, 2**128 - 1), st.integers(1, 2**64 - 1)), max_size=2).map(tuple))
 
 
-@given(st.lists(_RECORDS, min_size=1, max_size=3), _ATTRIBUTES.filter(lambda a: all(type(v) is str for v in a.values())))
+@given(st.lists(_RECORDS, min_size=1, max_size=3), _ATTRIBUTES.filter(lambda a: all(type(v) is str
+                                                                                    for v in a.values())))
 @settings(max_examples=150, deadline=None)
 def test_a_request_is_byte_for_byte_what_orjson_writes(records, resource):
     """Ints, floats (every exponent form), bools, arrays and strings, span events and links: each request line

@@ -4,7 +4,7 @@ import ast
 import re
 import sys
 import tomllib
-from functools import lru_cache
+from functools import cache
 from importlib import metadata
 from pathlib import Path
 
@@ -39,18 +39,19 @@ def _imports() -> dict[str, set[str]]:
     return found
 
 
-@lru_cache(maxsize=None)
+@cache
 def _files_of(dist: str) -> tuple[str, ...]:
     return tuple(str(f) for f in metadata.distribution(dist).files or ())
 
 
-@lru_cache(maxsize=None)
+@cache
 def _distributions_of() -> dict[str, list[str]]:
     return metadata.packages_distributions()
 
 
 def _providers(module: str) -> set[str]:
-    """The installed distributions that hold this module (by their RECORD), e.g. google.rpc -> googleapis-common-protos."""
+    """The installed distributions that hold this module (by their RECORD), e.g. google.rpc ->
+    googleapis-common-protos."""
     parts = module.split(".")
     candidates = _distributions_of().get(parts[0], [])
     for depth in range(len(parts), 0, -1):

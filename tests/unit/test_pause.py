@@ -46,7 +46,8 @@ def test_drive_stops_at_its_next_event_while_a_render_runs(tmp_path):
             yield item
 
     out = Outputs()
-    reader = threading.Thread(target=drive, args=(SessionModel("s1"), one_at_a_time(), out), kwargs={"source": "t", "pause": PAUSE})
+    reader = threading.Thread(target=drive, args=(SessionModel("s1"), one_at_a_time(), out), kwargs={"source": "t",
+                                                                                                     "pause": PAUSE})
     with PAUSE.rendering():
         reader.start()
         wait_for(lambda: pulled)

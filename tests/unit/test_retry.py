@@ -27,7 +27,7 @@ SIGNAL = Signal("traces", "v1/traces", "/x", None, "rejected_spans", "spans", "O
 
 @given(failures=st.integers(1, 200), draw=st.floats(0, 1, exclude_max=True))
 def test_a_retryable_failure_waits_a_full_jitter_draw_below_the_growing_ceiling(failures, draw):
-    """The n-th failure in a row waits draw × min(maximum, initial × 2^(n-1)): anywhere from 0 to the ceiling."""
+    """The n-th failure in a row waits draw * min(maximum, initial * 2^(n-1)): anywhere from 0 to the ceiling."""
     policy = RetryPolicy(initial=0.5, maximum=30.0)
     ceiling = min(30.0, 0.5 * 2 ** (failures - 1))
     assert policy.delay(failures, ExportError("down"), lambda: draw) == pytest.approx(ceiling * draw)
@@ -46,7 +46,7 @@ def test_a_misconfigured_destination_is_asked_again_slowly_not_dropped():
     backoff from the first failure on (the spans stay behind the checkpoint; fixing the setting loses nothing)."""
     policy = RetryPolicy(initial=0.5, maximum=30.0)
     error = ExportError("404", retryable=False)
-    assert [policy.delay(1, error, lambda: d) for d in (0.0, 0.999)] == [15.0, pytest.approx(29.985)]
+    assert [policy.delay(1, error, lambda d=d: d) for d in (0.0, 0.999)] == [15.0, pytest.approx(29.985)]
 
 
 def test_the_answers_say_which_failures_the_specification_retries():

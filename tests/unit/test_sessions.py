@@ -247,7 +247,8 @@ def test_subagent_spans_hang_under_the_task_call():
     assert sorted(label(s) for s in child_turns) == ["turn 0", "turn 1"]
     child_turn0 = next(s for s in child_turns if label(s) == "turn 0")
     assert fed.one("execute_tool bash").parent_span_id == child_turn0.span_id
-    assert (sub.status, sub.attributes[A.COPILOT_SUBAGENT_TOTAL_TOKENS], sub.attributes[A.COPILOT_SUBAGENT_TOOL_CALLS]) \
+    assert (sub.status, sub.attributes[A.COPILOT_SUBAGENT_TOTAL_TOKENS],
+            sub.attributes[A.COPILOT_SUBAGENT_TOOL_CALLS]) \
         == (STATUS_OK, 321, 1)
     assert fed.total(Metric.TURNS, "helper") == 2 and fed.total(Metric.TURNS, MAIN_AGENT) == 2
     # Only the main agent's loop counts as an end of the loop; the sub-agent's answer does not.

@@ -32,7 +32,7 @@ def dead_pid() -> int:
     return child.pid
 
 
-def write_session(root, session_id: str, log: SessionLog, *, pids=()) -> "os.PathLike":
+def write_session(root, session_id: str, log: SessionLog, *, pids=()) -> os.PathLike:
     folder = root / "session-state" / session_id
     folder.mkdir(parents=True)
     (folder / "events.jsonl").write_bytes(log.jsonl())

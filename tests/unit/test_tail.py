@@ -48,7 +48,7 @@ def test_appends_are_read_once_each(tmp_path):
     second = tail.read()
     assert ids(first.items) + ids(second.items) == [e["id"] for e in log.entries]
     assert (first.restarted, second.restarted) == (None, None)
-    assert [(e.offset, e.line) for e in second.items][0] == (sum(len(line) + 1 for line in lines[:4]), 5)
+    assert (second.items[0].offset, second.items[0].line) == (sum(len(line) + 1 for line in lines[:4]), 5)
     assert (tail.offset, tail.line) == (path.stat().st_size, len(lines))
     assert tail.read().items == []
 
