@@ -6,6 +6,7 @@ from . import attrs as A
 from . import spanattrs
 from ..decode.events import Event
 from .records import KIND_INTERNAL, STATUS_OK, SpanEvent, span_id_for
+from .messages import Transcript, result_text
 from .spanattrs import Capture
 from .openwork import Agent, OpenSpan, Outbox
 from .summary import Tally
@@ -16,11 +17,12 @@ from ..vocab import CANCELLED, FAILURE, INCOMPLETE, OUT_OF_ORDER, SUCCESS, Metri
 class ToolBook:
     """Open tool spans by toolCallId, and open sub-agent spans by the toolCallId of their task call."""
 
-    def __init__(self, session_id: str, capture: Capture, out: Outbox, tally: Tally) -> None:
+    def __init__(self, session_id: str, capture: Capture, out: Outbox, tally: Tally, talk: Transcript) -> None:
         self.session_id = session_id
         self.tally = tally
         self.capture = capture
         self.out = out
+        self.talk = talk
         self.tools: dict[str, tuple[OpenSpan, Agent]] = {}  # toolCallId -> (span, the agent that called it)
         self.subagents: dict[str, OpenSpan] = {}  # toolCallId of the task call -> invoke_agent span
         # Call ids of tools and sub-agents cut off (abort, crash): their late completion is expected, not an anomaly.
@@ -72,9 +74,11 @@ class ToolBook:
     def _finish(self, span: OpenSpan, agent: Agent, end_ns: int, view: ToolEnd) -> None:
         if view.exit_code is not None:
             span.attributes[A.PROCESS_EXIT_CODE] = view.exit_code
-        result = self.capture.text(view.result)
+        result = self.capture.text(result_text(view.result))
         if result is not None:
             span.attributes[A.GEN_AI_TOOL_CALL_RESULT] = result
+        self.talk.tool_done(agent.talk, str(span.attributes[A.GEN_AI_TOOL_CALL_ID]), view.result,
+                            None if view.success else view.error_message or "failed")
         if view.success:
             self.out.span(span.close(end_ns, status=STATUS_OK))
         else:
