@@ -100,16 +100,15 @@ class ToolBook:
 
     def waited_on_user(self, call_id: str | None, asked_ns: int, answered_ns: int, result: str | None) -> None:
         """The running tool ``call_id`` waited from ``asked_ns`` to ``answered_ns`` on a person's permission: an
-        event on its span, and the wait kept out of its run time (``copilot.tool.user_wait_ms``)."""
+        event on its span, and the wait kept out of its run time (``github.copilot.tool.user_wait.duration``)."""
         entry = self.tools.get(call_id) if call_id else None
         if entry is None:
             return
         span = entry[0]
-        wait_ms = max(0, answered_ns - asked_ns) / 1e6
-        span.attributes[A.COPILOT_TOOL_USER_WAIT_MS] = span.attributes.get(A.COPILOT_TOOL_USER_WAIT_MS, 0.0) + wait_ms
+        wait = max(0, answered_ns - asked_ns) / 1e9
+        span.attributes[A.COPILOT_TOOL_USER_WAIT] = span.attributes.get(A.COPILOT_TOOL_USER_WAIT, 0.0) + wait
         span.events.append(SpanEvent(A.COPILOT_PERMISSION_EVENT, answered_ns,
-                                     {"copilot.permission.result": result or "unknown",
-                                      "copilot.permission.wait_ms": wait_ms}))
+                                     {A.COPILOT_PERMISSION_RESULT: result or "unknown", A.COPILOT_PERMISSION_WAIT: wait}))
 
     def _count(self, span: OpenSpan, agent: Agent, outcome: str) -> None:
         tool = str(span.attributes[A.GEN_AI_TOOL_NAME])
@@ -118,7 +117,7 @@ class ToolBook:
         if outcome not in (SUCCESS, INCOMPLETE):  # cut off by the end of its session: no failure it reported
             self.tally.tool_failures += 1
         self.out.count(Metric.TOOL_CALLS, tool, outcome, span=span)
-        waited_ns = int(span.attributes.get(A.COPILOT_TOOL_USER_WAIT_MS, 0.0) * 1e6)  # a person's, not the tool's
+        waited_ns = int(span.attributes.get(A.COPILOT_TOOL_USER_WAIT, 0.0) * 1e9)  # a person's, not the tool's
         self.out.count(Metric.TOOL_DURATION, tool, value=max(0, span.end_ns - span.start_ns - waited_ns) / 1e9,
                        span=span)
 
