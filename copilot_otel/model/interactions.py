@@ -223,7 +223,8 @@ class AgentLoop:
         self.tally.last_end = how
         root.attributes[A.COPILOT_INTERACTION_END] = how
         root.attributes.update(spanattrs.invocation_totals(self.main.totals))
-        self.talk.release(self.main.talk)
+        for agent in self.agents.values():  # calls whose answer did not come go before their root ends
+            self.talk.release(agent.talk)
         self.talk.invocation(self.main.talk, root.attributes, prompt=False)
         self.out.count(Metric.INTERACTIONS, how)
         if how in LOOP_ENDS:
