@@ -26,7 +26,7 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
-from tests.support.net import LOOPBACK, free_ports, wait_until
+from tests.support.net import LOOPBACK, answers_ok, free_ports, wait_until
 
 PHOENIX = Path(sys.executable).parent / "phoenix"
 START_TIMEOUT = 600.0  # seconds: a 2-core machine that other test runs load can take minutes
@@ -67,11 +67,7 @@ class Phoenix:
         if self._process is not None and self._process.poll() is not None:
             tail = (self.workdir / "phoenix.log").read_bytes()[-2000:].decode(errors="replace")
             raise RuntimeError(f"phoenix serve exited {self._process.returncode}: {tail}")
-        try:
-            with urllib.request.urlopen(f"{self.base}/healthz", timeout=5) as answer:
-                return answer.status == 200
-        except OSError:
-            return False
+        return answers_ok(f"{self.base}/healthz", timeout=5)
 
     def __exit__(self, *exc) -> None:
         self.stop()

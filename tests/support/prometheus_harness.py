@@ -12,7 +12,7 @@ import urllib.request
 from pathlib import Path
 
 from tests.support.deploy import require_tool
-from tests.support.net import free_port, wait_until
+from tests.support.net import answers_ok, free_port, wait_until
 
 
 class Prometheus:
@@ -60,11 +60,7 @@ class Prometheus:
     def _ready(self) -> bool:
         if self.proc.poll() is not None:
             raise AssertionError(f"prometheus exited: {(self.workdir / 'prometheus.log').read_text()[-2000:]}")
-        try:
-            with urllib.request.urlopen(f"{self.url}/-/ready", timeout=1) as response:
-                return response.status == 200
-        except OSError:
-            return False
+        return answers_ok(f"{self.url}/-/ready")
 
     def query(self, expr: str) -> list[dict]:
         """An instant query; returns the result vector (raises on a PromQL error)."""
