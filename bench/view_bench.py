@@ -123,7 +123,7 @@ def page_latency(daemon, home: Path, browser: Browser, samples: int) -> None:
     idle = json.loads(get_ms(f"{base}/api/sessions?state=idle&limit=500")[1])["sessions"]
     ids = [s["id"] for s in idle][:samples]
     page = browser.page()
-    page.goto(f"{base}/?state=waiting_tool&token={daemon.token}")  # as `copilot-otel open` does; then the cookie
+    page.goto(f"{base}/?state=waiting_tool#token={daemon.token}")  # as `copilot-otel open` lands
     page.wait_for_selector("#status.live")
     page.evaluate(OBSERVER)
     delays = []
@@ -161,8 +161,8 @@ def idle_cpu(daemon, browser: Browser, duration: float, settle: float) -> None:
           f"RSS {rss_mb(daemon.pid):.1f} MB")
     first = json.loads(get_ms(f"{base}/api/sessions?limit=1")[1])["sessions"][0]["id"]
     sessions, session = browser.page(), browser.page()
-    sessions.goto(f"{base}/?token={daemon.token}")
-    session.goto(f"{base}/session/{first}?token={daemon.token}")
+    sessions.goto(f"{base}/#token={daemon.token}")
+    session.goto(f"{base}/session/{first}#token={daemon.token}")
     sessions.wait_for_selector("#status.live")
     session.wait_for_selector(".span")
     time.sleep(settle)

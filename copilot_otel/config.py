@@ -12,24 +12,8 @@ from urllib.parse import urlparse
 from msgspec import Struct, field
 from msgspec.structs import force_setattr
 
-from .export.otlp_settings import (  # noqa: F401 (the OTLP settings' names are read from here too)
-    DEFAULT_OTLP_TIMEOUT,
-    ENV_METRICS_EXPORTER,
-    ENV_OTLP_ENDPOINT,
-    ENV_OTLP_HEADERS,
-    ENV_OTLP_METRICS_ENDPOINT,
-    ENV_OTLP_METRICS_HEADERS,
-    ENV_OTLP_METRICS_PROTOCOL,
-    ENV_OTLP_PROTOCOL,
-    ENV_OTLP_TRACES_ENDPOINT,
-    ENV_OTLP_TRACES_HEADERS,
-    ENV_OTLP_TRACES_PROTOCOL,
-    ENV_TRACES_EXPORTER,
-    METRICS_EXPORTERS,
-    PROTOCOLS,
-    TRACES_EXPORTERS,
-    OtlpSettings,
-)
+from .export.otlp_settings import OtlpSettings
+from .export.limits import DEFAULT_MAX_LABEL_VALUES, DEFAULT_MAX_REQUEST_BYTES, MIN_MAX_REQUEST_BYTES
 from .base.parsing import ConfigError  # noqa: F401 (every front end catches it from here)
 from .base.parsing import parse_bool as _parse_bool
 from .base.parsing import DURATION_HINT, duration_seconds
@@ -59,12 +43,6 @@ DEFAULT_MAX_BUFFERED_SPANS = 20_000
 DEFAULT_TRACES_FILE_MAX_BYTES = 100 * 1024 * 1024
 DEFAULT_TRACES_FILE_BACKUPS = 10
 DEFAULT_GIVE_UP_AFTER = 600.0  # replay: seconds a backend may refuse one batch before the replay stops
-DEFAULT_MAX_REQUEST_BYTES = 4 * 1024 * 1024  # the OpenTelemetry Collector's default gRPC message limit
-MIN_MAX_REQUEST_BYTES = 64 * 1024
-# Distinct values per metric label (tool, model, agent); the rest are "other". Each tool value costs 19
-# series (its calls and duration histogram) and ~0.2 ms of every scrape: at 100, /metrics stays under
-# 200 KiB and 50 ms however many names a log invents (bench/attack_bench.py).
-DEFAULT_MAX_LABEL_VALUES = 100
 MIN_MAX_LINE_BYTES = 1024
 MIN_IDLE_QUIET = 0.05
 
@@ -118,6 +96,8 @@ class Config(Struct, frozen=True):
     rescan_interval: float = DEFAULT_RESCAN_INTERVAL
     poll: bool = False
     from_start: bool = True
+    # Also export logs whose last event is older than the state folder's first start (history; run only).
+    backfill: bool = False
     max_buffered_spans: int = DEFAULT_MAX_BUFFERED_SPANS
     # A session waiting on a tool is stuck after stuck_after_tool seconds, or its tool's own (tool, seconds).
     stuck_after_tool: float = DEFAULT_STUCK_AFTER_TOOL
@@ -238,7 +218,9 @@ class Config(Struct, frozen=True):
     @property
     def daemon_socket(self) -> Path:
         """The daemon's Unix socket, where the commands ask it (to this uid only)."""
-        return self.state_dir / "daemon.sock"
+        from .base.owner import SOCKET_NAME
+
+        return self.state_dir / SOCKET_NAME
 
 
 _HOST_NAME = re.compile(r"(\*\.)?[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?(\.[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?)*")
@@ -305,6 +287,7 @@ _ENV_FIELDS: dict[str, Callable[[str, str], Any]] = {
     "idle_quiet": _parse_seconds,
     "rescan_interval": _parse_seconds,
     "poll": _parse_bool,
+    "backfill": _parse_bool,
     "max_buffered_spans": _parse_int,
     "max_request_bytes": _parse_int,
     "max_label_values": _parse_int,

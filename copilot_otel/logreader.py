@@ -13,7 +13,7 @@ from pathlib import Path
 
 from .config import DEFAULT_MAX_LINE_BYTES
 from .model.options import ModelOptions
-from .model.pipeline import Outputs, Warn, drive, finish
+from .model.pipeline import Outputs, Pause, Warn, drive, finish
 from .model.sessions import READ_TYPES, SessionModel, read_types
 from .source.sources import UnreadableLog, session_id_of
 from .source.tail import FileTail, ReadResult
@@ -33,13 +33,14 @@ class LogReader:
     def __init__(self, path: Path, options: ModelOptions = ModelOptions(), *, session_id: str | None = None,
                  max_line_bytes: int = DEFAULT_MAX_LINE_BYTES, keep: Collection[str] | None = READ_TYPES,
                  within: Path | None = None, summaries: bool = True, metrics: bool = True, live_idle: bool = False,
-                 warn: Warn | None = None) -> None:
+                 warn: Warn | None = None, pause: Pause | None = None) -> None:
         self.path = path if isinstance(path, Path) else Path(path)  # a Path is kept: parsing one again is half the cost
         self.session_id = session_id_of(self.path) if session_id is None else session_id
         self.options = options
         self.max_line_bytes = max_line_bytes
         self.keep = keep = read_types(options) if keep is READ_TYPES else keep
         self._warn = {} if warn is None else {"warn": warn}  # None: drive's own (the pipeline's logger)
+        self._pause = pause  # the daemon's reader gives way to /metrics renders; the commands need not
         self._model_args = {"summaries": summaries, "metrics": metrics, "live_idle": live_idle}
         self.within = within
         self.tail = FileTail(self.path, max_line_bytes=max_line_bytes, keep=keep, within=within)
@@ -71,7 +72,7 @@ class LogReader:
     def drive(self, items: list, out: Outputs, *, warn: Warn | None = None, floor: int = -1) -> Outputs:
         """Apply read items to the model into ``out`` (``floor``: see pipeline.drive)."""
         warned = self._warn if warn is None else {"warn": warn}
-        return drive(self.model, items, out, source=str(self.path), floor=floor, **warned)
+        return drive(self.model, items, out, source=str(self.path), floor=floor, pause=self._pause, **warned)
 
     def read_to_end(self, out: Outputs | None = None) -> Outputs:
         """Every complete line there is now, driven into ``out``; raises UnreadableLog when it cannot be read."""

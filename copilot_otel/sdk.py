@@ -28,6 +28,7 @@ from .export.queue import ExportQueue
 from .export.metrics import LiveSession, Metrics
 from .model.pipeline import Outputs, drive, finish
 from .model.sessions import SessionModel
+from .export.resource import resource_of
 from .export.sinks import make_sink
 from .export.contract import SpanSink
 from .vocab import IDLE
@@ -184,7 +185,8 @@ def attach(session: Any, *, config: Config | None = None, traces_file: str | Pat
     owns_sink = sink is None
     if sink is None:
         sink = make_sink(traces_file=config.traces_file, otlp=config.otlp, default_file=config.default_traces_file,
-                         rotation=config.traces_rotation, strict=not config.no_strict_modes)
+                         rotation=config.traces_rotation, strict=not config.no_strict_modes,
+                         resource=resource_of(config))
     shared = _shared_for(registry, repository_label=not config.no_repository_label)
     if metrics_address is not None:
         serve_metrics(shared.metrics.registry, metrics_address, allowed_hosts=config.allowed_hosts)

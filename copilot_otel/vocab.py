@@ -109,3 +109,7 @@ UNREPORTED = "unreported"
 # What the model reports about input it could not use (besides what it exports).
 DUPLICATE_ID = "duplicate_id"  # an event id seen before: counted as a rejected line
 OUT_OF_ORDER = "out_of_order"  # an end whose start is not open: copilot_otel_events_out_of_order_total
+# A value from a log that was clamped or cut to be usable: the reasons of copilot_otel_values_clamped_total.
+OUT_OF_RANGE = "out_of_range"  # a metric value beyond int64 (or not a number): clamped to int64
+TOO_DEEP = "too_deep"  # JSON nested deeper than the parser goes: that part kept as text
+CLAMP_REASONS = (OUT_OF_RANGE, TOO_DEEP)

@@ -27,14 +27,16 @@ step() {
 
 [ -x .venv/bin/python ] || step python3 -m venv .venv
 step .venv/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip
-step .venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
+step .venv/bin/python -m pip install --quiet --disable-pip-version-check -r requirements-test.lock -e '.[test]'
 step npm install --prefix tests/cli --no-audit --no-fund --no-package-lock --no-update-notifier --loglevel=error
 
-# Debian packages: prometheus (prometheus, promtool), systemd (systemd-analyze for the unit file),
+# Debian packages: prometheus (prometheus, promtool), prometheus-alertmanager (the fleet test's pages),
+# systemd (systemd-analyze for the unit files),
 # chromium (Playwright cannot download a browser of its own here; the tests use /usr/bin/chromium).
 missing=""
 command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1 || missing="$missing prometheus"
 command -v systemd-analyze >/dev/null 2>&1 || missing="$missing systemd"
+command -v prometheus-alertmanager >/dev/null 2>&1 || missing="$missing prometheus-alertmanager"
 [ -x /usr/bin/chromium ] || missing="$missing chromium"
 if [ -n "$missing" ]; then
     SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"

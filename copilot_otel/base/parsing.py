@@ -10,14 +10,6 @@ class ConfigError(ValueError):
     """A configuration problem, with a message that says how to fix it."""
 
 
-def parse_float(variable: str, text: str) -> float:
-    """A number, or a ConfigError naming ``variable``."""
-    try:
-        return float(text)
-    except ValueError:
-        raise ConfigError(f"{variable}={text!r} is not a number") from None
-
-
 def parse_int(variable: str, text: str) -> int:
     """A whole number, or a ConfigError naming ``variable``."""
     try:

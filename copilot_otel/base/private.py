@@ -122,6 +122,27 @@ def touch_private(path: Path) -> Path:
 def write_private(path: Path, data: bytes, *, mode: int = PRIVATE_FILE) -> None:
     """Replace ``path`` with ``data`` at once (a new temp file of a name no one can guess, then a rename): a
     reader never sees half of it. ``mode``: 0600, or more for a file another user must read."""
+    _publish(path, data, mode, lambda temp: os.replace(temp, path))
+
+
+def write_new_private(path: Path, data: bytes) -> bool:
+    """Create ``path`` 0600 holding ``data`` whole, unless it exists (then it is left as it is): written to a temp
+    file of a name no one can guess, then linked in place, which never follows or replaces what is there. True if
+    this call created it. Raises OSError."""
+
+    def link(temp: str) -> bool:
+        try:
+            os.link(temp, path, follow_symlinks=False)
+        except FileExistsError:
+            return False
+        return True
+
+    return _publish(path, data, PRIVATE_FILE, link)
+
+
+def _publish(path: Path, data: bytes, mode: int, put_in_place):
+    """Write ``data`` to a new temp file beside ``path`` (``mode``, synced), then ``put_in_place(temp)``; the temp
+    file never outlives the call. Returns what ``put_in_place`` returns."""
     import tempfile  # here: with shutil, random, bz2 and lzma it cost every start 15 M instructions (issue 25)
 
     fd, temp = tempfile.mkstemp(dir=Path(path).parent, prefix=f".{Path(path).name}.", suffix=".tmp")
@@ -131,7 +152,6 @@ def write_private(path: Path, data: bytes, *, mode: int = PRIVATE_FILE) -> None:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
-        os.replace(temp, path)
-    except BaseException:
+        return put_in_place(temp)
+    finally:
         Path(temp).unlink(missing_ok=True)
-        raise

@@ -15,6 +15,8 @@ import logging
 import re
 from functools import cache
 
+from .redact import redact
+
 # Categories Cc, Cf, Zl, Zp and Cs (Unicode 15.1; tests/unit/test_safe_text.py checks them against the
 # running Python's unicodedata), written out: computing them costs a third of a second at each start.
 _RANGES = ((0x00, 0x1F), (0x7F, 0x9F), (0xAD, 0xAD), (0x600, 0x605), (0x61C, 0x61C), (0x6DD, 0x6DD),
@@ -60,6 +62,14 @@ def safe(text: str) -> str:
     return unsafe().sub(_escaped, text)
 
 
+def say(message: str) -> None:
+    """One line on stderr, ``copilot-otel: ...``, whatever it quotes (paths, ids, reasons) escaped for the terminal
+    and its secrets hidden (an endpoint's password, a key: ``redact.redact``)."""
+    import click
+
+    click.echo(f"copilot-otel: {safe(redact(message))}", err=True)
+
+
 def safe_lines(text: str) -> str:
     """Like :func:`safe`, keeping the newlines (a traceback)."""
     return "\n".join(safe(line) for line in text.split("\n"))
@@ -81,13 +91,14 @@ def safe_json(document: bytes) -> bytes:
 
 
 class SafeFormatter(logging.Formatter):
-    """Log lines with whatever they quote escaped: a message is always one line, a traceback keeps its lines."""
+    """Log lines with whatever they quote escaped and their secrets hidden (``redact.redact``: a URL's password
+    and query values, ``token=`` and the like): a message is always one line, a traceback keeps its lines."""
 
     def formatMessage(self, record: logging.LogRecord) -> str:
-        return safe(super().formatMessage(record))
+        return safe(redact(super().formatMessage(record)))
 
     def formatException(self, ei) -> str:
-        return safe_lines(super().formatException(ei))
+        return safe_lines(redact(super().formatException(ei)))
 
     def formatStack(self, stack_info: str) -> str:
-        return safe_lines(super().formatStack(stack_info))
+        return safe_lines(redact(super().formatStack(stack_info)))

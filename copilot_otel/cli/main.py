@@ -29,6 +29,7 @@ from .flags import (BUDGETS_FILE, DURATION, COPILOT_HOME, LOG_LEVEL, MAX_LINE_BY
                     STRICT_MODES, TRACE_URL_HELP, WEB_VIEW_COST, access_options, export_options, option,
                     reading_options, repository_option, stuck_options, Duration)
 from ..base.safe_text import safe, safe_json
+from ..base.safe_text import say as _say
 from ..base.strictmodes import check_output_file, check_state_dir
 from ..vocab import SESSION_STATES
 
@@ -55,11 +56,6 @@ def _setup_logging(level: str) -> None:
     logging.basicConfig(level=level.upper(), handlers=[handler])
     # The OTel SDK logs a malformed header with its value, which may be a token: never let it through.
     logging.getLogger("opentelemetry.util.re").setLevel(logging.ERROR)
-
-
-def _say(message: str) -> None:
-    """One line on stderr, whatever it quotes escaped for the terminal."""
-    click.echo(f"copilot-otel: {safe(message)}", err=True)
 
 
 def _fail(message: str, code: int = EXIT_USAGE) -> None:
@@ -117,6 +113,7 @@ def replay(paths, log_level, metrics_file, workers, rate, give_up_after, restart
     from ..replay.ledger import LedgerBusy
     from ..replay.runner import SourceError, resolve
     from ..replay.job import METRICS_REFUSED, replay_logs, replay_stdin, report, write_metrics
+    from ..export.resource import resource_of
     from ..export.sinks import make_sink
     from ..base.workers import one_run_collector
 
@@ -132,7 +129,7 @@ def replay(paths, log_level, metrics_file, workers, rate, give_up_after, restart
         files = [] if from_stdin else resolve(paths or [config.copilot_home])
         sink = make_sink(traces_file=config.traces_file, otlp=config.otlp, default_file=config.default_traces_file,
                          max_request_bytes=config.max_request_bytes, rotation=config.traces_rotation,
-                         strict=strict)
+                         strict=strict, resource=resource_of(config))
     except (ConfigError, SourceError) as exc:
         _fail(str(exc))
         return
@@ -309,6 +306,9 @@ def sessions(state, repository, since, json, from_files, log_level, **options) -
         help="Seconds between rescans that back up the file watcher.")
 @option("from-end", is_flag=True, default=False,
         help="On first start, skip the history already in the files.")
+@option("backfill", is_flag=True, default=False,
+        help="Also export the sessions whose last event is older than the state folder's first start "
+             "(left out by default: a restored home's old sessions are not this machine's).")
 @option("idle-quiet", type=Duration(MIN_IDLE_QUIET), default=DEFAULT_IDLE_QUIET, show_default=True,
         help="Seconds of silence after a final answer that confirm the agent loop went idle.")
 @option("max-buffered-spans", type=click.IntRange(min=1), default=DEFAULT_MAX_BUFFERED_SPANS, show_default=True,
@@ -320,11 +320,11 @@ def sessions(state, repository, since, json, from_files, log_level, **options) -
 @access_options
 @BUDGETS_FILE
 @STRICT_MODES
-def run(log_level, poll, rescan_interval, from_end, idle_quiet, max_buffered_spans, trace_url, max_label_values,
-        **options) -> None:
+def run(log_level, poll, rescan_interval, from_end, backfill, idle_quiet, max_buffered_spans, trace_url,
+        max_label_values, **options) -> None:
     """The daemon: follow every session under COPILOT_HOME, export spans, serve /metrics and the web view.
 
-    The web view and its JSON answer only with the token made at each start (`copilot-otel open`
+    The web view's data (/api/) answers only with the token made at each start (`copilot-otel open`
     opens the page with it); /metrics and /healthz answer scrapers. The commands reach the daemon
     on its Unix socket in the state folder.
     """
@@ -334,7 +334,7 @@ def run(log_level, poll, rescan_interval, from_end, idle_quiet, max_buffered_spa
     disable_created_series()
     _setup_logging(log_level)
     try:
-        config = build_config(poll=poll, rescan_interval=rescan_interval, from_start=not from_end,
+        config = build_config(poll=poll, rescan_interval=rescan_interval, from_start=not from_end, backfill=backfill,
                               idle_quiet=idle_quiet, max_buffered_spans=max_buffered_spans, trace_url=trace_url,
                               max_label_values=max_label_values, **options)
     except ConfigError as exc:
@@ -359,7 +359,7 @@ def run(log_level, poll, rescan_interval, from_end, idle_quiet, max_buffered_spa
 def view(paths, address, log_level, **options) -> None:
     """Serve the web view over session logs (folders, events.jsonl files or a COPILOT_HOME), without the daemon.
 
-    The pages answer only with the token made at start: `copilot-otel open --metrics-address
+    The pages show data only with the token made at start: `copilot-otel open --metrics-address
     HOST:PORT` (this --address) opens them with it.
     """
     from ..web.routes import run_view
@@ -381,9 +381,11 @@ def view(paths, address, log_level, **options) -> None:
 def open_view(print_url, **options) -> None:
     """Open the web view in your browser with its token (which the daemon or `view` keeps in the state folder).
 
-    The token goes only to a server of your own user: if another user holds the port, nothing is opened.
+    The browser is given a 0600 page in the state folder that sends it on with the token, never the token
+    itself: another user can read every command line. The token goes only to a server of your own user: if
+    another user holds the port, nothing is opened.
     """
-    from ..web.access import read_token_file, token_file
+    from ..web.access import opener_file, read_token_file, token_file, with_token, write_opener
     from ..base.owner import describe_uid, listener_uid
 
     try:
@@ -400,16 +402,21 @@ def open_view(print_url, **options) -> None:
     if holder is None and os.path.exists("/proc/net/tcp"):
         _fail(f"nothing listens on {host}:{port}: the daemon (or `view`) that made the token is not running",
               EXIT_EXPORT_FAILED)
-    with_token = f"{url}?token={token}"
     if print_url:
-        click.echo(with_token)
+        click.echo(with_token(url, token))
         return
+    opener = opener_file(config.state_dir, port)
+    try:
+        check_state_dir(config.state_dir)
+        write_opener(opener, url, token)
+    except (ConfigError, OSError) as exc:
+        _fail(f"cannot write {opener}: {getattr(exc, 'strerror', None) or exc}; use --print-url", EXIT_EXPORT_FAILED)
     import webbrowser
 
-    if webbrowser.open(with_token):
+    if webbrowser.open(opener.as_uri()):
         click.echo(f"opened {url} in your browser", err=True)
     else:
-        click.echo(f"no browser found here; open {with_token}")
+        click.echo(f"no browser found here; open {with_token(url, token)}")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,7 +1,7 @@
 """The daemon: wiring, scheduling, health and shutdown. Discover -> follow -> pipeline -> export / metrics.
 
 One reader thread (``run``) owns every session model. After each pass it publishes one frozen
-:class:`~copilot_otel.daemon.published.Published` (a Liveness per live session, every summary), swapped
+:class:`~copilot_otel.catalog.published.Published` (a Liveness per live session, every summary), swapped
 whole; the scrape and web threads read only that, never a model.
 """
 
@@ -36,13 +36,13 @@ from .notices import SessionNotices
 from ..export.otlp_json import OtlpJsonEncoder
 from ..model.pipeline import Outputs
 from ..model.records import SpanRecord
-from .published import Published
+from ..catalog.published import Published
 from .readout import Readout
 from ..export.resource import resource_attributes
 from ..export.sinks import make_sink
 from ..export.contract import SpanSink
 from ..source.sources import SESSION_STATE
-from ..source.tail import NOT_REGULAR
+from ..base.regular import NOT_REGULAR
 from ..model.summary import SessionSummary
 from ..vocab import END_INCOMPLETE, END_SHUTDOWN
 
@@ -50,6 +50,10 @@ log = logging.getLogger(__name__)
 
 TICK = 0.2  # seconds between housekeeping passes (idle confirmation, liveness)
 LIVENESS_EVERY = 1.0
+# Seconds between two snapshots of the metric totals committed with the checkpoint (export/totals.py): one costs a
+# collect of the session metrics (8 ms with 10 tools, 76 ms with 100, on a loaded 2-core machine); positions read in
+# between wait for the next one (a restart then re-reads up to this much).
+TOTALS_EVERY = 1.0
 
 
 class Daemon:
@@ -62,22 +66,24 @@ class Daemon:
         self.clock = clock
         self.policy = config.stuck_policy
         self.readout = Readout(self.policy, liveness=lambda: self.published.liveness, clock=clock)
-        self.metrics = metrics or Metrics(repository_label=not config.no_repository_label,
-                                          resource=resource_attributes(), max_label_values=config.max_label_values)
-        if config.budgets:
-            self.metrics.add_budgets(config.budgets, resource_attributes())
-        self.metrics.add_live_sessions(self.readout.live_sessions)
-        self.metrics.measure_lag_while(self.readout.sessions_at_work)
         # One daemon per checkpoint (raises CheckpointError); a state folder others could change is refused.
         self.lock = StateLock(config.state_dir, strict=not config.no_strict_modes)
         self.lock.acquire()
+        # Who speaks: this machine and this state folder's instance id, on every span, push and target_info.
+        self.resource = resource_attributes(state_dir=config.state_dir, strict=not config.no_strict_modes)
+        self.metrics = metrics or Metrics(repository_label=not config.no_repository_label,
+                                          resource=self.resource, max_label_values=config.max_label_values)
+        if config.budgets:
+            self.metrics.add_budgets(config.budgets, self.resource)
+        self.metrics.add_live_sessions(self.readout.live_sessions)
+        self.metrics.measure_lag_while(self.readout.sessions_at_work)
         # A damaged checkpoint is set aside only when starting afresh re-counts nothing (--from-end skips the history).
         self.checkpoint = Checkpoint(config.state_dir / "checkpoint.sqlite", start_afresh=not config.from_start)
         self.sink = sink or make_sink(traces_file=config.traces_file, otlp=config.otlp,
                                       default_file=config.default_traces_file,
                                       max_request_bytes=config.max_request_bytes, rotation=config.traces_rotation,
-                                      strict=not config.no_strict_modes)
-        self.dead_letter = DeadLetter(config.state_dir / DEAD_LETTER_FILE, OtlpJsonEncoder(resource_attributes()))
+                                      strict=not config.no_strict_modes, resource=self.resource)
+        self.dead_letter = DeadLetter(config.state_dir / DEAD_LETTER_FILE, OtlpJsonEncoder(self.resource))
         self.queue = ExportQueue(
             self.sink, self.checkpoint, max_spans=config.max_buffered_spans, dead_letter=self.dead_letter,
             on_exported=self.metrics.spans_exported.inc, on_failed=self.metrics.spans_failed.inc,
@@ -103,6 +109,14 @@ class Daemon:
         self.published = Published()  # what other threads read: replaced whole, never changed
         self.notices = SessionNotices(self.policy)
         self._restored = self.checkpoint.load()
+        # A log this state folder never saw whose last event is older than its first start is history (a restored
+        # home's, or the machine's before copilot-otel): left out unless --backfill.
+        self._history_before_ns = 0 if config.backfill else int(self.checkpoint.first_start * 1e9)
+        self._history_skipped = self._history_said = 0
+        # The session metrics resume at the totals committed with these positions (export/totals.py).
+        resumed = self.metrics.resume(self.checkpoint.load_totals())
+        if resumed:
+            log.info("resumed %d metric samples from the checkpoint", resumed)
         self.moves = Moves(self._restored)
         self._started = clock()  # a log last written before this is history: its events were not seen arriving
         self.tree = Tree(self.root)
@@ -116,6 +130,7 @@ class Daemon:
         # The generation a deleted log would start again at, were it written anew.
         self._generations: dict[Path, int] = {}
         self._stop = threading.Event()
+        self.metrics_push = None  # the OTLP metrics pusher (OTEL_METRICS_EXPORTER=otlp): /healthz says its failures
         # What this pass read, counted and handed to the exporter once a batch of spans waits and at the end of
         # the pass: the metric updates, the spans in order, then the checkpoint positions (each behind its own
         # spans, as the exporter needs). At start-up thousands of logs bring a few spans each; a metrics update,
@@ -123,6 +138,8 @@ class Daemon:
         self._outbox_outputs: list[Outputs] = []
         self._outbox: list[SpanRecord] = []
         self._outbox_markers: dict[str, FilePosition] = {}
+        self._counted = False  # metric updates applied since the last totals were queued
+        self._next_totals = 0.0  # monotonic time the next totals may be taken
         self._bad_lines = RateLimitedLog(log)
         self._last_loop = time.monotonic()
         self._next_liveness = 0.0
@@ -149,6 +166,9 @@ class Daemon:
         if problem is not None:
             return False, problem
         notes = self.queue.notes()
+        pushing = self.metrics_push.note() if self.metrics_push is not None else None
+        if pushing is not None:
+            notes.append(pushing)
         return True, f"ok ({'; '.join(notes)})" if notes else "ok"
 
     def run(self, ready: threading.Event | None = None) -> None:
@@ -164,7 +184,7 @@ class Daemon:
             while not self._stop.is_set():
                 self._pass()
         finally:
-            self._send()
+            self._send(final=True)
             if self._collection is not None:
                 self._collection.resume()
             self.discoverer.stop()
@@ -207,6 +227,11 @@ class Daemon:
         self._housekeeping()
         self._send()
         self._publish()
+        if self._history_skipped != self._history_said:
+            log.info("%d log(s) whose last event is older than this state folder's first start (%s) left out as "
+                     "history; --backfill exports them", self._history_skipped - self._history_said,
+                     time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(self._history_before_ns / 1e9)))
+            self._history_said = self._history_skipped
         if self._collection is not None:
             self._collection.reading(bool(self._backlog))  # a backlog: the next pass reads at once
         if self._freeze_gc and not files:
@@ -251,13 +276,19 @@ class Daemon:
                 return moved
         follower = Follower.start(path, self.config.model, max_line_bytes=self.config.max_line_bytes,
                                   restored=restored, skip_history=path in self._skip_history, within=self._root_real,
-                                  generation=self._generations.pop(path, 0), history=st.st_mtime < self._started)
+                                  generation=self._generations.pop(path, 0), history=st.st_mtime < self._started,
+                                  history_before_ns=self._history_before_ns)
         if restored is not None and restored.resume_offset == restored.offset \
                 and self.clock() - st.st_mtime < ABANDONED_RETENTION:
             # Nothing was open at its checkpoint, yet it was written lately: a run before may have found it
             # abandoned. Read again from the first line (nothing delivered twice) to know, and to know it whole.
             follower.reread()
         self.sessions[path] = follower
+        if follower.skipped:  # remembered as read to its end: what is appended later is followed, not the history
+            self._history_skipped += 1
+            marker = follower.marker()
+            if marker is not None:
+                self._queue_marker(marker)
         return follower
 
     def _move(self, follower: Follower, path: Path, first_id: str) -> None:
@@ -347,18 +378,33 @@ class Daemon:
         """Queue a checkpoint position, committed once everything queued before it is exported."""
         self._outbox_markers[position.path] = position
 
-    def _send(self) -> None:
-        """Count the metrics of what was queued, then hand its spans and positions to the exporter."""
+    def _send(self, *, final: bool = False) -> None:
+        """Count the metrics of what was queued, then hand its spans and positions to the exporter: the positions
+        with the metric totals that cover them, taken at most every TOTALS_EVERY seconds (and at the ``final`` one),
+        the positions read meanwhile held back until then."""
+        totals = None
         if self._outbox_outputs:
             outputs, self._outbox_outputs = self._outbox_outputs, []
+            self._counted = True
             try:
                 self.metrics.apply_all(outputs)
             except Exception:  # a metric bug must not stop the reader
                 log.exception("cannot count the metrics of what was read from %d log(s)", len(outputs))
-        if self._outbox or self._outbox_markers:
+        hold = False
+        if self._outbox_markers and self._counted:
+            now = time.monotonic()
+            if final or now >= self._next_totals:
+                # The totals now are those of everything read up to the positions queued below: committed with them.
+                totals, self._counted, self._next_totals = self.metrics.totals(), False, now + TOTALS_EVERY
+            else:
+                hold = True  # a position is committed only with totals that cover it
+        markers = {} if hold else self._outbox_markers
+        if self._outbox or markers:
             # Emptied once queued: the export queue gauge (queue and outbox) never reads 0 while spans wait.
-            self.queue.put(self._outbox, self._outbox_markers.values(), should_stop=self._stop.is_set)
-            self._outbox, self._outbox_markers = [], {}
+            self.queue.put(self._outbox, markers.values(), totals=totals, should_stop=self._stop.is_set)
+            self._outbox = []
+            if not hold:
+                self._outbox_markers = {}
 
     def _watch(self, follower: Follower, *, resumed: bool = False) -> None:
         if follower.path not in self._open and self._alive(follower):

@@ -27,6 +27,8 @@ from ..export.checkpoint import FilePosition
 from ..model.options import ModelOptions
 from ..decode.lines import decode_line
 from ..base.display import duration
+from ..base.pause import PAUSE
+from ..base.regular import open_regular
 from ..decode.events import DecodeError, Event
 from ..source.identity import EDITED
 from ..source.liveness import Liveness, locks_expected
@@ -77,6 +79,7 @@ class Follower(Struct):
     session_id: str = ""  # its spans' session id: its folder's (session_id_of), or the first folder's of a moved log
     moved_from: tuple[str, ...] = ()  # the paths it was followed at before a move (their checkpoint rows go)
     names: NameCache | None = None  # the session's name, from its workspace.yaml
+    skipped: bool = False  # started at its end, its history left out: its position is committed at once
 
     def __post_init__(self) -> None:
         self.session_id = self.session_id or self.reader.session_id
@@ -99,16 +102,17 @@ class Follower(Struct):
     @classmethod
     def start(cls, path: Path, options: ModelOptions, *, max_line_bytes: int, restored: FilePosition | None = None,
               skip_history: bool = False, pids: list[int] | None = None, within: Path | None = None,
-              generation: int = 0, history: bool = False) -> "Follower":
+              generation: int = 0, history: bool = False, history_before_ns: int = 0) -> "Follower":
         """Follow ``path`` from its checkpoint (``restored``, perhaps committed at another path: a moved log),
-        from its end (``skip_history``), or from the start.
+        from its end (``skip_history``, or a log whose last event is older than ``history_before_ns``: see
+        ``skipped``), or from the start.
 
         ``within``: the tree the file must stay inside, checked on every open."""
         floor_line, session_id, moved_from = 0, session_id_of(path), ()
         if restored is not None:
             session_id = restored.session_id or session_id_of(Path(restored.path))
         reader = LogReader(path, options, session_id=session_id, max_line_bytes=max_line_bytes, keep=READ_TYPES,
-                           within=within, summaries=False)
+                           within=within, summaries=False, pause=PAUSE)
         tail = reader.tail
         if restored is not None:
             tail.resume(restored.resume_offset, restored.resume_line, restored.identity, end=restored.offset,
@@ -116,11 +120,12 @@ class Follower(Struct):
             floor_line = restored.line
             generation = restored.generation
             moved_from = (restored.path,) if restored.path != str(path) else ()
-        elif skip_history:
+        elif skip_history or (history_before_ns and (tail.newest_event_ns() or history_before_ns) < history_before_ns):
             tail.skip_history()
             floor_line = tail.line
         follower = cls(path, reader, floor_line=floor_line, pids=pids or [], generation=generation,
                        whole=tail.offset == 0, session_id=session_id, moved_from=moved_from, history=history)
+        follower.skipped = restored is None and tail.offset > 0
         if tail.offset > 0:
             _prime(follower.model, path, tail.offset, max_line_bytes)
         return follower
@@ -302,8 +307,10 @@ class Follower(Struct):
                                seen_at=self.seen_at)
         summary = model.summary()
         tool = summary.waiting_on or (self.cut_off_tool if self.abandoned_at is not None else None)
+        trace = model.trace_id
         return Liveness(self.session_id, summary.state, summary.last_event_ns, tuple(self.pids), self.abandoned_at,
-                           self.locks_expected, tool, summary.repository, self.seen_at)
+                           self.locks_expected, tool, summary.repository, self.seen_at,
+                           f"{trace:032x}" if trace else "")
 
 
 _SESSION_FACTS = (b'"session.start"', b'"session.resume"', b'"session.model_change"')
@@ -314,7 +321,7 @@ def _prime(model: SessionModel, path: Path, end: int, max_line_bytes: int) -> No
 
     The file is scanned a chunk at a time: a long log costs no more memory than one line."""
     try:
-        handle = open(path, "rb")
+        handle = os.fdopen(open_regular(path, follow=False), "rb")  # what the tail refuses is not read here either
     except OSError:
         return
     with handle:

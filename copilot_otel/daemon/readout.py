@@ -35,7 +35,8 @@ class Readout:
         for session in self.liveness():
             live = live_state(session, now=now, policy=self.policy, alive=probe, monotonic=monotonic)
             if live is not None:
-                out.append(LiveSession(session.session_id, *live, session.waiting_on or "", session.repository or ""))
+                out.append(LiveSession(session.session_id, *live, session.waiting_on or "", session.repository or "",
+                                       session.trace_id))
         return out
 
     def sessions_at_work(self) -> bool:

@@ -29,7 +29,6 @@ def run_daemon(config: Config) -> int:
     from ..catalog.cache import Catalog
     from ..web.endpoint import Endpoint, web_config_of
     from ..web.overview import DaemonSessions
-    from ..export.resource import resource_attributes
     from ..web.routes import WebView
     try:
         web_config = web_config_of(config)  # a bad file is said before anything starts
@@ -38,7 +37,7 @@ def run_daemon(config: Config) -> int:
                           capture=config.model.capture_content)
         view = WebView(DaemonSessions(config, lambda: daemon.published, catalog=catalog,
                                       problem=daemon.discoverer.problem),
-                       trace_url=config.trace_url, budgets=config.budgets, resource=resource_attributes())
+                       trace_url=config.trace_url, budgets=config.budgets, resource=daemon.resource)
         # The socket is made while the daemon holds the state folder's lock: one daemon, one socket.
         endpoint = Endpoint(config, daemon.metrics.registry, view.routes(), health=daemon.health,
                             unix_socket=config.daemon_socket, web_config=web_config)
@@ -57,11 +56,15 @@ def run_daemon(config: Config) -> int:
     endpoint.start()
     log.info("following %s; metrics on %s/metrics, sessions on %s; traces to %s", daemon.root, endpoint.base,
              endpoint.shown_url(), daemon.sink.description)
+    endpoint.say_url()
     pusher = None
     if config.metrics_otlp is not None:  # OTEL_METRICS_EXPORTER=otlp (the OTel SDK is imported only then)
         from ..export.otlp_metrics import start_pushing
 
-        pusher = start_pushing(config.metrics_otlp, daemon.metrics.registry, daemon.metrics.genai)
+        pusher = start_pushing(config.metrics_otlp, daemon.metrics.registry, daemon.metrics.genai,
+                               resource=daemon.resource, on_result=daemon.metrics.metrics_pushed,
+                               starts=daemon.metrics.resumed_starts)
+        daemon.metrics_push = pusher
     try:
         daemon.run()
     finally:

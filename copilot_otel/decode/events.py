@@ -32,6 +32,7 @@ class Event(Struct, frozen=True, gc=False):
     # Where the event came from: byte offset of its line and its 1-based line number.
     offset: int = -1
     line: int = 0
+    cut: bool = False  # JSON nested deeper than MAX_DEPTH: the deeper values were read as "..." (decode/lines.py)
 
     def __repr__(self) -> str:  # without ``data``: what a log holds must not reach our own log through a repr
         return repr_without(self, "data")

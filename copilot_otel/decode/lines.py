@@ -10,6 +10,7 @@ from typing import Any, Iterable
 
 import msgspec
 import orjson
+from msgspec.structs import replace
 
 from .events import DecodeError, Event
 
@@ -170,6 +171,37 @@ def _agent_before(raw: bytes, at: int, window: int) -> bytes | None:
     return None if b'"' in value else value
 
 
+MAX_DEPTH = 256  # nesting a line is read to; what lies deeper is read as CUT (the model reads a few levels)
+CUT = b'"..."'  # as captured content nested too deep is cut (model/spanattrs.py)
+# A JSON string (with its escapes) or a bracket: what a scan for nesting must tell apart.
+_TOKENS = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}]', re.S)
+
+
+def _shallow(raw: bytes, offset: int, line: int) -> Event | None:
+    """The event of a line nested deeper than a parser goes, with every value below MAX_DEPTH read as "..."
+    (marked ``cut``), or None if it is not JSON all the same."""
+    parts, depth, start, kept = [], 0, -1, 0
+    for token in _TOKENS.finditer(raw):
+        char = token.group()[:1]
+        if char == b'"':
+            continue
+        if char in b"[{":
+            depth += 1
+            if depth == MAX_DEPTH + 1:
+                start = token.start()
+        else:
+            if depth == MAX_DEPTH + 1:
+                parts += (raw[kept:start], CUT)
+                kept = token.end()
+            depth -= 1
+    try:
+        obj = orjson.loads(b"".join((*parts, raw[kept:])))
+    except orjson.JSONDecodeError:
+        return None
+    event = decode_object(obj, offset=offset, line=line)
+    return replace(event, cut=True) if type(event) is Event else None
+
+
 def decode_line(raw: bytes, *, offset: int = -1, line: int = 0, max_bytes: int = 0,
                 keep: frozenset[bytes] | None = None) -> Event | DecodeError:
     """Decode one line (without its newline) into an event, or say why it is unusable.
@@ -197,6 +229,8 @@ def decode_line(raw: bytes, *, offset: int = -1, line: int = 0, max_bytes: int =
                 raw.decode("utf-8")
             except UnicodeDecodeError:
                 return DecodeError(INVALID_UTF8, "line is not valid UTF-8", offset, line)
+            if "depth" in str(exc):  # nested past what orjson reads: keep the line, its deep values as "..."
+                return _shallow(raw, offset, line) or DecodeError(NOT_JSON, f"not JSON: {exc}", offset, line)
             return DecodeError(NOT_JSON, f"not JSON: {exc}", offset, line)
         return decode_object(obj, offset=offset, line=line)
     return _event(head.type, head.timestamp, head.data, head.id, head.parentId, head.agentId, head.ephemeral, offset,

@@ -7,6 +7,7 @@ The model then reads plain attributes and never tests a type itself.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Mapping
 
 from msgspec import Struct
@@ -20,8 +21,13 @@ def as_str(value: Any) -> str | None:
 
 
 def as_num(value: Any) -> float:
-    """A number (not a bool), or 0."""
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0.0
+    """A number (not a bool), or 0; an integer too large for a float is infinite (a metric clamps it, and says so)."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return 0.0
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
 
 
 def as_int(value: Any) -> int | None:

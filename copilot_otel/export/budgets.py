@@ -26,7 +26,9 @@ from typing import Any, Iterable, Mapping
 
 from msgspec import Struct
 
+from ..base import boundedyaml
 from ..base.parsing import ConfigError
+from ..base.regular import read_config
 
 DEFAULT_WARN_AT = 0.8
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
@@ -57,10 +59,7 @@ def load_budgets(path: Path) -> tuple[Budget, ...]:
     """The budgets at ``path``, checked whole; a ConfigError (one line, naming the file) if anything is off."""
     path = Path(path).expanduser()
     where = f"--budgets-file {path}"
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{where}: cannot read it ({getattr(exc, 'strerror', None) or exc})") from None
+    text = read_config(path, where)
     document = _parse(text, toml=path.suffix.lower() == ".toml", where=where)
     if not isinstance(document, dict) or set(document) != {"budgets"} or not isinstance(document["budgets"], list):
         raise ConfigError(f"{where}: expected one key, budgets, holding a list of budgets")
@@ -81,14 +80,9 @@ def _parse(text: str, *, toml: bool, where: str) -> Any:
             return tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"{where}: not valid TOML ({exc})") from None
-    import yaml
-
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        at = f" at line {mark.line + 1}" if mark is not None else ""
-        raise ConfigError(f"{where}: not valid YAML{at} ({getattr(exc, 'problem', None) or 'syntax error'})") from None
+        except RecursionError:
+            raise ConfigError(f"{where}: not valid TOML (nested too deep)") from None
+    return boundedyaml.load_config(text, where)
 
 
 def _budget(entry: Any, where: str) -> Budget:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from msgspec import Struct
 
-from ..config import ConfigError
+from ..base.parsing import ConfigError
 from ..source.identity import FileIdentity
 from ..base import pidlock
 from ..base.private import open_private, private_dir, state_folder, touch_private
@@ -50,6 +50,10 @@ CREATE TABLE IF NOT EXISTS files (
     session_id TEXT NOT NULL DEFAULT ''
 )
 """
+# Facts about the checkpoint itself: first_start, when it was made (Unix time; 0 for one an older version made).
+META_SCHEMA = "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value REAL NOT NULL)"
+# The session metrics' totals as of the positions committed with them (totals.py): one row.
+TOTALS_SCHEMA = "CREATE TABLE IF NOT EXISTS totals (id INTEGER PRIMARY KEY CHECK (id = 0), data BLOB NOT NULL)"
 # Columns added since the first schema, and how to add each to an older checkpoint.
 _ADDED = {
     "generation": "generation INTEGER NOT NULL DEFAULT 0",
@@ -126,7 +130,8 @@ class Checkpoint:
                 raise CheckpointError(
                     f"the checkpoint {self.path} is damaged ({exc}): what was exported is unknown. To export every "
                     "session again from its start (the same span ids; its metrics counted again), move it aside with "
-                    "its -wal and -shm files; to skip the history in the files, start with --from-end") from None
+                    "its -wal and -shm files and start with --backfill; to skip the history in the files, start with "
+                    "--from-end") from None
             broken = self.path.with_name(f"{self.path.name}.corrupt-{int(time.time())}")
             log.warning("checkpoint %s is unreadable (%s); moved it to %s and starting afresh",
                         self.path, exc, broken)
@@ -145,7 +150,13 @@ class Checkpoint:
         try:
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=NORMAL")
+            older = db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'files'").fetchone()
             db.execute(SCHEMA)
+            db.execute(TOTALS_SCHEMA)
+            db.execute(META_SCHEMA)
+            # A new checkpoint starts now; one an older version made has been following since before (unknown: 0).
+            db.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('first_start', ?)",
+                       (0.0 if older else time.time(),))
             columns = {row[1] for row in db.execute("PRAGMA table_info(files)")}
             for name, definition in _ADDED.items():  # a checkpoint written by an older version
                 if name not in columns:
@@ -165,9 +176,23 @@ class Checkpoint:
                                   row[5], row[6], row[7], row[8], row[9], row[10], row[12]) for row in rows)
         return {position.path: position for position in positions}
 
-    def commit(self, positions: list[FilePosition]) -> None:
-        """Store these positions in one transaction; raise CheckpointError (nothing stored) if it failed."""
-        if not positions:
+    @property
+    def first_start(self) -> float:
+        """When this checkpoint was made: the state folder's first start (Unix time; 0: before it was kept)."""
+        with self._lock:
+            row = self._db.execute("SELECT value FROM meta WHERE key = 'first_start'").fetchone()
+        return float(row[0]) if row else 0.0
+
+    def load_totals(self) -> bytes | None:
+        """The metric totals committed last (with the positions they match), or None."""
+        with self._lock:
+            row = self._db.execute("SELECT data FROM totals WHERE id = 0").fetchone()
+        return bytes(row[0]) if row else None
+
+    def commit(self, positions: list[FilePosition], totals: bytes | None = None) -> None:
+        """Store these positions, and the metric totals that match them (None: unchanged), in one transaction;
+        raise CheckpointError (nothing stored) if it failed."""
+        if not positions and totals is None:
             return
         now = time.time()
         rows = [(path_text(p.path), p.identity.device, p.identity.inode, p.identity.fingerprint,
@@ -186,6 +211,8 @@ class Checkpoint:
                     "session_id=excluded.session_id", rows)
                 if moved:
                     self._db.executemany("DELETE FROM files WHERE path = ?", moved)
+                if totals is not None:
+                    self._db.execute("INSERT OR REPLACE INTO totals (id, data) VALUES (0, ?)", (totals,))
                 self._db.execute("COMMIT")
             except sqlite3.Error as exc:
                 self._rollback()

@@ -16,7 +16,21 @@ from ..model.records import SpanRecord
 
 
 class ExportError(RuntimeError):
-    """Spans could not be delivered to their destination now; a later attempt may succeed."""
+    """Spans could not be delivered to their destination now; a later attempt may succeed.
+
+    ``retryable``: the OTLP specification calls the failure retryable (an outage, throttling); False when the
+    destination or its credentials look wrong (asked again only slowly, see retry.py). ``retry_after``: the
+    seconds the backend asked to wait (HTTP Retry-After, gRPC RetryInfo), if it did. ``reason``: the failure in
+    one word of a small set, for a metric label: a gRPC status (``unimplemented``), an HTTP one (``http_404``),
+    ``timeout``, ``unreachable``, ``not_otlp`` (an answer that is none), or ``error``.
+    """
+
+    def __init__(self, message: str, *, retryable: bool = True, retry_after: float | None = None,
+                 reason: str = "error") -> None:
+        super().__init__(message)
+        self.retryable = retryable
+        self.retry_after = retry_after
+        self.reason = reason
 
 
 class RejectedError(ExportError):
@@ -25,8 +39,8 @@ class RejectedError(ExportError):
     ``too_large``: the request was over a size limit (ours or the backend's): its halves may pass.
     """
 
-    def __init__(self, message: str, *, too_large: bool = False) -> None:
-        super().__init__(message)
+    def __init__(self, message: str, *, too_large: bool = False, reason: str = "refused") -> None:
+        super().__init__(message, reason=reason)
         self.too_large = too_large
 
 

@@ -13,9 +13,14 @@ from typing import Any, Mapping
 from msgspec.structs import replace
 
 from ..model import attrs as A
-from ..config import DEFAULT_MAX_LABEL_VALUES, DEFAULT_MAX_REQUEST_BYTES, MIN_MAX_REQUEST_BYTES  # noqa: F401
 from ..model.records import SpanEvent, SpanRecord
 
+DEFAULT_MAX_REQUEST_BYTES = 4 * 1024 * 1024  # the OpenTelemetry Collector's default gRPC message limit
+MIN_MAX_REQUEST_BYTES = 64 * 1024
+# Distinct values per metric label (tool, model, agent); the rest are "other". Each tool value costs 19
+# series (its calls and duration histogram) and ~0.2 ms of every scrape: at 100, /metrics stays under
+# 200 KiB and 50 ms however many names a log invents (bench/attack_bench.py).
+DEFAULT_MAX_LABEL_VALUES = 100
 INT64_MIN = -(1 << 63)
 INT64_MAX = (1 << 63) - 1
 MAX_TIME_NS = INT64_MAX  # 2262-04-11: OTLP's fixed64 nanoseconds, read back as int64 by most backends

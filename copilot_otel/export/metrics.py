@@ -7,6 +7,7 @@ scrape time by :class:`LiveSessionsCollector`.
 
 from __future__ import annotations
 
+import logging
 import re
 import time
 from bisect import bisect_left
@@ -20,13 +21,16 @@ from prometheus_client.process_collector import ProcessCollector
 
 from ..base.pause import PAUSE
 from ..version import __version__
-from ..config import DEFAULT_MAX_LABEL_VALUES
-from ..decode.lines import REASONS
+from .limits import DEFAULT_MAX_LABEL_VALUES
+from ..decode.lines import INTERNAL_ERROR, REASONS
 from .genai_metrics import GenAi, GenAiMetrics
 from .limits import MAX_NAME_CHARS, OTHER, cut_name
+from .totals import Resumed, baselines, decode, snapshot
 from ..model.records import MetricUpdate
-from ..vocab import ATTRIBUTED, INTERACTION_ENDS, REPOSITORY_LABEL, SIGNALS, STALLED_STATES, STATES, Metric
+from ..vocab import (ATTRIBUTED, CLAMP_REASONS, INTERACTION_ENDS, REPOSITORY_LABEL, SIGNALS, STALLED_STATES, STATES,
+                     Metric)
 
+log = logging.getLogger(__name__)
 HISTOGRAMS = frozenset((Metric.TURN_DURATION, Metric.TOOL_DURATION, Metric.LLM_CALL_DURATION,
                         Metric.LLM_TIME_TO_FIRST_TOKEN))
 
@@ -43,13 +47,16 @@ _BOUNDS = {key: [float(bound) for bound in buckets] + [float("inf")] for key, bu
     (Metric.LLM_CALL_DURATION, LLM_BUCKETS), (Metric.LLM_TIME_TO_FIRST_TOKEN, TTFT_BUCKETS))}
 # The CLI has about 150 event types; a file full of invented ones must not mint series.
 MAX_EVENT_TYPES = 250
-STALLED_LABELS = ["session_id", "state", "tool", "repository"]
+STALLED_LABELS = ["session_id", "state", "tool", "repository", "trace_id"]
 # The exemplar label names Grafana's exemplarTraceIdDestinations and OTLP exemplars read.
 TRACE_ID, SPAN_ID = "trace_id", "span_id"
 _EVENT_TYPE = re.compile(r"[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*){1,3}")
-# Labels whose values the model or the log chooses: each is capped (LabelCap).
-AGENT, MODEL, TOOL, REPOSITORY = "agent", "model", "tool", REPOSITORY_LABEL
-CAPPED_LABELS = (AGENT, MODEL, TOOL, REPOSITORY)
+# Labels whose values the model or the log chooses: each is capped (LabelCap). error_type and provider are
+# attributes of the GenAI instruments of the OTLP push alone (genai.CAPPED); the others are Prometheus labels.
+AGENT, MODEL, TOOL, REPOSITORY, STATUS = "agent", "model", "tool", REPOSITORY_LABEL, "status"
+ERROR_TYPE, PROVIDER = "error_type", "provider"
+CAPPED_LABELS = (AGENT, MODEL, TOOL, REPOSITORY, STATUS, ERROR_TYPE, PROVIDER)
+PUSH_ONLY = frozenset((ERROR_TYPE, PROVIDER))  # no Prometheus twin counts their overflow: the push does
 # For each session metric, the capped label at each position of its label values (None: a closed set).
 _CAPPED_POSITIONS: dict[Metric, tuple[str | None, ...]] = {
     Metric.SESSIONS_STARTED: (REPOSITORY,),
@@ -65,7 +72,7 @@ _CAPPED_POSITIONS: dict[Metric, tuple[str | None, ...]] = {
     Metric.AUTOPILOT_PREMIUM_REQUESTS: (MODEL, REPOSITORY),
     Metric.AI_CREDITS: (MODEL, REPOSITORY),
     Metric.AUTOPILOT_AI_CREDITS: (MODEL, REPOSITORY),
-    Metric.LLM_CALLS_WITHOUT_CREDITS: (MODEL, None, REPOSITORY),
+    Metric.LLM_CALLS_WITHOUT_CREDITS: (MODEL, STATUS, REPOSITORY),
     Metric.CODE_LINES: (None, REPOSITORY),
     Metric.FILES_MODIFIED: (REPOSITORY,),
 }
@@ -104,6 +111,11 @@ class LabelCap:
         seen.add(value)
         return value
 
+    def admit(self, label: str, value: str) -> None:
+        """Count ``value`` among ``label``'s values without a new update (a series resumed from the checkpoint)."""
+        if value and value != OTHER and len(self._seen[label]) < self.limit:
+            self._seen[label].add(value)
+
 
 class LiveSession(Struct, frozen=True):
     """One session's state as the collector sees it at scrape time."""
@@ -113,6 +125,7 @@ class LiveSession(Struct, frozen=True):
     stalled_seconds: float = 0.0
     tool: str = ""  # the tool a stalled session waits on ("" when none)
     repository: str = ""  # owner/name of its git repository ("" outside one)
+    trace_id: str = ""  # hex id of the trace of its running (else last) interaction ("" before the first)
 
 
 class LiveSessionsCollector:
@@ -131,8 +144,9 @@ class LiveSessionsCollector:
         for session in self._snapshot():
             counts[session.state] = counts.get(session.state, 0) + 1
             if session.state in STALLED_STATES:
-                repository = session.repository if self._repository_label else ""
-                stalled.add_metric([session.session_id, session.state, session.tool, repository],
+                repository = cut_name(session.repository) if self._repository_label else ""
+                stalled.add_metric([session.session_id, session.state, cut_name(session.tool), repository,
+                                    session.trace_id],
                                    session.stalled_seconds)
         sessions = GaugeMetricFamily("copilot_sessions", "Live Copilot sessions by state.", labels=["state"])
         for state, count in counts.items():
@@ -253,14 +267,27 @@ class Metrics:
         self.spans_dropped_by_backend = Counter(
             "copilot_otel_spans_dropped_by_backend",
             "Spans the trace backend accepted and dropped all the same (OTLP partial success).", registry=r)
+        self.values_clamped = Counter("copilot_otel_values_clamped",
+                                      "Values from the logs clamped or cut to be usable (each logged with its file "
+                                      "and line), by reason.", ["reason"], registry=r)
+        for reason in CLAMP_REASONS:
+            self.values_clamped.labels(reason)
+        self._failures: set[str] = set()  # metrics whose failed update was logged
         self.label_overflow = Counter("copilot_otel_label_overflow",
                                       "Label values counted as 'other': past the cap on distinct values, by label.",
                                       ["label"], registry=r)
         for label in CAPPED_LABELS:
             self.label_overflow.labels(label)
+        # The OTLP metrics push (OTEL_METRICS_EXPORTER=otlp): a gateway that refuses it is counted and said.
+        self.metrics_push_failures = Counter("copilot_otel_metrics_push_failures",
+                                             "OTLP metrics pushes that failed, by reason (a gRPC status, http_<code>, "
+                                             "timeout, unreachable, not_otlp, error).", ["reason"], registry=r)
+        self.metrics_push_last_success = Gauge(
+            "copilot_otel_metrics_push_last_success_timestamp_seconds",
+            "When an OTLP metrics push was last accepted (Unix time; 0: none yet, or no push configured).", registry=r)
         self.labels = LabelCap(max_label_values, lambda label: self.label_overflow.labels(label).inc())
         # The GenAI instruments the CLI's own OTel exports: for the OTLP push only (not on /metrics).
-        self.genai = GenAiMetrics(lambda label, value: self.labels.value(label, value, count=False))
+        self.genai = GenAiMetrics(lambda label, value: self.labels.value(label, value, count=label in PUSH_ONLY))
         self.build_info = Gauge("copilot_otel_build_info", "copilot-otel build.", ["version"], registry=r)
         self.build_info.labels(__version__).set(1)
         for signal in SIGNALS:
@@ -304,6 +331,10 @@ class Metrics:
         assert set(self._series) == set(Metric), "every metric key needs its series"
         assert HISTOGRAMS == set(_BOUNDS) == {key for key, series in self._series.items()
                                               if isinstance(series, Histogram)}
+        # The session metrics' totals start where the checkpoint left them (resume(); totals.py): since when they
+        # count (the OTLP push's start time), and the families given a kept start, each by its Resumed collector.
+        self.counting_since_ns = time.time_ns()
+        self._resumed: dict = {}
         self._children: dict = {}  # (metric key, label values) -> its series
         # (metric key, label values as the model gave them) -> its series, for values the cap let through unchanged
         # (bounded by the cap; a value cut or counted as 'other' goes through the cap each time, to be counted).
@@ -348,6 +379,36 @@ class Metrics:
             child = self._children[key] = series.labels(*labels) if labels else series
         return child
 
+    def totals(self) -> bytes:
+        """The session metrics' totals now (every copilot_* counter and histogram), for the checkpoint."""
+        families = dict.fromkeys(self._series.values())
+        return snapshot([self._resumed.get(family, family) for family in families], self.counting_since_ns)
+
+    def resume(self, data: bytes | None) -> int:
+        """Start the session metrics at the totals the checkpoint kept (``totals()`` of a run before); the number
+        of samples resumed. Call it before the first update."""
+        kept = decode(data)
+        if kept is None:
+            return 0
+        names = {described.name: family for family in dict.fromkeys(self._series.values())
+                 for described in family.describe()}
+        resumed = 0
+        for family, baseline in baselines(kept, names).items():
+            self.registry.unregister(family)
+            self._resumed[family] = Resumed(family, baseline)
+            self.registry.register(self._resumed[family])
+            for _name, labels in baseline:
+                for label, value in labels:
+                    if label in CAPPED_LABELS:
+                        self.labels.admit(label, value)
+            resumed += len(baseline)
+        self.counting_since_ns = kept.since_ns
+        return resumed
+
+    def resumed_starts(self) -> dict[str, int]:
+        """The families whose totals a run before began, each with since when they count (Unix ns)."""
+        return {resumed.name: self.counting_since_ns for resumed in self._resumed.values()}
+
     def add_budgets(self, budgets: tuple, resource: Mapping[str, Any]) -> None:
         """Expose ``budgets`` (budgets.py) and count the credits of each one's scope."""
         from .budgets import BudgetMeter
@@ -390,25 +451,28 @@ class Metrics:
                 if type(metric) is GenAi:
                     genai.append(update)
                     continue
-                if metric is Metric.AI_CREDITS and self.budget_meter is not None:
-                    self.budget_meter.spend(update.labels[-1], update.value)
-                key = (metric, update.labels)
-                found = admitted.get(key)  # (series, a histogram's bounds or None)
-                if found is None:
-                    labels = self._labels(metric, update.labels)
-                    found = (self._child(metric, labels), bounds.get(metric))
-                    if labels == update.labels and OTHER not in labels:
-                        admitted[key] = found
-                child, edges = found
-                if edges is not None:
-                    value = update.value
-                    # The bucket prometheus_client counts it in (the first bound >= value; none for NaN).
-                    observed.append((child, value, update.exemplar, bisect_left(edges, value) if value == value
-                                     else None))
-                else:
-                    sums[child] = sums.get(child, 0.0) + update.value
-                    if update.exemplar is not None:
-                        spans[child] = update.exemplar
+                try:  # one update that fails (a bug of ours) costs itself, never the rest of the pass
+                    if metric is Metric.AI_CREDITS and self.budget_meter is not None:
+                        self.budget_meter.spend(update.labels[-1], update.value)
+                    key = (metric, update.labels)
+                    found = admitted.get(key)  # (series, a histogram's bounds or None)
+                    if found is None:
+                        labels = self._labels(metric, update.labels)
+                        found = (self._child(metric, labels), bounds.get(metric))
+                        if labels == update.labels and OTHER not in labels:
+                            admitted[key] = found
+                    child, edges = found
+                    if edges is not None:
+                        value = update.value
+                        # The bucket prometheus_client counts it in (the first bound >= value; none for NaN).
+                        observed.append((child, value, update.exemplar, bisect_left(edges, value) if value == value
+                                         else None))
+                    else:
+                        sums[child] = sums.get(child, 0.0) + update.value
+                        if update.exemplar is not None:
+                            spans[child] = update.exemplar
+                except Exception:  # noqa: BLE001
+                    self._failed(update)
             incs.extend((child, value, spans.get(child)) for child, value in sums.items())
             for event_type, count in out.events.items():
                 events[event_type] = events.get(event_type, 0) + count
@@ -416,21 +480,48 @@ class Metrics:
                 self.lines_rejected.labels(reason).inc(count)
             for event_type, count in out.out_of_order.items():
                 self.events_out_of_order.labels(event_type).inc(count)
+            for reason, count in out.clamped.items():
+                self.values_clamped.labels(reason).inc(count)
             ahead += out.ahead
             newest = max(newest, out.newest_ns)
-        self.genai.apply_all(genai)
+        try:
+            self.genai.apply_all(genai)
+        except Exception:  # noqa: BLE001 - the push's totals, never the Prometheus metrics below
+            self._failed(genai[0] if genai else None)
         last = {child: i for i, (child, _value, span) in enumerate(incs) if span is not None}
         for i, (child, value, span) in enumerate(incs):
-            child.inc(value, exemplar_labels(span) if last.get(child) == i else None)
+            try:
+                child.inc(value, exemplar_labels(span) if last.get(child) == i else None)
+            except Exception:  # noqa: BLE001
+                self._failed(None)
         last = {(child, bucket): i for i, (child, _value, span, bucket) in enumerate(observed) if span is not None}
         for i, (child, value, span, bucket) in enumerate(observed):
-            child.observe(value, exemplar_labels(span) if last.get((child, bucket)) == i else None)
+            try:
+                child.observe(value, exemplar_labels(span) if last.get((child, bucket)) == i else None)
+            except Exception:  # noqa: BLE001
+                self._failed(None)
         for event_type, count in events.items():
             self.count_event(event_type, count)
         if ahead:
             self.events_ahead.inc(ahead)
         if newest > self.newest_event_ns:
             self.newest_event_ns = newest
+
+    def metrics_pushed(self, reason: str | None) -> None:
+        """Count one OTLP metrics push: accepted (``reason`` None) or failed for ``reason``."""
+        if reason is None:
+            self.metrics_push_last_success.set(time.time())
+        else:
+            self.metrics_push_failures.labels(reason).inc()
+
+    def _failed(self, update: MetricUpdate | None) -> None:
+        """An update that could not be applied (a bug of ours): counted as internal_error, its traceback logged
+        once per metric."""
+        name = getattr(getattr(update, "metric", None), "value", "a series")
+        self.lines_rejected.labels(INTERNAL_ERROR).inc()
+        if name not in self._failures:
+            self._failures.add(name)
+            log.exception("could not count an update of %s; counted as %s, the others go on", name, INTERNAL_ERROR)
 
     def add_live_sessions(self, snapshot: Callable[[], Iterable[LiveSession]]) -> None:
         """Register the scrape-time collector of live session states."""

@@ -42,11 +42,18 @@ PROTOBUF = "application/x-protobuf"
 PROTOBUF_TYPES = frozenset({PROTOBUF, "application/protobuf"})  # the second: RFC 9331's name for it
 JSON = "application/json"
 MAX_ANSWER_BYTES = 1 << 20  # more than this is no OTLP answer, and is not read further
-HTTP_RETRY = frozenset({429, 502, 503, 504})
+HTTP_RETRYABLE = frozenset({429, 502, 503, 504})  # the OTLP specification's retryable statuses
+GRPC_RETRYABLE = frozenset({"CANCELLED", "DEADLINE_EXCEEDED", "RESOURCE_EXHAUSTED", "ABORTED", "OUT_OF_RANGE",
+                            "UNAVAILABLE", "DATA_LOSS"})  # likewise (RESOURCE_EXHAUSTED: a too-large one is refused)
 HTTP_TOO_LARGE = frozenset({413})
 HTTP_REJECTED = frozenset({400, 422})
 QUOTED_CHARS = 200
 _TOO_LARGE = re.compile(r"too large|larger than", re.IGNORECASE)
+NOT_OTLP = "not_otlp"  # the reason of a 2xx answer that is no OTLP response
+# gRPC's status codes other than OK: a failure's reason is its name in lower case (a metric label; a closed set).
+GRPC_CODES = frozenset(("CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND", "ALREADY_EXISTS",
+                        "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE",
+                        "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED"))
 
 
 class Signal(Struct, frozen=True):
@@ -70,6 +77,7 @@ class HttpAnswer(Struct, frozen=True):
     body: bytes = b""
     location: str = ""
     truncated: bool = False
+    retry_after: str = ""  # the Retry-After header, as sent
 
 
 def quote(text: str, limit: int = QUOTED_CHARS) -> str:
@@ -94,19 +102,26 @@ def http_answer(answer: HttpAnswer, signal: Signal, where: str) -> Receipt:
     if said:
         what += f": {said}"
     status = answer.status
+    reason = f"http_{status}" if 100 <= status <= 599 else "http_other"
     if status in HTTP_TOO_LARGE:
-        raise RejectedError(what, too_large=True)
+        raise RejectedError(what, too_large=True, reason=reason)
     if status in HTTP_REJECTED:
-        raise RejectedError(what)
+        raise RejectedError(what, reason=reason)
     if 300 <= status < 400:
         to = f" to {quote(answer.location)}" if answer.location else ""
         raise ExportError(f"{what} (redirected{to}; OTLP requests are not redirected): is "
-                          f"{signal.endpoint_variable} right?")
+                          f"{signal.endpoint_variable} right?", retryable=False, reason=reason)
     if status in (404, 405):
-        raise ExportError(f"{what}: is {signal.endpoint_variable} right?")
+        raise ExportError(f"{what}: is {signal.endpoint_variable} right?", retryable=False, reason=reason)
     if status in (401, 403):
-        raise ExportError(f"{what}: are the credentials in OTEL_EXPORTER_OTLP_HEADERS right?")
-    raise ExportError(what)
+        raise ExportError(f"{what}: are the credentials in OTEL_EXPORTER_OTLP_HEADERS right?", retryable=False,
+                          reason=reason)
+    if status in HTTP_RETRYABLE:
+        from .retry import retry_after_seconds
+
+        raise ExportError(what, retry_after=retry_after_seconds(answer.retry_after) if answer.retry_after else None,
+                          reason=reason)
+    raise ExportError(what, retryable=False, reason=reason)
 
 
 def _success(answer: HttpAnswer, signal: Signal, failed: str) -> Receipt:
@@ -117,7 +132,7 @@ def _success(answer: HttpAnswer, signal: Signal, failed: str) -> Receipt:
     hint = f"is {signal.endpoint_variable} right?"
     if answer.truncated:
         raise ExportError(f"{head} with more than {MAX_ANSWER_BYTES} bytes of {kind or 'untyped data'}, "
-                          f"not an OTLP response: {hint}")
+                          f"not an OTLP response: {hint}", reason=NOT_OTLP)
     if not answer.body and (not kind or kind in PROTOBUF_TYPES):
         return Receipt()  # the empty message, in binary protobuf
     if kind in PROTOBUF_TYPES:
@@ -125,12 +140,12 @@ def _success(answer: HttpAnswer, signal: Signal, failed: str) -> Receipt:
             response = signal.response.FromString(answer.body)
         except DecodeError:
             raise ExportError(f"{head} with {len(answer.body)} bytes of {kind} that are not an {name}: "
-                              f"{hint}") from None
+                              f"{hint}", reason=NOT_OTLP) from None
         return receipt_of(response, signal)
     if kind == JSON:
         return receipt_of(_json_response(answer.body, signal, head, hint), signal)
     shown = kind or "a body but no Content-Type"
-    raise ExportError(f"{head} with {shown}, not an OTLP response: {hint}")
+    raise ExportError(f"{head} with {shown}, not an OTLP response: {hint}", reason=NOT_OTLP)
 
 
 def _json_response(body: bytes, signal: Signal, head: str, hint: str) -> Any:
@@ -140,14 +155,16 @@ def _json_response(body: bytes, signal: Signal, head: str, hint: str) -> Any:
     except orjson.JSONDecodeError:
         obj = None
     if not isinstance(obj, dict):
-        raise ExportError(f"{head} with application/json that is no JSON object, not an OTLP response: {hint}")
+        raise ExportError(f"{head} with application/json that is no JSON object, not an OTLP response: {hint}",
+                          reason=NOT_OTLP)
     if obj.get("error") or obj.get("errors"):
         raise ExportError(f"{head} with a JSON error, not an OTLP response: "
-                          f"{quote(body.decode('utf-8', 'replace'))}")
+                          f"{quote(body.decode('utf-8', 'replace'))}", reason=NOT_OTLP)
     try:
         return json_format.ParseDict(obj, signal.response(), ignore_unknown_fields=True)
     except (json_format.ParseError, ValueError, TypeError):
-        raise ExportError(f"{head} with JSON that is not an {signal.response.DESCRIPTOR.name}: {hint}") from None
+        raise ExportError(f"{head} with JSON that is not an {signal.response.DESCRIPTOR.name}: {hint}",
+                          reason=NOT_OTLP) from None
 
 
 def receipt_of(response: Any, signal: Signal) -> Receipt:
@@ -175,16 +192,19 @@ def _backend_message(answer: HttpAnswer) -> str:
 
 # ---------------------------------------------------------------- gRPC
 
-def grpc_error(code_name: str, details: str, *, retry_info: bool, where: str, timeout: float) -> ExportError:
-    """The meaning of a failed gRPC call: RejectedError (too large, or refused for good), else ExportError."""
+def grpc_error(code_name: str, details: str, *, retry_info: bool, where: str, timeout: float,
+               retry_after: float | None = None) -> ExportError:
+    """The meaning of a failed gRPC call: RejectedError (too large, or refused for good), else ExportError
+    (``retry_after``: the delay its RetryInfo asked for)."""
     details = quote(details or "")
     what = f"OTLP export to {where} failed: {code_name} {details}".rstrip() + _grpc_hint(code_name, details, timeout)
+    reason = code_name.lower() if code_name in GRPC_CODES else "error"
     if code_name == "INVALID_ARGUMENT":
-        return RejectedError(what)
+        return RejectedError(what, reason=reason)
     too_large = code_name in ("RESOURCE_EXHAUSTED", "OUT_OF_RANGE") and _TOO_LARGE.search(details) and not retry_info
     if too_large:
-        return RejectedError(what, too_large=True)
-    return ExportError(what)
+        return RejectedError(what, too_large=True, reason=reason)
+    return ExportError(what, retryable=code_name in GRPC_RETRYABLE, retry_after=retry_after, reason=reason)
 
 
 def _grpc_hint(code_name: str, details: str, timeout: float) -> str:

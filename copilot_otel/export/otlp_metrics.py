@@ -1,5 +1,5 @@
 """OTLP metrics push (OTEL_METRICS_EXPORTER=otlp): the metrics of the Prometheus registry, every one, as
-OpenTelemetry metrics data, sent by the OpenTelemetry SDK's OTLP metric exporter (gRPC or HTTP).
+OpenTelemetry metrics data, pushed over OTLP (gRPC or HTTP) by the SDK's periodic reader and our exporter.
 
 The registry stays the one place the metrics live, so /metrics and the push always say the same.
 Counters become cumulative monotonic sums, gauges gauges, histograms explicit-bucket histograms with
@@ -21,7 +21,7 @@ import math
 import os
 import threading
 import time
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable, Mapping
 
 from opentelemetry.sdk.metrics import Exemplar
 from opentelemetry.sdk.metrics.export import (AggregationTemporality, Gauge, Histogram, HistogramDataPoint,
@@ -31,12 +31,14 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from prometheus_client import CollectorRegistry
 
+from ..base.redact import redact, redact_url
 from ..version import __version__
-from ..config import ENV_OTLP_METRICS_ENDPOINT, OtlpSettings
+from .otlp_settings import ENV_OTLP_METRICS_ENDPOINT, OtlpSettings
 from .genai_metrics import GenAiMetrics
 from .metrics import SPAN_ID, TRACE_ID
 from .otlp_answers import Signal
 from .otlp_json import SCOPE_NAME
+from .retry import Backoff, RetryPolicy
 from .contract import ExportError
 
 log = logging.getLogger(__name__)
@@ -78,6 +80,8 @@ class OtlpMetricExporter(MetricExporter):
         self._transport = make_transport(settings, metrics_signal())
         self.description = self._transport.description
         self.last_error: str | None = None
+        self.last_reason: str | None = None  # ExportError.reason of the last failure
+        self.last_exception: ExportError | None = None  # the last failure (the retry policy reads its delay)
 
     def export(self, metrics_data: MetricsData, timeout_millis: float | None = None,
                **kwargs: Any) -> MetricExportResult:
@@ -86,9 +90,9 @@ class OtlpMetricExporter(MetricExporter):
             receipt = self._transport.send(self._encode(metrics_data).SerializeToString(),
                                            None if timeout_millis is None else timeout_millis / 1000)
         except ExportError as exc:
-            self.last_error = str(exc)
+            self.last_error, self.last_reason, self.last_exception = redact(str(exc)), exc.reason, exc
             return MetricExportResult.FAILURE
-        self.last_error = None
+        self.last_error = self.last_reason = self.last_exception = None
         if receipt.rejected or receipt.message:
             log.warning("%s accepted the metrics but dropped %d data point(s): %s", self.description,
                         receipt.rejected, receipt.message or "no reason given")
@@ -113,11 +117,13 @@ def make_exporter(settings: OtlpSettings) -> MetricExporter:
 
 
 def metrics_data(registry: CollectorRegistry, resource: Resource, start_ns: int, now_ns: int,
-                 genai: GenAiMetrics | None = None) -> MetricsData:
+                 genai: GenAiMetrics | None = None, starts: Mapping[str, int] | None = None) -> MetricsData:
     """What the registry (and the GenAI instruments) hold now, as OpenTelemetry metrics data (cumulative
-    since ``start_ns``)."""
+    since ``start_ns``, or since ``starts[name]`` for a family whose totals a run before began)."""
     metrics = [] if genai is None else genai.data(start_ns, now_ns)
+    begun = start_ns
     for family in registry.collect():
+        start_ns = starts.get(family.name, begun) if starts else begun
         data: Any = None
         if family.type == "counter":
             points = _numbers(family.samples, family.name + "_total", start_ns, now_ns)
@@ -179,11 +185,16 @@ def _histogram_points(name: str, samples: Iterable[Any], start_ns: int, now_ns: 
 
 class MetricsPusher:
     """Pushes the registry over OTLP every ``interval`` seconds (OTEL_METRIC_EXPORT_INTERVAL), once
-    more at ``stop``; a failed push is logged, never raised (the daemon goes on)."""
+    more at ``stop``; a failed push is logged, counted (``on_result`` gets its reason; None for a push that went
+    through) and said by ``note()``, never raised (the daemon goes on)."""
 
     def __init__(self, registry: CollectorRegistry, exporter: MetricExporter, resource: Resource, *,
-                 interval: float | None = None, clock=time.time_ns, genai: GenAiMetrics | None = None) -> None:
+                 interval: float | None = None, clock=time.time_ns, genai: GenAiMetrics | None = None,
+                 on_result: Callable[[str | None], None] = lambda reason: None,
+                 starts: Callable[[], Mapping[str, int]] = dict, retry: RetryPolicy = RetryPolicy()) -> None:
         self.registry = registry
+        self._backoff = Backoff(retry)
+        self._starts = starts  # families counting since before this process (resumed totals): their start
         self.genai = genai
         self.exporter = exporter
         self.resource = resource
@@ -193,10 +204,12 @@ class MetricsPusher:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.pushes = self.failures = 0
+        self._on_result = on_result
+        self.failing: tuple[int, float, str] | None = None  # pushes failed in a row, since when, the last error
 
     def push(self, timeout: float | None = None) -> bool:
         """Send what the registry holds now (within ``timeout`` seconds, if given); True if the backend accepted it."""
-        data = metrics_data(self.registry, self.resource, self._start_ns, self._clock(), self.genai)
+        data = metrics_data(self.registry, self.resource, self._start_ns, self._clock(), self.genai, self._starts())
         try:
             if timeout is None:
                 result = self.exporter.export(data)
@@ -207,11 +220,28 @@ class MetricsPusher:
             result = MetricExportResult.FAILURE
         ok = result is MetricExportResult.SUCCESS
         self.pushes += 1
-        if not ok:
-            self.failures += 1
-            why = getattr(self.exporter, "last_error", None)
-            log.warning("%s; the next push sends the totals again", why or "OTLP metrics export failed")
+        if ok:
+            if self.failing is not None:
+                log.info("OTLP metrics push works again, after %d failed push(es)", self.failing[0])
+            self.failing = None
+            self._on_result(None)
+            return ok
+        self.failures += 1
+        why = getattr(self.exporter, "last_error", None) or "OTLP metrics export failed"
+        count, since = (self.failing[0], self.failing[1]) if self.failing is not None else (0, time.time())
+        self.failing = (count + 1, since, why)
+        self._on_result(getattr(self.exporter, "last_reason", None) or "error")
+        log.warning("%s; the next push sends the totals again", why)
         return ok
+
+    def note(self) -> str | None:
+        """What /healthz says of the push while it fails (None while it works)."""
+        failing = self.failing
+        if failing is None:
+            return None
+        count, since, why = failing
+        return (f"metrics push failing, {count} push(es) in a row since {time.strftime('%H:%M:%S', time.gmtime(since))}"
+                f" UTC; last: {why}")
 
     def start(self) -> "MetricsPusher":
         """Push every ``interval`` seconds on a thread of its own."""
@@ -220,8 +250,20 @@ class MetricsPusher:
         return self
 
     def _run(self) -> None:
-        while not self._stop.wait(self.interval):
-            self.push()
+        wait = self.interval
+        while not self._stop.wait(wait):
+            wait = self.next_wait(self.push())
+
+    def next_wait(self, delivered: bool) -> float:
+        """Seconds to the next push after one that was ``delivered`` or not: the interval, or sooner as the retry
+        policy says after a failure (every push sends the totals, so a retry never waits past the next push), or as
+        long as the backend asked (Retry-After, RetryInfo; capped by the policy)."""
+        if delivered:
+            self._backoff.reset()
+            return self.interval
+        error = getattr(self.exporter, "last_exception", None)
+        wait = self._backoff.next(error)
+        return wait if getattr(error, "retry_after", None) is not None else min(wait, self.interval)
 
     def stop(self, timeout: float = 10.0) -> bool:
         """Stop the thread (abandoning a push in flight), push the final totals within ``timeout`` seconds, close
@@ -239,13 +281,16 @@ class MetricsPusher:
             self.exporter.shutdown(timeout_millis=timeout * 1000)
 
 
-def start_pushing(settings: OtlpSettings, registry: CollectorRegistry,
-                  genai: GenAiMetrics | None = None) -> MetricsPusher:
+def start_pushing(settings: OtlpSettings, registry: CollectorRegistry, genai: GenAiMetrics | None = None, *,
+                  resource: Mapping[str, Any] | None = None,
+                  on_result: Callable[[str | None], None] = lambda reason: None,
+                  starts: Callable[[], Mapping[str, int]] = dict) -> MetricsPusher:
     """A started pusher of ``registry`` (and the GenAI instruments) to where the settings say
-    (OTEL_METRICS_EXPORTER=otlp)."""
+    (OTEL_METRICS_EXPORTER=otlp), under ``resource`` (the attributes every span carries)."""
     from .resource import build_resource
 
-    pusher = MetricsPusher(registry, make_exporter(settings), build_resource(), genai=genai)
+    pusher = MetricsPusher(registry, make_exporter(settings), build_resource(resource), genai=genai,
+                           on_result=on_result, starts=starts)
     log.info("pushing metrics every %g s over OTLP (%s) to %s", pusher.interval, settings.protocol,
-             settings.endpoint or "the exporter's default endpoint")
+             redact_url(settings.endpoint) if settings.endpoint else "the exporter's default endpoint")
     return pusher.start()

@@ -16,6 +16,8 @@ from urllib.parse import urlparse
 from msgspec import Struct
 
 from ..base.parsing import ConfigError, parse_bool
+from ..base.redact import redact, redact_url
+from ..base.regular import check_regular, reason
 from ..base.structs import repr_without
 
 ENV_OTLP_ENDPOINT = "OTEL_EXPORTER_OTLP_ENDPOINT"
@@ -55,17 +57,18 @@ def _check_headers(variable: str, value: str) -> None:
 
 def _check_endpoint(endpoint: str) -> None:
     """An OTLP endpoint must be an http(s) URL with a valid port."""
+    shown = redact_url(endpoint)
     example = "expected e.g. http://127.0.0.1:4317 (grpc) or http://127.0.0.1:4318 (http/protobuf)"
     try:
         parsed = urlparse(endpoint)
     except ValueError as exc:  # 'http://[::1' and the like
-        raise ConfigError(f"OTLP endpoint {endpoint!r} is not a valid URL ({exc}): {example}") from None
+        raise ConfigError(f"OTLP endpoint {shown!r} is not a valid URL ({redact(str(exc))}): {example}") from None
     if parsed.scheme not in ("http", "https") or not parsed.hostname:
-        raise ConfigError(f"OTLP endpoint {endpoint!r} is not a URL: {example}")
+        raise ConfigError(f"OTLP endpoint {shown!r} is not a URL: {example}")
     try:
         parsed.port
     except ValueError:
-        raise ConfigError(f"OTLP endpoint {endpoint!r} has an invalid port") from None
+        raise ConfigError(f"OTLP endpoint {shown!r} has an invalid port") from None
 
 
 def _protocol(env: Mapping[str, str], specific: str) -> str:
@@ -91,10 +94,9 @@ def _readable_file(variable: str, value: str) -> Path | None:
         return None
     path = Path(value).expanduser()
     try:
-        with open(path, "rb"):
-            pass
+        check_regular(path)  # OpenSSL or grpc reads it later: a FIFO would block them for good
     except OSError as exc:
-        raise ConfigError(f"{variable}={value!r}: cannot read it ({exc.strerror or exc}); "
+        raise ConfigError(f"{variable}={value!r}: cannot read it ({reason(exc)}); "
                           "give the path of a PEM file, or unset it") from None
     return path
 

@@ -20,7 +20,8 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
 from ..version import __version__
-from ..config import DEFAULT_MAX_REQUEST_BYTES, ENV_OTLP_TRACES_ENDPOINT, OtlpSettings
+from .limits import DEFAULT_MAX_REQUEST_BYTES
+from .otlp_settings import ENV_OTLP_TRACES_ENDPOINT, OtlpSettings
 from .limits import clean
 from ..base.logs import RateLimitedLog
 from .otlp_answers import Signal

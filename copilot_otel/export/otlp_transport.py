@@ -21,11 +21,14 @@ from urllib.parse import urlparse
 
 from msgspec.structs import replace
 
+from ..base.redact import redact_url
+from ..base.regular import read_regular
 from ..version import __version__
-from ..config import ENV_OTLP_ENDPOINT, OtlpSettings
+from .otlp_settings import ENV_OTLP_ENDPOINT, OtlpSettings
 from .otlp_answers import (MAX_ANSWER_BYTES, PROTOBUF, HttpAnswer, Signal, grpc_error, http_answer, quote,
                            receipt_of)
 from .contract import ExportError, Receipt
+from .retry import RETRY_INFO, retry_info_seconds
 
 USER_AGENT = f"copilot-otel/{__version__}"
 CLOSE_WAIT = 2.0  # seconds for the HTTP session and its loop to close
@@ -62,7 +65,7 @@ class HttpTransport:
 
     def __init__(self, settings: OtlpSettings, endpoint: str, signal: Signal) -> None:
         self.endpoint, self.signal, self.timeout = endpoint, signal, settings.timeout
-        self.description = f"{endpoint} ({settings.protocol})"
+        self.description = f"{redact_url(endpoint)} ({settings.protocol})"
         self._headers = {"Content-Type": PROTOBUF, "User-Agent": USER_AGENT, **dict(settings.headers)}
         self._gzip = settings.compression == "gzip"
         if self._gzip:
@@ -110,10 +113,10 @@ class HttpTransport:
             raise _abandoned(self.description) from None
         except TimeoutError:
             raise ExportError(f"OTLP export to {self.description} failed: no answer within the OTLP timeout of "
-                              f"{seconds:g} s (OTEL_EXPORTER_OTLP_TIMEOUT)") from None
+                              f"{seconds:g} s (OTEL_EXPORTER_OTLP_TIMEOUT)", reason="timeout") from None
         except (aiohttp.ClientError, OSError, ValueError) as exc:
             raise ExportError(f"OTLP export to {self.description} failed: "
-                              f"{quote(str(exc)) or type(exc).__name__}") from None
+                              f"{quote(str(exc)) or type(exc).__name__}", reason="unreachable") from None
         finally:
             self._inflight.discard(future)
         return http_answer(answer, self.signal, self.description)
@@ -130,7 +133,8 @@ class HttpTransport:
                     data += more
                 return HttpAnswer(response.status, response.reason or "", response.headers.get("Content-Type", ""),
                                   data[:MAX_ANSWER_BYTES], response.headers.get("Location", ""),
-                                  truncated=len(data) > MAX_ANSWER_BYTES)
+                                  truncated=len(data) > MAX_ANSWER_BYTES,
+                                  retry_after=response.headers.get("Retry-After", ""))
 
     def abort(self) -> None:
         """End the requests in flight now."""
@@ -164,11 +168,13 @@ def _ssl_context(settings: OtlpSettings) -> ssl.SSLContext:
     return context
 
 
+MAX_PEM_BYTES = 1 << 20  # a certificate bundle, a key
+
+
 def _read(path) -> bytes | None:
     if path is None:
         return None
-    with open(path, "rb") as handle:
-        return handle.read()
+    return read_regular(path, MAX_PEM_BYTES)
 
 
 class GrpcTransport:
@@ -179,7 +185,7 @@ class GrpcTransport:
 
         self._grpc = grpc
         self.signal, self.timeout = signal, settings.timeout
-        self.description = f"{endpoint} ({settings.protocol})"
+        self.description = f"{redact_url(endpoint)} ({settings.protocol})"
         parsed = urlparse(endpoint)
         target = parsed.netloc or endpoint
         insecure = settings.insecure if settings.insecure is not None else parsed.scheme == "http"
@@ -215,8 +221,11 @@ class GrpcTransport:
             if code == grpc.StatusCode.CANCELLED and future.cancelled():
                 raise _abandoned(self.description) from None
             details = exc.details() if callable(getattr(exc, "details", None)) else ""
-            raise grpc_error(getattr(code, "name", str(code)), details or "", retry_info=_has_retry_info(exc),
-                             where=self.description, timeout=seconds) from None
+            trailing = _trailing(exc)
+            raise grpc_error(getattr(code, "name", str(code)), details or "",
+                             retry_info=any(key == RETRY_INFO for key, _value in trailing),
+                             retry_after=retry_info_seconds(trailing), where=self.description,
+                             timeout=seconds) from None
         finally:
             self._inflight.discard(future)
         return receipt_of(response, self.signal)
@@ -231,11 +240,12 @@ class GrpcTransport:
         self._channel.close()
 
 
-def _has_retry_info(exc) -> bool:
+def _trailing(exc) -> tuple:
+    """A failed call's trailing metadata, () when it has none."""
     try:
-        return any(key == "google.rpc.retryinfo-bin" for key, _value in exc.trailing_metadata() or ())
+        return tuple(exc.trailing_metadata() or ())
     except Exception:  # no trailing metadata on this error
-        return False
+        return ()
 
 
 def make_transport(settings: OtlpSettings, signal: Signal) -> HttpTransport | GrpcTransport:

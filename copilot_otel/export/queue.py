@@ -26,9 +26,11 @@ from typing import Callable, Iterable
 from msgspec import Struct, field
 
 from ..base.pause import PAUSE
+from ..base.redact import redact
 from .checkpoint import Checkpoint, FilePosition
 from .deadletter import DeadLetter
 from ..model.records import SpanRecord
+from .retry import Backoff, RetryPolicy, retry_wait_reason
 from .contract import ExportError, Receipt, RejectedError, SpanSink
 
 log = logging.getLogger(__name__)
@@ -42,13 +44,14 @@ class _Segment(Struct):
 
     spans: list[SpanRecord] = field(default_factory=list)
     markers: dict[str, FilePosition] = field(default_factory=dict)
+    totals: bytes | None = None  # the metric totals as of these markers (committed with them)
 
 
 class ExportQueue:
     """A stoppable exporter thread fed by the reader."""
 
     def __init__(self, sink: SpanSink, checkpoint: Checkpoint | None, *, max_spans: int = 20_000,
-                 batch: int = 512, initial_backoff: float = 0.5, max_backoff: float = 30.0,
+                 batch: int = 512, retry: RetryPolicy = RetryPolicy(),
                  dead_letter: DeadLetter | None = None,
                  on_exported: Callable[[int], None] = lambda n: None,
                  on_failed: Callable[[int], None] = lambda n: None,
@@ -59,14 +62,14 @@ class ExportQueue:
         self.checkpoint = checkpoint
         self.max_spans = max_spans
         self.batch = batch
-        self.initial_backoff = initial_backoff
-        self.max_backoff = max_backoff
+        self.retry = retry
         self.dead_letter = dead_letter
         self._on_exported, self._on_failed, self._on_commit = on_exported, on_failed, on_commit
         self._on_dead_lettered, self._on_backend_dropped = on_dead_lettered, on_backend_dropped
         self._segments: deque[_Segment] = deque()
         self._queued_spans = 0
         self._uncommitted: dict[str, FilePosition] = {}  # positions a failed commit left behind
+        self._uncommitted_totals: bytes | None = None  # and the totals that go with them
         self._next_commit_retry = 0.0
         self._cond = threading.Condition()
         self._stopping = False
@@ -120,11 +123,12 @@ class ExportQueue:
             self._segments.append(_Segment(list(spans)))
         self._queued_spans += len(spans)
 
-    def put(self, spans: list[SpanRecord], markers: Iterable[FilePosition] = (), *,
+    def put(self, spans: list[SpanRecord], markers: Iterable[FilePosition] = (), *, totals: bytes | None = None,
             should_stop: Callable[[], bool] = lambda: False) -> None:
         """Queue spans (blocking while the queue is full, unless stopping), then checkpoint positions, each
         committed once every span queued before it is delivered (a position replaces an earlier one of the same
-        file that waits behind the same spans): one wake-up of the exporter for both."""
+        file that waits behind the same spans): one wake-up of the exporter for both. ``totals``: the metric
+        totals that match these positions, committed in the same transaction."""
         with self._cond:
             if spans:
                 while self._queued_spans >= self.max_spans and not self._stopping and not should_stop():
@@ -134,6 +138,10 @@ class ExportQueue:
                 self._append(spans)
             for position in markers:
                 self._mark(position)
+            if totals is not None:
+                if not self._segments:
+                    self._segments.append(_Segment())
+                self._segments[-1].totals = totals
             self._cond.notify_all()
 
     def offer_spans(self, spans: list[SpanRecord]) -> int:
@@ -179,17 +187,19 @@ class ExportQueue:
             self._thread.join(timeout=0.05)
         return flushed
 
-    def _take(self) -> tuple[list[SpanRecord], dict[str, FilePosition]] | None:
+    def _take(self) -> tuple[list[SpanRecord], dict[str, FilePosition], bytes | None] | None:
         with self._cond:
             while not self._segments and not self._stopping:
-                if self._uncommitted and time.monotonic() >= self._next_commit_retry:
+                if (self._uncommitted or self._uncommitted_totals is not None) \
+                        and time.monotonic() >= self._next_commit_retry:
                     self._busy = True
-                    return [], {}
+                    return [], {}, None
                 self._cond.wait(0.5)
             if not self._segments:
                 return None
             spans: list[SpanRecord] = []
             markers: dict[str, FilePosition] = {}
+            totals = None
             while self._segments and len(spans) < self.batch:
                 segment = self._segments[0]
                 room = self.batch - len(spans)
@@ -199,22 +209,23 @@ class ExportQueue:
                     break
                 spans.extend(segment.spans)
                 markers.update(segment.markers)
+                totals = segment.totals if segment.totals is not None else totals
                 self._segments.popleft()
             self._busy = True
-            return spans, markers
+            return spans, markers, totals
 
     def _run(self) -> None:
         while True:
             taken = self._take()
             if taken is None:
                 return
-            spans, markers = taken
+            spans, markers, totals = taken
             if PAUSE.renders:  # a /metrics render runs: let it run alone (pause.py)
                 PAUSE.wait()
             try:
                 if spans and not self._deliver(spans):
                     return  # stopping while the backend is down: the checkpoint stays behind
-                self._commit(markers)
+                self._commit(markers, totals)
             finally:
                 with self._cond:
                     self._queued_spans -= len(spans)
@@ -223,32 +234,29 @@ class ExportQueue:
 
     def _deliver(self, spans: list[SpanRecord]) -> bool:
         """Deliver ``spans`` in order, retrying with backoff; False if stopped first."""
-        backoff = self.initial_backoff
+        backoff = Backoff(self.retry)
 
         def failed(part: list[SpanRecord], exc: Exception | None) -> bool:
-            nonlocal backoff
             if exc is None:  # a part was delivered
                 if not self.healthy:
                     log.info("trace export to %s recovered", self.sink.description)
                 self.healthy, self.last_error = True, None
                 self._on_exported(len(part))
-                backoff = self.initial_backoff
+                backoff.reset()
                 return True
             if self._stopping:
                 return False  # abandoned at stop (or failed meanwhile): the checkpoint stays behind it
+            wait = backoff.next(exc)
             if not isinstance(exc, RejectedError):
                 self.healthy = False
-                self.last_error = str(exc) or type(exc).__name__
+                self.last_error = redact(str(exc)) or type(exc).__name__
                 self._on_failed(len(part))
                 if isinstance(exc, ExportError):
-                    log.warning("%s; retrying in %.1f s", exc, backoff)
+                    log.warning("%s; %s", exc, retry_wait_reason(exc, wait))
                 else:
                     log.error("span sink %s failed unexpectedly; retrying in %.1f s", self.sink.description,
-                              backoff, exc_info=exc)
-            if not self._wait_to_retry(backoff):
-                return False
-            backoff = min(backoff * 2, self.max_backoff)
-            return True
+                              wait, exc_info=exc)
+            return self._wait_to_retry(wait)
 
         return send_in_parts(self.sink, spans, reject=self._reject, progress=failed, dropped=self._dropped)
 
@@ -282,17 +290,21 @@ class ExportQueue:
                 self._cond.wait(remaining)
             return not self._stopping
 
-    def _commit(self, markers: dict[str, FilePosition]) -> None:
-        """Make the delivered spans durable, then commit the positions behind them (and any left behind)."""
+    def _commit(self, markers: dict[str, FilePosition], totals: bytes | None = None) -> None:
+        """Make the delivered spans durable, then commit the positions behind them (and any left behind) with the
+        metric totals that match them."""
         self._uncommitted.update(markers)
-        if not self._uncommitted:
+        if totals is not None:
+            self._uncommitted_totals = totals
+        if not self._uncommitted and self._uncommitted_totals is None:
             return
         if self.checkpoint is None:
             self._uncommitted.clear()
+            self._uncommitted_totals = None
             return
         try:
             self.sink.sync()
-            self.checkpoint.commit(list(self._uncommitted.values()))
+            self.checkpoint.commit(list(self._uncommitted.values()), self._uncommitted_totals)
         except Exception as exc:
             self._next_commit_retry = time.monotonic() + COMMIT_RETRY
             reason = str(exc) or type(exc).__name__
@@ -301,6 +313,7 @@ class ExportQueue:
             self.commit_error = reason
             return
         self._uncommitted.clear()
+        self._uncommitted_totals = None
         if self.commit_error is not None:
             log.info("checkpoint commits work again")
             self.commit_error = None

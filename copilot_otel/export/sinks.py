@@ -7,7 +7,9 @@ import threading
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from ..config import DEFAULT_MAX_REQUEST_BYTES, ConfigError, OtlpSettings
+from ..base.parsing import ConfigError
+from .limits import DEFAULT_MAX_REQUEST_BYTES
+from .otlp_settings import OtlpSettings
 from ..base.linefile import FileBusy
 from .otlp_json import OtlpJsonEncoder
 from ..base.private import private_dir
@@ -97,14 +99,18 @@ class FileSink:
 
 def make_sink(*, traces_file: Path | None, otlp: OtlpSettings, default_file: Path,
               max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES, rotation: Rotation = Rotation(),
-              strict: bool = True) -> SpanSink:
+              strict: bool = True, resource: Mapping[str, Any] | None = None) -> SpanSink:
     """The destination the configuration names; a JSON-lines file when nothing is configured. ``strict``: a file
-    in a folder another user could change is refused."""
+    in a folder another user could change is refused. ``resource``: the spans' resource attributes."""
     if traces_file is not None:
-        return FileSink(traces_file, max_request_bytes=max_request_bytes, rotation=rotation, strict=strict)
+        return FileSink(traces_file, max_request_bytes=max_request_bytes, rotation=rotation, strict=strict,
+                        resource=resource)
     if otlp.endpoint:
         from .otlp_sink import OtlpSink  # gRPC and protobuf load only when OTLP is used
+        from .resource import build_resource
 
-        return OtlpSink(otlp, max_request_bytes=max_request_bytes)
-    return FileSink(default_file, max_request_bytes=max_request_bytes, rotation=rotation, strict=strict)
+        return OtlpSink(otlp, max_request_bytes=max_request_bytes,
+                        resource=build_resource(resource) if resource is not None else None)
+    return FileSink(default_file, max_request_bytes=max_request_bytes, rotation=rotation, strict=strict,
+                    resource=resource)
 

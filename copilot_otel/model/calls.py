@@ -111,7 +111,7 @@ class CallBook:
             self.credits.call(usage, model, totals, nudge=nudge, span=span)
             ttft = usage.fields.get("timeToFirstTokenMs")
             if isinstance(ttft, (int, float)) and not isinstance(ttft, bool) and ttft >= 0:
-                self.out.count(Metric.LLM_TIME_TO_FIRST_TOKEN, model, value=ttft / 1000.0, span=span)
+                self.out.count(Metric.LLM_TIME_TO_FIRST_TOKEN, model, value=as_num(ttft) / 1000.0, span=span)
         else:
             tally.llm_errors += 1
         for label, value in tokens.items():

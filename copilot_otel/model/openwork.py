@@ -5,12 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 from msgspec import Struct, field
+from msgspec.structs import replace
 
 from . import attrs as A
 from ..decode.events import Event
 from .genai import updates as genai_updates
-from .records import EMPTY_STEP, STATUS_ERROR, Anomaly, MetricUpdate, SpanEvent, SpanRecord, Step
-from ..vocab import ATTRIBUTED, CANCELLED, END_ABORTED, INCOMPLETE, Metric
+from .records import (EMPTY_STEP, INT64_LIMIT, STATUS_ERROR, Anomaly, MetricUpdate, SpanEvent, SpanRecord, Step,
+                      clamped_value, shown)
+from ..vocab import ATTRIBUTED, CANCELLED, END_ABORTED, INCOMPLETE, OUT_OF_RANGE, Metric
 
 # The status description of a span that failed without a message of its own, by error.type.
 _DESCRIPTIONS = {
@@ -159,16 +161,27 @@ class Outbox:
             setdefault(key, value)
         self.spans.append(record)
         if self.keep_metrics:
-            self.metrics.extend(genai_updates(record))
+            for update in genai_updates(record):
+                if not -INT64_LIMIT <= update.value <= INT64_LIMIT:
+                    update = replace(update, value=self._clamped(update.metric, update.value))
+                self.metrics.append(update)
 
     def count(self, metric: Metric, *labels: str, value: float = 1.0, span: OpenSpan | None = None) -> None:
         """Add to a counter, or observe in a histogram (the metric's kind says which), with ``span`` as its
-        exemplar. A metric attributed to a repository gets the session's as its last label."""
+        exemplar. A metric attributed to a repository gets the session's as its last label. A value beyond
+        int64 (the log's: a 400-digit token count, a cost of 1e308 that sums to infinity) is clamped, and said."""
         if self.keep_metrics:
             if metric in ATTRIBUTED:
                 labels = (*labels, self.repository)
+            if not -INT64_LIMIT <= value <= INT64_LIMIT:
+                value = self._clamped(metric, value)
             self.metrics.append(MetricUpdate(metric, labels, value,
                                              None if span is None else (span.trace_id, span.span_id)))
+
+    def _clamped(self, metric: Any, value: Any) -> float:
+        """``value`` clamped (records.clamped_value), noted as an anomaly for the caller to count and log."""
+        self.anomalies.append(Anomaly(OUT_OF_RANGE, metric.value, shown(value)))
+        return clamped_value(value)
 
     def anomaly(self, kind: str, event: Event) -> None:
         """The event could not be used; the caller logs it with its file and line."""

@@ -9,20 +9,27 @@ holds the one guard that turns a bug of the model into a skipped event, never a 
 from __future__ import annotations
 
 import logging
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Protocol
 
 from msgspec import Struct, field
 
-from ..decode.lines import INTERNAL_ERROR
+from ..decode.lines import INTERNAL_ERROR, MAX_DEPTH
 from ..decode.events import DecodeError, Event
-from ..base.pause import PAUSE
 from .records import EMPTY_STEP, MetricUpdate, SpanRecord, Step
 from .sessions import SessionModel
-from ..vocab import DUPLICATE_ID, END_INCOMPLETE
+from ..vocab import DUPLICATE_ID, END_INCOMPLETE, OUT_OF_RANGE, TOO_DEEP
 
 log = logging.getLogger(__name__)
 
 Warn = Callable[..., None]  # logging.Logger.warning's signature
+
+
+class Pause(Protocol):
+    """Where a reader gives way to another thread (the daemon's: base.pause.PAUSE, while a /metrics render runs)."""
+
+    renders: bool
+
+    def wait(self) -> None: ...
 
 
 class Outputs(Struct):
@@ -35,6 +42,7 @@ class Outputs(Struct):
     events: dict[str, int] = field(default_factory=dict)  # event type -> events applied
     newest_ns: int = 0  # timestamp of the newest event applied
     ahead: int = 0  # events stamped more than an hour ahead of the reader's clock (kept: a clock is wrong)
+    clamped: dict[str, int] = field(default_factory=dict)  # reason -> values clamped or cut to be usable
 
     def add(self, step: Step) -> None:
         """Fold in one step's spans and metric updates (its anomalies are counted by ``drive``)."""
@@ -42,25 +50,20 @@ class Outputs(Struct):
             self.spans.extend(step.spans)
             self.metrics.extend(step.metrics)
 
-    def take_spans(self) -> list[SpanRecord]:
-        """The spans gathered so far, no longer held here."""
-        spans, self.spans = self.spans, []
-        return spans
-
 
 def drive(model: SessionModel, items: Iterable[Event | DecodeError], out: Outputs, *, source: str,
-          warn: Warn = log.warning, floor: int = -1) -> Outputs:
+          warn: Warn = log.warning, floor: int = -1, pause: Pause | None = None) -> Outputs:
     """Apply every decoded line to ``model``, gathering into ``out``; return ``out``.
 
+    ``pause``: where to give way to another thread between lines (the daemon hands in base.pause.PAUSE).
     ``floor``: lines before this byte offset were delivered before (a restart, a rebuilt
     model); they are applied, to rebuild what is open, but neither counted nor exported again.
     """
     rejected = out.rejected
     events = out.events
     feed = model.feed
-    pause = PAUSE
     for item in items:
-        if pause.renders:  # a /metrics render runs: let it run alone (pause.py)
+        if pause is not None and pause.renders:  # a /metrics render runs: let it run alone (base/pause.py)
             pause.wait()
         if type(item) is DecodeError:
             if item.offset >= floor:
@@ -75,6 +78,10 @@ def drive(model: SessionModel, items: Iterable[Event | DecodeError], out: Output
             continue
         if item.offset < floor:
             continue
+        if item.cut:  # kept, its deepest values read as "..." (decode/lines.py)
+            out.clamped[TOO_DEEP] = out.clamped.get(TOO_DEEP, 0) + 1
+            warn("%s:%d: %s nested deeper than %d levels: kept, what lies deeper read as \"...\" (%s)", source,
+                 item.line, item.type, MAX_DEPTH, TOO_DEEP)
         kind = item.type
         events[kind] = events.get(kind, 0) + 1
         if item.timestamp_ns > out.newest_ns:
@@ -87,6 +94,8 @@ def drive(model: SessionModel, items: Iterable[Event | DecodeError], out: Output
             warn("%s:%d: %s", source, item.line, anomaly.describe())
             if anomaly.kind == DUPLICATE_ID:
                 rejected[DUPLICATE_ID] = rejected.get(DUPLICATE_ID, 0) + 1
+            elif anomaly.kind == OUT_OF_RANGE:
+                out.clamped[OUT_OF_RANGE] = out.clamped.get(OUT_OF_RANGE, 0) + 1
             else:
                 out.out_of_order[anomaly.event_type] = out.out_of_order.get(anomaly.event_type, 0) + 1
     return out

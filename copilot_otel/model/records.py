@@ -8,7 +8,7 @@ from msgspec import Struct, field
 from msgspec.structs import replace
 
 from ..base.hashes import blake2b
-from ..vocab import DUPLICATE_ID, Metric
+from ..vocab import DUPLICATE_ID, OUT_OF_RANGE, Metric
 
 # OTel span kinds, as their OTLP enum values.
 KIND_INTERNAL = 1
@@ -44,6 +44,29 @@ class SpanRecord(Struct, frozen=True):
     links: tuple[tuple[int, int], ...] = ()  # (trace id, span id) of related spans in other traces
 
 
+# What one metric update may add: int64's range, as the docs promise for every integer. A value beyond it (a
+# 400-digit token count) cannot even be made a float; one just below it keeps a counter finite for 2^970 updates.
+INT64_LIMIT = float((1 << 63) - 1)
+
+
+def clamped_value(value: Any) -> float | None:
+    """None when ``value`` is within int64's range (a metric update may carry it as it is), else what it is
+    counted as: 0 for NaN, +-INT64_LIMIT for the rest (a 400-digit integer, infinity)."""
+    if -INT64_LIMIT <= value <= INT64_LIMIT:
+        return None
+    if value != value:
+        return 0.0
+    return INT64_LIMIT if value > 0 else -INT64_LIMIT
+
+
+def shown(value: Any) -> str:
+    """A number for a log line: a 400-digit one shortened."""
+    if isinstance(value, int) and value.bit_length() > 3000:  # str() of a huge int is slow (and refused past 4300)
+        return f"an integer of {value.bit_length()} bits"
+    text = str(value)
+    return text if len(text) <= 40 else f"{text[:20]}... ({len(text)} digits)"
+
+
 class MetricUpdate(Struct, frozen=True):
     """Add ``value`` to a counter, or observe it in a histogram (``metric`` says which).
 
@@ -60,7 +83,8 @@ class MetricUpdate(Struct, frozen=True):
 class Anomaly(Struct, frozen=True):
     """An event the model counted but could not use: a duplicate id, or an end whose start is not open."""
 
-    kind: str  # vocab.DUPLICATE_ID or vocab.OUT_OF_ORDER
+    kind: str  # vocab.DUPLICATE_ID, vocab.OUT_OF_ORDER or vocab.OUT_OF_RANGE (then event_type: the metric, event_id:
+    # the value, shortened)
     event_type: str
     event_id: str
 
@@ -68,6 +92,8 @@ class Anomaly(Struct, frozen=True):
         """One sentence for the log line that names the file and line."""
         if self.kind == DUPLICATE_ID:
             return f"skipped line ({DUPLICATE_ID}): event id {self.event_id} seen before"
+        if self.kind == OUT_OF_RANGE:
+            return f"{self.event_type}: {self.event_id} is beyond int64; clamped ({OUT_OF_RANGE})"
         return f"{self.event_type} out of order: it ends something that is not open; counted, not exported"
 
 

@@ -166,6 +166,14 @@ class SessionModel:
             return None
         return current.start_offset, current.start_line - 1
 
+    @property
+    def trace_id(self) -> int | None:
+        """The trace of the interaction running now, else of the last one that ended (None: none yet)."""
+        current = self._loop.current
+        if current is not None:
+            return current.root.trace_id
+        return self._loop.last_ended[1] if self._loop.last_ended else None
+
     def summary(self) -> SessionSummary:
         """The session at a glance, frozen (any thread may read it)."""
         oldest = self._book.oldest_tool()

@@ -12,7 +12,7 @@ import orjson
 
 from . import attrs as A
 from .openwork import Totals
-from ..decode.payloads import SessionError, SessionFacts, Usage
+from ..decode.payloads import SessionError, SessionFacts, Usage, as_num
 from ..vocab import COMPLETE, MAIN_AGENT, PARTIAL, UNAVAILABLE
 
 # A BYOK provider's kind (usage.modelProvider, else usage.providerType) -> gen_ai.provider.name
@@ -177,7 +177,7 @@ def chat(session_id: str, agent: str, usage: Usage, model: str, turn: tuple[str,
         attributes[A.GEN_AI_RESPONSE_FINISH_REASONS] = (finish,)
     ttft = fields.get("timeToFirstTokenMs")
     if isinstance(ttft, (int, float)) and not isinstance(ttft, bool):
-        attributes[A.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK] = ttft / 1000.0
+        attributes[A.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK] = as_num(ttft) / 1000.0  # an int too large: inf
     for key, attr in A.USAGE_EXTRAS:
         value = fields.get(key)
         if isinstance(value, (int, float, str)) and not isinstance(value, bool) and value != "":

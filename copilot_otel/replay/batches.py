@@ -40,6 +40,7 @@ class ReplayStats(Struct):
     drop_message: str = ""  # what it said of them, last
     rejected: Counter = field(default_factory=Counter)
     out_of_order: Counter = field(default_factory=Counter)
+    clamped: Counter = field(default_factory=Counter)  # reason -> values clamped or cut to be usable
     metrics: list[MetricUpdate] | None = field(default_factory=list)  # None: the model makes none
 
     def add(self, other: ReplayStats) -> None:
@@ -52,6 +53,7 @@ class ReplayStats(Struct):
         self.drop_message = other.drop_message or self.drop_message
         self.rejected.update(other.rejected)
         self.out_of_order.update(other.out_of_order)
+        self.clamped.update(other.clamped)
         if self.metrics is not None and other.metrics:
             self.metrics.extend(other.metrics)
 
@@ -60,5 +62,6 @@ class ReplayStats(Struct):
         self.events += sum(out.events.values())
         self.rejected.update(out.rejected)
         self.out_of_order.update(out.out_of_order)
+        self.clamped.update(out.clamped)
         if self.metrics is not None:
             self.metrics.extend(out.metrics)

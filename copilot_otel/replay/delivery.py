@@ -14,6 +14,7 @@ of retrying them, and count spans it accepted and dropped all the same (OTLP par
 from __future__ import annotations
 
 import logging
+import random
 import time
 from typing import Callable
 
@@ -23,11 +24,10 @@ from ..export.queue import send_in_parts
 from .ledger import Ledger
 from ..model.records import SpanRecord
 from ..export.contract import ExportError, Receipt, SpanSink
+from ..export.retry import Backoff, RetryPolicy, retry_wait_reason
 
 log = logging.getLogger(__name__)
 
-INITIAL_BACKOFF = 0.5
-MAX_BACKOFF = 30.0
 WARNINGS = 3  # refused batches that get a log line each; the summary counts the rest
 
 
@@ -39,9 +39,11 @@ class RetryingSender:
     a failing request for up to ``retry_for`` seconds (as the OTel SDK's exporters do) before giving up.
     Used as a ``SendBatch``."""
 
-    def __init__(self, refused: Callable[[list[SpanRecord], str], None] | None, retry_for: float = 0.0) -> None:
+    def __init__(self, refused: Callable[[list[SpanRecord], str], None] | None, retry_for: float = 0.0,
+                 retry: RetryPolicy = RetryPolicy()) -> None:
         self.refused = refused
         self.retry_for = retry_for
+        self.retry = retry
 
     def __call__(self, batch: Batch, sink: SpanSink, stats: ReplayStats) -> None:
         """Deliver one batch (raises ExportError once retrying for ``retry_for`` seconds did not help)."""
@@ -53,21 +55,24 @@ class RetryingSender:
     def export(self, sink: SpanSink, records: list[SpanRecord], stats: ReplayStats) -> None:
         failing_since: float | None = None
         attempt_started = time.monotonic()
-        backoff = 0.25
+        backoff = Backoff(self.retry)
 
         def progress(_part: list[SpanRecord], error: Exception | None) -> bool:
-            nonlocal failing_since, backoff, attempt_started
+            nonlocal failing_since, attempt_started
             now = time.monotonic()
             if error is None:
                 failing_since, attempt_started = None, now
+                backoff.reset()
                 return True
             failing_since = attempt_started if failing_since is None else failing_since
-            if not isinstance(error, ExportError) or now - failing_since + backoff > self.retry_for:
+            if not isinstance(error, ExportError):
                 raise error
-            log.warning("%s; retrying in %.2f s", error, backoff)
-            time.sleep(backoff)
+            wait = backoff.next(error)
+            if now - failing_since + wait > self.retry_for:
+                raise error
+            log.warning("%s; %s", error, retry_wait_reason(error, wait))
+            time.sleep(wait)
             attempt_started = time.monotonic()
-            backoff = min(backoff * 2, 4.0)
             return True
 
         send_in_parts(sink, records, reject=refuser(self.refused, stats), progress=progress, dropped=counter(stats))
@@ -136,6 +141,7 @@ class ReplaySender:
                  refused: Callable[[list[SpanRecord], str], None] | None = None,
                  on_delivered: Callable[[Batch], None] = lambda b: None,
                  on_waiting: Callable[[str, float], None] = lambda reason, seconds: None,
+                 retry: RetryPolicy = RetryPolicy(), draw: Callable[[], float] | None = None,
                  clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> None:
         self.ledger = ledger
         self.identities = identities or {}
@@ -145,6 +151,8 @@ class ReplaySender:
         self.refused = refused
         self.on_delivered, self.on_waiting = on_delivered, on_waiting
         self._clock, self._sleep = clock, sleep
+        self.retry = retry
+        self._draw = draw if draw is not None else random.random  # the jitter's draws
         self.spans = 0  # delivered by this run
         self.retries = 0
         self.done: set[str] = set()
@@ -183,12 +191,12 @@ def _attempt(action: Callable[[], None], waits: "_Waits") -> bool:
 
 
 class _Waits:
-    """One batch's failures: backoff from INITIAL_BACKOFF to MAX_BACKOFF, GaveUp past ``give_up_after`` (counted
+    """One batch's failures: waits as the retry policy says (never past ``give_up_after``), GaveUp past it (counted
     from the start of the first failed attempt, so that the time that attempt took counts)."""
 
     def __init__(self, delivery: ReplaySender) -> None:
         self.delivery = delivery
-        self.backoff = INITIAL_BACKOFF
+        self.backoff = Backoff(delivery.retry, draw=delivery._draw)
         self.failing_since: float | None = None
         self.attempt_started = delivery._clock()
 
@@ -197,24 +205,25 @@ class _Waits:
         delivery = self.delivery
         now = delivery._clock()
         if error is None:
-            self.failing_since, self.backoff, self.attempt_started = None, INITIAL_BACKOFF, now
+            self.failing_since, self.attempt_started = None, now
+            self.backoff.reset()
             return True
         if not isinstance(error, ExportError):
             raise error  # a sink bug, not the backend
-        if self.failing_since is None:
+        first = self.failing_since is None
+        if first:
             self.failing_since = self.attempt_started
             delivery.refusals += 1
-            if delivery.refusals <= WARNINGS:
-                log.warning("%s; waiting and retrying (giving up after %.0f s of refusals)%s", error,
-                            delivery.give_up_after,
-                            "; further refusals are counted, not logged" if delivery.refusals == WARNINGS else "")
         failing_for = now - self.failing_since
         if failing_for >= delivery.give_up_after:
             raise GaveUp(f"{error} (for {failing_for:.0f} s)") from error
-        wait = min(self.backoff, delivery.give_up_after - failing_for)
+        wait = min(self.backoff.next(error), delivery.give_up_after - failing_for)
+        if first and delivery.refusals <= WARNINGS:
+            log.warning("%s; %s (giving up after %.0f s of refusals)%s", error, retry_wait_reason(error, wait),
+                        delivery.give_up_after,
+                        "; further refusals are counted, not logged" if delivery.refusals == WARNINGS else "")
         delivery.retries += 1
         delivery.on_waiting(str(error), wait)
         delivery._sleep(wait)
         self.attempt_started = delivery._clock()
-        self.backoff = min(self.backoff * 2, MAX_BACKOFF)
         return True

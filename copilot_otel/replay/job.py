@@ -14,7 +14,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-import click
 from msgspec import Struct, field
 
 from ..config import Config
@@ -26,8 +25,8 @@ from ..export.otlp_json import OtlpJsonEncoder
 from ..base.private import write_private
 from .batches import Batch, ReplayStats
 from .runner import BATCH, replay_files, replay_stream
-from ..export.resource import resource_attributes
-from ..base.safe_text import safe
+from ..export.resource import build_resource, resource_of
+from ..base.safe_text import say as _say
 from ..export.sinks import FileSink
 from ..export.contract import ExportError, SpanSink
 from ..source.sources import session_id_of
@@ -138,7 +137,7 @@ def replay_logs(files: list[Path], sink: SpanSink, config: Config, *, workers: i
         def waiting(_reason: str, seconds: float) -> None:
             bar.update(task, description=f"refused, retry {seconds:.0f}s")
 
-        dead_letter = DeadLetter(config.state_dir / DEAD_LETTER_FILE, OtlpJsonEncoder(resource_attributes()))
+        dead_letter = DeadLetter(config.state_dir / DEAD_LETTER_FILE, OtlpJsonEncoder(resource_of(config)))
         sender = ReplaySender(ledger=ledger, identities=identities, sent={str(p): s for p, s in todo}, rate=rate,
                               give_up_after=give_up_after, refused=dead_letter.add, on_delivered=delivered,
                               on_waiting=waiting)
@@ -223,7 +222,7 @@ def report(outcome: Outcome, destination: str) -> None:
 def replay_stdin(sink: SpanSink, config: Config, metrics_file: Path | None) -> int:
     """`replay -`: the headless stream, exported at once (spans refused for good kept in the dead-letter
     file); its summary or what failed on stderr; the exit code."""
-    dead_letter = DeadLetter(config.state_dir / DEAD_LETTER_FILE, OtlpJsonEncoder(resource_attributes()))
+    dead_letter = DeadLetter(config.state_dir / DEAD_LETTER_FILE, OtlpJsonEncoder(resource_of(config)))
     try:
         stats = replay_stream(sys.stdin.buffer.read(), sink, options=config.model, max_line_bytes=config.max_line_bytes,
                               refused=dead_letter.add, retry_for=config.otlp.timeout if config.otlp.endpoint else 0.0)
@@ -247,11 +246,6 @@ def replay_stdin(sink: SpanSink, config: Config, metrics_file: Path | None) -> i
     return EXIT_OK
 
 
-def _say(message: str) -> None:
-    """One line on stderr; paths, session ids and reasons in it escaped for the terminal."""
-    click.echo(f"copilot-otel: {safe(message)}", err=True)
-
-
 def _failed(message: str) -> int:
     _say(message)
     return EXIT_FAILED
@@ -269,9 +263,9 @@ def write_metrics(stats: ReplayStats, config: Config, metrics_file: Path | None)
     from ..model.pipeline import Outputs
 
     disable_created_series()
-    metrics = Metrics(process=False, repository_label=not config.no_repository_label, resource=resource_attributes())
+    metrics = Metrics(process=False, repository_label=not config.no_repository_label, resource=resource_of(config))
     metrics.apply_outputs(Outputs(metrics=list(stats.metrics or ()), rejected=stats.rejected,
-                                  out_of_order=stats.out_of_order))
+                                  out_of_order=stats.out_of_order, clamped=stats.clamped))
     if metrics_file is not None:
         # As write_to_textfile writes it, less its temporary file of a guessable name (a link planted there in a
         # shared folder would be written through): node_exporter, another user, reads it.
@@ -279,8 +273,7 @@ def write_metrics(stats: ReplayStats, config: Config, metrics_file: Path | None)
     if config.metrics_otlp is None:
         return True
     from ..export.otlp_metrics import MetricsPusher, make_exporter  # the OTel SDK: only to push
-    from ..export.resource import build_resource
 
-    pusher = MetricsPusher(metrics.registry, make_exporter(config.metrics_otlp), build_resource(),
+    pusher = MetricsPusher(metrics.registry, make_exporter(config.metrics_otlp), build_resource(resource_of(config)),
                            genai=metrics.genai)
     return pusher.stop(timeout=config.metrics_otlp.timeout)

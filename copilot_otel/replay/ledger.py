@@ -35,6 +35,7 @@ from msgspec import Struct
 from ..base import pidlock
 from ..base.hashes import blake2b
 from ..base.private import open_private, private_dir, touch_private
+from ..base.regular import open_regular
 from ..source.identity import prefix_crc
 from ..source.sources import path_from_text, path_text
 
@@ -80,7 +81,7 @@ def same_log(recorded: str, path: Path) -> bool:
         return recorded == identity_of(path)
     length = int(recorded[len(CONTENT):].split(":")[0])
     try:
-        with open(path, "rb") as handle:
+        with os.fdopen(open_regular(path), "rb") as handle:
             if recorded.endswith(":whole") and os.fstat(handle.fileno()).st_size != length:
                 return False
             found = prefix_crc(handle, length)  # None: fewer bytes than that

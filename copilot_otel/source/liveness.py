@@ -67,11 +67,6 @@ def lock_pids(session_dir: Path) -> list[int]:
     return pids
 
 
-def session_alive(session_dir: Path) -> bool:
-    """True while some process that holds the session is running."""
-    return any(pid_alive(pid) for pid in lock_pids(session_dir))
-
-
 def locks_expected(pids: list[int] | tuple[int, ...], cli_version: tuple[int, ...] | None, *,
                    seen: bool = False) -> bool:
     """Does a session's CLI write lock files, so that a missing process means it is gone?
@@ -113,6 +108,7 @@ class Liveness(Struct, frozen=True):
     waiting_on: str | None = None  # the tool it waits on (the oldest running), or waited on when it died
     repository: str | None = None
     seen_at: float | None = None  # monotonic time the daemon last saw one of its events (None: no daemon)
+    trace_id: str = ""  # hex id of the trace of its running (else last) interaction: what a stuck alert links to
 
 
 def live_state(session: Liveness, *, now: float, policy: StuckPolicy, alive: Callable[[int], bool],

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import errno
 import os
-import stat
 import sys
 from pathlib import Path
 from typing import Collection
@@ -27,13 +26,12 @@ from .identity import (COPIED, EDITED, FINGERPRINT_BYTES, HEAD_BYTES, REPLACED, 
                        count_lines, fingerprint, first_event_id, prefix_crc, same_origin)
 from ..base.hashes import crc32
 from ..base.pause import PAUSE
+from ..base.regular import open_regular
 from .sources import UnreadableLog
 
 __all__ = ["CHUNK", "FileIdentity", "FileTail", "ReadResult", "Refused", "read_all"]
 
 CHUNK = 1 << 20
-_OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
-NOT_REGULAR = "is not a regular file; not reading it"  # a FIFO would block the reader
 
 
 class ReadResult(Struct):
@@ -87,6 +85,24 @@ class FileTail:
         ``crc`` (checked at the next open, whatever file is then at the path; None: believed)."""
         self.offset, self.line, self.identity = offset, line, identity
         self.crc, self.expect, self.scanned = None, (end, crc), None
+
+    def newest_event_ns(self) -> int | None:
+        """When the last event among the file's last MiB of complete lines happened (None: no event there, or
+        the file cannot be read now)."""
+        try:
+            handle = self._open()
+        except OSError:
+            return None
+        with handle:
+            end = _last_newline_end(handle, os.fstat(handle.fileno()).st_size)
+            start = max(0, end - CHUNK)
+            handle.seek(start)
+            lines = handle.read(end - start).split(b"\n")
+        for raw in reversed(lines[1:] if start else lines):  # the first piece may be the end of a longer line
+            event = decode_line(raw) if raw.strip() else None
+            if isinstance(event, Event):
+                return event.timestamp_ns
+        return None
 
     def skip_history(self) -> None:
         """Begin after the file's last complete line, as if everything before it had been read (--from-end)."""
@@ -153,16 +169,13 @@ class FileTail:
 
     def _open(self):
         """The file, opened without blocking or following a final symlink (daemon), and checked."""
-        flags = _OPEN_FLAGS | (os.O_NOFOLLOW if self.within is not None else 0)
         try:
-            fd = os.open(self.path, flags)
+            fd = open_regular(self.path, follow=self.within is None)
         except OSError as exc:
             if exc.errno == errno.ELOOP and self.within is not None:
                 raise Refused(errno.ELOOP, "is a symbolic link; not following it") from None
             raise
         try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                raise Refused(errno.EINVAL, NOT_REGULAR)
             if self.within is not None and not _inside(fd, self.path, self.within):
                 raise Refused(errno.EXDEV, f"leads outside {self.within}; not following it")
             return open(fd, "rb", buffering=0)

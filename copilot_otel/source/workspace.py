@@ -10,17 +10,23 @@ capture on, as the prompt itself would be.
 from __future__ import annotations
 
 import codecs
+import logging
 import os
 import re
 from pathlib import Path
 
 from msgspec.structs import replace
 
+from ..base import boundedyaml
+from ..base.logs import ReportedOnce
+from ..base.regular import read_regular, reason
 from ..model.summary import SessionSummary
 
 FILE_NAME = "workspace.yaml"
 MAX_BYTES = 64 << 10  # a workspace.yaml is a few hundred bytes; a bigger one is not read
 MAX_NAME_CHARS = 200
+MAX_SAID = 1000  # paths whose trouble was logged (past that, no more is said)
+_SAID = ReportedOnce(logging.getLogger(__name__))
 _NOT_NAMED = re.compile(rb"^user_named: false\r?$", re.M)
 
 
@@ -35,24 +41,33 @@ def _never_user_named(data: bytes) -> bool:
 def read_name(folder: Path, *, capture: bool = False) -> str | None:
     """The session's name from ``folder``/workspace.yaml: one the user gave, or with ``capture`` (content capture
     on) any; None if there is none to show (or it cannot be read)."""
+    path = Path(folder) / FILE_NAME
     try:
-        with open(Path(folder) / FILE_NAME, "rb") as handle:
-            data = handle.read(MAX_BYTES + 1)
-    except OSError:
+        data = read_regular(path, MAX_BYTES, follow=False)  # a FIFO, a link or a huge file: no name, said once
+    except (FileNotFoundError, NotADirectoryError):
         return None
-    if len(data) > MAX_BYTES or not capture and _never_user_named(data):  # no name to show: nothing to parse
+    except OSError as exc:
+        _say_once(path, reason(exc))
         return None
-    import yaml  # here: its import (~0.1 G instructions) is paid only where a name may be shown
-
+    if not capture and _never_user_named(data):  # no name to show: nothing to parse
+        return None
     try:
-        document = yaml.load(data, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # noqa: S506 - safe
-    except Exception:  # noqa: BLE001 - YAMLError, and what the parser raises on its own: KeyError for "!!bool "
+        document = boundedyaml.load(data)  # its import of yaml (~0.1 G instructions) is paid only here
+    except Exception as exc:  # noqa: BLE001 - YAMLError, and what the parser raises on its own: KeyError for "!!bool "
+        if getattr(exc, "beyond_bounds", False):  # a bomb is named; a name the CLI wrote oddly is only not shown
+            _say_once(path, f"not read{boundedyaml.describe(exc)}")
         return None
     name = document.get("name") if isinstance(document, dict) else None
     if not isinstance(name, str) or not (capture or document.get("user_named") is True):
         return None
     name = " ".join(name.split())  # one line, whatever the prompt held
     return name[:MAX_NAME_CHARS] or None
+
+
+def _say_once(path: Path, why: str) -> None:
+    """Log that ``path`` gives no name, and why: once per path (a listing asks again and again)."""
+    if len(_SAID.paths) < MAX_SAID:
+        _SAID.report(path, f"{path}: {why}; the session is shown without a name")
 
 
 def named(summary: SessionSummary, folder: Path, *, capture: bool = False) -> SessionSummary:

@@ -1,14 +1,18 @@
 """Who may in: the Host check on every route, basic auth from a web config, and the view's token.
 
 The session logs are their user's alone (0600 in a 0700 folder), and the web view serves what
-they hold: so the view and its JSON answer only whoever holds the token the server made at
-start (kept 0600 in the state folder, as Jupyter keeps its own). A page opened once with
-``?token=`` sets an HttpOnly, SameSite=Strict cookie named after the port (cookies are shared
-between the ports of a host) and is sent on to the same URL without the token; scripts send
-``Authorization: Bearer <token>``. Without it every protected route answers the same 401, so
-nothing, not even whether a session exists, can be learnt. ``/metrics``, ``/healthz`` and the
-static assets hold no session and stay open to scrapers, as every Prometheus exporter's do,
-unless a web config asks for basic auth (then every route asks).
+they hold: so its JSON and streams (``/api/``) answer only whoever sends the token the server made
+at start (kept 0600 in the state folder, as Jupyter keeps its own) as ``Authorization: Bearer`` or,
+from the pages (whose Authorization may be a web config's login), as ``X-Copilot-Otel-Token``.
+Without it every one of them answers the same 401, so nothing, not even whether a session
+exists, can be learnt. No cookie carries it: a browser sends a host's cookies to every port of
+that host, so another user's server on another port would receive it. The pages themselves
+(``/``, ``/session/<id>``) are shells with no data, the same for any id, like the static assets;
+their scripts take the token from the URL's fragment that `copilot-otel open` lands on (the
+browser never sends a fragment), keep it in the origin's own storage and send it in that header,
+which no page of another origin may send here (it needs a CORS preflight this server never grants).
+``/metrics``, ``/healthz`` and the static assets hold no session and stay open to scrapers, as
+every Prometheus exporter's do, unless a web config asks for basic auth (then every route asks).
 
 Every route checks Host, on every bind: a web page that rebinds its own DNS name to this
 machine sends that name, while a browser reaching the machine by an IP address or as
@@ -20,23 +24,25 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import html
 import ipaddress
 import os
 import secrets
 import socket
 import stat
 from pathlib import Path
-from typing import Awaitable, Callable, Iterable
+from typing import Awaitable, Callable
 
 import orjson
 from aiohttp import web
 
 from ..base.parsing import ConfigError
 from ..base.private import write_private
+from ..base.regular import open_regular
 from .webconfig import WebConfig
 
-OPEN_PATHS = ("/metrics", "/healthz")
-OPEN_PREFIXES = ("/static/",)  # the pages' scripts and styles: no data in them
+OPEN_PATHS = ("/metrics", "/healthz", "/")
+OPEN_PREFIXES = ("/static/", "/session/")  # the pages, their scripts and styles: no data in them
 NEEDS_TOKEN = ("401 Unauthorized: this view opens with its token. Run `copilot-otel open` as the user who runs "
                "it, or open the URL it printed on its terminal.\n")
 HOST_REFUSED = ("403 Forbidden: this server answers only to localhost, an IP address, or a name given with "
@@ -49,16 +55,13 @@ MAX_VERIFIED = 64  # logins remembered as checked (a scraper's every 15 s must n
 # Checked against for an unknown user, so that a wrong name costs the time a wrong password does.
 _NOBODY_HASH = b"$2b$10$k7w.Qh4JpTd.iVGommLnVey6KibgNNriHB7xe6cQG2miHOlu8N63O"
 NO_STORE = {"Cache-Control": "no-store"}
+# The pages' scripts send the token in this header (Authorization may carry a web config's basic-auth login).
+TOKEN_HEADER = "X-Copilot-Otel-Token"
 
 
 def new_token() -> str:
     """A fresh random token (256 bits)."""
     return secrets.token_urlsafe(32)
-
-
-def cookie_name(port: int) -> str:
-    """The token cookie's name for a server on ``port`` (cookies do not tell ports apart)."""
-    return f"copilot-otel-token-{port}"
 
 
 def host_allowed(header: str | None, allowed: tuple[str, ...] = ()) -> bool:
@@ -86,16 +89,14 @@ class Gate:
     ``run_blocking`` runs a bcrypt check off the loop; ``count`` counts each refusal by reason.
     """
 
-    def __init__(self, *, token: str | None, port: int, allowed_hosts: tuple[str, ...] = (),
+    def __init__(self, *, token: str | None, allowed_hosts: tuple[str, ...] = (),
                  web_config: WebConfig | None = None, run_blocking: Callable[..., Awaitable],
                  count: Callable[[str], None]) -> None:
         self._token = token.encode() if token is not None else None
-        self.cookie = cookie_name(port)
         self._allowed = allowed_hosts
         config = web_config or WebConfig()
         self._users = config.users
         self._sans = set(config.allowed_sans)
-        self._secure = config.tls is not None
         self._run = run_blocking
         self._count = count
         self._verified: dict[bytes, None] = {}
@@ -117,13 +118,7 @@ class Gate:
         path = request.path
         if self._token is None or path in OPEN_PATHS or path.startswith(OPEN_PREFIXES):
             return await handler(request)
-        offered = request.query.get("token")
-        if offered is not None and not path.startswith("/api/") and self._is_token(offered):
-            # A page opened with its token: the cookie carries it from now on, the URL no longer does.
-            moved = web.HTTPSeeOther(str(request.rel_url.without_query_params("token")), headers=NO_STORE)
-            moved.set_cookie(self.cookie, offered, httponly=True, samesite="Strict", path="/", secure=self._secure)
-            raise moved
-        if self._is_token(_bearer(request) or request.cookies.get(self.cookie)):
+        if self._is_token(request.headers.get(TOKEN_HEADER) or _bearer(request)):
             return await handler(request)
         raise self._refuse("unauthorized", web.HTTPUnauthorized, NEEDS_TOKEN,
                            {"WWW-Authenticate": 'Bearer realm="copilot-otel"'})
@@ -201,7 +196,7 @@ def write_token_file(path: Path, url: str, token: str) -> None:
 def read_token_file(path: Path) -> tuple[str, str]:
     """(url, token) from a token file that is this user's and no one else's, or a ConfigError saying why not."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        fd = open_regular(path, follow=False)
     except FileNotFoundError:
         raise ConfigError(f"no {path}: is the daemon (or `view`) running on that port, with this --state-dir?") \
             from None
@@ -216,3 +211,23 @@ def read_token_file(path: Path) -> tuple[str, str]:
             return str(document["url"]), str(document["token"])
         except (orjson.JSONDecodeError, KeyError, TypeError):
             raise ConfigError(f"{path} is damaged: restart the daemon to write it again") from None
+
+
+def with_token(url: str, token: str) -> str:
+    """The page's URL with the token in its fragment (which a browser keeps to itself and never sends)."""
+    return f"{url}#token={token}"
+
+
+def opener_file(state_dir: Path, port: int) -> Path:
+    """Where `copilot-otel open` keeps the page that sends a browser to the server on ``port`` with its token."""
+    return Path(state_dir) / f"open-{port}.html"
+
+
+def write_opener(path: Path, url: str, token: str) -> None:
+    """A 0600 page at ``path`` that sends the browser on to ``url`` with the token (as Jupyter's redirect file
+    does): a browser is given this file's path, so the token is on no command line another user can read."""
+    target = html.escape(with_token(url, token), quote=True)
+    page = (f'<!doctype html><html lang="en"><head><meta charset="utf-8"><meta name="referrer" content="no-referrer">'
+            f'<meta http-equiv="refresh" content="0;url={target}"><title>copilot-otel</title></head>'
+            f'<body><p><a href="{target}">Open the copilot-otel view</a></p></body></html>\n')
+    write_private(path, page.encode())

@@ -2,8 +2,8 @@
 
 The token is made at each start and kept 0600 in the state folder (``web-<port>.json``, with
 the page's URL), where `copilot-otel open` and scripts read it. The URL with the token is said
-only on a terminal: a service's log (journald, a container's) is read by more people than the
-user, and a token in it would outlive the moment; `copilot-otel open` is the way in there.
+only on a terminal, never in the log: a service's log (journald, a container's) is read by more
+people than the user, and a token in it would outlive the moment; `copilot-otel open` is the way in.
 """
 
 from __future__ import annotations
@@ -15,9 +15,10 @@ from typing import Callable, Iterable
 
 from prometheus_client import CollectorRegistry
 
-from .access import new_token, token_file, write_token_file
+from .access import new_token, opener_file, token_file, with_token, write_token_file
 from ..config import Config
 from ..base.private import private_dir
+from ..base.redact import hide
 from .server import MetricsServer
 from .webconfig import WebConfig, load_web_config
 
@@ -32,6 +33,7 @@ class Endpoint:
                  web_config: WebConfig | None = None, address_flag: str = "--metrics-address") -> None:
         web_config = web_config or web_config_of(config)
         self.token = new_token()
+        hide(self.token)  # out of every log line, whatever carries it (base/redact.py)
         extra = {"health": health} if health is not None else {}
         self.server = MetricsServer(config.metrics_address, registry, routes=routes, token=self.token,
                                     allowed_hosts=config.allowed_hosts, web_config=web_config,
@@ -48,10 +50,14 @@ class Endpoint:
         return self.base + "/"
 
     def shown_url(self) -> str:
-        """The page's URL as the start-up line says it: with the token on a terminal, else how to open it."""
-        if sys.stderr.isatty():
-            return f"{self.url}?token={self.token}"
+        """The page's URL as the start-up log line says it: without the token (a log outlives the moment)."""
         return f"{self.url} (`copilot-otel open` opens it with its token)"
+
+    def say_url(self) -> None:
+        """On a terminal, the page's URL with its token (as Jupyter prints its own): written there, never logged."""
+        if sys.stderr.isatty():
+            print(f"copilot-otel: the view with its token: {with_token(self.url, self.token)}", file=sys.stderr,
+                  flush=True)
 
     def start(self) -> None:
         """Write the token file, then serve (the port is bound already): whoever sees /healthz answer finds it."""
@@ -71,6 +77,7 @@ class Endpoint:
         """Stop serving and remove the token file (its token dies with this server)."""
         self.server.stop()
         self.token_path.unlink(missing_ok=True)
+        opener_file(self._state_dir, self.server.address[1]).unlink(missing_ok=True)
 
 
 def web_config_of(config: Config) -> WebConfig | None:

@@ -20,7 +20,7 @@ from ..config import DEFAULT_MAX_LINE_BYTES, Config
 from ..catalog.history import history_liveness, now_live, summarize_log
 from ..source.liveness import Liveness, StuckPolicy, live_state, pid_alive, silence
 from ..model.options import ModelOptions
-from ..daemon.published import Published
+from ..catalog.published import Published
 from ..catalog.settle import settled
 from ..source.sources import SourceError, UnreadableLog
 from ..model.summary import SessionSummary

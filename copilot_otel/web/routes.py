@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from itertools import islice
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -24,6 +25,7 @@ import orjson
 from aiohttp import web
 
 from ..catalog.board import STATE_ORDER, Board, page, row_json
+from ..base.redact import redact
 from ..export.budgets import progress
 from .overview import Source
 from .server import SERVER
@@ -84,22 +86,8 @@ class WebView:
         return self._html("sessions.html")
 
     async def _session_page(self, request: web.Request) -> web.Response:
-        """The session's page; a unique start of its id goes to it; else a page that says so and leads back."""
-        await self._rescan(request.app[SERVER])
-        board = await request.app[SERVER].run_blocking(self.source.board)
-        wanted = request.match_info["session_id"]
-        if wanted in board.by_id:
-            return self._html("session.html")
-        matches = [session_id for session_id in board.by_id if session_id.startswith(wanted)]
-        if len(matches) == 1:
-            raise web.HTTPFound(f"/session/{matches[0]}")
-        why = (f"{len(matches)} sessions start with {wanted}" if matches
-               else f"no session {wanted} (nor one starting with it)")
-        body = (f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>copilot-otel: {why}</title>'
-                f'<link rel="stylesheet" href="/static/view.css"></head><body><main><h1>{why}</h1>'
-                f'<p><a href="/" id="back">All sessions</a></p></main></body></html>')  # the id is [A-Za-z0-9._-]
-        return web.Response(status=404, body=body.encode(), headers={"Content-Type": "text/html; charset=utf-8",
-                                                                     **NO_STORE})
+        """The session's page: the same shell for any id (its script asks the API, with the token, what is there)."""
+        return self._html("session.html")
 
     async def _asset(self, request: web.Request) -> web.Response:
         name = request.path.rsplit("/", 1)[-1]
@@ -142,7 +130,7 @@ class WebView:
         if self.budgets:
             body["budgets"] = progress(self.budgets, self.resource, (r.summary for r in board.rows), time.time())
         if problem:  # the page says it (not "live", not "no session matches"), as /healthz does
-            body["problem"] = problem
+            body["problem"] = redact(problem)
         return orjson.dumps(body)
 
     async def _sessions_stream(self, request: web.Request) -> web.StreamResponse:
@@ -164,9 +152,15 @@ class WebView:
     async def _row(self, request: web.Request):
         await self._rescan(request.app[SERVER])
         board = await request.app[SERVER].run_blocking(self.source.board)
-        row = board.by_id.get(request.match_info["session_id"])
-        if row is None:
-            raise web.HTTPNotFound(text="no such session\n")
+        wanted = request.match_info["session_id"]
+        row = board.by_id.get(wanted)
+        if row is None:  # the ids it starts (at most two: the page goes to a unique one, else says how many)
+            matches = list(islice((session_id for session_id in board.by_id if session_id.startswith(wanted)), 2))
+            why = (f"several sessions start with {wanted}" if len(matches) > 1
+                   else f"no session {wanted}; session {matches[0]} starts with it" if matches
+                   else f"no session {wanted} (nor one starting with it)")
+            raise web.HTTPNotFound(body=orjson.dumps({"error": why, "matches": matches}),
+                                   headers={"Content-Type": JSON, **NO_STORE})
         return row
 
     async def _session_json(self, request: web.Request) -> web.StreamResponse:
@@ -342,6 +336,7 @@ def run_view(config, paths: list[Path]) -> int:
     endpoint.start()
     log.info("%d sessions from %s on %s", len(source.board().rows), ", ".join(map(str, targets)),
              endpoint.shown_url())
+    endpoint.say_url()
     try:
         while not stop.wait(1.0):
             pass

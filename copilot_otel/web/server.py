@@ -26,6 +26,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder, gzip_accepted
 
 from .access import Gate
+from ..base.redact import redact
 from .exposition import CachedExposition
 from ..config import ConfigError
 from .guard import Connections, LoopErrors, QuietLog, Workers, http_errors, raise_open_files_limit
@@ -61,7 +62,7 @@ class MetricsServer:
     ``Content-Security-Policy`` that lets a page load only this server's scripts and styles.
 
     Every request passes ``access.Gate``: Host must name this machine (or one of ``allowed_hosts``)
-    on every route; with a ``token``, every route but /metrics, /healthz and /static/ asks for it;
+    on every route; with a ``token``, the JSON and streams (/api/) ask for it;
     ``web_config`` adds TLS and basic auth. ``unix_socket``: also serve on a Unix socket there,
     to this uid only (the kernel's word, SO_PEERCRED), for the commands.
     """
@@ -91,7 +92,7 @@ class MetricsServer:
         except OSError as exc:
             self._sock.close()
             raise ConfigError(f"cannot serve the commands' socket {unix_socket}: {exc.strerror or exc}") from None
-        self._gate = Gate(token=token, port=self.address[1], allowed_hosts=allowed_hosts, web_config=self._web_config,
+        self._gate = Gate(token=token, allowed_hosts=allowed_hosts, web_config=self._web_config,
                           run_blocking=self._check_login, count=self._count)
         if not _is_loopback(host):
             log.warning("metrics endpoint listens on %s:%d, beyond this machine", host, self.address[1])
@@ -264,7 +265,8 @@ class MetricsServer:
 
     async def _healthz(self, request: web.Request) -> web.Response:
         ok, detail = self._health()
-        return web.Response(status=200 if ok else 503, text=detail + "\n", headers={"Cache-Control": "no-store"})
+        # Anyone on the machine may read /healthz: no endpoint's password or key in it, whatever said it.
+        return web.Response(status=200 if ok else 503, text=redact(detail) + "\n", headers={"Cache-Control": "no-store"})
 
     def _count(self, reason: str) -> None:
         self._errors.labels(reason).inc()

@@ -18,7 +18,9 @@ from typing import Any
 
 from msgspec import Struct, field
 
+from ..base import boundedyaml
 from ..base.parsing import ConfigError
+from ..base.regular import check_regular, read_config, reason
 
 TLS_VERSIONS = {"TLS10": ssl.TLSVersion.TLSv1, "TLS11": ssl.TLSVersion.TLSv1_1, "TLS12": ssl.TLSVersion.TLSv1_2,
                 "TLS13": ssl.TLSVersion.TLSv1_3}
@@ -51,17 +53,9 @@ class WebConfig(Struct, frozen=True):
 
 def load_web_config(path: Path) -> WebConfig:
     """The web config at ``path``, checked whole; a ConfigError (one line, naming the file) if anything is off."""
-    import yaml
-
     path = Path(path).expanduser()
-    try:
-        document = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ConfigError(f"--web-config-file {path}: cannot read it ({exc.strerror or exc})") from None
-    except (yaml.YAMLError, UnicodeDecodeError) as exc:
-        where = getattr(exc, "problem_mark", None)
-        at = f" at line {where.line + 1}" if where is not None else ""
-        raise ConfigError(f"--web-config-file {path}: not valid YAML{at}") from None
+    where = f"--web-config-file {path}"
+    document = boundedyaml.load_config(read_config(path, where), where)
     try:
         return _parse(document or {}, path)
     except _Bad as exc:
@@ -186,6 +180,9 @@ def _file(folder: Path, name: Any, key: str) -> str:
     if not isinstance(name, str):
         raise _Bad(f"tls_server_config.{key} must be a file name")
     path = (folder / name).expanduser()
-    if not path.is_file():
-        raise _Bad(f"tls_server_config.{key} {str(path)!r}: no such file")
-    return str(path)
+    try:
+        return str(check_regular(path))  # OpenSSL opens it again: a FIFO would block it for good
+    except FileNotFoundError:
+        raise _Bad(f"tls_server_config.{key} {str(path)!r}: no such file") from None
+    except OSError as exc:
+        raise _Bad(f"tls_server_config.{key} {str(path)!r}: cannot read it ({reason(exc)})") from None

@@ -85,31 +85,39 @@ def fetch_all(port: int, requests: list[tuple[str, dict]]) -> list[tuple[int, di
     return out
 
 
-PROTECTED = ["/", "/session/{id}", "/api/sessions", "/api/sessions?state=ended", "/api/sessions/stream",
-             "/api/session/{id}", "/api/session/{id}?since=0", "/api/session/{id}/stream"]
+PROTECTED = ["/api/sessions", "/api/sessions?state=ended", "/api/sessions/stream", "/api/session/{id}",
+             "/api/session/{id}?since=0", "/api/session/{id}/stream", "/api/session/{id}?token=A"]
 
 
 def test_another_user_gets_one_and_the_same_401_from_every_route_of_the_view(daemon):
-    """As nobody, with no token, a wrong bearer token or a forged cookie, every page, JSON route and stream
-    answers the same 401, byte for byte, whether the session exists or not: nothing of it, not even its
-    existence, gets out. /metrics, /healthz and the static assets stay open (no session in them)."""
+    """As nobody, with no token, a wrong bearer token, a forged cookie or the token's old query parameter, every
+    JSON route and stream answers the same 401, byte for byte, whether the session exists or not: nothing of
+    it, not even its existence, gets out. The pages are the same data-free shells for any id; /metrics,
+    /healthz and the static assets stay open (no session in them)."""
     known, unknown = "secret-session-1", "no-such-session"
-    cookie = f"copilot-otel-token-{daemon.port}"
-    forged = [{}, {"Authorization": "Bearer " + "A" * 43}, {"Cookie": f"{cookie}={'A' * 43}"},
+    forged = [{}, {"Authorization": "Bearer " + "A" * 43}, {"Cookie": f"copilot-otel-token-{daemon.port}={'A' * 43}"},
               {"Authorization": f"Basic {'QTpB'}"}]
     requests = [(path.format(id=session_id), headers) for path in PROTECTED for session_id in (known, unknown)
                 for headers in forged]
+    requests += [(f"/?token={'A' * 43}", {}), (f"/api/sessions?token={'A' * 43}", {})]
+    shells = [(f"/session/{known}", {}), (f"/session/{unknown}", {}), ("/session/secret", {}), ("/", {})]
     before = value(daemon.scrape(), "copilot_otel_http_errors_total", reason="unauthorized")
-    answers = as_nobody(fetch_all, daemon.port, requests + [("/metrics", {}), ("/healthz", {}),
-                                                            ("/static/view.css", {})])
-    refused, opened = answers[:len(requests)], answers[len(requests):]
+    answers = as_nobody(fetch_all, daemon.port, requests + shells + [("/metrics", {}), ("/healthz", {}),
+                                                                     ("/static/view.css", {})])
+    refused, pages, opened = (answers[:len(requests)], answers[len(requests):len(requests) + len(shells)],
+                              answers[len(requests) + len(shells):])
+    first_page = refused.pop(-2)
     assert {a[0] for a in refused} == {401}
     assert len({(a[0], tuple(sorted(a[1].items())), a[2]) for a in refused}) == 1  # one answer for all
     assert refused[0][2] == NEEDS_TOKEN.encode()
+    assert first_page[0] == 200 and b"secret-session-1" not in first_page[2]  # ?token= opens nothing
+    assert {a[0] for a in pages} == {200} and len({a[2] for a in pages[:3]}) == 1  # one shell for any id
+    for _status, _headers, body in pages:
+        assert b"secret-session-1" not in body and not any(secret.encode() in body for secret in SECRETS)
     assert [a[0] for a in opened] == [200, 200, 200]
     for status, headers, body in refused:
         assert not any(secret.encode() in body or any(secret in v for v in headers.values()) for secret in SECRETS)
-    assert value(daemon.scrape(), "copilot_otel_http_errors_total", reason="unauthorized") - before == len(requests)
+    assert value(daemon.scrape(), "copilot_otel_http_errors_total", reason="unauthorized") - before == len(refused)
     # The owner, with the token, sees the session that nobody could not even learn exists.
     mine = fetch_all(daemon.port, [(f"/api/session/{known}", {"Authorization": f"Bearer {daemon.token}"}),
                                    (f"/api/session/{unknown}", {"Authorization": f"Bearer {daemon.token}"})])
@@ -234,7 +242,7 @@ def test_a_rebinding_page_is_refused_on_every_route_of_an_all_interfaces_bind(wo
     assert {status for (path, host, auth), status in answers.items() if host == "evil.example"} == {403}
     for host in ("copilot-otel", "127.0.0.1"):
         assert answers[("/metrics", host, False)] == answers[("/healthz", host, False)] == 200
-        assert answers[("/api/sessions", host, False)] == answers[("/", host, False)] == 401
+        assert answers[("/api/sessions", host, False)] == 401 and answers[("/", host, False)] == 200  # a shell
         assert answers[("/api/sessions", host, True)] == answers[("/api/session/secret-session-1", host, True)] == 200
 
 

@@ -6,6 +6,7 @@ Each test runs the real daemon (a subprocess) on real files; traces go to an OTL
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 from collections import defaultdict
@@ -283,9 +284,13 @@ def test_a_live_log_cut_back_and_regrown_never_exports_one_span_id_two_ways(tmp_
 # ------------------------------------------------------------------------ defect 13: content nested 1,000 deep
 
 
-def test_tool_arguments_nested_a_thousand_deep_keep_their_span(tmp_path):
-    """With content capture on, a tool whose arguments nest 1,000 levels deep is exported, its
-    arguments cut where the nesting gets too deep; no event is lost to a RecursionError."""
+@pytest.mark.parametrize("depth", [1000, 1100])
+def test_tool_arguments_nested_a_thousand_deep_keep_their_span(tmp_path, depth):
+    """With content capture on, a tool call whose arguments nest 1,000 or 1,100 levels deep (past orjson's 1,024
+    and msgspec's recursion limit), both in the assistant.message that asks for it and in its
+    tool.execution_start: no line is skipped as not_json nor lost to a RecursionError; the turn's chat span and
+    the tool span are exported, the arguments cut where the nesting gets too deep. Past 1,024 levels each of
+    the two lines is counted in copilot_otel_values_clamped_total{reason="too_deep"} and named with its line."""
     home, traces = tmp_path / "home", tmp_path / "traces.jsonl"
     path = new_session(home, "deep")
     log = SessionLog("deep")
@@ -293,22 +298,32 @@ def test_tool_arguments_nested_a_thousand_deep_keep_their_span(tmp_path):
     log.user()
     log.turn_start()
     log.usage(finish_reason="tool_calls")
-    log.message(tools=["edit"])
+    asked = log.message(tools=["edit"])
+    asked["data"]["toolRequests"][0]["arguments"] = "DEEP"
     log.tool_start("edit", "call-1", arguments="DEEP")
     log.tool_complete("call-1")
     log.turn_end()
     log.answer()
     log.shutdown()
-    path.write_bytes(log.jsonl().replace(b'"DEEP"', b'{"a":' * 1000 + b"1" + b"}" * 1000))
+    lines = [json.dumps(entry, separators=(",", ":")).encode() for entry in log.entries]
+    deep = b'{"a":' * depth + b"1" + b"}" * depth
+    path.write_bytes(b"".join(line.replace(b'"DEEP"', deep) + b"\n" for line in lines))
     env = {"OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "true"}
     with DaemonProcess(home, tmp_path / "state", traces_file=traces, env=env, args=FAST) as daemon:
-        wait_until(lambda: [s for s in complete_lines_spans(traces) if s.name == "execute_tool edit"], timeout=20,
-                   what="the tool span")
+        daemon.wait_for_metric("copilot_tool_calls_total", 1, timeout=30, tool="edit", outcome="success")
+        wait_until(lambda: len([s for s in complete_lines_spans(traces) if s.name.startswith("chat ")]) == 2,
+                   timeout=20, what="both chat spans")
         samples = daemon.scrape()
     (tool,) = [s for s in complete_lines_spans(traces) if s.name == "execute_tool edit"]
     arguments = tool.attributes["gen_ai.tool.call.arguments"]
     assert arguments.startswith('{"a":{"a":') and '"..."' in arguments
     assert value(samples, "copilot_otel_lines_rejected_total", reason="internal_error") == 0
+    assert value(samples, "copilot_otel_lines_rejected_total", reason="not_json") == 0
+    cut = 2 if depth > 1024 else 0
+    assert value(samples, "copilot_otel_values_clamped_total", reason="too_deep") == cut
+    text = daemon.log_text()
+    assert [text.count(f"{path}:{number}: ") for number in (5, 6)] == [cut // 2] * 2  # the message, the tool start
+    assert text.count("nested deeper than 256 levels") == cut
 
 
 def _health(daemon) -> tuple[int, str]:

@@ -1,4 +1,4 @@
-"""`copilot-otel run`: follows live sessions and keeps design.md §4's promises.
+"""`copilot-otel run`: follows live sessions and keeps the promises of docs/reliability.md.
 
 The daemon runs as a real subprocess. Event logs are real CLI logs, either written live by
 the CLI or replayed line by line into new session folders (a folder's name is its session

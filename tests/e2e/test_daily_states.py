@@ -11,7 +11,7 @@ from tests.support import viewclient as view_api
 from tests.support.commands import run_copilot_otel
 from tests.support.daemon import DaemonProcess, complete_lines_spans
 from tests.support.net import wait_until
-from tests.support.scrape import value
+from tests.support.scrape import stalled, value
 
 FAST = ("--idle-quiet", "0.3", "--rescan-interval", "0.5")
 
@@ -54,7 +54,7 @@ def test_a_session_abandoned_before_a_restart_is_still_abandoned_after_it(cli, p
                    what="abandoned after the restart")
         samples = daemon.scrape()
         assert value(samples, "copilot_sessions", state="ended") in (None, 0)
-        assert value(samples, "copilot_session_stalled_seconds", session_id=victim.session_id, state="abandoned",
+        assert stalled(samples, session_id=victim.session_id, state="abandoned",
                      tool="bash") > 0
         row = wait_until(lambda: api_rows(daemon).get(victim.session_id), what="the row")
         assert (row["state"], row["waiting_on"]) == ("abandoned", "bash")

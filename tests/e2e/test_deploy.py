@@ -19,6 +19,7 @@ import yaml
 
 from tests.support.deploy import (
     CONTRACT,
+    MACHINE_JOIN,
     DASHBOARD,
     DEPLOY,
     DOCS,
@@ -132,14 +133,20 @@ def test_dashboard_shows_every_contract_metric():
 
 
 def test_dashboard_variables_are_defined_and_used():
-    """Queries only use variables the dashboard defines, and the daemon picker
-    lists instances from a contract metric."""
+    """Queries only use variables the dashboard defines; the machine picker lists host names and the team
+    picker teams, both from target_info (the daemons' resource), and every panel can be split by either."""
     dashboard = json.loads(DASHBOARD.read_text())
     variables = {var["name"]: var for var in dashboard["templating"]["list"]}
-    assert {"datasource", "instance", "jaeger_url"} <= set(variables)
+    assert {"datasource", "host", "team", "split", "jaeger_url"} <= set(variables)
+    assert "instance" not in variables
     assert variables["datasource"]["query"] == "prometheus"
-    definition = variables["instance"]["definition"]
-    assert promql_metric_names(re.sub(r"^label_values\((.*),\s*\w+\)$", r"\1", definition)) <= series_names()
+    assert variables["host"]["definition"] == 'label_values(target_info{job="copilot-otel",team=~"$team"}, host_name)'
+    assert variables["team"]["definition"] == 'label_values(target_info{job="copilot-otel"}, team)'
+    for name in ("host", "team"):
+        definition = variables[name]["definition"]
+        assert promql_metric_names(re.sub(r"^label_values\((.*),\s*\w+\)$", r"\1", definition)) <= series_names()
+        assert (variables[name]["includeAll"], variables[name]["allValue"]) == (True, ".*")  # "" matches too
+    assert {o["value"] for o in variables["split"]["options"]} == {"job", "host_name", "team"}
     for _, expr in QUERIES:
         for name in re.findall(r"\$\{?(\w+)", expr):
             assert name.startswith("__") or name in variables, name
@@ -205,7 +212,7 @@ def test_dashboard_shows_what_it_costs_where():
     }
     for title, metrics in wanted.items():
         (panel,) = [p for p in PANELS if p["title"] == title]
-        assert {n for t in panel["targets"] for n in promql_metric_names(t["expr"])} == metrics, title
+        assert {n for t in panel["targets"] for n in promql_metric_names(t["expr"])} == metrics | {"target_info"}, title
     variables = {var["name"]: var for var in json.loads(DASHBOARD.read_text())["templating"]["list"]}
     for name, metric in (("repository", "copilot_sessions_started_total"), ("model", "copilot_llm_calls_total")):
         assert variables[name]["definition"].startswith(f"label_values({metric}")
@@ -213,7 +220,28 @@ def test_dashboard_shows_what_it_costs_where():
     for _, expr in QUERIES:
         for metric in ("copilot_premium_requests_total", "copilot_code_lines_total", "copilot_llm_calls_total"):
             if metric + "{" in expr:
-                assert f'{metric}{{instance=~"$instance"' in expr and 'repository=~"$repository"' in expr, expr
+                assert 'repository=~"$repository"' in expr and MACHINE_JOIN in expr, expr
+
+
+# Panels of the fleet's budgets: a budget spans machines, so they are neither filtered nor split by machine.
+FLEET_WIDE = {"Budgets: share spent this month"}
+
+
+@pytest.mark.parametrize("title,expr", QUERIES, ids=[f"{t}:{i}" for i, (t, _) in enumerate(QUERIES)])
+def test_every_panel_filters_and_splits_by_machine_and_team(title, expr):
+    """Each query joins target_info for the machine's host_name and team, filtered by the pickers, and either
+    sums by $split (none, machine, team) or keeps each machine apart; none selects by instance address."""
+    if title in FLEET_WIDE:
+        return
+    assert "$instance" not in expr
+    if title == "Daemons down":  # a daemon that cannot be scraped: the host name of its last target_info
+        assert 'last_over_time(target_info{job="copilot-otel",host_name=~"$host",team=~"$team"}[1d])' in expr
+    else:
+        assert MACHINE_JOIN in expr
+    aggregations = re.findall(r"\b(?:sum|max|count) by \(([^)]*)\)", expr)
+    assert aggregations or expr.startswith(("rate(", "process_")), expr
+    for labels in aggregations:
+        assert "$split" in labels or "host_name" in labels, (labels, expr)
 
 
 def test_traces_open_in_tempo_next_to_jaeger():
@@ -277,7 +305,7 @@ def test_compose_file_matches_the_compose_specification():
 def test_compose_images_are_pinned_and_the_daemon_is_built_here():
     """Third-party images name a version; the daemon is built from this repo."""
     services = compose_services()
-    assert set(services) == {"copilot-otel", "jaeger", "prometheus", "grafana"}
+    assert set(services) == {"copilot-otel", "otel-collector", "jaeger", "prometheus", "grafana"}
     for name, service in services.items():
         if "build" not in service:
             assert_pinned(service["image"])
@@ -332,15 +360,30 @@ def test_every_shipped_scraper_and_probe_names_the_daemon_as_it_answers():
                                                           for h in probe.get("httpHeaders", [])) for probe in probes)
 
 
-def test_compose_traces_go_to_jaeger_over_otlp():
-    """The daemon exports OTLP gRPC to Jaeger's 4317 inside the compose network."""
+def test_compose_traces_go_through_the_gateway_to_jaeger():
+    """The daemon exports OTLP gRPC to the gateway, which runs deploy/otelcol/gateway.yaml with its queue on a
+    volume and sends traces to Jaeger and pushed metrics to Prometheus's OTLP receiver (turned on); the machine's
+    name is the container's host name, set from COPILOT_HOST_NAME."""
     services = compose_services()
-    env = services["copilot-otel"]["environment"]
-    assert env["OTEL_EXPORTER_OTLP_ENDPOINT"] == "http://jaeger:4317"
+    daemon = services["copilot-otel"]
+    env = daemon["environment"]
+    assert env["OTEL_EXPORTER_OTLP_ENDPOINT"] == "http://otel-collector:4317"
     assert env["OTEL_EXPORTER_OTLP_PROTOCOL"] == "grpc"
     assert env["OTEL_SERVICE_NAME"] == JOB
-    assert "127.0.0.1:16686:16686" in services["jaeger"]["ports"]
-    assert "127.0.0.1:4317:4317" in services["jaeger"]["ports"]
+    assert daemon["hostname"] == "${COPILOT_HOST_NAME:-copilot-otel}"
+    assert "otel-collector" in daemon["depends_on"]
+    gateway = services["otel-collector"]
+    mounts = bind_mounts(gateway)
+    (config,) = [m for m in mounts.values() if m["type"] == "bind"]
+    assert (COMPOSE.parent / config["source"]).resolve() == GATEWAY_CONFIG and config["read_only"] is True
+    assert gateway["command"] == [f"--config={config['target']}"]
+    queue = mounts[gateway["environment"]["GATEWAY_QUEUE_DIR"]]
+    assert queue["type"] == "volume" and queue["source"] in load_yaml(COMPOSE)["volumes"]
+    assert gateway["environment"]["JAEGER_OTLP_ENDPOINT"] == "jaeger:4317"
+    assert gateway["environment"]["PROMETHEUS_OTLP_ENDPOINT"] == "http://prometheus:9090/api/v1/otlp"
+    assert "--web.enable-otlp-receiver" in services["prometheus"]["command"]
+    assert {"127.0.0.1:4317:4317", "127.0.0.1:4318:4318"} <= set(gateway["ports"])
+    assert services["jaeger"]["ports"] == ["127.0.0.1:16686:16686"]
 
 
 def test_compose_prometheus_loads_config_and_rules():
@@ -460,6 +503,52 @@ def test_systemd_unit_restarts_and_can_still_read_copilot_home():
     assert "ProtectProc" not in settings and "InaccessiblePaths" not in settings
     assert settings["NoNewPrivileges"] == ["yes"]
     assert settings["WantedBy"] == ["default.target"]
+
+
+GATEWAY_UNIT = DEPLOY / "systemd" / "otelcol-gateway.service"
+
+
+@pytest.fixture
+def gateway_unit(tmp_path) -> Path:
+    """The gateway unit with its ExecStart pointing at an executable that exists here (otelcol-contrib is not
+    installed on this machine): systemd-analyze then checks every other line."""
+    binary = tmp_path / "otelcol-contrib"
+    binary.write_text("#!/bin/sh\n")
+    binary.chmod(0o755)
+    unit = tmp_path / GATEWAY_UNIT.name
+    unit.write_text(GATEWAY_UNIT.read_text().replace("/usr/bin/otelcol-contrib", str(binary)))
+    return unit
+
+
+def test_systemd_verify_and_security_accept_the_gateway_unit(gateway_unit):
+    """systemd-analyze verify finds no unknown key or bad value in the gateway's system unit, and its security
+    rating is 'OK' or better."""
+    tool = require_tool("systemd-analyze", "systemd")
+    result = run([tool, "verify", str(gateway_unit)])
+    assert result.returncode == 0 and result.stdout + result.stderr == "", result.stdout + result.stderr
+    result = run([tool, "security", "--offline=yes", "--threshold=30", str(gateway_unit)])
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr
+
+
+def test_systemd_gateway_keeps_its_queue_in_its_state_directory():
+    """The unit runs the shared gateway config, keeps the sending queue in its StateDirectory (kept across
+    restarts), restarts always, and its env example names the backends the config reads."""
+    settings = {}
+    for line in GATEWAY_UNIT.read_text().splitlines():
+        if "=" in line and not line.lstrip().startswith(("#", ";", "[")):
+            key, value = line.split("=", 1)
+            settings.setdefault(key.strip(), []).append(value.strip())
+    assert settings["ExecStart"] == ["/usr/bin/otelcol-contrib --config=/etc/otelcol-contrib/gateway.yaml"]
+    assert settings["StateDirectory"] == ["otelcol-gateway"]
+    assert "GATEWAY_QUEUE_DIR=%S/otelcol-gateway" in settings["Environment"]
+    assert settings["Restart"] == ["always"]
+    assert "install -D -m 0644 deploy/otelcol/gateway.yaml /etc/otelcol-contrib/gateway.yaml" in GATEWAY_UNIT.read_text()
+    example = (DEPLOY / "systemd" / "otelcol-gateway.env.example").read_text()
+    config = GATEWAY_CONFIG.read_text()
+    for variable in re.findall(r"^#?(\w+)=", example, flags=re.M):
+        assert f"${{env:{variable}" in config, variable
+    daemon = (DEPLOY / "systemd" / "copilot-otel.env.example").read_text()
+    assert "host.name" in daemon and "service.instance.id" in daemon and "OTEL_METRICS_EXPORTER=otlp" in daemon
 
 
 # --- Kubernetes -------------------------------------------------------------
@@ -629,26 +718,48 @@ def test_service_and_servicemonitor_scrape_the_daemon(service, monitor, workload
 
 # --- OpenTelemetry Collector gateway ----------------------------------------
 
-def test_collector_pipeline_references_defined_components():
-    """OTLP in, memory_limiter first and batch in the traces pipeline, every
-    referenced component defined, an exporter towards Jaeger (or Tempo)."""
-    config = load_yaml(COLLECTOR_CONFIG)
+GATEWAY_CONFIG = DEPLOY / "otelcol" / "gateway.yaml"
+
+
+def test_every_deploy_runs_the_same_gateway_config():
+    """Compose, systemd and Kubernetes run one gateway config: the ConfigMap's file is a copy of
+    deploy/otelcol/gateway.yaml."""
+    assert COLLECTOR_CONFIG.read_text() == GATEWAY_CONFIG.read_text()
+
+
+def test_gateway_has_traces_and_metrics_pipelines_with_a_queue_on_disk():
+    """OTLP in; memory_limiter first; traces AND metrics pipelines; every component defined; each exporter's
+    sending queue in file_storage (so what the gateway acknowledged survives its crash), batching inside that
+    queue and no batch processor in front of it (which would hold acknowledged data in memory)."""
+    config = load_yaml(GATEWAY_CONFIG)
     service = config["service"]
-    for extension in service.get("extensions", []):
+    for extension in service["extensions"]:
         assert extension in config["extensions"]
-    traces = service["pipelines"]["traces"]
-    for section in ("receivers", "processors", "exporters"):
-        for component in traces[section]:
-            assert component in config[section], (section, component)
-    assert traces["receivers"] == ["otlp"]
-    assert traces["processors"][0] == "memory_limiter"
-    assert "batch" in traces["processors"]
+    assert set(service["pipelines"]) == {"traces", "metrics"}
+    for name, pipeline in service["pipelines"].items():
+        for section in ("receivers", "processors", "exporters"):
+            for component in pipeline[section]:
+                assert component in config[section], (name, section, component)
+        assert pipeline["receivers"] == ["otlp"]
+        assert pipeline["processors"][0] == "memory_limiter"
+        assert not [p for p in pipeline["processors"] if p.split("/")[0] == "batch"], name
+        for exporter in pipeline["exporters"]:
+            queue = config["exporters"][exporter]["sending_queue"]
+            assert queue["enabled"] is True and queue["storage"] in service["extensions"], exporter
+            assert queue["storage"].split("/")[0] == "file_storage"
+            assert set(queue["batch"]) == {"flush_timeout", "min_size", "max_size"}, exporter
     protocols = config["receivers"]["otlp"]["protocols"]
     assert protocols["grpc"]["endpoint"] == "0.0.0.0:4317"
     assert protocols["http"]["endpoint"] == "0.0.0.0:4318"
-    for exporter in traces["exporters"]:
-        assert exporter.split("/")[0] in ("otlp", "otlphttp")
-        assert re.search(r"(jaeger|tempo)", config["exporters"][exporter]["endpoint"])
+    (traces,) = service["pipelines"]["traces"]["exporters"]
+    assert traces.split("/")[0] == "otlp" and "JAEGER_OTLP_ENDPOINT" in config["exporters"][traces]["endpoint"]
+    (metrics,) = service["pipelines"]["metrics"]["exporters"]
+    assert config["exporters"][metrics]["metrics_endpoint"].endswith("/v1/metrics")
+    storage = config["extensions"]["file_storage/queue"]
+    assert "GATEWAY_QUEUE_DIR" in storage["directory"] and storage["fsync"] is True
+    text = GATEWAY_CONFIG.read_text()
+    for reason in ("Why a queue on disk", "no `batch` processor", "Batching after the data is on disk"):
+        assert reason in text
 
 
 def test_collector_deployment_uses_the_config_and_exposes_otlp():
@@ -670,6 +781,12 @@ def test_collector_deployment_uses_the_config_and_exposes_otlp():
     assert service["spec"]["selector"].items() <= pod_labels(deployment).items()
     assert deployment["spec"]["replicas"] >= 2
     assert "memory" in container["resources"]["limits"]
+    env = env_of(container)
+    queue = by_name(container["volumeMounts"], "queue")
+    assert env["GATEWAY_QUEUE_DIR"] == queue["mountPath"] and "emptyDir" in by_name(pod["volumes"], "queue")
+    assert pod["securityContext"]["fsGroup"] == pod["securityContext"]["runAsUser"]  # the queue is writable
+    assert re.search(r"(jaeger|tempo)", env["JAEGER_OTLP_ENDPOINT"])
+    assert env["PROMETHEUS_OTLP_ENDPOINT"].endswith("/api/v1/otlp")
 
 
 # --- docs -------------------------------------------------------------------

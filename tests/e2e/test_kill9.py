@@ -1,4 +1,4 @@
-"""kill -9 at any moment loses nothing and re-sends nothing differently (design.md §4, issue 17).
+"""kill -9 at any moment loses nothing and re-sends nothing differently (docs/reliability.md).
 
 The real daemon is killed with SIGKILL while session logs are written, and restarted, several times.
 Logs are real CLI logs (the corpus, stored logs of providers that reuse response ids, and ~20 MB logs

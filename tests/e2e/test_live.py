@@ -256,3 +256,35 @@ def test_headless_stream_shows_each_failed_attempt(cli_corpus, tmp_path):
     assert keyed(metrics_file.read_text())[f'copilot_llm_calls_total{{model="{MODEL}",outcome="error"}}'] \
         == len(failures)
     assert [s.status_code for s in spans if s.name == "turn"] == ["ERROR"]
+
+
+def test_attach_names_the_machine_and_the_install(cli, provider, tmp_path):
+    """attach() writing its own trace file: the spans' resource names this host and the instance id kept in the
+    state folder of its config, as the daemon's and replay's do."""
+    import socket
+
+    from copilot_otel.config import Config
+
+    home, state, traces = tmp_path / "home", tmp_path / "state", tmp_path / "attached.jsonl"
+    home.mkdir(parents=True)
+
+    async def one_prompt() -> None:
+        async with CopilotClient(env=cli.sdk_env(home=home, port=provider.port), working_directory=str(home)) as client:
+            session = await client.create_session(
+                on_permission_request=PermissionHandler.approve_all, model=MODEL, streaming=True,
+                provider={"type": "openai", "base_url": f"http://127.0.0.1:{provider.port}/v1", "api_key": "unused"})
+            handle = attach(session, config=Config(copilot_home=home, state_dir=state), traces_file=traces,
+                            registry=CollectorRegistry())
+            idle = asyncio.Event()
+            session.on(lambda event: idle.set() if event.to_dict().get("type") == "session.idle" else None)
+            await session.send(prompt_for("plain"))
+            await asyncio.wait_for(idle.wait(), 90)
+            await session.disconnect() if hasattr(session, "disconnect") else None
+        assert handle.detach(timeout=10)
+
+    aio.run(one_prompt())
+    resources = {tuple(sorted(span.resource.items())) for span in read_spans(traces)}
+    assert len(resources) == 1
+    (resource,) = [dict(r) for r in resources]
+    assert resource["host.name"] == socket.gethostname()
+    assert resource["service.instance.id"] == (state / "instance-id").read_text().strip()

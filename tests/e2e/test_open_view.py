@@ -1,71 +1,94 @@
-"""How the owner gets in: `copilot-otel open` hands the browser the page with its token (read from the state
-folder), the cookie then carries it; the URL with the token is said only on a terminal."""
+"""How the owner gets in: `copilot-otel open` hands the browser a private page that sends it on with the token
+(read from the state folder), never the token itself; the URL with the token is said only on a terminal."""
 
 from __future__ import annotations
 
-import http.cookiejar
-import json
 import os
 import pty
 import select
+import stat
 import subprocess
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
 from tests.support.commands import COMMAND, REPO, clean_env, run_copilot_otel
-from tests.support.daemon import DaemonProcess, view_token
-from tests.support.events import SessionLog
+from tests.support.daemon import one_session_daemon, view_token
+from tests.support.files import ended_session
 from tests.support.net import LOOPBACK, free_port, wait_until
+from tests.support.nobody import as_nobody
+
+
+SESSION = {"repository": "octo/repo", "branch": "main"}
 
 
 def write_session(home: Path) -> None:
-    log = SessionLog("open-session")
-    log.start(repository="octo/repo", branch="main")
-    log.user()
-    log.answer()
-    log.shutdown()
-    folder = home / "session-state" / log.session_id
-    folder.mkdir(parents=True)
-    (folder / "events.jsonl").write_bytes(log.jsonl())
+    ended_session(home, "open-session", **SESSION)
 
 
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory):
-    root = tmp_path_factory.mktemp("open")
-    write_session(root / "home")
-    with DaemonProcess(root / "home", root / "state", traces_file=root / "traces.jsonl") as process:
+    with one_session_daemon(tmp_path_factory.mktemp("open"), "open-session", **SESSION) as process:
         yield process
 
 
-def browser_script(tmp_path: Path, exit_code: int = 0) -> tuple[str, Path]:
-    """A stand-in browser for $BROWSER (no graphical browser runs here): it writes down the URL it was given."""
+def browser_script(tmp_path: Path, exit_code: int = 0, *, hold: bool = False) -> tuple[str, Path]:
+    """A stand-in for $BROWSER: it writes down the URL it was given and its own command line as the kernel
+    shows it (/proc/<pid>/cmdline), then, with ``hold``, waits for a file named go (at most 10 s)."""
     seen = tmp_path / "seen-url"
     script = tmp_path / "browser"
-    script.write_text(f"#!/bin/sh\nprintf '%s' \"$1\" > {seen}\nexit {exit_code}\n")
+    wait = (f"i=0; while [ ! -e {tmp_path}/go ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done\n"
+            if hold else "")
+    script.write_text(f"#!/bin/sh\nprintf '%s' \"$1\" > {seen}\ncat /proc/$$/cmdline > {tmp_path}/cmdline\n"
+                      f"echo $$ > {tmp_path}/pid\n{wait}exit {exit_code}\n")
     script.chmod(0o755)
     return f"{script} %s", seen
 
 
-def test_open_gives_the_browser_the_page_with_its_token_which_then_opens_the_view(daemon, tmp_path):
-    """`open` runs $BROWSER with the page's URL and its token; following that URL as a browser does (cookies
-    kept) lands on the page, and the API then answers on the cookie alone."""
-    command, seen = browser_script(tmp_path)
-    opened = run_copilot_otel("open", "--state-dir", str(daemon.state_dir), "--metrics-address",
-                              f"{LOOPBACK}:{daemon.port}", env={"BROWSER": command})
-    assert opened.returncode == 0, opened.stderr.decode()
-    url = seen.read_text()
-    assert url == f"http://{LOOPBACK}:{daemon.port}/?token={daemon.token}"
-    jar = http.cookiejar.CookieJar()
-    browser = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
-    with browser.open(url, timeout=10) as page:
-        assert page.status == 200 and page.url == f"http://{LOOPBACK}:{daemon.port}/"
-        assert b"<html" in page.read().lower()
-    assert [c.name for c in jar] == [f"copilot-otel-token-{daemon.port}"]
-    with browser.open(f"http://{LOOPBACK}:{daemon.port}/api/sessions", timeout=10) as api:
-        assert [s["id"] for s in json.loads(api.read())["sessions"]] == ["open-session"]
+def command_lines() -> dict[int, bytes]:
+    """Every process's command line, as any user reads them from /proc."""
+    lines = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/cmdline", "rb") as handle:
+                    lines[int(name)] = handle.read()
+            except OSError:
+                pass
+    return lines
+
+
+def test_open_puts_the_token_on_no_command_line_and_the_browser_lands_logged_in(daemon, browser, tmp_path):
+    """`open` gives $BROWSER the path of a 0600 page in the state folder, not the token: another user who
+    reads every command line (/proc/*/cmdline) while the browser starts sees that path and no token. That page,
+    opened by a real Chromium, lands on the view logged in."""
+    command, seen = browser_script(tmp_path, hold=True)
+    proc = subprocess.Popen([*COMMAND, "open", "--state-dir", str(daemon.state_dir), "--metrics-address",
+                             f"{LOOPBACK}:{daemon.port}"], env=clean_env({"BROWSER": command}), cwd=REPO,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        wait_until(lambda: (tmp_path / "pid").exists() or proc.poll() is not None, timeout=60,
+                   what="open to start the browser")
+        wait_until(lambda: (tmp_path / "pid").read_text().strip(), timeout=10, what="the browser's pid")
+        lines = as_nobody(command_lines)  # while the browser and `open` run
+    finally:
+        (tmp_path / "go").touch()
+        out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err.decode()
+    token = daemon.token.encode()
+    page = daemon.state_dir / f"open-{daemon.port}.html"
+    assert seen.read_text() == page.as_uri()
+    browser_pid = int((tmp_path / "pid").read_text())
+    assert str(page).encode() in lines[browser_pid]  # nobody saw the browser's command line: no token in it
+    assert not [pid for pid, line in lines.items() if token in line]
+    assert token not in (tmp_path / "cmdline").read_bytes() and token not in out + err
+    assert stat.S_IMODE(page.stat().st_mode) == 0o600 and token in page.read_bytes()
+    tab = browser.page()
+    tab.goto(seen.read_text())
+    tab.wait_for_url(f"http://{LOOPBACK}:{daemon.port}/")  # sent on, the token gone from the address
+    tab.wait_for_selector('tr.session[data-id="open-session"]')
+    assert browser.context.cookies() == [] and tab.errors == []
 
 
 def test_open_without_a_browser_prints_the_url(daemon, tmp_path):
@@ -94,7 +117,7 @@ def test_the_url_with_its_token_is_said_only_on_a_terminal(tmp_path):
     screen = b""
     try:
         deadline = time.monotonic() + 30
-        while b"?token=" not in screen and time.monotonic() < deadline and proc.poll() is None:
+        while b"#token=" not in screen and time.monotonic() < deadline and proc.poll() is None:
             if select.select([controller], [], [], 0.5)[0]:
                 try:
                     screen += os.read(controller, 4096)
@@ -104,8 +127,8 @@ def test_the_url_with_its_token_is_said_only_on_a_terminal(tmp_path):
         proc.terminate()
         proc.wait(timeout=15)
         os.close(controller)
-    assert f"http://{LOOPBACK}:{port}/?token=".encode() in screen, screen.decode(errors="replace")
-    token = screen.split(b"?token=", 1)[1][:43].decode()
+    assert f"http://{LOOPBACK}:{port}/#token=".encode() in screen, screen.decode(errors="replace")
+    token = screen.split(b"#token=", 1)[1][:43].decode()
     log = tmp_path / "view.log"
     with open(log, "wb") as out:
         piped = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out, env=clean_env(), cwd=REPO)

@@ -231,7 +231,8 @@ def test_the_live_daemon_exports_exactly_what_replay_does(tmp_path):
     """Every situation and every version's fixture, followed by the live daemon (idle confirmed by quiet,
     dead processes found by their missing lock), gives byte-identical spans to `replay` of the same files.
     Sessions of CLIs that write no lock file (up to 1.0.2) and whose log ends mid-turn are left out: the
-    daemon has no evidence that they ended, so it keeps their work open."""
+    daemon has no evidence that they ended, so it keeps their work open. Both use one state folder, so the
+    resource (its service.instance.id) is the same too."""
     home = tmp_path / "home" / "session-state"
     folders = [d for d in FIXTURES.glob("*/session-state/*")] + [d for d in VERSIONS.glob("*/*/session-state/*")]
     for folder in folders:
@@ -239,7 +240,7 @@ def test_the_live_daemon_exports_exactly_what_replay_does(tmp_path):
             shutil.copytree(folder, home / folder.name)
     expected, _metrics = replay(tmp_path, home.parent)
     traces = tmp_path / "live.jsonl"
-    with DaemonProcess(tmp_path / "home", tmp_path / "daemon-state", traces_file=traces,
+    with DaemonProcess(tmp_path / "home", tmp_path / "state", traces_file=traces,
                        args=("--idle-quiet", "0.2")):
         wait_until(lambda: len(complete_lines_spans(traces)) >= len(expected), timeout=60,
                    what=f"{len(expected)} spans")
@@ -262,7 +263,7 @@ def test_live_crash_then_resume_agrees_with_replay(tmp_path):
     at_the_crash, _metrics = replay(tmp_path, folder, name="crash")
     expected, _metrics = replay(tmp_path, source.parent)
     traces = tmp_path / "live.jsonl"
-    with DaemonProcess(tmp_path / "home", tmp_path / "daemon-state", traces_file=traces,
+    with DaemonProcess(tmp_path / "home", tmp_path / "state", traces_file=traces,
                        args=("--idle-quiet", "0.2")) as daemon:
         # The dead process left no lock: the daemon ends the open work, as replay ends it at the end of the file.
         wait_until(lambda: len(complete_lines_spans(traces)) >= len(at_the_crash), timeout=20, what="the crash noticed")

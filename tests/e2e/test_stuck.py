@@ -13,7 +13,7 @@ from tests.support.commands import run_copilot_otel, run_inspect, run_replay
 from tests.support.daemon import DaemonProcess, complete_lines_spans
 from tests.support.net import wait_until
 from tests.support.otlp_json import iso_ns, read_spans
-from tests.support.scrape import value
+from tests.support.scrape import stalled, value
 
 FAST = ("--idle-quiet", "0.3", "--rescan-interval", "1")
 THRESHOLDS = ("--stuck-after", "600", "--stuck-after-tool", "3600,bash=2")
@@ -39,7 +39,7 @@ def test_a_tool_past_its_own_threshold(cli, provider, tmp_path):
     with DaemonProcess(home, tmp_path / "state", traces_file=traces, args=FAST + THRESHOLDS,
                        log_level="info") as daemon:
         sleeper = cli.start(prompt_for("sleep_tool", 9), home=home, port=provider.port, cwd=tmp_path / "work")
-        wait_until(lambda: value(daemon.scrape(), "copilot_session_stalled_seconds", session_id=sleeper.session_id,
+        wait_until(lambda: stalled(daemon.scrape(), session_id=sleeper.session_id,
                                  state="stuck", tool="bash"), timeout=90, what="stuck on bash")
         assert inspect_json(sleeper.session_id, home, *THRESHOLDS)["session"]["state"] == "stuck"
         listed = run_copilot_otel("sessions", "--copilot-home", str(home), "--state-dir", str(tmp_path / "state"),
@@ -80,7 +80,7 @@ def test_a_tool_cut_off_by_a_crash_ends_where_the_log_ends(cli, provider, tmp_pa
         wait_until(lambda: value(daemon.scrape(), "copilot_sessions", state="waiting_tool") == 1, what="waiting")
         victim.kill()
         victim.popen.wait(timeout=10)
-        wait_until(lambda: value(daemon.scrape(), "copilot_session_stalled_seconds", session_id=victim.session_id,
+        wait_until(lambda: stalled(daemon.scrape(), session_id=victim.session_id,
                                  state="abandoned", tool="bash"), timeout=20, what="abandoned")
         inspected = run_inspect(victim.session_id, "--copilot-home", str(home))
         wait_until(lambda: any(s.name == "execute_tool bash" for s in complete_lines_spans(traces)), what="the tool")

@@ -6,6 +6,7 @@ scripts/test.sh installs from Debian's packages. Each run gets a fresh user-data
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 from pathlib import Path
@@ -62,6 +63,20 @@ class Browser:
         for page in pages:
             if not page.is_closed():
                 page.close()
+
+    @contextlib.contextmanager
+    def another(self, **options):
+        """A second Chromium (a context of its own, fresh profile) with more of Playwright's context options
+        (``http_credentials``, ``ignore_https_errors``), closed at the end of the ``with`` block."""
+        with tempfile.TemporaryDirectory(prefix="copilot-otel-chromium-") as profile:
+            context = self._playwright.chromium.launch_persistent_context(
+                profile, executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS, viewport=VIEWPORT,
+                **options)
+            try:
+                context.set_default_timeout(15_000)
+                yield context
+            finally:
+                context.close()
 
     def close(self) -> None:
         try:

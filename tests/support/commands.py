@@ -13,9 +13,15 @@ COMMAND = (sys.executable, "-m", "copilot_otel.cli.main")
 SCRUBBED_PREFIXES = ("OTEL_", "COPILOT_")
 
 
+# `run` exports history (--backfill): the logs the tests follow are recorded ones, older than the fresh state folder
+# each test starts with. A test of the default rule sets it to "false" in ``extra``.
+TEST_DEFAULTS = {"COPILOT_OTEL_BACKFILL": "true"}
+
+
 def clean_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    """This process's environment without OTEL_* and COPILOT_* variables, plus ``extra``."""
+    """This process's environment without OTEL_* and COPILOT_* variables, plus TEST_DEFAULTS and ``extra``."""
     env = {key: value for key, value in os.environ.items() if not key.startswith(SCRUBBED_PREFIXES)}
+    env.update(TEST_DEFAULTS)
     env.update(extra or {})
     return env
 

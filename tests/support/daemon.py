@@ -24,13 +24,15 @@ class DaemonProcess:
 
     ``args``: extra flags; ``env``: extra variables (OTEL_* and COPILOT_* of this process are
     not passed on); ``log_level`` and ``log_path``: where its log goes (by default next to the
-    state dir). ``prefix``: a command to run it under (e.g. ``AS_NOBODY``).
+    state dir). ``prefix``: a command to run it under (e.g. ``AS_NOBODY``). ``address``: the loopback
+    address it listens on (a fleet's machines each have their own, 127.0.0.x).
     """
 
     def __init__(self, home: Path, state_dir: Path, *, traces_file: Path | None = None, env: dict | None = None,
                  args: tuple[str, ...] | list[str] = (), log_level: str = "debug", log_path: Path | None = None,
-                 prefix: tuple[str, ...] = ()) -> None:
+                 prefix: tuple[str, ...] = (), address: str = LOOPBACK) -> None:
         self.home, self.state_dir, self.traces_file = Path(home), Path(state_dir), traces_file
+        self.address = address
         self.port = free_port()
         self.extra_env = env or {}
         self.args = tuple(args)
@@ -42,11 +44,11 @@ class DaemonProcess:
 
     @property
     def metrics_url(self) -> str:
-        return f"http://{LOOPBACK}:{self.port}/metrics"
+        return f"http://{self.address}:{self.port}/metrics"
 
     @property
     def health_url(self) -> str:
-        return f"http://{LOOPBACK}:{self.port}/healthz"
+        return f"http://{self.address}:{self.port}/healthz"
 
     @property
     def token(self) -> str:
@@ -54,12 +56,13 @@ class DaemonProcess:
         return view_token(self.state_dir, self.port)
 
     def page_url(self, path: str = "/") -> str:
-        """A page of the web view opened the way a user opens it: once with its token (it then sets a cookie)."""
-        return f"http://{LOOPBACK}:{self.port}{path}{'&' if '?' in path else '?'}token={self.token}"
+        """A page of the web view opened the way `copilot-otel open` opens it: with its token in the fragment
+        (the page keeps it in its origin's storage)."""
+        return f"http://{self.address}:{self.port}{path}#token={self.token}"
 
     def api_get(self, path: str, timeout: float = 30.0, headers: dict | None = None) -> bytes:
         """GET ``path`` of the web view with the token (Authorization: Bearer), as a script would."""
-        request = urllib.request.Request(f"http://{LOOPBACK}:{self.port}{path}",
+        request = urllib.request.Request(f"http://{self.address}:{self.port}{path}",
                                          headers={"Authorization": f"Bearer {self.token}", **(headers or {})})
         with urllib.request.urlopen(request, timeout=timeout) as response:
             return response.read()
@@ -72,7 +75,7 @@ class DaemonProcess:
     def argv(self) -> list[str]:
         """The command line it runs."""
         argv = [*self.prefix, *COMMAND, "run", "--copilot-home", str(self.home), "--state-dir", str(self.state_dir),
-                "--metrics-address", f"{LOOPBACK}:{self.port}", "--log-level", self.log_level, *self.args]
+                "--metrics-address", f"{self.address}:{self.port}", "--log-level", self.log_level, *self.args]
         if self.traces_file is not None:
             argv += ["--traces-file", str(self.traces_file)]
         return argv
@@ -152,6 +155,14 @@ class DaemonProcess:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def one_session_daemon(root: Path, session_id: str, **start) -> DaemonProcess:
+    """A daemon (to start with ``with``) over a home in ``root`` holding one finished session, traces to a file."""
+    from tests.support.files import ended_session
+
+    ended_session(root / "home", session_id, **start)
+    return DaemonProcess(root / "home", root / "state", traces_file=root / "traces.jsonl")
 
 
 def view_token(state_dir: Path, port: int) -> str:

@@ -77,7 +77,9 @@ _GRAFANA_DEFAULTS = {
     "__rate_interval": "1m",
     "__interval": "30s",
     "__range": "1h",
-    "instance": ".*",
+    "host": ".*",
+    "team": ".*",
+    "split": "job",
     "repository": ".*",
     "model": ".*",
 }
@@ -87,7 +89,7 @@ _VARIABLE = re.compile(r"\$\{(\w+)(?::\w+)?\}|\$(\w+)")
 def render_grafana_expr(expr: str, **values: str) -> str:
     """The expression with Grafana variables replaced, ready for Prometheus.
 
-    Keyword arguments override the defaults (``instance=".*"``,
+    Keyword arguments override the defaults (``host=".*"``, ``split="job"`` (no split),
     ``__rate_interval="1m"``...). An unknown variable raises KeyError.
     """
     table = {**_GRAFANA_DEFAULTS, **values}
@@ -123,6 +125,10 @@ def alert_rules(path: Path = RULES) -> list[dict]:
     """Every rule (alerting or recording) of a Prometheus rules file."""
     doc = yaml.safe_load(Path(path).read_text())
     return [rule for group in doc["groups"] for rule in group["rules"]]
+
+
+# The join that names the machine of a series: its daemon's target_info (host_name, team).
+MACHINE_JOIN = '* on (job, instance) group_left (host_name, team) target_info{host_name=~"$host",team=~"$team"}'
 
 
 # --- external tools ---------------------------------------------------------

@@ -21,3 +21,18 @@ def append(path: Path, data: bytes) -> None:
     """Append bytes to a file, as the CLI appends events."""
     with open(path, "ab") as handle:
         handle.write(data)
+
+
+def ended_session(home: Path, session_id: str, **start) -> Path:
+    """A finished session's log (``start`` fields, one question and its answer, shutdown) under ``home``."""
+    from tests.support.events import SessionLog
+
+    log = SessionLog(session_id)
+    log.start(**start)
+    log.user()
+    log.answer()
+    log.shutdown()
+    folder = Path(home) / SESSION_STATE / session_id
+    folder.mkdir(parents=True)
+    (folder / EVENTS_FILE).write_bytes(log.jsonl())
+    return folder / EVENTS_FILE

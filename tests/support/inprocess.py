@@ -20,7 +20,9 @@ from tests.support.net import wait_until
 from tests.support.scrape import Samples, parse
 from tests.support.spans import record_key
 
-FAST = {"idle_quiet": 0.3, "rescan_interval": 1.0}  # the flags DaemonProcess tests pass as FAST
+# The flags DaemonProcess tests pass as FAST; and backfill, as clean_env sets it: the logs these tests follow are
+# recorded history, older than a fresh state folder (tests of the default pass backfill=False).
+FAST = {"idle_quiet": 0.3, "rescan_interval": 1.0, "backfill": True}
 
 
 class InProcessDaemon:

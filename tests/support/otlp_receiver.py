@@ -421,11 +421,15 @@ class OtlpReceiver(LoopbackEndpoints):
         debug_log: bool = False,
         agent_path: str | os.PathLike[str] | None = None,
         max_grpc_request_mib: int = 4,
+        metrics: bool = True,
     ) -> None:
         """``batch_timeout``: None disables Rotel's batching (forward each request at once);
         a Rotel duration such as ``"200ms"`` enables it. ``debug_log=True`` makes Rotel also
         print every span it receives (detailed) into its log (see ``log_text()``).
-        ``max_grpc_request_mib``: the largest gRPC request accepted (the Collector's default, 4)."""
+        ``max_grpc_request_mib``: the largest gRPC request accepted (the Collector's default, 4).
+        ``metrics=False``: a traces-only receiver (Rotel's ``--otlp-receiver-metrics-disabled``), as a gateway
+        without a metrics pipeline is: a metrics push gets gRPC UNIMPLEMENTED, or HTTP 404."""
+        self.metrics_receiver = metrics
         self.batch_timeout = batch_timeout
         self.max_grpc_request_mib = max_grpc_request_mib
         self.startup_timeout = startup_timeout
@@ -718,6 +722,7 @@ class OtlpReceiver(LoopbackEndpoints):
             "--otlp-grpc-max-recv-msg-size-mib", str(self.max_grpc_request_mib),
             "--otlp-http-endpoint", f"{LOOPBACK}:{self.http_port}",
             "--otlp-receiver-logs-disabled",
+            *(() if self.metrics_receiver else ("--otlp-receiver-metrics-disabled",)),
             "--pid-file", str(Path(self._tmp.name) / "rotel.pid"),
             "--log-file", str(Path(self._tmp.name) / "rotel-daemon.log"),
             "--exporter", "otlp",
@@ -735,6 +740,10 @@ class OtlpReceiver(LoopbackEndpoints):
             cmd += ["--debug-log", "traces", "--debug-log-verbosity", "detailed"]
         return cmd
 
+    def _environment(self) -> dict[str, str]:
+        """Rotel's environment: this process's, without ROTEL_* settings (a gateway adds its own)."""
+        return _agent_env()
+
     def _spawn(self) -> None:
         assert self._log_path is not None
         t0 = time.monotonic()
@@ -746,7 +755,7 @@ class OtlpReceiver(LoopbackEndpoints):
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                env=_agent_env(),
+                env=self._environment(),
                 close_fds=True,
             )
         self._proc = proc

@@ -3,64 +3,52 @@
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
 import time
 import urllib.parse
 import urllib.request
 from pathlib import Path
 
 from tests.support.deploy import require_tool
-from tests.support.net import answers_ok, free_port, wait_until
+from tests.support.servers import ServerProcess
 
 
-class Prometheus:
+class Prometheus(ServerProcess):
     """`prometheus` with its own port and fresh TSDB, stopped by its pid."""
 
+    name = "prometheus"
+
     def __init__(self, workdir: Path, targets: list[str], *, rule_files: list[Path] = (), job: str = "copilot-otel",
-                 scrape: dict | None = None, extra_jobs: list[dict] = (), flags: tuple[str, ...] = ()):
+                 scrape: dict | None = None, extra_jobs: list[dict] = (), flags: tuple[str, ...] = (),
+                 external_labels: dict | None = None, alertmanagers: list[str] = ()):
         """``scrape``: more settings of the job (scheme, tls_config, basic_auth...); ``extra_jobs``: whole jobs;
-        ``flags``: more command-line flags (e.g. ``--enable-feature=exemplar-storage``)."""
-        self.workdir = Path(workdir)
+        ``flags``: more command-line flags (e.g. ``--enable-feature=exemplar-storage``); ``external_labels``: the
+        global ones; ``alertmanagers``: HOST:PORT of the Alertmanagers it sends alerts to."""
+        super().__init__(workdir)
         self.targets = targets
         self.rule_files = [Path(p) for p in rule_files]
         self.job = job
         self.scrape = dict(scrape or {})
         self.extra_jobs = list(extra_jobs)
         self.flags = tuple(flags)
-        self.port = free_port()
-        self.proc: subprocess.Popen | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        self.external_labels = dict(external_labels or {})
+        self.alertmanagers = list(alertmanagers)
 
     def start(self) -> "Prometheus":
         binary = require_tool("prometheus", "prometheus")
         self.workdir.mkdir(parents=True, exist_ok=True)
         config = self.workdir / "prometheus.yml"
-        config.write_text(json.dumps({  # JSON is YAML
-            "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+        settings = {
+            "global": {"scrape_interval": "1s", "evaluation_interval": "1s", "external_labels": self.external_labels},
             "rule_files": [str(p) for p in self.rule_files],
             "scrape_configs": [{"job_name": self.job, "static_configs": [{"targets": self.targets}], **self.scrape},
                                *self.extra_jobs],
-        }))
-        log = open(self.workdir / "prometheus.log", "wb")
-        try:
-            self.proc = subprocess.Popen(
-                [binary, f"--config.file={config}", f"--storage.tsdb.path={self.workdir / 'data'}",
-                 f"--web.listen-address=127.0.0.1:{self.port}", "--storage.tsdb.retention.time=1h", *self.flags],
-                stdout=log, stderr=log, stdin=subprocess.DEVNULL)
-        finally:
-            log.close()
-        wait_until(self._ready, timeout=30, what="prometheus /-/ready")
+        }
+        if self.alertmanagers:
+            settings["alerting"] = {"alertmanagers": [{"static_configs": [{"targets": self.alertmanagers}]}]}
+        config.write_text(json.dumps(settings))  # JSON is YAML
+        self._launch([binary, f"--config.file={config}", f"--storage.tsdb.path={self.workdir / 'data'}",
+                      f"--web.listen-address=127.0.0.1:{self.port}", "--storage.tsdb.retention.time=1h", *self.flags])
         return self
-
-    def _ready(self) -> bool:
-        if self.proc.poll() is not None:
-            raise AssertionError(f"prometheus exited: {(self.workdir / 'prometheus.log').read_text()[-2000:]}")
-        return answers_ok(f"{self.url}/-/ready")
 
     def query(self, expr: str) -> list[dict]:
         """An instant query; returns the result vector (raises on a PromQL error)."""
@@ -84,18 +72,3 @@ class Prometheus:
     def values(self, expr: str, label: str | None = None) -> dict:
         """{label value (or ''): float} of an instant query."""
         return {(r["metric"].get(label, "") if label else ""): float(r["value"][1]) for r in self.query(expr)}
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                os.kill(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(timeout=5)
-
-    def __enter__(self) -> "Prometheus":
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.stop()

@@ -41,6 +41,15 @@ def value(samples: Samples, name: str, **labels: str) -> float:
     return samples.get((name, tuple(sorted(labels.items()))), 0.0)
 
 
+def stalled(samples: Samples, **labels: str) -> float:
+    """The copilot_session_stalled_seconds sample with these labels, whatever its trace_id (0 when absent)."""
+    for (sample, found), number in samples.items():
+        others = {k: v for k, v in found if k != "trace_id"}
+        if sample == "copilot_session_stalled_seconds" and others == labels:
+            return number
+    return 0.0
+
+
 def by_label(samples: Samples, name: str, label: str) -> dict[str, float]:
     """{value of ``label``: sample value} of every sample named ``name`` that has that label."""
     out = {}

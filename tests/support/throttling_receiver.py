@@ -19,6 +19,7 @@ A refused request stores nothing, so a client that retries it delivers each span
 from __future__ import annotations
 
 import threading
+from typing import Callable
 import time
 import urllib.error
 import urllib.request
@@ -26,6 +27,7 @@ from concurrent import futures
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import grpc
+from google.rpc.error_details_pb2 import RetryInfo
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 
 from tests.support.otlp_receiver import LoopbackEndpoints, OtlpReceiver
@@ -46,10 +48,12 @@ class _Policy:
         self.accept_left: int | None = None  # accept this many more requests, then refuse all
         self.refused = 0
         self.forwarded = 0
+        self.attempts: list[float] = []  # the monotonic time of every request, refused or not
 
     def admit(self, spans: int) -> bool:
         with self.lock:
             now = time.monotonic()
+            self.attempts.append(now)
             ok = now >= self.until
             if ok and self.accept_left is not None:
                 ok = self.accept_left > 0
@@ -75,10 +79,15 @@ class ThrottlingGate(LoopbackEndpoints):
     """OTLP/gRPC + OTLP/HTTP in front of ``receiver``; throttles as told (see the module docstring)."""
 
     def __init__(self, receiver: OtlpReceiver, *, grpc_code: grpc.StatusCode = grpc.StatusCode.RESOURCE_EXHAUSTED,
-                 http_status: int = 429) -> None:
+                 http_status: int = 429, retry_after: str | None | Callable[[], str] = "1", retry_info: float | None = None) -> None:
+        """``retry_after``: the Retry-After header of an HTTP refusal (None: none; a callable: made at each refusal,
+        e.g. an HTTP date); ``retry_info``: the delay of the
+        google.rpc.RetryInfo a gRPC refusal carries in its trailing metadata (None: none)."""
         self.receiver = receiver
         self.grpc_code = grpc_code
         self.http_status = http_status
+        self.retry_after = retry_after
+        self.retry_info = retry_info
         self.policy = _Policy()
         self._executor: futures.ThreadPoolExecutor | None = None
         self._grpc: grpc.Server | None = None
@@ -158,6 +167,10 @@ class _GrpcGate(trace_service_pb2_grpc.TraceServiceServicer):
 
     def Export(self, request, context):  # noqa: N802 (grpc naming)
         if not self.gate.policy.admit(_span_count(request)):
+            if self.gate.retry_info is not None:
+                info = RetryInfo()
+                info.retry_delay.FromNanoseconds(int(self.gate.retry_info * 1e9))
+                context.set_trailing_metadata((("google.rpc.retryinfo-bin", info.SerializeToString()),))
             context.abort(self.gate.grpc_code, AT_CAPACITY)
         return self.gate.forward_grpc(request)
 
@@ -175,7 +188,9 @@ def _http_handler(gate: ThrottlingGate):
             except Exception:  # compressed, or not protobuf: count it as one
                 spans = 1
             if not gate.policy.admit(spans):
-                self._reply(gate.http_status, b"text/plain", AT_CAPACITY.encode(), {"Retry-After": "1"})
+                said = gate.retry_after() if callable(gate.retry_after) else gate.retry_after
+                extra = {} if said is None else {"Retry-After": said}
+                self._reply(gate.http_status, b"text/plain", AT_CAPACITY.encode(), extra)
                 return
             headers = {k: v for k, v in self.headers.items() if k.lower() in ("content-type", "content-encoding")}
             forward = urllib.request.Request(f"{gate.receiver.http_base}{self.path}", data=body, headers=headers)

@@ -62,6 +62,11 @@ def logs(tmp_path, sessions: int = 6):
     return paths
 
 
+def TOP() -> float:
+    """The jitter's draw at the top of its range: each wait is its backoff's whole ceiling."""
+    return 1.0
+
+
 def keys(records) -> Counter:
     return Counter((r.trace_id, r.span_id) for r in records)
 
@@ -78,14 +83,14 @@ def test_the_rate_limit_spaces_spans():
 
 
 def test_refusals_are_waited_out_and_every_span_arrives_once(tmp_path):
-    """A backend that refuses the first five attempts: the replay waits with growing backoff, retries, and
+    """A backend that refuses the first five attempts: the replay waits with growing backoff (here each wait at the top of its jitter), retries, and
     the backend holds each span once; the ledger says every log is done."""
     time = FakeTime()
     reference = MemorySink()
     replay_files(logs(tmp_path), reference)
     sink = Refusing(lambda attempt: attempt <= 5)
     ledger = Ledger(tmp_path / "state" / "replay" / "x.sqlite")
-    delivery = ReplaySender(ledger=ledger, give_up_after=60, clock=time.clock, sleep=time.sleep)
+    delivery = ReplaySender(ledger=ledger, give_up_after=60, clock=time.clock, sleep=time.sleep, draw=TOP)
     replay_files(sorted((tmp_path / "session-state").glob("*/events.jsonl")), sink, send=delivery, batch=4)
     assert keys(sink.records) == keys(reference.records) and max(keys(sink.records).values()) == 1
     assert time.slept == [0.5, 1.0, 2.0, 4.0, 8.0] and delivery.retries == 5
@@ -121,7 +126,7 @@ def test_give_up_after_counts_the_time_attempts_take(tmp_path):
     (counted from the start of the first attempt), not after a third attempt beyond 30 s as before."""
     time = FakeTime()
     started = time.now
-    delivery = ReplaySender(give_up_after=20, clock=time.clock, sleep=time.sleep)
+    delivery = ReplaySender(give_up_after=20, clock=time.clock, sleep=time.sleep, draw=TOP)
     with pytest.raises(GaveUp, match="no answer within the OTLP timeout of 10 s"):
         replay_files(logs(tmp_path, sessions=1), TimingOut(time, 10), send=delivery)
     assert 20 <= time.now - started <= 20 + 10

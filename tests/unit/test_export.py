@@ -11,6 +11,7 @@ import pytest
 
 from copilot_otel.export.checkpoint import FilePosition
 from copilot_otel.export.deadletter import DeadLetter
+from copilot_otel.export.retry import RetryPolicy
 from copilot_otel.export.queue import ExportQueue
 from copilot_otel.export.otlp_json import OtlpJsonEncoder
 from copilot_otel.model.records import SpanRecord
@@ -37,7 +38,7 @@ class Checkpoint:
         self.failures = failures
         self.commits: list[tuple[list[FilePosition], int]] = []
 
-    def commit(self, positions: list[FilePosition]) -> None:
+    def commit(self, positions: list[FilePosition], totals: bytes | None = None) -> None:
         if self.failures:
             self.failures -= 1
             raise OSError("disk full")
@@ -85,7 +86,7 @@ def make_queue():
     queues: list[ExportQueue] = []
 
     def make(sink, checkpoint=None, **options) -> ExportQueue:
-        options = {"initial_backoff": 0.01, "max_backoff": 0.05, **options}
+        options = {"retry": RetryPolicy(0.01, 0.05), **options}
         queue = ExportQueue(sink, checkpoint, **options)
         queue.start()
         queues.append(queue)
@@ -184,7 +185,7 @@ def test_stop_while_the_backend_is_down_leaves_the_checkpoint_behind(make_queue)
     sink = FlakySink(failures=10**9)
     checkpoint = Checkpoint(sink)
     before = set(export_threads())
-    queue = ExportQueue(sink, checkpoint, initial_backoff=0.01, max_backoff=0.05)
+    queue = ExportQueue(sink, checkpoint, retry=RetryPolicy(0.01, 0.05))
     queue.start()
     queue.put(spans(2))
     queue.put([], (marker("/a", 100),))
@@ -201,7 +202,7 @@ def test_stop_joins_the_thread_while_the_sink_keeps_raising(make_queue):
     alive after stop()."""
     sink = FlakySink(failures=10**9, error=RuntimeError)
     before = set(export_threads())
-    queue = ExportQueue(sink, None, initial_backoff=0.01, max_backoff=0.05)
+    queue = ExportQueue(sink, None, retry=RetryPolicy(0.01, 0.05))
     queue.start()
     queue.put(spans(2))
     wait_until(lambda: sink.attempts >= 2, timeout=5, what="retries")

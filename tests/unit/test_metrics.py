@@ -248,16 +248,17 @@ def test_live_sessions_are_computed_when_scraped():
     """copilot_sessions has every state (0 when none), copilot_session_stalled_seconds a series only per
     stuck or abandoned session; both come from a fresh snapshot at each scrape."""
     metrics = fresh()
-    snapshot = [LiveSession("s-1", WORKING), LiveSession("s-2", STUCK, 720.0, "bash", "acme/api"),
+    snapshot = [LiveSession("s-1", WORKING), LiveSession("s-2", STUCK, 720.0, "bash", "acme/api", "ab" * 16),
                 LiveSession("s-3", ABANDONED, 90.0), LiveSession("s-4", WORKING)]
     metrics.add_live_sessions(lambda: list(snapshot))
     get = metrics.registry.get_sample_value
     assert {state: get("copilot_sessions", {"state": state}) for state in STATES} == {
         WORKING: 2, WAITING_TOOL: 0, "waiting_user": 0, IDLE: 0, STUCK: 1, ABANDONED: 1}
     assert get("copilot_session_stalled_seconds",
-               {"session_id": "s-2", "state": STUCK, "tool": "bash", "repository": "acme/api"}) == 720.0
+               {"session_id": "s-2", "state": STUCK, "tool": "bash", "repository": "acme/api",
+                "trace_id": "ab" * 16}) == 720.0
     assert get("copilot_session_stalled_seconds",
-               {"session_id": "s-3", "state": ABANDONED, "tool": "", "repository": ""}) == 90.0
+               {"session_id": "s-3", "state": ABANDONED, "tool": "", "repository": "", "trace_id": ""}) == 90.0
     assert not [s for f in metrics.registry.collect() for s in f.samples
                 if s.name == "copilot_session_stalled_seconds" and s.labels["session_id"] in ("s-1", "s-4")]
     snapshot[:] = [LiveSession("s-5", IDLE)]

@@ -3,6 +3,9 @@ document lists, with their types and label names, and the closed label sets it n
 
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
+
 import pytest
 
 from copilot_otel.decode import lines as decode
@@ -22,7 +25,9 @@ def daemon_registry():
     """Metrics() with the live-sessions collector and target_info, as the daemon builds it (with no
     OTEL_RESOURCE_ATTRIBUTES), with a series in every labelled metric: a session in a repository that
     touches each of them, a bad line, an out-of-order end, a stuck session."""
-    metrics = Metrics(resource=resource_attributes({}))
+    with tempfile.TemporaryDirectory() as state:  # where the daemon keeps its service.instance.id
+        metrics = Metrics(resource=resource_attributes({}, state_dir=Path(state)))
+    metrics.metrics_pushed("unimplemented")  # a gateway without a metrics pipeline
     metrics.add_live_sessions(lambda: [LiveSession("s-stuck", vocab.STUCK, 900.0)])
     metrics.add_budgets((Budget("octo", 100.0, repository="octo-org/*"),), {})
     log = SessionLog("s-1")

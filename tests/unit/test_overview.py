@@ -243,7 +243,7 @@ def test_the_daemons_sessions_walk_the_files_only_while_the_reader_knows_some_lo
     """Once the reader has read every log from its first line, a rescan walks no folder (10,000 logs cost a
     few hundred milliseconds of the web view's time); after a restart, resumed from the checkpoint, it walks
     them again and its sessions count everything, as before the restart."""
-    config = Config(copilot_home=home, state_dir=tmp_path / "state", poll=True)
+    config = Config(copilot_home=home, state_dir=tmp_path / "state", backfill=True, poll=True)
     daemon = read_all_logs(config)
     try:
         catalog = WalkCountingCatalog(daemon.root)

@@ -36,6 +36,7 @@ def wait_for(condition, timeout=30.0):
 
 
 def test_drive_stops_at_its_next_event_while_a_render_runs(tmp_path):
+    """drive, handed the daemon's pause, gives way to a render before its next event."""
     items = read_all(a_session(tmp_path / "events.jsonl"))
     pulled = []
 
@@ -45,7 +46,7 @@ def test_drive_stops_at_its_next_event_while_a_render_runs(tmp_path):
             yield item
 
     out = Outputs()
-    reader = threading.Thread(target=drive, args=(SessionModel("s1"), one_at_a_time(), out), kwargs={"source": "t"})
+    reader = threading.Thread(target=drive, args=(SessionModel("s1"), one_at_a_time(), out), kwargs={"source": "t", "pause": PAUSE})
     with PAUSE.rendering():
         reader.start()
         wait_for(lambda: pulled)

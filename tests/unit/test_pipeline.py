@@ -115,15 +115,3 @@ def test_finish_closes_into_the_outputs():
     out = finish(model, drive(model, log.decoded(), Outputs(), source="x"))
     assert sorted(label(s) for s in out.spans) == ["invoke_agent copilot", "turn 0"]
     assert model.ended == END_INCOMPLETE
-
-
-def test_take_spans_hands_them_over_once():
-    """take_spans returns what was gathered and keeps nothing."""
-    log = SessionLog(SID)
-    log.start()
-    log.user()
-    log.tool_turn(("bash", "call-1"))
-    out = drive(SessionModel(SID), log.decoded(), Outputs(), source="x")
-    taken = out.take_spans()
-    assert [label(s) for s in taken] == ["chat test-model", "execute_tool bash", "turn 0"]
-    assert out.take_spans() == [] and out.spans == []

@@ -1,4 +1,4 @@
-"""What the daemon's reader publishes for other threads (daemon/published.py): one frozen object, swapped whole."""
+"""What the daemon's reader publishes for other threads (catalog/published.py): one frozen object, swapped whole."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def test_a_publication_taken_before_a_pass_stays_as_it_was_and_the_next_one_repl
     log.turn_end()
     path = new_session(home, "s1")
     path.write_bytes(log.jsonl())
-    config = Config(copilot_home=home, state_dir=tmp_path / "state", poll=True, rescan_interval=0.2)
+    config = Config(copilot_home=home, state_dir=tmp_path / "state", backfill=True, poll=True, rescan_interval=0.2)
     daemon = Daemon(config, sink=MemorySink())
     daemon.discoverer.start()
     try:

@@ -239,7 +239,7 @@ def test_abort_cuts_off_a_running_subagent():
 
 def test_the_cancelled_completion_of_a_cut_off_subagent_is_expected():
     """After an abort the CLI writes subagent.completed (cancelled: true) for the sub-agent it cut
-    off (design.md §1b): that is the expected order of a real log, not an end of something never started."""
+    off (as the real CLI writes it): that is the expected order of a real log, not an end of something never started."""
     log = started()
     log.spawn("call-task", "agent-1", prompt=False)
     log.turn_end()
@@ -395,7 +395,7 @@ def test_ends_of_what_is_not_open_are_anomalies():
 
 
 def test_a_subagent_may_end_after_its_task_call():
-    """subagent.completed a few ms after the task call's completion (design.md §1b) is no anomaly; the
+    """subagent.completed a few ms after the task call's completion (as the real CLI writes it) is no anomaly; the
     sub-agent's span ends at its own completion (issue 23), and the task call, held for it, ends with it."""
     log = started()
     log.spawn("call-task", "agent-1", prompt=False)
@@ -438,7 +438,7 @@ def test_a_subagent_error_is_no_end_of_the_loop():
 
 
 def test_calls_that_share_an_api_call_id_are_each_counted():
-    """Providers may repeat a response id (design.md §1b): two usage records of one log are two LLM
+    """Providers may repeat a response id (as the real CLI writes it): two usage records of one log are two LLM
     calls even when their apiCallId is the same."""
     log = started()
     log.answer(api_call_id="chatcmpl-reused")

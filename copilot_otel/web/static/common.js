@@ -2,6 +2,29 @@
 // (textContent, or an attribute set through the DOM), never as markup.
 "use strict";
 
+// The view's token. `copilot-otel open` lands here with it in the fragment (#token=...), which the browser
+// never sends anywhere; it is kept in this origin's localStorage (scheme, host and port: a page of another
+// port cannot read it) and sent only by these scripts, in the X-Copilot-Otel-Token header, to this origin.
+// No cookie: the browser attaches nothing by itself to a request, so a server on another port gets nothing.
+const TOKEN_KEY = "copilot-otel-token";
+function takeToken() {
+  const given = new URLSearchParams(location.hash.slice(1)).get("token");
+  if (!given) return false;
+  localStorage.setItem(TOKEN_KEY, given);
+  history.replaceState(null, "", location.pathname + location.search);  // out of the address bar and history
+  return true;
+}
+takeToken();
+// A URL with a new token pasted into this tab changes only the fragment: no new page load, so look again.
+window.addEventListener("hashchange", () => { if (takeToken()) location.reload(); });
+
+function authorization() {
+  const token = localStorage.getItem(TOKEN_KEY);
+  return token ? {"X-Copilot-Otel-Token": token} : {};
+}
+
+const NEEDS_TOKEN = "this page needs its token: run `copilot-otel open` (as the user who runs the daemon)";
+
 const STATE_LABELS = {
   stuck: "stuck", abandoned: "abandoned", waiting_user: "waiting for the user", working: "working",
   waiting_tool: "waiting on a tool", idle: "idle", ended: "ended",
@@ -74,31 +97,66 @@ function tickRelativeTimes(root) {
 // true. A stream that fails or is refused (the server caps the live views it serves at once) is opened again
 // after 1 s, then 2, 4, ... up to 30 s, each wait cut by a random part of up to half (so that pages refused
 // together do not come back together); a message resets it. `url` is a string, or a function called for each
-// attempt (the session page asks from where it stopped). Returns {close()}.
+// attempt (the session page asks from where it stopped). Without the right token (401) it stops and says how to
+// get in; onMissing(answer) is called instead of retrying when the server says there is no such thing (404).
+// The stream is read with fetch (EventSource cannot send the token in a header). Returns {close()}.
 const RETRY_FIRST_MS = 1000;
 const RETRY_MAX_MS = 30000;
 
-function follow(url, onData) {
+function follow(url, onData, onMissing) {
   const status = document.getElementById("status");
-  let source = null;
+  let controller = null;
   let delay = 0;
   let timer = null;
   let ticker = null;
+  let closed = false;
   const show = (text, className) => { status.textContent = text; status.className = `status ${className}`; };
 
-  function open() {
+  function message(block) {
+    const data = block.split("\n").filter((line) => line.startsWith("data:"))
+      .map((line) => line.slice(line[5] === " " ? 6 : 5)).join("\n");
+    if (!data) return;  // a comment (heartbeat) or a retry hint
+    delay = 0;
+    const parsed = JSON.parse(data);
+    if (parsed.problem) show(parsed.problem, "down"); else show("live", "live");
+    noteServerTime(parsed.now_ms);
+    onData(parsed);
+  }
+
+  async function read(response) {
+    const reader = response.body.getReader();
+    const decoder = new TextDecoder();
+    let buffer = "";
+    for (;;) {
+      const {value, done} = await reader.read();
+      if (done) return;
+      buffer += decoder.decode(value, {stream: true}).replace(/\r\n?/g, "\n");
+      let end;
+      while ((end = buffer.indexOf("\n\n")) >= 0) {
+        const block = buffer.slice(0, end);
+        buffer = buffer.slice(end + 2);
+        message(block);
+      }
+    }
+  }
+
+  async function open() {
     timer = null;
     clearInterval(ticker);
-    source = new EventSource(typeof url === "function" ? url() : url);
-    source.onopen = () => show("live", "live");
-    source.onmessage = (event) => {
-      delay = 0;
-      const data = JSON.parse(event.data);
-      if (data.problem) show(data.problem, "down"); else show("live", "live");
-      noteServerTime(data.now_ms);
-      onData(data);
-    };
-    source.onerror = () => { source.close(); retry(); };
+    controller = new AbortController();
+    try {
+      const response = await fetch(typeof url === "function" ? url() : url, {
+        headers: {Accept: "text/event-stream", ...authorization()}, signal: controller.signal,
+        cache: "no-store"});
+      if (response.status === 401) { show(NEEDS_TOKEN, "down"); return; }
+      if (response.status === 404 && onMissing) { onMissing(await response.json()); show("", "down"); return; }
+      if (!response.ok) throw new Error(`HTTP ${response.status}`);
+      show("live", "live");
+      await read(response);
+    } catch (error) {
+      if (closed) return;
+    }
+    if (!closed) retry();
   }
 
   function retry() {
@@ -116,7 +174,8 @@ function follow(url, onData) {
   open();
   return {
     close() {
-      if (source) source.close();
+      closed = true;
+      if (controller) controller.abort();
       clearTimeout(timer);
       clearInterval(ticker);
     },

@@ -249,9 +249,20 @@ setInterval(() => {
   }
 }, 250);
 
+// No session of that id: a unique start of one goes to it; else the page says so and leads back.
+function missing(answer) {
+  if (answer.matches && answer.matches.length === 1) {
+    location.replace(`/session/${encodeURIComponent(answer.matches[0])}`);
+    return;
+  }
+  document.title = `copilot-otel: ${answer.error}`;
+  document.body.replaceChildren(el("main", {}, el("h1", {}, answer.error),
+    el("p", {}, el("a", {href: "/", id: "back"}, "All sessions"))));
+}
+
 document.getElementById("sid").textContent = sessionId;
 follow(() => {
   const base = `/api/session/${encodeURIComponent(sessionId)}/stream`;
   if (!position) return base;
   return `${base}?${new URLSearchParams({since: String(position.next), token: position.token})}`;
-}, onData);
+}, onData, missing);

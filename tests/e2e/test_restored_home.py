@@ -1,0 +1,103 @@
+"""A CI runner that restores a cached ~/.copilot does not report the cache's sessions as its own again: logs the
+real CLI wrote elsewhere, copied into a second home before or after the daemon starts, are history older than the
+state folder's first start and are left out (spans and metrics); what happens from then on is followed: a new
+session, and the new interaction of a restored session resumed; --backfill exports the history."""
+
+from __future__ import annotations
+
+import shutil
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+from copilot_otel.decode.events import Event
+from copilot_otel.decode.lines import decode_line
+from tests.support.daemon import DaemonProcess, complete_lines_spans
+from tests.support.events import SessionLog
+from tests.support.files import append, new_session
+from tests.support.net import wait_until
+from tests.support.otlp_json import read_spans
+from tests.support.scrape import value
+
+FAST = ("--idle-quiet", "0.3", "--rescan-interval", "1")
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "cli" / "1.0.102"
+CACHED = ("plain", "subagent", "failing_tool")  # sessions the real CLI wrote on another runner
+DEFAULT = {"COPILOT_OTEL_BACKFILL": "false"}  # the default rule (the test harness backfills otherwise)
+
+
+def restore(home: Path, scenario: str) -> Path:
+    """Copy a recorded session folder into ``home``, as a cache restore does (content and times kept)."""
+    source = next((FIXTURES / scenario / "session-state").iterdir())
+    target = home / "session-state" / source.name
+    shutil.copytree(source, target)
+    return target / "events.jsonl"
+
+
+def newest_ns(path: Path) -> int:
+    """The timestamp of the newest event of a log."""
+    events = (decode_line(line) for line in path.read_bytes().splitlines() if line.strip())
+    return max(event.timestamp_ns for event in events if isinstance(event, Event))
+
+
+def now_log(session_id: str) -> SessionLog:
+    return SessionLog(session_id, start=datetime.now(timezone.utc))
+
+
+def conversations(spans) -> set[str]:
+    return {span.attributes.get("gen_ai.conversation.id") for span in spans}
+
+
+def test_a_restored_home_is_not_reported_again_and_what_happens_after_is(tmp_path):
+    """Two cached sessions restored before the start and one after it: no span and no session counted for
+    them, one log line saying so; a session written now, and a restored session resumed now (its new interaction
+    only), are exported; after a restart nothing of the history is sent either."""
+    home, state, traces = tmp_path / "home", tmp_path / "state", tmp_path / "traces.jsonl"
+    (home / "session-state").mkdir(parents=True)
+    restored = [restore(home, scenario) for scenario in CACHED[:2]]
+    daemon = DaemonProcess(home, state, traces_file=traces, env=DEFAULT, args=FAST)
+    with daemon:
+        late = restore(home, CACHED[2])  # a cache restored once the daemon runs
+        old_ends = max(newest_ns(log) for log in (*restored, late))
+        fresh = now_log("fresh-session")
+        fresh.start()
+        fresh.user()
+        fresh.turn_start()
+        fresh.usage()
+        fresh.message("Done.")
+        fresh.turn_end()
+        fresh.shutdown()
+        new_session(home, "fresh-session").write_bytes(fresh.jsonl())
+        resumed_id = restored[0].parent.name
+        more = now_log(resumed_id)
+        more.resume()
+        more.user("One more thing.")
+        more.turn_start()
+        more.usage()
+        more.message("Done again.")
+        more.turn_end()
+        append(restored[0], more.jsonl())
+        wait_until(lambda: {"fresh-session", resumed_id} <= conversations(complete_lines_spans(traces)),
+                   timeout=30, what="the new session and the resumed interaction")
+        time.sleep(2.0)  # a rescan: anything of the history would be written by now
+        samples = daemon.scrape()
+    spans = read_spans(traces)
+    resumed_spans = [span for span in spans if span.attributes.get("gen_ai.conversation.id") == resumed_id]
+    assert conversations(spans) == {"fresh-session", resumed_id}
+    assert resumed_spans and min(span.start_time_unix_nano for span in resumed_spans) > old_ends
+    assert value(samples, "copilot_sessions_started_total") == 1  # the fresh one: the history's are not counted
+    said = daemon.log_text()
+    assert "whose last event is older than this state folder's first start" in said and "--backfill" in said
+    exported = traces.read_bytes()
+    with DaemonProcess(home, state, traces_file=traces, env=DEFAULT, args=FAST):
+        time.sleep(2.5)  # two rescans
+    assert traces.read_bytes() == exported
+
+
+def test_backfill_exports_the_history(tmp_path):
+    """--backfill (COPILOT_OTEL_BACKFILL): the same restored sessions are exported, each counted."""
+    home, traces = tmp_path / "home", tmp_path / "traces.jsonl"
+    (home / "session-state").mkdir(parents=True)
+    ids = {restore(home, scenario).parent.name for scenario in CACHED}
+    with DaemonProcess(home, tmp_path / "state", traces_file=traces, env=DEFAULT, args=(*FAST, "--backfill")) as daemon:
+        wait_until(lambda: ids <= conversations(complete_lines_spans(traces)), timeout=30, what="the history")
+        daemon.wait_for_metric("copilot_sessions_started_total", len(ids), timeout=30)

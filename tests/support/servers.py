@@ -1,0 +1,62 @@
+"""A server binary (Prometheus, Alertmanager) on a free loopback port, with its log in its own folder."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+from tests.support.net import answers_ok, free_port, wait_until
+
+
+class ServerProcess:
+    """One server process: started with ``_launch(argv)``, ready once its ``/-/ready`` answers 200, stopped by
+    its pid (SIGTERM, then SIGKILL)."""
+
+    name = "server"
+
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = Path(workdir)
+        self.port = free_port()
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def log_path(self) -> Path:
+        return self.workdir / f"{self.name}.log"
+
+    def start(self) -> "ServerProcess":
+        raise NotImplementedError
+
+    def _launch(self, argv: list[str]) -> None:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        log = open(self.log_path, "wb")
+        try:
+            self.proc = subprocess.Popen(argv, stdout=log, stderr=log, stdin=subprocess.DEVNULL)
+        finally:
+            log.close()
+        wait_until(self._ready, timeout=30, what=f"{self.name} /-/ready")
+
+    def _ready(self) -> bool:
+        if self.proc.poll() is not None:
+            raise AssertionError(f"{self.name} exited: {self.log_path.read_text()[-2000:]}")
+        return answers_ok(f"{self.url}/-/ready")
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.kill(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(timeout=5)
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
