@@ -13,7 +13,7 @@ from pathlib import Path
 from .config import DEFAULT_MAX_LINE_BYTES
 from .model.options import ModelOptions
 from .model.pipeline import Outputs, Pause, Warn, drive, finish
-from .model.sessions import READ_TYPES, SessionModel
+from .model.sessions import READ_TYPES, SessionModel, read_types
 from .source.sources import UnreadableLog, session_id_of
 from .source.tail import FileTail, ReadResult
 
@@ -23,7 +23,8 @@ READ_BYTES = 4 << 20  # what is read of a log at a time
 class LogReader:
     """Reads one session log into spans and metric updates, a read at a time.
 
-    ``keep``: the event types whose payload is decoded (the rest are skimmed); the model reads no others.
+    ``keep``: the event types whose payload is decoded (the rest are skimmed); the model reads no others
+    (READ_TYPES: those the model reads with these options, the system prompt only with content capture).
     ``within``: the tree the file must stay inside, checked on every open (the daemon's); None reads any file.
     ``summaries``, ``metrics``, ``live_idle``: what the model keeps (see SessionModel).
     """
@@ -36,7 +37,7 @@ class LogReader:
         self.session_id = session_id_of(self.path) if session_id is None else session_id
         self.options = options
         self.max_line_bytes = max_line_bytes
-        self.keep = keep
+        self.keep = keep = read_types(options) if keep is READ_TYPES else keep
         self._warn = {} if warn is None else {"warn": warn}  # None: drive's own (the pipeline's logger)
         self._pause = pause  # the daemon's reader gives way to /metrics renders; the commands need not
         self._model_args = {"summaries": summaries, "metrics": metrics, "live_idle": live_idle}

@@ -25,7 +25,7 @@ ENDED = "ended"  # a known session that is not live: shut down, or its process i
 SESSION_STATES = (*STATES, ENDED)  # what `sessions` and the web view name a session
 STALLED_STATES = (STUCK, ABANDONED)  # the states that get a copilot_session_stalled_seconds series
 
-# How an interaction ended: copilot.interaction.end, and `inspect`.
+# How an interaction ended: github.copilot.interaction.end, and `inspect`.
 END_IDLE = "idle"
 END_TASK_COMPLETE = "task_complete"
 END_ERROR = "error"

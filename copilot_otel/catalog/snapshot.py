@@ -36,7 +36,7 @@ class Snapshot(Struct, frozen=True):
     """A session at one moment."""
 
     status: SessionStatus
-    spans: list[SpanRecord]  # finished, then the open ones (marked copilot.running) or their cut-off ends
+    spans: list[SpanRecord]  # finished, then the open ones (marked github.copilot.running) or their cut-off ends
     interactions: list[InteractionSummary]  # the interactions that ended (autopilot, task summary, how)
     running: bool  # its CLI process lives and the session is not over: open spans end now
     now_ns: int

@@ -3,7 +3,7 @@ stuck and recovers; and the snapshot spans a stuck session gets, so a trace back
 waits on.
 
 A snapshot is every span the session holds open (its interaction, turn, tool...), ending at
-the time it was found stuck and marked ``copilot.running=true``. Each keeps its deterministic
+the time it was found stuck and marked ``github.copilot.running=true``. Each keeps its deterministic
 span id, so the final span, exported when the work ends, supersedes it.
 """
 

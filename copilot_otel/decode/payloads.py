@@ -75,14 +75,17 @@ class UserMessage(Struct, frozen=True):
     nudge: bool
     for_subagent: bool  # a sub-agent's prompt: its work hangs under the task call
     content: Any
+    text: Any = None  # what the model got: the CLI's transformedContent, else the content
 
     @staticmethod
     def of(event: Event) -> UserMessage:
         data = event.data
         source = as_str(data.get("source")) or ""
+        content, transformed = data.get("content"), data.get("transformedContent")
         return UserMessage(event.interaction_id,
                            data.get("isAutopilotContinuation") is True or data.get("source") == "autopilot",
-                           event.agent_id is not None or source.startswith("agent-"), data.get("content"))
+                           event.agent_id is not None or source.startswith("agent-"), content,
+                           transformed if isinstance(transformed, str) and transformed else content)
 
 
 class Usage(Struct, frozen=True):

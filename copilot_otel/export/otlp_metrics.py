@@ -178,8 +178,10 @@ def _histogram_points(name: str, samples: Iterable[Any], start_ns: int, now_ns: 
         cumulative = [count for _le, count in buckets]
         counts = [int(c - p) for c, p in zip(cumulative, [0.0] + cumulative[:-1])]
         bounds = [le for le, _count in buckets if math.isfinite(le)]
+        # A Prometheus histogram keeps no min or max: they are left out (OTLP's optional fields), never NaN.
         points.append(HistogramDataPoint(entry["labels"], start_ns, now_ns, entry["count"], entry["sum"], counts,
-                                         bounds, math.nan, math.nan, entry["exemplars"]))
+                                         bounds, None, None, entry["exemplars"]))  # type: ignore[arg-type]
+        # (the SDK's dataclass types min and max as float; its encoder leaves out what is None)
     return points
 
 

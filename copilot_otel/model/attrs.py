@@ -1,5 +1,6 @@
 """Span attribute names: OpenTelemetry semantic conventions (GenAI, VCS), the Copilot CLI's own
-``github.copilot.*`` keys where the meaning is the same, and ``copilot.*`` for the rest.
+``github.copilot.*`` keys where the meaning is the same, and under the same ``github.copilot.*`` prefix the
+rest: one namespace for everything custom, none inside ``gen_ai.*``. Durations are in seconds.
 
 README "Span attributes" maps each key to what the CLI's own telemetry calls it.
 """
@@ -18,7 +19,6 @@ GEN_AI_RESPONSE_MODEL = "gen_ai.response.model"
 GEN_AI_RESPONSE_FINISH_REASONS = "gen_ai.response.finish_reasons"
 GEN_AI_RESPONSE_ID = "gen_ai.response.id"
 GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK = "gen_ai.response.time_to_first_chunk"  # seconds
-GEN_AI_REQUEST_REASONING_LEVEL = "gen_ai.request.reasoning.level"  # the CLI's key; no convention has one yet
 GEN_AI_USAGE_INPUT_TOKENS = "gen_ai.usage.input_tokens"
 GEN_AI_USAGE_OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
 GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS = "gen_ai.usage.cache_read.input_tokens"
@@ -30,6 +30,7 @@ GEN_AI_TOOL_CALL_ARGUMENTS = "gen_ai.tool.call.arguments"
 GEN_AI_TOOL_CALL_RESULT = "gen_ai.tool.call.result"
 GEN_AI_INPUT_MESSAGES = "gen_ai.input.messages"
 GEN_AI_OUTPUT_MESSAGES = "gen_ai.output.messages"
+GEN_AI_SYSTEM_INSTRUCTIONS = "gen_ai.system_instructions"
 ERROR_TYPE = "error.type"
 EXCEPTION_TYPE = "exception.type"
 EXCEPTION_MESSAGE = "exception.message"
@@ -71,27 +72,33 @@ COPILOT_GITHUB_ORG = "github.copilot.github.org"
 COPILOT_ERROR_TYPE = "github.copilot.error_type"  # on the exception event of a session.error
 COPILOT_ERROR_CODE = "github.copilot.error_code"
 COPILOT_ERROR_STATUS_CODE = "github.copilot.error_status_code"
-# Ours: what the CLI's telemetry has no key for.
-COPILOT_INTERACTION_END = "copilot.interaction.end"
-COPILOT_RUNNING = "copilot.running"  # a snapshot of a span still open (inspect; a stuck session's export)
-COPILOT_AUTOPILOT_CONTINUATION = "copilot.autopilot.continuation"
-COPILOT_CLI_VERSION = "copilot.cli.version"
-COPILOT_PREMIUM_REQUESTS = "copilot.premium_requests"  # sum of cost over user-initiated calls
-COPILOT_AI_CREDITS_STATUS = "copilot.ai_credits.status"  # partial or unavailable: the amount is not the whole cost
-COPILOT_LLM_CALLS = "copilot.llm_calls"
-COPILOT_TOOL_CALLS = "copilot.tool_calls"
-COPILOT_TASK_SUMMARY = "copilot.task.summary"
-COPILOT_TASK_SUCCESS = "copilot.task.success"
-COPILOT_SUBAGENT_TOTAL_TOKENS = "copilot.subagent.total_tokens"
-COPILOT_SUBAGENT_TOOL_CALLS = "copilot.subagent.tool_calls"
-# Milliseconds a tool waited on a person (permission prompts): not its own run time, which its duration metric counts.
-COPILOT_TOOL_USER_WAIT_MS = "copilot.tool.user_wait_ms"
-COPILOT_PERMISSION_EVENT = "copilot.permission"  # a span event per permission asked: when answered, how, wait
-COPILOT_TRIGGER = "copilot.trigger"  # what started an interaction's root when no prompt did (system.notification)
-COPILOT_COMPACTION_TRIGGER = "copilot.compaction.trigger"
-COPILOT_COMPACTION_OUTCOME = "copilot.compaction.outcome"
-COPILOT_COMPACTION_REQUESTS = "copilot.compaction.requests"
-COPILOT_COMPACTION_TOKENS = "copilot.compaction.tokens"  # .input, .output, .cache_read, .cache_write
+COPILOT_PERMISSION_RESULT = "github.copilot.permission.result"  # how a permission was answered (approved, denied...)
+# Ours, under the CLI's prefix: what its telemetry has no key for.
+# The reasoning effort of a call: the CLI writes it as gen_ai.request.reasoning.level, a key no convention has.
+COPILOT_REASONING_LEVEL = "github.copilot.reasoning.level"
+COPILOT_INTERACTION_END = "github.copilot.interaction.end"
+COPILOT_RUNNING = "github.copilot.running"  # a snapshot of a span still open (inspect; a stuck session's export)
+COPILOT_AUTOPILOT_CONTINUATION = "github.copilot.autopilot.continuation"
+COPILOT_CLI_VERSION = "github.copilot.cli.version"
+COPILOT_PREMIUM_REQUESTS = "github.copilot.premium_requests"  # sum of cost over user-initiated calls
+# partial or unavailable: the amount is not the whole cost
+COPILOT_AI_CREDITS_STATUS = "github.copilot.ai_credits.status"
+COPILOT_LLM_CALLS = "github.copilot.llm_calls"
+COPILOT_TOOL_CALLS = "github.copilot.tool_calls"
+COPILOT_TASK_SUMMARY = "github.copilot.task.summary"
+COPILOT_TASK_SUCCESS = "github.copilot.task.success"
+COPILOT_SUBAGENT_TOTAL_TOKENS = "github.copilot.subagent.total_tokens"
+COPILOT_SUBAGENT_TOOL_CALLS = "github.copilot.subagent.tool_calls"
+# Seconds a tool waited on a person (permission prompts): not its own run time, which its duration metric counts.
+COPILOT_TOOL_USER_WAIT = "github.copilot.tool.user_wait.duration"
+COPILOT_PERMISSION_EVENT = "github.copilot.permission"  # a span event per permission asked: when answered, how, wait
+COPILOT_PERMISSION_WAIT = "github.copilot.permission.wait.duration"  # seconds, on that event
+# what started an interaction's root when no prompt did (system.notification)
+COPILOT_TRIGGER = "github.copilot.trigger"
+COPILOT_COMPACTION_TRIGGER = "github.copilot.compaction.trigger"
+COPILOT_COMPACTION_OUTCOME = "github.copilot.compaction.outcome"
+COPILOT_COMPACTION_REQUESTS = "github.copilot.compaction.requests"
+COPILOT_COMPACTION_TOKENS = "github.copilot.compaction.tokens"  # .input, .output, .cache_read, .cache_write
 
 # usage_record key -> (span attribute, copilot_tokens_total{type} label)
 USAGE_TOKENS = (
@@ -102,7 +109,7 @@ USAGE_TOKENS = (
 )
 USAGE_EXTRAS = (  # usage_record key -> span attribute, as logged
     ("apiCallId", GEN_AI_RESPONSE_ID),
-    ("reasoningEffort", GEN_AI_REQUEST_REASONING_LEVEL),
+    ("reasoningEffort", COPILOT_REASONING_LEVEL),
     ("cost", COPILOT_COST),
     ("initiator", COPILOT_INITIATOR),
 )

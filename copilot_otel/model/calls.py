@@ -13,6 +13,7 @@ from . import spanattrs
 from ..decode.events import Event
 from .records import KIND_CLIENT, span_id_for
 from .credits import CreditBook
+from .messages import Transcript
 from .openwork import Agent, OpenSpan, Outbox, Turn
 from .summary import Tally
 from .usage import CALLS, PREMIUM, TOKEN_INDEX
@@ -23,10 +24,11 @@ from ..vocab import END_ABORTED, ERROR, SUCCESS, UNKNOWN_MODEL, Metric
 class CallBook:
     """Tells each LLM call once, whichever source reports it, and builds its chat span."""
 
-    def __init__(self, session_id: str, out: Outbox, tally: Tally) -> None:
+    def __init__(self, session_id: str, out: Outbox, tally: Tally, talk: Transcript) -> None:
         self.session_id = session_id
         self.tally = tally
         self.out = out
+        self.talk = talk
         # apiCallId -> reports of that id not yet matched by the other source, per source (event type)
         self._unmatched: dict[str, dict[str, int]] = {}
         # agent id -> [model, accounted] of the call in flight (headless stream: model.call_start .. _finished)
@@ -87,9 +89,13 @@ class CallBook:
         duration_ms = usage.duration_ms
         # The CLI times the call from before it logs turn_start; never start before the parent.
         start = max(end_ns - int(min(max(duration_ms, 0.0) * 1_000_000, end_ns)), parent.start_ns)
+        if error is None:
+            self.talk.chat(agent.talk, attributes)
         span = parent.child(span_id_for(self.session_id, event.id), f"{A.OP_CHAT} {model}", KIND_CLIENT, start,
                             attributes)
-        self.out.span(span.close(end_ns, error_type=error))
+        record = span.close(end_ns, error_type=error)
+        if error is not None or not self.talk.hold(agent.talk, record):  # with capture, it waits for its answer
+            self.out.span(record)
         tally, totals = self.tally, agent.totals
         if error is None:
             tally.add(model, CALLS, 1)

@@ -12,6 +12,7 @@ from ..decode.events import Event
 from .records import KIND_INTERNAL, STATUS_OK, SpanEvent, SpanRecord, span_id_for, trace_id_for
 from .openwork import Agent, Interaction, InteractionSummary, OpenSpan, Outbox, Totals, Turn
 from .summary import Tally
+from .messages import Transcript
 from .tools import ToolBook
 from ..decode.payloads import SessionError, SessionFacts, SubagentStart, TaskComplete, UserMessage
 from ..vocab import (CANCELLED, END_ABORTED, END_ERROR, END_TASK_COMPLETE, END_IDLE, END_INCOMPLETE, INCOMPLETE,
@@ -21,11 +22,13 @@ from ..vocab import (CANCELLED, END_ABORTED, END_ERROR, END_TASK_COMPLETE, END_I
 class AgentLoop:
     """The interaction in progress and the agents working in it."""
 
-    def __init__(self, session_id: str, out: Outbox, book: ToolBook, tally: Tally, *, summaries: bool) -> None:
+    def __init__(self, session_id: str, out: Outbox, book: ToolBook, tally: Tally, talk: Transcript, *,
+                 summaries: bool) -> None:
         self.session_id = session_id
         self.tally = tally
         self.out = out
         self.book = book
+        self.talk = talk
         self.current: Interaction | None = None
         self.agents: dict[str | None, Agent] = {None: Agent(MAIN_AGENT, None)}
         # Ended turns that made no successful LLM call: the CLI writes turn_end before the
@@ -83,6 +86,7 @@ class AgentLoop:
         if self.current is not None:
             spans.append(self.current.root)
         held = [turn.close() for _agent, turn in self.held]
+        held += [agent.talk.held for agent in self.agents.values() if agent.talk.held is not None]
         return held + [SpanRecord(s.trace_id, s.span_id, s.parent_span_id, s.name, s.kind, s.start_ns,
                                   max(s.start_ns, last_event_ns), {**s.attributes, A.COPILOT_RUNNING: True})
                        for s in spans]
@@ -112,7 +116,7 @@ class AgentLoop:
             self.end(self.current.pending_end or END_IDLE, self.current.last_end_ns)
         assert self.last_ended is not None  # called only after an interaction ended
         interaction_id, trace_id, span_id = self.last_ended
-        attributes = spanattrs.interaction(self.session_id, interaction_id, self.facts, None)
+        attributes = spanattrs.interaction(self.session_id, interaction_id, self.facts)
         attributes[A.COPILOT_TRIGGER] = event.type
         root = OpenSpan(trace_id_for(self.session_id, f"{interaction_id}\x00{event.id}"),
                         span_id_for(self.session_id, f"interaction\x00{event.id}"), None,
@@ -121,12 +125,12 @@ class AgentLoop:
         interaction = Interaction(interaction_id, root, event.offset, event.line, event.timestamp_ns)
         self.current = interaction
         self.main.invoke_span, self.main.totals = root, Totals()
+        self.main.talk.prompt = self.main.talk.answer = None
         return interaction
 
-    def open(self, event: Event, interaction_id: str, *, implicit: bool = False,
-             prompt: str | None = None) -> Interaction:
+    def open(self, event: Event, interaction_id: str, *, implicit: bool = False) -> Interaction:
         """Start an interaction at ``event``."""
-        attributes = spanattrs.interaction(self.session_id, interaction_id, self.facts, prompt)
+        attributes = spanattrs.interaction(self.session_id, interaction_id, self.facts)
         # Opened by another span's event (a log read from the middle): keep the ids apart.
         first = f"interaction\x00{event.id}" if implicit else event.id
         root = OpenSpan(trace_id_for(self.session_id, interaction_id), span_id_for(self.session_id, first), None,
@@ -134,35 +138,38 @@ class AgentLoop:
         interaction = Interaction(interaction_id, root, event.offset, event.line, event.timestamp_ns)
         self.current = interaction
         self.main.invoke_span, self.main.totals = root, Totals()
+        self.main.talk.prompt = self.main.talk.answer = None
         self.tally.interactions += 1
         return interaction
 
-    def prompt(self, event: Event, message: UserMessage, prompt: str | None, last_event_ns: int) -> None:
+    def prompt(self, event: Event, message: UserMessage, last_event_ns: int) -> None:
         """user.message: a new interaction (a nudge too: the CLI gives it its own), unless it is steering
-        within the running one; a new one ends the previous loop."""
+        within the running one; a new one ends the previous loop. With content capture, the prompt is the
+        root's input and goes to the next LLM call."""
         interaction_id = message.interaction_id or f"implicit-{event.id}"
         current = self.current
         if current is not None:
             if current.id == interaction_id:
+                self.talk.user(self.main.talk, message.text, opening=False)  # steering: the next call gets it
                 return
             self.end(current.pending_end or END_INCOMPLETE, last_event_ns)
-        interaction = self.open(event, interaction_id, prompt=prompt)
+        interaction = self.open(event, interaction_id)
+        if self.talk.user(self.main.talk, message.text, opening=True) is not None:
+            self.talk.invocation(self.main.talk, interaction.root.attributes)
         if message.nudge:
             self.tally.nudges += 1
             self.out.count(Metric.AUTOPILOT_NUDGES)
             interaction.autopilot = True
             interaction.root.attributes[A.COPILOT_AUTOPILOT_CONTINUATION] = True
 
-    def answer(self, event: Event, asks_for_tools: bool, text: str | None) -> None:
-        """assistant.message: what the agent's turn answered (tools asked for, its text if captured)."""
+    def answer(self, event: Event, asks_for_tools: bool) -> None:
+        """assistant.message: the agent's turn answered (and asked for tools, or not)."""
         turn = self.agent(event).turn
         if turn is None:
             return
         turn.truncated = False  # cut off at the length limit, yet kept as the answer
         if asks_for_tools:
             turn.requested_tools = True
-        if text:
-            turn.span.attributes[A.GEN_AI_OUTPUT_MESSAGES] = text
 
     def start_turn(self, event: Event) -> None:
         """assistant.turn_start: the agent's new turn hangs under its invoke span (or the interaction)."""
@@ -218,6 +225,9 @@ class AgentLoop:
         self.tally.last_end = how
         root.attributes[A.COPILOT_INTERACTION_END] = how
         root.attributes.update(spanattrs.invocation_totals(self.main.totals))
+        for agent in self.agents.values():  # calls whose answer did not come go before their root ends
+            self.talk.release(agent.talk)
+        self.talk.invocation(self.main.talk, root.attributes, prompt=False)
         self.out.count(Metric.INTERACTIONS, how)
         if how in LOOP_ENDS:
             self.out.count(Metric.COMPLETION_SIGNALS, SIGNAL_IDLE)
@@ -297,13 +307,17 @@ class AgentLoop:
             if agent_id is not None and agent.invoke_span is invoke_span:
                 if agent.turn is not None:
                     self.out.span(agent.turn.span.close(end_ns, error_type=INCOMPLETE))
+                self.talk.release(agent.talk)
                 if invoke_span.attributes.get(A.GEN_AI_OPERATION_NAME) == A.OP_INVOKE_AGENT:
                     invoke_span.attributes.update(spanattrs.invocation_totals(agent.totals))
+                    self.talk.invocation(agent.talk, invoke_span.attributes)
                 del self.agents[agent_id]
 
     def close_all(self, end_ns: int) -> None:
         """Cut off every tool, sub-agent and turn still open, as incomplete."""
         self.release_held()
+        for agent in self.agents.values():
+            self.talk.release(agent.talk)
         self.cut_off(end_ns, INCOMPLETE)
         for agent in self.agents.values():
             if agent.turn is not None:

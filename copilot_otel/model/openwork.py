@@ -78,6 +78,17 @@ class Turn(Struct):
         return self.span.close(self.end_ns, error_type=self.errored, message=self.error_message)
 
 
+class Talk(Struct):
+    """One agent's conversation: its system prompt, its prompt, what its next call gets, its last answer."""
+
+    system: str | None = None  # gen_ai.system_instructions, as JSON
+    prompt: dict | None = None  # the user message that started its invocation
+    pending: list[dict] = field(default_factory=list)  # messages since its last call
+    order: dict[str, int] = field(default_factory=dict)  # tool call id -> place in the last answer's requests
+    answer: dict | None = None  # its last output message
+    held: SpanRecord | None = None  # its last chat span, waiting for the answer
+
+
 class Totals(Struct):
     """What one invocation of an agent used: the main agent in one interaction, or one sub-agent."""
 
@@ -98,6 +109,7 @@ class Agent(Struct):
     invoke_span: OpenSpan | None  # the span its turns hang under
     turn: Turn | None = None
     totals: Totals = field(default_factory=Totals)
+    talk: Talk = field(default_factory=Talk)  # its conversation, kept only with content capture on (messages.py)
 
 
 class Interaction(Struct):

@@ -19,6 +19,7 @@ from .calls import CallBook
 from .changes import CodeChanges
 from .compaction import CompactionBook
 from .interactions import AgentLoop
+from .messages import Transcript
 from ..decode.normalize import Normalizer
 from .options import ModelOptions
 from ..decode.lines import type_set
@@ -49,9 +50,10 @@ class SessionModel:
         self._capture = spanattrs.Capture(options.capture_content, options.content_max_chars)
         self._out = Outbox(keep_metrics=metrics)
         self.tally = Tally()
-        self._book = ToolBook(session_id, self._capture, self._out, self.tally)
-        self._calls = CallBook(session_id, self._out, self.tally)
-        self._loop = AgentLoop(session_id, self._out, self._book, self.tally, summaries=summaries)
+        self._talk = Transcript(self._capture, self._out.span)
+        self._book = ToolBook(session_id, self._capture, self._out, self.tally, self._talk)
+        self._calls = CallBook(session_id, self._out, self.tally, self._talk)
+        self._loop = AgentLoop(session_id, self._out, self._book, self.tally, self._talk, summaries=summaries)
         self._compactions = CompactionBook(session_id, self._out)
         self._changes = CodeChanges(self._out, self.tally)
         # Requests waiting for the user (permission, input, ...): id -> (what is asked, when, the tool call it gates).
@@ -86,6 +88,10 @@ class SessionModel:
         if self.ended is not None and event.type != "session.shutdown":
             self.ended = None  # resumed after a shutdown or a crash
         self.tally.at_ns = event.timestamp_ns  # what this event counts is counted in its slot
+        if self._talk.enabled and event.type != "assistant.message" and event.type in _HANDLERS:
+            agent = self._loop.agents.get(event.agent_id)  # its last call's answer did not come: the call goes as is
+            if agent is not None:
+                self._talk.release(agent.talk)
         if event.timestamp_ns > self.last_event_ns:
             if not self.last_event_ns:
                 self.tally.first_event_ns = event.timestamp_ns
@@ -247,7 +253,13 @@ class SessionModel:
     def _on_user_message(self, event: Event) -> None:
         message = UserMessage.of(event)
         if not message.for_subagent:  # a sub-agent's prompt: its work hangs under the task call
-            self._loop.prompt(event, message, self._capture.text(message.content), self.last_event_ns)
+            self._loop.prompt(event, message, self.last_event_ns)
+        elif event.agent_id is not None and self._talk.enabled:
+            self._talk.user(self._loop.agent(event).talk, message.text, opening=True)
+
+    def _on_system_message(self, event: Event) -> None:
+        if self._talk.enabled:
+            self._talk.system(self._loop.agent(event).talk, event.data.get("content"))
 
     def _on_turn_start(self, event: Event) -> None:
         self._loop.start_turn(event)
@@ -256,7 +268,9 @@ class SessionModel:
         self._loop.end_turn(event)
 
     def _on_assistant_message(self, event: Event) -> None:
-        self._loop.answer(event, requested_tools(event), self._capture.text(event.data.get("content")))
+        if self._talk.enabled:
+            self._talk.answered(self._loop.agent(event).talk, event.data.get("content"), event.data.get("toolRequests"))
+        self._loop.answer(event, requested_tools(event))
 
     def _on_task_complete(self, event: Event) -> None:
         if event.agent_id is None:
@@ -393,6 +407,7 @@ _HANDLERS: dict[str, Callable[[SessionModel, Event], None]] = {
     "session.resume": SessionModel._on_session_start,
     "session.model_change": SessionModel._on_model_change,
     "user.message": SessionModel._on_user_message,
+    "system.message": SessionModel._on_system_message,
     "assistant.turn_start": SessionModel._on_turn_start,
     "assistant.turn_end": SessionModel._on_turn_end,
     "session.usage_record": SessionModel._on_usage_record,
@@ -420,4 +435,11 @@ _HANDLERS: dict[str, Callable[[SessionModel, Event], None]] = {
     "assistant.idle": SessionModel._on_live_idle,
 }
 HANDLED_TYPES = frozenset(_HANDLERS)  # event types the model reads; every other type only advances positions
-READ_TYPES = type_set(HANDLED_TYPES)  # the same, as decode_line's ``keep``: lines of other types are skimmed
+CONTENT_TYPES = frozenset({"system.message"})  # read only with content capture on: the system prompt, most of a log
+READ_TYPES = type_set(HANDLED_TYPES - CONTENT_TYPES)  # as decode_line's ``keep``: lines of other types are skimmed
+_CAPTURE_READ_TYPES = type_set(HANDLED_TYPES)
+
+
+def read_types(options: ModelOptions) -> frozenset[bytes]:
+    """The event types a model with these options reads (decode_line's ``keep``)."""
+    return _CAPTURE_READ_TYPES if options.capture_content else READ_TYPES

@@ -37,6 +37,13 @@ class Capture:
         text = value if isinstance(value, str) else to_json(value)
         return text[: self.max_chars]
 
+    def value(self, value: Any) -> Any:
+        """``value`` itself when its JSON fits the length (a tool call's arguments), else its JSON cut to it."""
+        if not self.enabled or value is None:
+            return None
+        text = to_json(value)
+        return value if len(text) <= self.max_chars else text[: self.max_chars]
+
 
 MAX_JSON_DEPTH = 64  # deeper nesting in captured content is written as "..." (orjson stops at 254 levels)
 
@@ -111,7 +118,7 @@ def provider_name(usage: Usage) -> str | None:
     return kind if isinstance(kind, str) and kind else None
 
 
-def interaction(session_id: str, interaction_id: str, facts: SessionFacts, prompt: str | None) -> dict[str, Any]:
+def interaction(session_id: str, interaction_id: str, facts: SessionFacts) -> dict[str, Any]:
     """The invoke_agent root of one interaction."""
     attributes = base(A.OP_INVOKE_AGENT, session_id)
     attributes[A.GEN_AI_AGENT_NAME] = A.AGENT_NAME
@@ -130,8 +137,6 @@ def interaction(session_id: str, interaction_id: str, facts: SessionFacts, promp
         attributes[A.COPILOT_GIT_BRANCH] = facts.branch
     if facts.head_commit:
         attributes[A.COPILOT_GIT_COMMIT_SHA] = facts.head_commit
-    if prompt is not None:
-        attributes[A.GEN_AI_INPUT_MESSAGES] = prompt
     return attributes
 
 

@@ -6,6 +6,7 @@ from . import attrs as A
 from . import spanattrs
 from ..decode.events import Event
 from .records import KIND_INTERNAL, STATUS_OK, SpanEvent, span_id_for
+from .messages import Transcript, result_text
 from .spanattrs import Capture
 from .openwork import Agent, OpenSpan, Outbox
 from .summary import Tally
@@ -16,11 +17,12 @@ from ..vocab import CANCELLED, FAILURE, INCOMPLETE, OUT_OF_ORDER, SUCCESS, Metri
 class ToolBook:
     """Open tool spans by toolCallId, and open sub-agent spans by the toolCallId of their task call."""
 
-    def __init__(self, session_id: str, capture: Capture, out: Outbox, tally: Tally) -> None:
+    def __init__(self, session_id: str, capture: Capture, out: Outbox, tally: Tally, talk: Transcript) -> None:
         self.session_id = session_id
         self.tally = tally
         self.capture = capture
         self.out = out
+        self.talk = talk
         self.tools: dict[str, tuple[OpenSpan, Agent]] = {}  # toolCallId -> (span, the agent that called it)
         self.subagents: dict[str, OpenSpan] = {}  # toolCallId of the task call -> invoke_agent span
         # Call ids of tools and sub-agents cut off (abort, crash): their late completion is expected, not an anomaly.
@@ -73,9 +75,11 @@ class ToolBook:
     def _finish(self, span: OpenSpan, agent: Agent, end_ns: int, view: ToolEnd) -> None:
         if view.exit_code is not None:
             span.attributes[A.PROCESS_EXIT_CODE] = view.exit_code
-        result = self.capture.text(view.result)
+        result = self.capture.text(result_text(view.result))
         if result is not None:
             span.attributes[A.GEN_AI_TOOL_CALL_RESULT] = result
+        self.talk.tool_done(agent.talk, str(span.attributes[A.GEN_AI_TOOL_CALL_ID]), view.result,
+                            None if view.success else view.error_message or "failed")
         if view.success:
             self.out.span(span.close(end_ns, status=STATUS_OK))
         else:
@@ -97,16 +101,16 @@ class ToolBook:
 
     def waited_on_user(self, call_id: str | None, asked_ns: int, answered_ns: int, result: str | None) -> None:
         """The running tool ``call_id`` waited from ``asked_ns`` to ``answered_ns`` on a person's permission: an
-        event on its span, and the wait kept out of its run time (``copilot.tool.user_wait_ms``)."""
+        event on its span, and the wait kept out of its run time (``github.copilot.tool.user_wait.duration``)."""
         entry = self.tools.get(call_id) if call_id else None
         if entry is None:
             return
         span = entry[0]
-        wait_ms = max(0, answered_ns - asked_ns) / 1e6
-        span.attributes[A.COPILOT_TOOL_USER_WAIT_MS] = span.attributes.get(A.COPILOT_TOOL_USER_WAIT_MS, 0.0) + wait_ms
+        wait = max(0, answered_ns - asked_ns) / 1e9
+        span.attributes[A.COPILOT_TOOL_USER_WAIT] = span.attributes.get(A.COPILOT_TOOL_USER_WAIT, 0.0) + wait
         span.events.append(SpanEvent(A.COPILOT_PERMISSION_EVENT, answered_ns,
-                                     {"copilot.permission.result": result or "unknown",
-                                      "copilot.permission.wait_ms": wait_ms}))
+                                     {A.COPILOT_PERMISSION_RESULT: result or "unknown",
+                                      A.COPILOT_PERMISSION_WAIT: wait}))
 
     def _count(self, span: OpenSpan, agent: Agent, outcome: str) -> None:
         tool = str(span.attributes[A.GEN_AI_TOOL_NAME])
@@ -115,7 +119,7 @@ class ToolBook:
         if outcome not in (SUCCESS, INCOMPLETE):  # cut off by the end of its session: no failure it reported
             self.tally.tool_failures += 1
         self.out.count(Metric.TOOL_CALLS, tool, outcome, span=span)
-        waited_ns = int(span.attributes.get(A.COPILOT_TOOL_USER_WAIT_MS, 0.0) * 1e6)  # a person's, not the tool's
+        waited_ns = int(span.attributes.get(A.COPILOT_TOOL_USER_WAIT, 0.0) * 1e9)  # a person's, not the tool's
         assert span.end_ns is not None  # closed before it counts
         self.out.count(Metric.TOOL_DURATION, tool, value=max(0, span.end_ns - span.start_ns - waited_ns) / 1e9,
                        span=span)

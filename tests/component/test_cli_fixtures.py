@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1] / "fixtures" / "cli"
 VERSIONS = ("0.0.400", "1.0.2", "1.0.24", "1.0.50", "1.0.70", "1.0.85", "1.0.92", "1.0.102")
 EVERY_VERSION = ("plain", "multi_turn", "subagent", "failing_tool", "provider_error", "reused_ids", "streaming",
                  "throttled", "git_repo")
-MAX_TOTAL_BYTES = 3 * 1024 * 1024
+MAX_TOTAL_BYTES = 3.5 * 1024 * 1024  # three sessions recorded with content capture on took it past 3 MiB
 MAX_STRING = 4000  # record_versions.MAX_STRING
 
 

@@ -133,7 +133,7 @@ def test_autopilot_nudges_are_counted_in_every_version(fx):
         pytest.skip("not an autopilot run")
     assert fx.counters[(Metric.AUTOPILOT_NUDGES, ())] == AUTOPILOT_NUDGES
     roots = [s for s in fx.spans if s.parent_span_id is None]
-    assert sum(1 for r in roots if r.attributes.get("copilot.autopilot.continuation")) == AUTOPILOT_NUDGES
+    assert sum(1 for r in roots if r.attributes.get("github.copilot.autopilot.continuation")) == AUTOPILOT_NUDGES
 
 
 def test_tokens_add_up_to_the_sessions_own_totals(fx):
@@ -173,7 +173,7 @@ def test_premium_requests_add_up_to_the_sessions_own_totals(fx):
     """copilot_premium_requests_total equals the premium requests the session's shutdowns total
     (totalPremiumRequests; from 1.0.102 also accountingSnapshot.totalPremiumRequestCost), and per model
     what modelMetrics says; where the CLI logs a cost per call (1.0.102), the calls alone make that total:
-    the roots' copilot.premium_requests add up to it, the nudges' part is counted apart."""
+    the roots' github.copilot.premium_requests add up to it, the nudges' part is counted apart."""
     totals = _totals_of(fx)
     if not totals:
         pytest.skip("this CLI wrote no session.shutdown")
@@ -190,7 +190,7 @@ def test_premium_requests_add_up_to_the_sessions_own_totals(fx):
     assert sum(per_model.values()) == expected
     if fx.of_type("session.usage_record"):  # cost per call
         roots = [s for s in fx.spans if s.parent_span_id is None]
-        assert sum(r.attributes.get("copilot.premium_requests", 0) for r in roots) == expected
+        assert sum(r.attributes.get("github.copilot.premium_requests", 0) for r in roots) == expected
         nudged = sum(_counted(fx, Metric.AUTOPILOT_PREMIUM_REQUESTS).values())
         autopilot = fx.meta["mode"] == "copilot-api" and "autopilot" in fx.path.name
         assert nudged == (AUTOPILOT_NUDGES * fx.meta["model_multiplier"] if autopilot else 0)

@@ -44,4 +44,4 @@ def test_a_call_cut_off_by_the_user_is_a_chat_span_that_ended_aborted(cli, provi
     assert chat.start_time_unix_nano == iso_ns(turn_start["timestamp"])
     assert chat.end_time_unix_nano == min(turn.end_time_unix_nano, iso_ns(abort["timestamp"]))
     (root,) = [s for s in spans if s.parent_span_id is None]
-    assert root.attributes["copilot.interaction.end"] == "aborted"
+    assert root.attributes["github.copilot.interaction.end"] == "aborted"

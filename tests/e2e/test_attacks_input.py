@@ -256,7 +256,7 @@ def test_a_live_log_cut_back_and_regrown_never_exports_one_span_id_two_ways(tmp_
     """A log followed while a tool runs is cut back to its first lines and then written on: the spans
     the old generation left open end as incomplete, the new generation's have ids of their own, and
     no span id is ever exported with two different final contents (a stuck session's snapshot of an
-    open span, marked copilot.running, is only ever replaced by that span's final form)."""
+    open span, marked github.copilot.running, is only ever replaced by that span's final form)."""
     home, traces = tmp_path / "home", tmp_path / "traces.jsonl"
     path = new_session(home, "cut-back")
     lines = real_log("multi_turn").splitlines(keepends=True)
@@ -273,7 +273,7 @@ def test_a_live_log_cut_back_and_regrown_never_exports_one_span_id_two_ways(tmp_
                    what="the new generation")
     contents, snapshots = defaultdict(set), set()
     for span in complete_lines_spans(traces):
-        if span.attributes.get("copilot.running"):
+        if span.attributes.get("github.copilot.running"):
             snapshots.add(span.span_id)
         else:
             contents[span.span_id].add(key(span))

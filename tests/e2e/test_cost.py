@@ -114,7 +114,7 @@ def test_replay_says_where_and_counts_what_the_session_cost_and_changed(edited, 
     assert samples[f'copilot_premium_requests_total{{model="{COPILOT_MODEL}",repository="{REPOSITORY}"}}'] == \
         snapshot["totalPremiumRequestCost"]
     roots = [s for s in spans if s.parent_span_id is None]
-    assert sum(r.attributes["copilot.premium_requests"] for r in roots) == snapshot["totalPremiumRequestCost"]
+    assert sum(r.attributes["github.copilot.premium_requests"] for r in roots) == snapshot["totalPremiumRequestCost"]
     assert samples[f'copilot_code_lines_total{{change="added",repository="{REPOSITORY}"}}'] == changes["linesAdded"]
     assert samples[f'copilot_code_lines_total{{change="removed",repository="{REPOSITORY}"}}'] == changes["linesRemoved"]
     # codeChanges lists every file of the session; the snapshot's filesModifiedCount (1.0.102) counts

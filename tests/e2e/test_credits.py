@@ -32,7 +32,7 @@ FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "cli" / "1.0.10
 CREDITS = ("credits_complete", "credits_partial", "credits_subagent", "credits_autopilot", "credits_resumed")
 UNAVAILABLE = "copilot_api"  # recorded before the stand-in knew copilot_usage: every call unavailable
 NANO = "github.copilot.nano_aiu"
-STATUS = "copilot.ai_credits.status"
+STATUS = "github.copilot.ai_credits.status"
 MODEL = "claude-sonnet-4.5"
 
 

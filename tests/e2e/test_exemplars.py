@@ -139,7 +139,8 @@ def test_the_otlp_push_carries_exemplars_of_the_exported_spans(tmp_path):
         for trace_id, span_id, seconds in point.exemplars:
             span = spans[(trace_id, span_id)]
             assert span.attributes["gen_ai.tool.name"] == point.attributes["tool"]
-            waited_ns = span.attributes.get("copilot.tool.user_wait_ms", 0) * 1e6  # a person's wait is no tool time
+            # a person's wait is no tool time
+            waited_ns = span.attributes.get("github.copilot.tool.user_wait.duration", 0) * 1e9
             assert seconds == pytest.approx((span.duration_ns - waited_ns) / 1e9)
 
 

@@ -84,8 +84,8 @@ class Fleet:
 
 
 def final(spans) -> Counter:
-    """(trace id, span id) of each span that is no snapshot of open work (copilot.running), counted."""
-    return Counter((s.trace_id, s.span_id) for s in spans if not s.attributes.get("copilot.running"))
+    """(trace id, span id) of each span that is no snapshot of open work (github.copilot.running), counted."""
+    return Counter((s.trace_id, s.span_id) for s in spans if not s.attributes.get("github.copilot.running"))
 
 
 def git_repository(folder: Path, repository: str) -> Path:

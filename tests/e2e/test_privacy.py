@@ -43,8 +43,9 @@ from tests.support.spans import expected_keys, record_key, wait_for_keys
 
 FAST = ("--idle-quiet", "0.3", "--rescan-interval", "0.5")
 CAPTURE = {"OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "true"}
-CONTENT_KEYS = ("gen_ai.input.messages", "gen_ai.output.messages", "gen_ai.tool.call.arguments",
-                "gen_ai.tool.call.result", "copilot.task.summary")
+CONTENT_KEYS = ("gen_ai.input.messages", "gen_ai.output.messages", "gen_ai.system_instructions",
+                "gen_ai.tool.call.arguments", "gen_ai.tool.call.result", "github.copilot.task.summary")
+MESSAGE_KEYS = CONTENT_KEYS[:3]  # JSON messages: each text in them is cut, the JSON stays whole
 
 
 @dataclass
@@ -240,8 +241,14 @@ def _content(spans) -> dict[tuple[str, str], str]:
 
 
 def _content_of(span_id: str, attributes: dict, status: str, events: list[tuple[str, dict]]) -> dict:
-    """The captured text of one span, however it was read (a trace file, the web view's JSON)."""
-    out = {(span_id, attr): attributes[attr] for attr in CONTENT_KEYS if attr in attributes}
+    """The captured text of one span, however it was read (a trace file, the web view's JSON); each text of a
+    messages attribute apart (``attribute#n``)."""
+    out = {}
+    for attr in CONTENT_KEYS:
+        if attr in MESSAGE_KEYS and attr in attributes:
+            out.update({(span_id, f"{attr}#{n}"): text for n, text in enumerate(_texts(json.loads(attributes[attr])))})
+        elif attr in attributes:
+            out[(span_id, attr)] = attributes[attr]
     if status and attributes.get("gen_ai.operation.name") == "execute_tool" \
             and attributes.get("error.type") not in ("incomplete", "aborted"):
         out[(span_id, "status")] = status
@@ -249,6 +256,25 @@ def _content_of(span_id: str, attributes: dict, status: str, events: list[tuple[
         if name == "exception" and "exception.message" in event_attributes:
             out[(span_id, "exception")] = event_attributes["exception.message"]
     return out
+
+
+def _texts(messages: list) -> list[str]:
+    """Every captured text of JSON messages (or system instruction parts): text parts, tool responses, and
+    tool call arguments (as the compact JSON they are cut from when too long)."""
+    out = []
+    for item in messages:
+        for part in item.get("parts", [item]):
+            for key in ("content", "response", "arguments"):
+                if key in part:
+                    value = part[key]
+                    out.append(value if isinstance(value, str) else json.dumps(value, separators=(",", ":"),
+                                                                               ensure_ascii=False))
+    return out
+
+
+def _kind(where: str) -> str:
+    """The attribute a _content key names (a messages attribute's texts are numbered)."""
+    return where.split("#")[0]
 
 
 def _replay_capture(planted, target: Path, *args: str, env: dict | None = None):
@@ -265,7 +291,7 @@ def test_capture_on_exports_content_cut_to_the_limit(planted, tmp_path):
     default = _content(_replay_capture(planted, tmp_path / "default.jsonl"))
     answer = echo_secret_answer(secret)
     assert len(answer) > 4096
-    answers = {v for (_s, attr), v in full.items() if attr == "gen_ai.output.messages"
+    answers = {v for (_s, attr), v in full.items() if _kind(attr) == "gen_ai.output.messages"
                and v.startswith("The secret is")}
     assert answers == {answer}  # exported whole when the limit allows
     assert sorted(default) == sorted(full)
@@ -273,9 +299,11 @@ def test_capture_on_exports_content_cut_to_the_limit(planted, tmp_path):
         assert default[where] == text[:4096]
     assert {v for v in default.values() if v.startswith("The secret is")} == {answer[:4096]}
     prompt = next(e for e in planted.run.events() if e["type"] == "user.message")["data"]["content"]
-    assert prompt in default.values()
+    assert any(prompt in v for v in default.values())  # the prompt as the model got it (the CLI's transformedContent)
     for attr in CONTENT_KEYS:  # every kind of content field is exported with the secret in it
-        assert any(secret in v for (_s, a), v in default.items() if a == attr), attr
+        if attr != "gen_ai.system_instructions":  # the CLI's own system prompt: no secret in it
+            assert any(secret in v for (_s, a), v in default.items() if _kind(a) == attr), attr
+    assert any(_kind(a) == "gen_ai.system_instructions" for (_s, a) in default)
     assert any(secret in v for (_s, a), v in default.items() if a == "status")
     assert any(secret in v for (_s, a), v in default.items() if a == "exception")  # the session.error's
     for limit_args, env in ((("--content-max-chars", "24"), None), ((), {"COPILOT_OTEL_CONTENT_MAX_CHARS": "24"})):

@@ -170,10 +170,10 @@ def test_autopilot_nudges_marked(exported):
     run, spans = exported["autopilot"]
     nudges = [e for e in run.events() if e["type"] == "user.message" and e["data"].get("isAutopilotContinuation")]
     roots = sorted((s for s in spans if s.parent_span_id is None), key=lambda s: s.start_time_unix_nano)
-    marked = [r for r in roots if r.attributes.get("copilot.autopilot.continuation") is True]
+    marked = [r for r in roots if r.attributes.get("github.copilot.autopilot.continuation") is True]
     assert len(marked) == len(nudges) == 2
     assert {r.attributes[A.COPILOT_INTERACTION_ID] for r in marked} == {e["data"]["interactionId"] for e in nudges}
-    assert roots[-1].attributes["copilot.interaction.end"] == "task_complete"
+    assert roots[-1].attributes["github.copilot.interaction.end"] == "task_complete"
 
 
 def test_provider_error_is_an_error(exported):
@@ -268,7 +268,7 @@ def test_an_aborted_loop(cli, provider, tmp_path):
         assert tool[0].end_time_unix_nano == min(iso_ns(abort["timestamp"]), turn.end_time_unix_nano)
         root = [s for s in spans if s.parent_span_id is None]
         assert len(root) == 1 and root[0].status_code == "UNSET"
-        assert root[0].attributes["copilot.interaction.end"] == "aborted"
+        assert root[0].attributes["github.copilot.interaction.end"] == "aborted"
         assert root[0].attributes[A.COPILOT_ABORT_REASON] == abort["data"]["reason"]
     assert 'copilot_completion_signals_total{signal="idle"} 1.0' in metrics.read_text()
     # The cut-off tool counts, with its outcome.

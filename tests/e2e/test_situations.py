@@ -69,11 +69,11 @@ def test_crash_then_resume(tmp_path):
     check_nesting(spans)
     crashed, resumed = roots(spans)
     before_resume = events[[e["type"] for e in events].index("session.resume") - 1]
-    assert crashed.attributes["copilot.interaction.end"] == "incomplete" and crashed.status_code == "ERROR"
+    assert crashed.attributes["github.copilot.interaction.end"] == "incomplete" and crashed.status_code == "ERROR"
     assert crashed.end_time_unix_nano == iso_ns(before_resume["timestamp"])
     (cut,) = [s for s in by_op(spans, "execute_tool") if s.trace_id == crashed.trace_id]
     assert cut.attributes["error.type"] == "incomplete" and cut.end_time_unix_nano <= crashed.end_time_unix_nano
-    assert resumed.attributes["copilot.interaction.end"] == "idle"
+    assert resumed.attributes["github.copilot.interaction.end"] == "idle"
     assert "resume" not in {r.attributes["github.copilot.interaction_id"] for r in roots(spans)}
     assert metrics['copilot_tool_calls_total{outcome="incomplete",tool="bash"}'] == 1
     assert metrics['copilot_tool_calls_total{outcome="success",tool="bash"}'] == 1
@@ -89,7 +89,7 @@ def test_abort_cuts_off_the_running_tool(tmp_path, label):
     (root,) = roots(spans)
     (tool,) = by_op(spans, "execute_tool")
     assert tool.status_code == "ERROR" and tool.attributes["error.type"] == "aborted"
-    assert root.attributes["copilot.interaction.end"] == "aborted"
+    assert root.attributes["github.copilot.interaction.end"] == "aborted"
     assert metrics['copilot_tool_calls_total{outcome="aborted",tool="bash"}'] == 1
     assert metrics['copilot_completion_signals_total{signal="idle"}'] == 1
 
@@ -122,7 +122,7 @@ def test_work_after_a_background_shell_gets_its_own_linked_root(tmp_path, situat
     last_turn_end = [e for e in events if e["type"] == "assistant.turn_end"
                      and e["timestamp"] < notification["timestamp"]][-1]
     assert first.end_time_unix_nano == iso_ns(last_turn_end["timestamp"])
-    assert second.attributes["copilot.trigger"] == "system.notification"
+    assert second.attributes["github.copilot.trigger"] == "system.notification"
     assert second.attributes["github.copilot.interaction_id"] == first.attributes["github.copilot.interaction_id"]
     assert second.trace_id != first.trace_id
     assert [(link.trace_id, link.span_id) for link in second.links] == [(first.trace_id, first.span_id)]
@@ -187,7 +187,7 @@ def test_length_cut_answers_continue_the_loop(tmp_path):
     assert sorted(c.attributes["gen_ai.response.finish_reasons"][0] for c in chats) == \
         sorted(u["data"]["usage"]["finishReason"] for u in usage)
     assert len(roots(spans)) == len(fx.sessions)
-    assert all(r.attributes["copilot.interaction.end"] == "idle" for r in roots(spans))
+    assert all(r.attributes["github.copilot.interaction.end"] == "idle" for r in roots(spans))
     assert metrics['copilot_completion_signals_total{signal="idle"}'] == len(fx.sessions)
 
 

@@ -33,7 +33,7 @@ def inspect_json(session_id: str, home, *args: str) -> dict:
 def test_a_tool_past_its_own_threshold(cli, provider, tmp_path):
     """bash sleeps 9 s against a bash threshold of 2 s (other tools: an hour): the session becomes stuck;
     the series carries tool=bash; one log line says so and one that it recovered; the open interaction,
-    turn and tool are exported marked copilot.running, then again, final, with the same span ids; while
+    turn and tool are exported marked github.copilot.running, then again, final, with the same span ids; while
     stuck, `inspect` and `sessions` (from the daemon and from the files) say stuck too."""
     home, traces = tmp_path / "home", tmp_path / "traces.jsonl"
     (home / "session-state").mkdir(parents=True)
@@ -51,7 +51,7 @@ def test_a_tool_past_its_own_threshold(cli, provider, tmp_path):
                                       "--state-dir", str(tmp_path / "other"), *THRESHOLDS)
         assert [s["state"] for s in json.loads(from_files.stdout)] == ["stuck"]
         snapshot = wait_until(lambda: [s for s in complete_lines_spans(traces)
-                                       if s.attributes.get("copilot.running")], what="the snapshot spans")
+                                       if s.attributes.get("github.copilot.running")], what="the snapshot spans")
         sleeper.wait()
         wait_until(lambda: "is no longer stuck" in daemon.log_text(), what="the recovery line")
         wait_until(lambda: not [k for k in daemon.scrape() if k[0] == "copilot_session_stalled_seconds"],
@@ -60,7 +60,7 @@ def test_a_tool_past_its_own_threshold(cli, provider, tmp_path):
     assert len(re.findall(rf"session {sleeper.session_id} is stuck: waiting on tool bash", log)) == 1
     assert len(re.findall(rf"session {sleeper.session_id} is no longer stuck", log)) == 1
     assert {s.name for s in snapshot} == {"invoke_agent copilot", "turn", "execute_tool bash"}
-    final = {s.span_id: s for s in read_spans(traces) if not s.attributes.get("copilot.running")}
+    final = {s.span_id: s for s in read_spans(traces) if not s.attributes.get("github.copilot.running")}
     for open_span in snapshot:
         done = final[open_span.span_id]  # the final span has the snapshot's id and supersedes it
         assert done.name == open_span.name and done.start_time_unix_nano == open_span.start_time_unix_nano

@@ -2,7 +2,8 @@
 
 ``AnsweringHttp`` answers every OTLP/HTTP request with one status; ``AnsweringGrpc`` every
 TraceService/Export call with one gRPC code (RetryInfo attached if asked; over TLS if given a certificate);
-``HangingGrpc`` takes every call and never answers. ``StrictBackend`` sits in
+``HangingGrpc`` takes every call and never answers; ``MetricsHttp`` takes every metrics push and keeps it.
+``StrictBackend`` sits in
 front of a real receiver (tests/support/otlp_receiver.py) and refuses, with HTTP 400, any request holding a
 span whose name contains a word, as a backend that validates spans would; other requests it
 forwards and relays the receiver's answer. Each stops by itself at the end of its ``with`` block.
@@ -63,6 +64,15 @@ class AnsweringHttp(_Http):
     def __init__(self, status: int) -> None:
         super().__init__(lambda _body: (status, ExportTraceServiceResponse().SerializeToString()
                                         if status == 200 else b"refused"))
+
+
+class MetricsHttp(_Http):
+    """OTLP/HTTP metrics on loopback: keeps each request's body (``requests``), answers it as a backend that took it."""
+
+    def __init__(self) -> None:
+        from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceResponse
+
+        super().__init__(lambda _body: (200, ExportMetricsServiceResponse().SerializeToString()))
 
 
 class StrictBackend(_Http):

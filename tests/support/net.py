@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 import time
+import urllib.request
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -56,3 +57,12 @@ def wait_until_steady(read: Callable[[], T | None], *, polls: int = 3, timeout: 
 
     wait_until(steady, timeout=timeout, interval=interval, what=what)
     return seen[-1]
+
+
+def answers_ok(url: str, timeout: float = 1.0) -> bool:
+    """A GET of ``url`` is answered 200 (a server's readiness route); False while nothing answers."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            return response.status == 200
+    except OSError:
+        return False

@@ -5,10 +5,9 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import urllib.request
 from pathlib import Path
 
-from tests.support.net import free_port, wait_until
+from tests.support.net import answers_ok, free_port, wait_until
 
 
 class ServerProcess:
@@ -45,11 +44,7 @@ class ServerProcess:
     def _ready(self) -> bool:
         if self.proc.poll() is not None:
             raise AssertionError(f"{self.name} exited: {self.log_path.read_text()[-2000:]}")
-        try:
-            with urllib.request.urlopen(f"{self.url}/-/ready", timeout=1) as response:
-                return response.status == 200
-        except OSError:
-            return False
+        return answers_ok(f"{self.url}/-/ready")
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

@@ -41,10 +41,10 @@ def expected_keys(paths, *, generation: int = 0) -> list:
 
 def spans_now(traces: Path) -> list:
     """The keys of the spans written so far to an OTLP JSON lines file, sorted (duplicates kept); a stuck
-    session's snapshot of an open span (copilot.running) is left out once its final span has come."""
+    session's snapshot of an open span (github.copilot.running) is left out once its final span has come."""
     spans = complete_lines_spans(traces)
-    final = {s.span_id for s in spans if not s.attributes.get("copilot.running")}
-    return sorted(key(s) for s in spans if not (s.attributes.get("copilot.running") and s.span_id in final))
+    final = {s.span_id for s in spans if not s.attributes.get("github.copilot.running")}
+    return sorted(key(s) for s in spans if not (s.attributes.get("github.copilot.running") and s.span_id in final))
 
 
 def wait_for_keys(traces: Path, expected: list, timeout: float = 20.0) -> list:

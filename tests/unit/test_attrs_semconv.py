@@ -30,3 +30,16 @@ def test_attrs_imports_no_semconv():
     import sys
     code = "import sys, copilot_otel.model.attrs; print(any(m.startswith('opentelemetry') for m in sys.modules))"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "False\n"
+
+
+def test_one_namespace_for_everything_custom():
+    """Every dotted key attrs.py names is a convention's, or under github.copilot (the CLI's own prefix, which
+    holds copilot-otel's keys too): nothing custom inside gen_ai.*, nothing under a second prefix."""
+    from opentelemetry.semconv._incubating.attributes import process_attributes
+
+    known = {value for module in (*CONVENTIONS, process_attributes) for value in vars(module).values()
+             if isinstance(value, str)}
+    keys = {value for name, value in vars(attrs).items() if name.isupper() and isinstance(value, str) and "." in value}
+    assert len(keys) >= 60
+    assert not [key for key in keys if key not in known and not key.startswith("github.copilot.")]
+    assert not [key for key in keys if key.startswith("gen_ai.") and key not in known]

@@ -87,7 +87,7 @@ def test_a_chat_span_speaks_the_cli_s_dialect():
     record = usage["data"]["usage"]
     assert chat[A.GEN_AI_RESPONSE_ID] == record["apiCallId"]
     assert chat[A.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK] == pytest.approx(record["timeToFirstTokenMs"] / 1000)
-    assert (chat[A.GEN_AI_REQUEST_REASONING_LEVEL], chat[A.COPILOT_COST], chat[A.COPILOT_INITIATOR]) == (
+    assert (chat[A.COPILOT_REASONING_LEVEL], chat[A.COPILOT_COST], chat[A.COPILOT_INITIATOR]) == (
         "high", 1.0, "user")
     assert (chat[A.COPILOT_TURN_ID], chat[A.COPILOT_INTERACTION_ID]) == ("0", "interaction-1")
     assert chat[A.GEN_AI_PROVIDER_NAME] == "github"

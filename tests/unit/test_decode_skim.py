@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 
 from copilot_otel.decode.lines import NO_DATA, decode_line
 from copilot_otel.decode.events import DecodeError, Event
-from copilot_otel.model.sessions import HANDLED_TYPES, READ_TYPES
+from copilot_otel.model.options import ModelOptions
+from copilot_otel.model.sessions import CONTENT_TYPES, HANDLED_TYPES, READ_TYPES, read_types
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 REAL_LINES = [line for path in sorted(FIXTURES.rglob("events.jsonl")) for line in path.read_bytes().splitlines()
@@ -32,22 +33,26 @@ def same_reading(raw: bytes) -> None:
     assert isinstance(fast, Event), (raw[:120], fast)
     assert (fast.type, fast.id, fast.timestamp_ns, fast.agent_id, fast.offset, fast.line) == \
         (full.type, full.id, full.timestamp_ns, full.agent_id, full.offset, full.line)
-    assert fast.data == full.data or (fast.data is NO_DATA and fast.type not in HANDLED_TYPES)
+    assert fast.data == full.data or (fast.data is NO_DATA and fast.type not in HANDLED_TYPES - CONTENT_TYPES)
 
 
 def test_real_lines_read_the_same_and_the_system_prompt_is_skimmed():
-    """Every line the real CLI wrote reads the same both ways; system.message lines take the fast path."""
+    """Every line the real CLI wrote reads the same both ways; system.message lines take the fast path, unless
+    content capture is on (the system prompt is then exported)."""
     for raw in REAL_LINES:
         same_reading(raw)
-    skimmed = [decode_line(raw, keep=READ_TYPES) for raw in REAL_LINES if raw.startswith(b'{"type":"system.message"')]
-    assert skimmed and all(event.data is NO_DATA for event in skimmed)
+    prompts = [raw for raw in REAL_LINES if raw.startswith(b'{"type":"system.message"')]
+    assert prompts and all(decode_line(raw, keep=READ_TYPES).data is NO_DATA for raw in prompts)
+    assert read_types(ModelOptions()) is READ_TYPES
+    keep = read_types(ModelOptions(capture_content=True))
+    assert all(decode_line(raw, keep=keep).data == orjson.loads(raw)["data"] for raw in prompts)
 
 
 def test_lines_of_read_types_are_parsed_in_full():
     """A type the model reads always gets its whole payload."""
     for raw in REAL_LINES:
         event = decode_line(raw, keep=READ_TYPES)
-        if event.type in HANDLED_TYPES:
+        if event.type in HANDLED_TYPES - CONTENT_TYPES:
             assert event.data == orjson.loads(raw)["data"]
 
 

@@ -103,7 +103,8 @@ def test_error_type_as_the_cli_counts_it_on_each_kind_of_span():
     assert cut_tool[GenAi.EXECUTE_TOOL_DURATION][A.GEN_AI_AGENT_NAME] == ""
     failed_tool = _labels(_span("execute_tool", 9, gen_ai__tool__name="bash", error__type="tool_error"))
     assert failed_tool[GenAi.EXECUTE_TOOL_DURATION][A.ERROR_TYPE] == "tool_error"
-    aborted = _labels(_span("invoke_agent", None, gen_ai__agent__name="copilot", copilot__interaction__end="aborted"))
+    aborted = _labels(_span("invoke_agent", None, gen_ai__agent__name="copilot",
+                            github__copilot__interaction__end="aborted"))
     assert aborted[GenAi.INVOKE_AGENT_DURATION] == {A.GEN_AI_AGENT_NAME: "", A.ERROR_TYPE: "cancelled"}
     cut_subagent = _labels(_span("invoke_agent", 9, gen_ai__agent__name="explore", error__type="cancelled"))
     assert cut_subagent[GenAi.INVOKE_AGENT_DURATION] == {A.GEN_AI_AGENT_NAME: "explore", A.ERROR_TYPE: ""}
@@ -118,4 +119,4 @@ def test_error_type_as_the_cli_counts_it_on_each_kind_of_span():
     assert token_labels == {((A.GEN_AI_OPERATION_NAME, "chat"), (A.GEN_AI_PROVIDER_NAME, ""),
                              (A.GEN_AI_REQUEST_MODEL, "m"), (A.GEN_AI_RESPONSE_MODEL, ""),
                              ("gen_ai.token.modality", "unknown"))}
-    assert _labels(_span("chat", 9, copilot__compaction__trigger="auto")) == {}
+    assert _labels(_span("chat", 9, github__copilot__compaction__trigger="auto")) == {}

@@ -102,3 +102,49 @@ def test_a_failed_push_is_counted_never_raised(raises):
     assert pusher.push() is False
     assert pusher.start().stop() is False
     assert (exporter.exports, pusher.failures, exporter.closed) == (2, 2, True)
+
+
+def _floats(message) -> list[float]:
+    """Every float (double) value set anywhere in a protobuf message, nested messages and lists included."""
+    found = []
+    for descriptor, value in message.ListFields():
+        values = value if descriptor.is_repeated else [value]
+        for item in values:
+            if descriptor.type == descriptor.TYPE_MESSAGE:
+                found.extend(_floats(item))
+            elif descriptor.type in (descriptor.TYPE_DOUBLE, descriptor.TYPE_FLOAT):
+                found.append(item)
+    return found
+
+
+def test_the_push_on_the_wire_holds_no_nan():
+    """A push over OTLP/HTTP, decoded as the ExportMetricsServiceRequest the backend gets: no NaN in any
+    field. The registry's histograms leave min and max out (Prometheus keeps none), the GenAI instruments
+    send the real ones."""
+    import math
+
+    from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
+
+    from copilot_otel.export.genai_metrics import GenAi
+    from copilot_otel.export.otlp_metrics import OtlpMetricExporter
+    from tests.support.backends import MetricsHttp
+
+    metrics = Metrics(process=False)
+    for seconds in (0.3, 7.0):
+        metrics.apply(MetricUpdate(Metric.LLM_CALL_DURATION, ("m",), seconds))
+        metrics.apply(MetricUpdate(GenAi.EXECUTE_TOOL_DURATION, ("bash", "function", "", ""), seconds))
+    with MetricsHttp() as backend:
+        exporter = OtlpMetricExporter(OtlpSettings(f"{backend.base}/v1/metrics", "http/protobuf"))
+        pusher = MetricsPusher(metrics.registry, exporter, RESOURCE, interval=3600, genai=metrics.genai)
+        assert pusher.push() is True
+        exporter.shutdown()
+    (body,) = backend.requests
+    request = ExportMetricsServiceRequest.FromString(body)
+    floats = _floats(request)
+    assert floats and not [value for value in floats if math.isnan(value)]
+    histograms = {m.name: m.histogram.data_points[0] for m in request.resource_metrics[0].scope_metrics[0].metrics
+                  if m.HasField("histogram")}
+    registry_point = histograms["copilot_llm_call_duration_seconds"]
+    assert registry_point.count == 2 and not registry_point.HasField("min") and not registry_point.HasField("max")
+    genai_point = histograms[GenAi.EXECUTE_TOOL_DURATION.value]
+    assert (genai_point.min, genai_point.max) == (0.3, 7.0)

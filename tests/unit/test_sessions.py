@@ -3,6 +3,8 @@ metric updates each event causes (the ends of the loop are in test_session_ends.
 
 from __future__ import annotations
 
+import json
+
 from copilot_otel.model import attrs as A
 from copilot_otel.config import ModelOptions
 from copilot_otel.model.records import KIND_CLIENT, STATUS_ERROR, STATUS_OK, STATUS_UNSET, span_id_for, trace_id_for
@@ -15,11 +17,14 @@ from tests.support.model import feed, label
 SID = "session-1"
 
 
-def plain_session() -> SessionLog:
-    """A prompt, a turn that runs bash, a turn that answers, shutdown: the corpus' `plain`."""
+def plain_session(system: str | None = None) -> SessionLog:
+    """A prompt, a turn that runs bash, a turn that answers, shutdown: the corpus' `plain` (``system``: with
+    a system.message after the prompt, as the CLI writes it)."""
     log = SessionLog(SID)
     log.start(cwd="/work/plain")
     log.user("Say hello.")
+    if system is not None:
+        log.add("system.message", {"role": "system", "content": system})
     log.turn_start()
     log.wait(0.3)  # the LLM call (107 ms) runs inside its turn
     log.usage(input_tokens=4700, output_tokens=42, cache_read=137, cache_write=0, duration_ms=107,
@@ -136,18 +141,49 @@ def test_attributes_of_each_kind_of_span():
 
 
 def test_no_content_unless_capture_is_on():
-    """Prompt, arguments, results and answers are exported only with capture on, cut to the limit."""
-    log = plain_session()
+    """Prompt, system prompt, arguments, results and answers are exported only with capture on, each text cut
+    to the limit inside messages that stay JSON."""
+    log = plain_session(system="You are the CLI.")
     off = feed(SessionModel(SID), log.events())
-    content = {A.GEN_AI_INPUT_MESSAGES, A.GEN_AI_OUTPUT_MESSAGES, A.GEN_AI_TOOL_CALL_ARGUMENTS,
-               A.GEN_AI_TOOL_CALL_RESULT}
+    content = {A.GEN_AI_INPUT_MESSAGES, A.GEN_AI_OUTPUT_MESSAGES, A.GEN_AI_SYSTEM_INSTRUCTIONS,
+               A.GEN_AI_TOOL_CALL_ARGUMENTS, A.GEN_AI_TOOL_CALL_RESULT}
     assert not [key for span in off.spans for key in span.attributes if key in content]
     on = feed(SessionModel(SID, ModelOptions(capture_content=True, content_max_chars=5)), log.events())
-    assert on.one("invoke_agent copilot").attributes[A.GEN_AI_INPUT_MESSAGES] == "Say hello."[:5]
-    assert on.one("turn 1").attributes[A.GEN_AI_OUTPUT_MESSAGES] == "All done."[:5]
+    root = on.one("invoke_agent copilot").attributes
+    assert json.loads(root[A.GEN_AI_INPUT_MESSAGES]) == [{"role": "user", "parts": [{"type": "text",
+                                                                                     "content": "Say h"}]}]
+    assert json.loads(root[A.GEN_AI_SYSTEM_INSTRUCTIONS]) == [{"type": "text", "content": "You a"}]
+    assert json.loads(root[A.GEN_AI_OUTPUT_MESSAGES]) == [
+        {"role": "assistant", "parts": [{"type": "text", "content": "All d"}], "finish_reason": "stop"}]
     tool = on.one("execute_tool bash").attributes
     assert tool[A.GEN_AI_TOOL_CALL_ARGUMENTS] == '{"command":"echo hello"}'[:5]
-    assert tool[A.GEN_AI_TOOL_CALL_RESULT] == '{"content":"hello"}'[:5]
+    assert tool[A.GEN_AI_TOOL_CALL_RESULT] == "hello"
+
+
+def test_each_chat_holds_what_its_call_got_and_answered():
+    """With capture on, a chat span's input is what its agent was told since its previous call (the prompt,
+    then each tool's result as a tool message), its output the answer with the tools it asked for and the
+    conventions' finish reason, and every call of the agent carries its system prompt; turns carry none."""
+    log = plain_session(system="You are the CLI.")
+    on = feed(SessionModel(SID, ModelOptions(capture_content=True)), log.events())
+    first, second = on.named(f"chat {MODEL}")
+    (asked,) = by_type(log, "assistant.message")[0]["data"]["toolRequests"]
+    assert json.loads(first.attributes[A.GEN_AI_INPUT_MESSAGES]) == [
+        {"role": "user", "parts": [{"type": "text", "content": "Say hello."}]}]
+    assert json.loads(first.attributes[A.GEN_AI_OUTPUT_MESSAGES]) == [
+        {"role": "assistant", "parts": [{"type": "tool_call", "id": asked["toolCallId"], "name": "bash",
+                                         "arguments": {}}], "finish_reason": "tool_call"}]
+    assert json.loads(second.attributes[A.GEN_AI_INPUT_MESSAGES]) == [
+        {"role": "tool", "parts": [{"type": "tool_call_response", "id": "call-1", "response": "hello"}]}]
+    assert json.loads(second.attributes[A.GEN_AI_OUTPUT_MESSAGES]) == [
+        {"role": "assistant", "parts": [{"type": "text", "content": "All done."}], "finish_reason": "stop"}]
+    for chat in (first, second):
+        assert json.loads(chat.attributes[A.GEN_AI_SYSTEM_INSTRUCTIONS]) == [
+            {"type": "text", "content": "You are the CLI."}]
+    assert not [key for span in on.spans if span.name == "turn" for key in span.attributes if "messages" in key]
+    off = feed(SessionModel(SID), log.events())
+    assert [(s.span_id, s.end_ns) for s in off.spans if s.name.startswith("chat")] == [
+        (s.span_id, s.end_ns) for s in (first, second)]
 
 
 def test_statuses():

@@ -156,13 +156,13 @@ function renderTrace(trace, index, count, waiting) {
   const running = trace.list.some((s) => s.running);
   const open = expanded.has(trace.id) ? expanded.get(trace.id) : (running || index >= count - 3);
   const end = Math.max(...trace.list.map(endOf));
-  const how = root.attrs["copilot.interaction.end"] || (running ? (isLive() ? "running" : "never ended") : "");
+  const how = root.attrs["github.copilot.interaction.end"] || (running ? (isLive() ? "running" : "never ended") : "");
   const head = el("summary", {},
     el("span", {class: "title"}, `interaction ${index + 1}`),
     el("span", {class: "dim"}, ` ${fmtTime(trace.start)} \u00b7 `),
     el("span", {class: "trace-duration"}, fmtDuration(end - trace.start)),
     how ? el("span", {class: `end end-${how.replace(/[^a-z_]/g, "")}`}, how) : "",
-    root.attrs["copilot.autopilot.continuation"] ? el("span", {class: "end"}, "autopilot") : "");
+    root.attrs["github.copilot.autopilot.continuation"] ? el("span", {class: "end"}, "autopilot") : "");
   if (traceUrl && /^https?:\/\//.test(traceUrl)) {
     head.append(el("a", {class: "trace-link", href: traceUrl.split("{trace_id}").join(trace.id), target: "_blank",
       rel: "noopener noreferrer"}, "open trace \u2197"));
