@@ -57,6 +57,11 @@ def test_a_restored_home_is_not_reported_again_and_what_happens_after_is(tmp_pat
     daemon = DaemonProcess(home, state, traces_file=traces, env=DEFAULT, args=FAST)
     with daemon:
         late = restore(home, CACHED[2])  # a cache restored once the daemon runs
+        # The rule is decided when the daemon first reads a log: a restored log already appended to by then reads as
+        # new (docs/reliability.md). Here the CLI resumes a session only once the daemon has taken the history in.
+        wait_until(lambda: "left out as history" in daemon.log_text()
+                   and value(daemon.scrape(), "copilot_otel_files_watched") >= 3, timeout=60,
+                   what="the three restored logs followed")
         old_ends = max(newest_ns(log) for log in (*restored, late))
         fresh = now_log("fresh-session")
         fresh.start()
