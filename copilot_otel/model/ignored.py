@@ -34,7 +34,7 @@ IGNORED: dict[str, str] = {
         "assistant.server_tool_progress", "tool.execution_partial_result", "tool.execution_progress",
         "tool.shell_output", "hook.progress", "session.managed_plugin_progress"), STREAM),
     **dict.fromkeys((
-        "assistant.message_start", "assistant.intent", "assistant.reasoning", "system.message",
+        "assistant.message_start", "assistant.intent", "assistant.reasoning",
         "session.custom_notification", "ui.ephemeral_query", "session.info", "session.warning",
         "session.title_changed", "session.memory_changed", "session.todos_changed", "session.plan_changed",
         "session.workspace_file_changed", "session.mode_notice_delivered", "pending_messages.modified",
