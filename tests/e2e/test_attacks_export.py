@@ -289,6 +289,8 @@ def test_checkpoint_positions_do_not_pile_up_while_the_backend_is_down(tmp_path)
                 log.add("session.info", {"n": -1})
                 append(path, log.jsonl(shown))
                 daemon.wait_for_metric("copilot_otel_events_read_total", 1, timeout=60, type="session.info")
+                # its position joins the queue with the next save of the totals (at most a second later)
+                wait_until(lambda: positions(health(daemon)) > 0, timeout=30, what="the turn's position queued")
                 before = positions(health(daemon))
                 for n in range(3000):
                     shown = len(log.entries)

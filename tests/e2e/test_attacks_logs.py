@@ -144,7 +144,7 @@ def test_a_log_copied_moved_or_edited_is_not_counted_again(tmp_path, attack, sto
             sed_one_word(path)
         if stopped:
             daemon = DaemonProcess(home, state, traces_file=traces, args=FAST).start()
-            started = counted = 0  # a new process counts from nothing
+            # the counters resume from the checkpoint: the new process goes on from what was counted
         said = SAID[f"{attack}-stopped" if attack == "rename" and stopped else attack]
         wait_until(lambda: said in daemon.log_text(), what=f"the daemon to say {said!r}")
         assert settled(daemon, traces) == (started, counted, exported)

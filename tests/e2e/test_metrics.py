@@ -29,7 +29,8 @@ FAST = ("--idle-quiet", "0.3", "--rescan-interval", "1")
 COST_METRICS = ("copilot_premium_requests_total", "copilot_autopilot_premium_requests_total",
                 "copilot_code_lines_total", "copilot_files_modified_total", "copilot_ai_credits_total",
                 "copilot_autopilot_ai_credits_total", "copilot_llm_calls_without_credits_total",
-                "copilot:ai_credits:month_to_date", "copilot_budget_", "copilot:budget_ai_credits")
+                "copilot:ai_credits:month_to_date", "copilot_budget_", "copilot:budget_ai_credits",
+                "copilot:ai_credits:day_to_date", "copilot:ai_credits_by_team:day_to_date")
 
 
 def derived_counts(runs) -> dict[str, Counter]:
