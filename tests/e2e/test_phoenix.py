@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.browser import Browser, screenshot
+from tests.support.browser import screenshot
 from tests.support.commands import run_replay
 from tests.support.phoenix import PROJECT_RESOURCE, Phoenix
 from tests.support.provider import CHILD_ECHO
@@ -101,34 +101,30 @@ def open_span(page, phoenix: Phoenix, project: str, span: dict, ready: str) -> s
     return detail(page)
 
 
-def test_the_trace_view_shows_prompt_answer_and_tool_calls(phoenix):
+def test_the_trace_view_shows_prompt_answer_and_tool_calls(phoenix, browser):
     """In Chromium, the trace view of the capture-on replay: the first call shows the prompt and the task call
     with its arguments, the last the task's result and the answer; the task and bash spans show their
     parameters and their output."""
     spans = phoenix.spans(ON)
     first, *_, last = named(spans, "chat test-model")
-    browser = Browser()
-    try:
-        page = browser.page()
-        shown = open_span(page, phoenix, ON, first, "Messages")
-        assert PROMPT in shown and "task" in shown and CHILD_PROMPT in shown, shown
-        screenshot(page, "phoenix-first-call")
-        shown = open_span(page, phoenix, ON, last, "Tool Result")
-        assert CHILD_ANSWER in shown and ANSWER in shown, shown
-        screenshot(page, "phoenix-answer")
-        (task,) = named(spans, "execute_tool task")
-        shown = open_span(page, phoenix, ON, task, "Parameters")
-        assert CHILD_PROMPT in shown and CHILD_ANSWER in shown, shown
-        (bash,) = named(spans, "execute_tool bash")
-        shown = open_span(page, phoenix, ON, bash, "Parameters")
-        assert COMMAND in shown and f"{CHILD_ECHO}\n" in shown, shown
-        screenshot(page, "phoenix-tool")
-        assert not page.errors or all("fetch" in e for e in page.errors), page.errors
-    finally:
-        browser.close()
+    page = browser.page()  # the run's one Chromium: a second sync Playwright cannot start beside it
+    shown = open_span(page, phoenix, ON, first, "Messages")
+    assert PROMPT in shown and "task" in shown and CHILD_PROMPT in shown, shown
+    screenshot(page, "phoenix-first-call")
+    shown = open_span(page, phoenix, ON, last, "Tool Result")
+    assert CHILD_ANSWER in shown and ANSWER in shown, shown
+    screenshot(page, "phoenix-answer")
+    (task,) = named(spans, "execute_tool task")
+    shown = open_span(page, phoenix, ON, task, "Parameters")
+    assert CHILD_PROMPT in shown and CHILD_ANSWER in shown, shown
+    (bash,) = named(spans, "execute_tool bash")
+    shown = open_span(page, phoenix, ON, bash, "Parameters")
+    assert COMMAND in shown and f"{CHILD_ECHO}\n" in shown, shown
+    screenshot(page, "phoenix-tool")
+    assert not page.errors or all("fetch" in e for e in page.errors), page.errors
 
 
-def test_with_capture_off_no_content_reaches_phoenix(phoenix):
+def test_with_capture_off_no_content_reaches_phoenix(phoenix, browser):
     """The capture-off replay: the same spans, and none of the session's content in what Phoenix stored
     (every attribute of every span), nor on the trace view of its first call and of its bash tool."""
     spans = phoenix.spans(OFF)
@@ -137,12 +133,8 @@ def test_with_capture_off_no_content_reaches_phoenix(phoenix):
     assert "input_messages" not in stored and "output_messages" not in stored and "parameters" not in stored
     first = named(spans, "chat test-model")[0]
     (bash,) = named(spans, "execute_tool bash")
-    browser = Browser()
-    try:
-        page = browser.page()
-        for span in (first, bash):
-            shown = open_span(page, phoenix, OFF, span, span["name"])
-            page.get_by_text("Attributes").first.wait_for(timeout=PAGE_TIMEOUT)
-            assert not [text for text in CONTENT if text in page.inner_text("body")], shown
-    finally:
-        browser.close()
+    page = browser.page()  # the run's one Chromium
+    for span in (first, bash):
+        shown = open_span(page, phoenix, OFF, span, span["name"])
+        page.get_by_text("Attributes").first.wait_for(timeout=PAGE_TIMEOUT)
+        assert not [text for text in CONTENT if text in page.inner_text("body")], shown
