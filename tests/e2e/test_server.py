@@ -284,7 +284,10 @@ def test_600_half_sent_connections_neither_block_nor_stay():
     """600 connections that sent half a request line cost no thread; scrapes and /healthz still
     answer quickly, none is closed before the header deadline, and all are closed soon after it."""
     need_fds(3000)
-    with serving(header_timeout=2.0) as server:
+    # The deadline is long enough that the 40 answers come before any of the 600 is cut off on a busy machine:
+    # an answer that waited for the half-sent connections would take until their deadline.
+    deadline = 5.0
+    with serving(header_timeout=deadline) as server:
         idle, sent_at = [], []
         threads = threading.active_count()
         try:
@@ -300,12 +303,12 @@ def test_600_half_sent_connections_neither_block_nor_stay():
                     slowest = max(slowest, time.monotonic() - began)
                     assert status == 200 and body
             print(f"slowest of 40 answers with 600 half-sent connections: {slowest * 1000:.1f} ms")
-            assert slowest < 1.0, f"slowest answer {slowest:.3f} s"
+            assert slowest < 2.0, f"slowest answer {slowest:.3f} s"
             for sock, sent in zip(idle, sent_at):
                 if closed_by_peer(sock, 0):
-                    assert time.monotonic() - sent > 1.9, "closed before the header deadline"
+                    assert time.monotonic() - sent > deadline - 0.1, "closed before the header deadline"
             for sock in idle:
-                assert closed_by_peer(sock, max(0.0, sent_at[-1] + 2.0 + 3.0 - time.monotonic())), \
+                assert closed_by_peer(sock, max(0.0, sent_at[-1] + deadline + 3.0 - time.monotonic())), \
                     "half-sent connection left open"
         finally:
             close_all(idle)
