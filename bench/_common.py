@@ -29,6 +29,27 @@ def copilot_otel_bin() -> list[str]:
     return [sys.executable, "-c", "from copilot_otel.cli.main import main; main()"]
 
 
+def installed_bin(work: Path) -> list[str]:
+    """copilot-otel as the README's install command leaves it: the package in a venv's site-packages (not the
+    checkout's editable install, whose import hook costs every start about 15 ms), its dependencies those of this
+    Python's venv (a .pth line), and an entry-point script as pip writes one."""
+    import shutil
+    import site
+    import subprocess
+    import sysconfig
+
+    venv = work / "installed"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    purelib = Path(sysconfig.get_path("purelib", vars={"base": str(venv), "platbase": str(venv)}))
+    shutil.copytree(REPO / "copilot_otel", purelib / "copilot_otel", ignore=shutil.ignore_patterns("__pycache__"))
+    (purelib / "dependencies.pth").write_text("\n".join(site.getsitepackages()) + "\n")
+    exe = venv / "bin" / "copilot-otel"
+    exe.write_text(f"#!{venv / 'bin' / 'python'}\nimport sys\nfrom copilot_otel.cli.main import main\n"
+                   "if __name__ == '__main__':\n    sys.exit(main())\n")
+    exe.chmod(0o755)
+    return [str(exe)]
+
+
 def bytecode_env(work: Path) -> dict[str, str]:
     """The environment of a measured command: bytecode cached (as an installed package has it), outside the
     checkout; this machine's PYTHONDONTWRITEBYTECODE=1 would compile every module on every start."""

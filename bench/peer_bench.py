@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import DEFAULT_SOURCE, REPO, bytecode_env, copilot_otel_bin, machine, median
+from _common import DEFAULT_SOURCE, REPO, bytecode_env, installed_bin, machine, median
 from corpus import synthesize
 
 CCUSAGE_VERSION = "20.0.24"
@@ -77,12 +77,19 @@ def timed(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
     return wall, usage.ru_utime + usage.ru_stime
 
 
-def pairs(home: Path, work: Path, ccusage: list[str], *, runs: int, cached: bool) -> tuple[list, list]:
+# Each command of ours against the ccusage command that answers the same question on the same logs.
+COMMANDS = {"sessions": (["sessions", "--json", "--from-files"], ["copilot", "session", "--json", "--offline"]),
+            "usage": (["usage", "--json"], ["copilot", "daily", "--json", "--offline"])}
+
+
+def pairs(home: Path, work: Path, ours_bin: list[str], ccusage: list[str], command: str, *, runs: int,
+          cached: bool) -> tuple[list, list]:
     """Each pair's (ours / theirs) wall and CPU ratios."""
     env = {**bytecode_env(work), "COPILOT_HOME": str(home)}
     state = work / "state"
-    ours = copilot_otel_bin() + ["sessions", "--json", "--from-files", "--state-dir", str(state)]
-    theirs = ccusage + ["copilot", "session", "--json", "--offline"]
+    mine, peer = COMMANDS[command]
+    ours = ours_bin + mine + ["--state-dir", str(state)]
+    theirs = ccusage + peer
 
     def fresh_state() -> None:
         shutil.rmtree(state, ignore_errors=True)
@@ -97,13 +104,13 @@ def pairs(home: Path, work: Path, ccusage: list[str], *, runs: int, cached: bool
             fresh_state()
         order = (ours, theirs) if run % 2 == 0 else (theirs, ours)
         first, second = timed(order[0], env), timed(order[1], env)
-        mine, peer = (first, second) if run % 2 == 0 else (second, first)
-        walls.append(mine[0] / peer[0])
-        cpus.append(mine[1] / peer[1])
+        mine_t, peer_t = (first, second) if run % 2 == 0 else (second, first)
+        walls.append(mine_t[0] / peer_t[0])
+        cpus.append(mine_t[1] / peer_t[1])
     return walls, cpus
 
 
-def start_instructions(fixtures: Path, work: Path) -> None:
+def start_instructions(fixtures: Path, work: Path, ours_bin: list[str]) -> None:
     from instructions_bench import callgrind
 
     env = {**bytecode_env(work), "COPILOT_HOME": str(fixtures)}
@@ -113,10 +120,11 @@ def start_instructions(fixtures: Path, work: Path) -> None:
     commands = {"--help": ["--help"],
                 "sessions --json (summaries cached)": ["sessions", "--json", "--from-files", "--state-dir", str(state)],
                 "inspect SESSION": ["inspect", str(one)],
-                "inspect --json SESSION": ["inspect", "--json", str(one)]}
+                "inspect --json SESSION": ["inspect", "--json", str(one)],
+                "usage --json (summaries cached)": ["usage", "--json", "--state-dir", str(state)]}
     print(f"\n{'start of':<40}{'instructions':>14}")
     for name, args in commands.items():
-        count = callgrind(copilot_otel_bin() + args, work / "cg", env)
+        count = callgrind(ours_bin + args, work / "cg", env)
         print(f"{name:<40}{count / 1e6:>12.0f} M")
 
 
@@ -126,6 +134,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--source", type=Path, default=DEFAULT_SOURCE, help="real sessions to copy")
     parser.add_argument("--runs", type=int, default=5, help="pairs per figure (default 5)")
     parser.add_argument("--ccusage-prefix", type=Path, help="where to install ccusage when tests/cli has none")
+    parser.add_argument("--commands", nargs="+", choices=sorted(COMMANDS), default=sorted(COMMANDS),
+                        help="which of ours to measure (default: sessions and usage)")
     parser.add_argument("--instructions", action="store_true", help="also count each command's start (callgrind)")
     args = parser.parse_args(argv)
     print(machine())
@@ -138,17 +148,19 @@ def main(argv: list[str] | None = None) -> int:
         made = synthesize(synthetic, args.sessions, source=args.source)
         corpora = {f"stored fixtures ({count} sessions)": fixtures,
                    f"{args.sessions} real-shaped sessions ({made['bytes'] / 1e6:.1f} MB)": synthetic}
-        print(f"ccusage {CCUSAGE_VERSION}; {args.runs} pairs per figure; ratio = copilot-otel / ccusage "
-              f"(median), target <= {TARGET}")
-        print(f"{'logs':<44}{'state':<18}{'wall':>8}{'cpu':>8}  target")
-        for name, home in corpora.items():
-            for cached in (False, True):
-                walls, cpus = pairs(home, work, ccusage, runs=args.runs, cached=cached)
-                wall = median(walls)
-                print(f"{name:<44}{'summaries cached' if cached else 'no state':<18}{wall:>8.2f}{median(cpus):>8.2f}  "
-                      f"{'met' if wall <= TARGET else 'MISSED'}")
+        ours = installed_bin(work)
+        print(f"ccusage {CCUSAGE_VERSION}; copilot-otel installed from this checkout; {args.runs} pairs per figure; "
+              f"ratio = copilot-otel / ccusage (median), target <= {TARGET}")
+        print(f"{'command':<10}{'logs':<44}{'state':<18}{'wall':>8}{'cpu':>8}  target")
+        for command in args.commands:
+            for name, home in corpora.items():
+                for cached in (False, True):
+                    walls, cpus = pairs(home, work, ours, ccusage, command, runs=args.runs, cached=cached)
+                    wall = median(walls)
+                    print(f"{command:<10}{name:<44}{'summaries cached' if cached else 'no state':<18}{wall:>8.2f}"
+                          f"{median(cpus):>8.2f}  {'met' if wall <= TARGET else 'MISSED'}")
         if args.instructions:
-            start_instructions(fixtures, work)
+            start_instructions(fixtures, work, ours)
     return 0
 
 

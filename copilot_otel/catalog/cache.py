@@ -11,16 +11,17 @@ named. A log last written before ``since`` is skipped without being read.
 from __future__ import annotations
 
 import logging
-import math
 import os
 import threading
-from pathlib import Path
 from collections.abc import Mapping
+from functools import cache
+from pathlib import Path
+from types import UnionType
+from typing import Annotated, Any, get_args, get_origin
 
 import msgspec
-from msgspec import Struct
-from msgspec.structs import asdict, astuple, fields, replace
-import orjson
+from msgspec import Meta, Struct, defstruct
+from msgspec.structs import fields, replace
 
 from ..config import DEFAULT_MAX_LINE_BYTES
 from ..model.options import ModelOptions
@@ -68,41 +69,51 @@ def _key(st: os.stat_result) -> list[int]:
     return [st.st_ino, st.st_size, st.st_mtime_ns]
 
 
-# Each field's annotation as written: 'str', 'str | None', 'int' or 'float'; the others (tuples of records) are
-# checked by converting them to their type.
-_KINDS = {name: SessionSummary.__annotations__[name] for name in SessionSummary.__struct_fields__}
-_RECORDS = {f.name: f.type for f in fields(SessionSummary) if _KINDS[f.name].startswith("tuple")}
-_INT64 = 2**63 - 1
+# A cache entry as written: [identity key, summary], every number a non-negative int64 (or a finite float), every
+# field there and no other. msgspec checks an entry against these types in C: a listing of cached summaries costs
+# little more than reading the file.
+_INT = Annotated[int, Meta(ge=0, le=2**63 - 1)]
+_FLOAT = Annotated[float, Meta(ge=0)]
 
 
-def _fits(kind: str, value: object) -> bool:
-    if value is None:
-        return kind.endswith("| None")
-    if kind.startswith("str"):
-        return isinstance(value, str)
-    if type(value) is int:
-        return kind in ("int", "float") and 0 <= value <= _INT64
-    return kind == "float" and type(value) is float and 0 <= value < math.inf
+def _checked(kind: Any) -> Any:
+    """``kind`` (a summary field's type) with its numbers bounded, and its records as checked copies."""
+    if kind is int:
+        return _INT
+    if kind is float:
+        return _FLOAT
+    if isinstance(kind, type) and issubclass(kind, Struct):
+        return _checked_struct(kind)
+    args = get_args(kind)
+    if not args:
+        return kind
+    origin = get_origin(kind)
+    if origin is UnionType:  # str | None
+        return kind
+    return origin[tuple(a if a is Ellipsis else _checked(a) for a in args)]
 
 
-def _entry(entry: object) -> tuple[list[int], dict] | None:
-    """A cache entry ([identity key, summary as a dict]) as written, or None for anything else."""
-    if not (isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], list) and isinstance(entry[1], dict)):
-        return None
-    key, summary = entry
-    if len(key) != 3 or not all(type(x) is int and 0 <= x <= _INT64 for x in key):
-        return None
-    if summary.keys() != _KINDS.keys() or not all(name in _RECORDS or _fits(_KINDS[name], summary[name])
-                                                   for name in _KINDS):
-        return None
+@cache
+def _checked_struct(kind: type[Struct]) -> Any:
+    config = kind.__struct_config__
+    return defstruct(f"Checked{kind.__name__}", [(f.name, _checked(f.type)) for f in fields(kind)],
+                     forbid_unknown_fields=True, array_like=config.array_like)
+
+
+_CHECKED_SUMMARY = _checked_struct(SessionSummary)
+_KEY = tuple[_INT, _INT, _INT]
+_CHECKED: msgspec.json.Decoder = msgspec.json.Decoder(tuple[_KEY, _CHECKED_SUMMARY])  # type: ignore[valid-type]
+_ENTRY = msgspec.json.Decoder(tuple[list[int], SessionSummary])
+_OBJECT = msgspec.json.Decoder(dict[str, msgspec.Raw])  # the file, then its logs: each entry decoded apart
+
+
+def _entry(raw: msgspec.Raw) -> tuple[list[int], SessionSummary] | None:
+    """A cache entry as written, or None for anything else."""
     try:
-        records = {name: msgspec.convert(summary[name], kind) for name, kind in _RECORDS.items()}
-    except msgspec.ValidationError:
+        _CHECKED.decode(raw)
+        return _ENTRY.decode(raw)
+    except (msgspec.ValidationError, msgspec.DecodeError):
         return None
-    if not all(_fits("int", x) or _fits("float", x) for name in _RECORDS for record in records[name]
-               for x in (astuple(record) if isinstance(record, Struct) else record) if not isinstance(x, str)):
-        return None
-    return key, {**summary, **records}
 
 
 class Catalog:
@@ -114,7 +125,7 @@ class Catalog:
         self.cache_file = cache_file
         self.max_line_bytes = max_line_bytes
         self.version = CACHE_VERSION
-        self._cache: dict[str, tuple[list[int], dict]] = {}  # str(path) -> (identity key, summary as a dict)
+        self._cache: dict[str, tuple[list[int], SessionSummary]] = {}  # str(path) -> (identity key, summary)
         self._lock = threading.Lock()
         self._loaded = False
         self._dirty = False  # the cache file needs writing again even if no summary changed
@@ -145,7 +156,7 @@ class Catalog:
                 key = _key(st)
                 cached = self._cache.get(str(path))
                 if cached is not None and cached[0] == key:
-                    found.append(LogSummary(path, self._named(path, SessionSummary(**cached[1]))))
+                    found.append(LogSummary(path, self._named(path, cached[1])))
                 else:
                     stale.append((path, key))
             fresh = self._read([path for path, _key_ in stale], workers)
@@ -153,7 +164,7 @@ class Catalog:
             for (path, key), item in zip(stale, fresh):
                 if item.summary is not None:
                     # The name is the session's text (its first prompt): never stored, read at each scan.
-                    self._cache[str(path)] = (key, asdict(replace(item.summary, name=None)))
+                    self._cache[str(path)] = (key, replace(item.summary, name=None))
                     item = LogSummary(path, self._named(path, item.summary))
                     changed = True
                 found.append(item)
@@ -176,6 +187,8 @@ class Catalog:
         if len(paths) < PARALLEL_MIN or workers == 1:
             return job(paths)
         from ..base.workers import MAX_WORKERS, WorkerPool, available_cpus
+        from ..logreader import LogReader  # noqa: F401 - imported once here, forked workers start with the model
+
 
         count = workers or max(1, min(available_cpus(), MAX_WORKERS))
         shards = [paths[i:i + SHARD] for i in range(0, len(paths), SHARD)]
@@ -199,21 +212,29 @@ class Catalog:
         self._loaded = True
         try:
             data = read_private(self.cache_file)
-            document = orjson.loads(data) if data is not None else {"version": self.version, "logs": {}}
-        except (OSError, ValueError) as exc:
-            log.warning("the summary cache %s is unusable (%s): rebuilding it from the session logs", self.cache_file,
-                        exc)
-            self._dirty = True
+            document = _OBJECT.decode(data) if data is not None else None
+        except (OSError, msgspec.DecodeError) as exc:
+            if isinstance(exc, msgspec.ValidationError):  # JSON, but no object
+                document = {}
+            else:
+                log.warning("the summary cache %s is unusable (%s): rebuilding it from the session logs",
+                            self.cache_file, exc)
+                self._dirty = True
+                return
+        if document is None:
             return
-        if not isinstance(document, dict) or document.get("version") != self.version:
+        version = document.get("version")
+        if version is None or msgspec.json.decode(version) != self.version:
             log.debug("the summary cache %s is of another version: rebuilding it", self.cache_file)
             self._dirty = True
             return
-        logs = document.get("logs")
-        entries = logs.items() if isinstance(logs, dict) else ()
-        self._cache = {path_from_text(name): entry for name, entry in ((n, _entry(e)) for n, e in entries)
+        try:
+            logs = _OBJECT.decode(document["logs"]) if "logs" in document else {}
+        except msgspec.ValidationError:
+            logs = {"": msgspec.Raw(b"null")}  # not an object: one damaged entry
+        self._cache = {path_from_text(name): entry for name, entry in ((n, _entry(e)) for n, e in logs.items())
                        if entry is not None}
-        bad = (len(logs) if isinstance(logs, dict) else 1) - len(self._cache)
+        bad = len(logs) - len(self._cache)
         if bad:
             log.warning("the summary cache %s held %d damaged entr%s: left out, their sessions read again",
                         self.cache_file, bad, "y" if bad == 1 else "ies")
@@ -222,11 +243,10 @@ class Catalog:
     def _save(self) -> None:
         if self.cache_file is None:
             return
-        document = {"version": self.version, "logs": {path_text(name): msgspec.to_builtins(list(entry))
-                                                       for name, entry in self._cache.items()}}
+        document = {"version": self.version, "logs": {path_text(name): entry for name, entry in self._cache.items()}}
         try:
             private_dir(self.cache_file.parent)
-            write_private(self.cache_file, orjson.dumps(document))
+            write_private(self.cache_file, msgspec.json.encode(document))
         except OSError as exc:  # a read-only state folder costs speed, not the listing
             log.debug("cannot save the summary cache %s: %s", self.cache_file, exc)
 
