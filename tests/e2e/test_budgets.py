@@ -160,8 +160,9 @@ def test_month_to_date_starts_again_on_the_first_of_the_month(tmp_path):
     counter growing 1 a minute gives the minutes of January on its last minute, then starts again at 0."""
     rules = yaml.safe_load(RULES.read_text())
     (group,) = [g for g in rules["groups"] if g["name"] == "copilot-credits"]
-    group = dict(group, rules=[r for r in group["rules"] if r.get("record") == "copilot:ai_credits:month_to_date"])
-    (tmp_path / "rules.yml").write_text(yaml.safe_dump({"groups": [group]}))  # one rule: 25 s, not 100
+    group = dict(group, rules=[r for r in group["rules"] if r.get("record") in (
+        "copilot:ai_credits:month_to_date", "copilot:ai_credits_total:seen_by_month_rules")])
+    (tmp_path / "rules.yml").write_text(yaml.safe_dump({"groups": [group]}))  # two rules: 25 s, not 100
     series = 'copilot:ai_credits:month_to_date{job="copilot-otel",instance="a:9464",model="m",repository=""}'
     (tmp_path / "test.yml").write_text(yaml.safe_dump({
         "rule_files": ["rules.yml"], "evaluation_interval": "1m",
@@ -177,6 +178,38 @@ def test_month_to_date_starts_again_on_the_first_of_the_month(tmp_path):
     result = run([promtool(), "test", "rules", str(tmp_path / "test.yml")])
     assert result.returncode == 0, result.stdout + result.stderr
     assert "SUCCESS" in result.stdout, time.monotonic() - started
+
+
+def test_a_restarted_daemon_s_resumed_counters_are_counted_once(tmp_path):
+    """promtool runs the shipped accumulating rules (the month's credits, a budget's, the day's) over a daemon that
+    stops for three scrapes (its series stale) and comes back with its counters resumed where they were (what the
+    checkpoint does): they add only what it counted since. A second daemon comes back with its state lost (its
+    counters from 0): what it counts since is added to what it had counted."""
+    groups = [g for g in yaml.safe_load(RULES.read_text())["groups"] if g["name"] in ("copilot-credits",
+                                                                                      "copilot-usage")]
+    groups = [dict(g, rules=[r for r in g["rules"] if "record" in r]) for g in groups]
+    (tmp_path / "rules.yml").write_text(yaml.safe_dump({"groups": groups}))
+    resumed, lost = 'job="copilot-otel",instance="a:9464"', 'job="copilot-otel",instance="b:9464"'
+    gap = "stale stale stale"
+    inputs = []
+    for target, after in ((resumed, "10+1x5"), (lost, "0+1x5")):
+        inputs += [{"series": f'copilot_ai_credits_total{{{target},model="m",repository="o/r"}}',
+                    "values": f"0+1x10 {gap} {after}"},
+                   {"series": f'copilot_budget_ai_credits_spent_total{{{target},budget="all"}}',
+                    "values": f"0+1x10 {gap} {after}"}]
+    # each counted 10 before it stopped; then 5 more
+    expected = {"copilot:ai_credits:month_to_date": [(resumed, 15), (lost, 15)],
+                "copilot:ai_credits:day_to_date": [(resumed, 15), (lost, 15)]}
+    checks = [{"expr": name, "eval_time": "19m",
+               "exp_samples": [{"labels": f'{name}{{{target},model="m",repository="o/r"}}', "value": value}
+                               for target, value in samples]} for name, samples in expected.items()]
+    checks.append({"expr": "copilot:budget_ai_credits:month_to_date", "eval_time": "19m",
+                   "exp_samples": [{"labels": 'copilot:budget_ai_credits:month_to_date{budget="all"}', "value": 30}]})
+    (tmp_path / "test.yml").write_text(yaml.safe_dump({
+        "rule_files": ["rules.yml"], "evaluation_interval": "1m",
+        "tests": [{"interval": "1m", "input_series": inputs, "promql_expr_test": checks}]}))
+    result = run([promtool(), "test", "rules", str(tmp_path / "test.yml")])
+    assert result.returncode == 0 and "SUCCESS" in result.stdout, result.stdout + result.stderr
 
 
 def test_a_real_prometheus_records_the_month_and_warns_on_the_budget(tmp_path):
