@@ -1,17 +1,19 @@
-"""`copilot-otel sessions --json` against the tool people run today on the same logs: ccusage.
+"""`copilot-otel sessions --json` and `usage --json` against the tool people run today on the same logs: ccusage.
 
-ccusage (npm, pinned below: its npm command starts its native binary) is run as a user runs it,
-`ccusage copilot session --json --offline`, on the same COPILOT_HOME as `copilot-otel sessions --json
---from-files`. Runs are paired and interleaved (who goes first alternates), and each figure is the
-median ratio of copilot-otel's time to ccusage's, wall time (the target: <= 1.0) and CPU time (user +
-system of the command and every process it waited for: the same ratio less the machine's other load).
+ccusage (npm, pinned below: its npm command starts its native binary) is run as a user runs it, `ccusage copilot
+session --json --offline` (and `ccusage copilot daily --json --offline` against `usage`), on the same
+COPILOT_HOME as `copilot-otel sessions --json --from-files`. copilot-otel runs as the README's install command
+leaves it: the package copied into a venv's site-packages (bench/_common.installed_bin). Runs are paired and
+interleaved (who goes first alternates), and each figure is the median ratio of copilot-otel's time to
+ccusage's, wall time (the target: <= 1.0) and CPU time (user + system of the command and every process it waited
+for: the same ratio less the machine's other load).
 
 Logs: the tests' stored fixtures (every session of every stored CLI version, tests/fixtures/cli, in one
 COPILOT_HOME) and --sessions real-shaped sessions (bench/corpus.py). Each without state (a new state
 folder every run: every log read) and with the summaries cached (the state folder of a first run reused).
 
-With --instructions, the instructions (callgrind) of each command's start: `--help`, `sessions --json`
-of cached summaries, `inspect` and `inspect --json` of one session.
+With --instructions, the instructions (callgrind) of each command's start: `--help`, `sessions --json` and
+`usage --json` of cached summaries, `inspect` and `inspect --json` of one session.
 
     python bench/peer_bench.py                       # both corpora, both modes, 5 pairs each
     python bench/peer_bench.py --runs 9 --instructions
