@@ -16,6 +16,7 @@ from copilot_otel.config import Config
 from copilot_otel.daemon.daemon import Daemon
 from copilot_otel.export.limits import clean
 from copilot_otel.export.sinks import MemorySink
+from copilot_otel.model.attrs import COPILOT_RUNNING
 from tests.support.net import wait_until
 from tests.support.scrape import Samples, parse
 from tests.support.spans import record_key
@@ -55,10 +56,14 @@ class InProcessDaemon:
         return parse(generate_latest(self.daemon.metrics.registry).decode())
 
     def keys(self) -> list:
-        """The keys of every span exported so far, sorted, duplicates kept (as an encoding sink writes them)."""
+        """The keys of every span exported so far, sorted, duplicates kept (as an encoding sink writes them); a
+        stuck session's snapshot of an open span (github.copilot.running: the fixtures' events are days old, so
+        an open tool is stuck at once) is left out once its final span has come, as spans.spans_now does."""
         with self.sink._lock:
             records = list(self.sink.records)
-        return sorted(record_key(clean(record)) for record in records)
+        final = {record.span_id for record in records if not record.attributes.get(COPILOT_RUNNING)}
+        return sorted(record_key(clean(record)) for record in records
+                      if not (record.attributes.get(COPILOT_RUNNING) and record.span_id in final))
 
     def wait_for_keys(self, expected: list, timeout: float = 20.0) -> list:
         """Wait until the exported spans are ``expected`` (as a set); return them all, duplicates too."""
