@@ -189,7 +189,6 @@ class Catalog:
         from ..base.workers import MAX_WORKERS, WorkerPool, available_cpus
         from ..logreader import LogReader  # noqa: F401 - imported once here, forked workers start with the model
 
-
         count = workers or max(1, min(available_cpus(), MAX_WORKERS))
         shards = [paths[i:i + SHARD] for i in range(0, len(paths), SHARD)]
         with WorkerPool(count) as pool:
