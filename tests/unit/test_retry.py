@@ -133,7 +133,9 @@ def test_fifty_exporters_that_lost_the_same_gateway_do_not_come_back_in_step():
     assert spread > 1.0, f"first retries within {spread:.2f} s of each other"
     slots = [int(g / 0.2) for g in gaps if g >= 0]
     assert max(slots.count(s) for s in set(slots)) <= 20, sorted(round(g, 2) for g in gaps)
-    assert statistics.pstdev(retries) > 0.3
+    # Uniform over 2 s has a deviation of 0.58 s, one instant about none; a machine that stalls bunches some of
+    # them (0.28 s was seen in CI), so the bar sits well between.
+    assert statistics.pstdev(retries) > 0.2
 
 
 @pytest.mark.parametrize("retry_after,expected", [("1", lambda w, interval: w == 1.0),
