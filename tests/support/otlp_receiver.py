@@ -93,6 +93,8 @@ __all__ = [
     "rotel_agent_path",
 ]
 
+SINK_WORKERS = 4  # the counting sink's gRPC threads
+
 LOOPBACK = "127.0.0.1"
 
 
@@ -702,7 +704,14 @@ class OtlpReceiver(LoopbackEndpoints):
     # ---------------------------------------------------------------- internals
 
     def _start_sink(self) -> None:
-        self._executor = futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="otlp-sink")
+        self._executor = futures.ThreadPoolExecutor(max_workers=SINK_WORKERS, thread_name_prefix="otlp-sink")
+        # Every worker thread started now, not at the first request that finds the others busy: a receiver a
+        # module's tests share then holds all its threads from before the first test (the leak check counts a
+        # thread that starts during a test as that test's).
+        started = threading.Barrier(SINK_WORKERS + 1)
+        for _ in range(SINK_WORKERS):
+            self._executor.submit(started.wait, 10)
+        started.wait(10)
         server = grpc.server(
             self._executor,
             options=[
