@@ -25,7 +25,10 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (ExportTrac
 from tests.support.net import LOOPBACK
 
 
-class _Http:
+class KeepingHttp:
+    """HTTP on loopback that keeps the body of every POST (``requests``) and answers it with ``answer(body)``:
+    (status, payload)."""
+
     def __init__(self, answer) -> None:
         self.requests: list[bytes] = []
         owner = self
@@ -58,7 +61,7 @@ class _Http:
         self._thread.join(5)
 
 
-class AnsweringHttp(_Http):
+class AnsweringHttp(KeepingHttp):
     """OTLP/HTTP on loopback that answers every request with ``status``."""
 
     def __init__(self, status: int) -> None:
@@ -66,7 +69,7 @@ class AnsweringHttp(_Http):
                                         if status == 200 else b"refused"))
 
 
-class MetricsHttp(_Http):
+class MetricsHttp(KeepingHttp):
     """OTLP/HTTP metrics on loopback: keeps each request's body (``requests``), answers it as a backend that took it."""
 
     def __init__(self) -> None:
@@ -75,7 +78,7 @@ class MetricsHttp(_Http):
         super().__init__(lambda _body: (200, ExportMetricsServiceResponse().SerializeToString()))
 
 
-class StrictBackend(_Http):
+class StrictBackend(KeepingHttp):
     """Refuses (400) requests holding a span named with ``word``; forwards the others to ``receiver``."""
 
     def __init__(self, receiver, word: str) -> None:

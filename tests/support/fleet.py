@@ -10,13 +10,12 @@ import json
 import shutil
 import ssl
 import subprocess
-import threading
 import urllib.request
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import bcrypt
 
+from tests.support.backends import KeepingHttp
 from tests.support.daemon import DaemonProcess
 from tests.support.deploy import DEPLOY, require_tool
 from tests.support.net import LOOPBACK
@@ -131,43 +130,16 @@ def can_name_machines() -> str | None:
     return None
 
 
-class Webhook:
+class Webhook(KeepingHttp):
     """An HTTP server on loopback that keeps every JSON body POSTed to it (Alertmanager's webhook receiver)."""
 
     def __init__(self) -> None:
-        self.received: list[dict] = []
-        self.cond = threading.Condition()
-        received, cond = self.received, self.cond
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):
-                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                with cond:
-                    received.append(json.loads(body))
-                    cond.notify_all()
-                self.send_response(200)
-                self.end_headers()
-
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer((LOOPBACK, 0), Handler)
-        self.url = f"http://{LOOPBACK}:{self.server.server_address[1]}/alerts"
-        self.thread = threading.Thread(target=self.server.serve_forever, name="webhook", daemon=True)
+        super().__init__(lambda _body: (200, b""))
+        self.url = f"{self.base}/alerts"
 
     def alerts(self) -> list[dict]:
         """Every alert of every notification so far."""
-        with self.cond:
-            return [alert for body in self.received for alert in body["alerts"]]
-
-    def __enter__(self) -> Webhook:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        self.thread.join(timeout=10)
+        return [alert for body in list(self.requests) for alert in json.loads(body)["alerts"]]
 
 
 class Alertmanager(ServerProcess):
