@@ -29,6 +29,7 @@ from .history import summarize_log
 from ..base.private import private_dir, read_private, write_private
 from ..source.sources import UnreadableLog, list_sessions, path_from_text, path_text
 from ..model.summary import SessionSummary
+from ..model.usage import INT64_MAX
 from ..source.workspace import NameCache
 
 log = logging.getLogger(__name__)
@@ -72,7 +73,7 @@ def _key(st: os.stat_result) -> list[int]:
 # A cache entry as written: [identity key, summary], every number a non-negative int64 (or a finite float), every
 # field there and no other. msgspec checks an entry against these types in C: a listing of cached summaries costs
 # little more than reading the file.
-_INT = Annotated[int, Meta(ge=0, le=2**63 - 1)]
+_INT = Annotated[int, Meta(ge=0, le=INT64_MAX)]
 _FLOAT = Annotated[float, Meta(ge=0)]
 
 

@@ -11,11 +11,7 @@ from typing import TYPE_CHECKING
 
 from msgspec import Struct, field
 
-from .usage import AMOUNTS, SLOT_NS, UsageSlot, frozen_slots, new_amounts
-
-from .records import INT64_LIMIT
-
-_INT64_MAX = (1 << 63) - 1
+from .usage import AMOUNTS, SLOT_NS, UsageSlot, bounded, frozen_slots, new_amounts
 
 if TYPE_CHECKING:
     from ..decode.payloads import SessionFacts
@@ -143,23 +139,12 @@ def make_summary(session_id: str, state: str, ended: str | None, facts: SessionF
     return SessionSummary(
         session_id, state, ended, facts.model, facts.cwd, facts.cli_version, facts.repository, facts.branch,
         tally.first_event_ns, last_event_ns, waiting[0], waiting[1], tally.interactions, tally.nudges, tally.turns,
-        tally.llm_calls, tally.tool_calls + running_tools, tally.tool_failures, _int64(tally.input_tokens),
-        _int64(tally.output_tokens), _int64(tally.cache_read_tokens), _finite(tally.premium_requests),
-        _finite(tally.nudge_premium_requests), tally.last_end, _int64(tally.nano_aiu), _int64(tally.nudge_nano_aiu),
+        tally.llm_calls, tally.tool_calls + running_tools, tally.tool_failures, bounded(tally.input_tokens),
+        bounded(tally.output_tokens), bounded(tally.cache_read_tokens), bounded(tally.premium_requests),
+        bounded(tally.nudge_premium_requests), tally.last_end, bounded(tally.nano_aiu), bounded(tally.nudge_nano_aiu),
         tally.credits_status or status_of(tally.priced_calls, tally.unpriced_calls), None, confirms, cut_off_end,
-        asking[0] if asking else None, asking[1] if asking else 0, _int64(tally.cache_write_tokens),
-        _int64(tally.lines_added), _int64(tally.lines_removed), frozen_slots(tally.slots))
-
-
-def _int64(total: int) -> int:
-    """A total within int64 (a log's 400-digit token count would make a summary no JSON encoder writes); the
-    metric of the same value is clamped and said (openwork.Outbox.count)."""
-    return total if -_INT64_MAX <= total <= _INT64_MAX else _INT64_MAX if total > 0 else -_INT64_MAX
-
-
-def _finite(total: float) -> float:
-    """A sum within int64's range (costs of 1e308 add up to infinity)."""
-    return total if -INT64_LIMIT <= total <= INT64_LIMIT else INT64_LIMIT if total > 0 else -INT64_LIMIT
+        asking[0] if asking else None, asking[1] if asking else 0, bounded(tally.cache_write_tokens),
+        bounded(tally.lines_added), bounded(tally.lines_removed), frozen_slots(tally.slots))
 
 
 def status_of(priced: int, unpriced: int) -> str | None:
