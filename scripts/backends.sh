@@ -13,7 +13,6 @@
 # A build that fails names the module and version and exits non-zero: the test run stops there, with that message.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-root=$PWD
 # shellcheck source=../backends/versions.env
 . backends/versions.env
 
@@ -25,12 +24,12 @@ check_only=0
 [ "${1:-}" != --check ] || check_only=1
 
 key() {  # the hash of one backend's module files
-    (cd "backends/$1" && cat go.mod go.sum ./*.go 2>/dev/null) | sha256sum | cut -c1-16
+    (cd "backends/$1" && cat go.mod go.sum ./*.go ../versions.env 2>/dev/null; go env GOVERSION) | sha256sum | cut -c1-16
 }
 
-# build NAME DESCRIPTION OUTPUT PACKAGE: one binary of one module, into bin/ under its hashed folder.
+# build NAME DESCRIPTION OUTPUT PACKAGE [LDFLAGS]: one binary of one module, into bin/ under its hashed folder.
 build() {
-    local name=$1 what=$2 output=$3 package=$4
+    local name=$1 what=$2 output=$3 package=$4 ldflags=${5:-}
     local folder
     folder=$cache/$name-$(key "$name")
     if [ ! -x "$folder/$output" ]; then
@@ -42,7 +41,7 @@ build() {
         log=$(mktemp "${TMPDIR:-/tmp}/copilot-otel-backend.XXXXXX")
         echo "building $output from $what (first run on this machine only)..." >&2
         mkdir -p "$folder.tmp"
-        if ! (cd "backends/$name" && go build -o "$folder.tmp/$output" "$package") >"$log" 2>&1; then
+        if ! (cd "backends/$name" && go build -ldflags "$ldflags" -o "$folder.tmp/$output" "$package") >"$log" 2>&1; then
             echo "backend build failed: $output from $what (backends/$name, go $(go env GOVERSION))" >&2
             tail -n 30 "$log" >&2
             rm -f "$log"
@@ -59,11 +58,12 @@ build() {
 
 command -v go >/dev/null 2>&1 || { echo "backend build failed: no go command (Go 1.26 is needed)" >&2; exit 1; }
 build otelcol "go.opentelemetry.io/collector v$OTELCOL_CORE, contrib v$OTELCOL_CONTRIB" otelcol-copilot .
+# The version each says of itself (`jaeger version`, `prometheus --version`), as their own release builds set it.
 build jaeger "github.com/jaegertracing/jaeger v$JAEGER_MODULE (Jaeger $JAEGER)" jaeger \
-    github.com/jaegertracing/jaeger/cmd/jaeger
+    github.com/jaegertracing/jaeger/cmd/jaeger "-X github.com/jaegertracing/jaeger/internal/version.latestVersion=v$JAEGER"
+prometheus_version="-X github.com/prometheus/common/version.Version=$PROMETHEUS"
 build prometheus "github.com/prometheus/prometheus v$PROMETHEUS_MODULE (Prometheus $PROMETHEUS)" prometheus \
-    github.com/prometheus/prometheus/cmd/prometheus
+    github.com/prometheus/prometheus/cmd/prometheus "$prometheus_version"
 build prometheus "github.com/prometheus/prometheus v$PROMETHEUS_MODULE (Prometheus $PROMETHEUS)" promtool \
-    github.com/prometheus/prometheus/cmd/promtool
+    github.com/prometheus/prometheus/cmd/promtool "$prometheus_version"
 echo "$bin"
-cd "$root"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs everything the tests need on a fresh machine, then runs them layer by layer.
 #   Python packages (pinned in pyproject.toml) into .venv, the Copilot CLI 1.0.102 and ccusage 20.0.24 (the
-#   differential test's other reader of the same logs) from npm into tests/cli (its package.json), Prometheus,
+#   differential test's other reader of the same logs) from npm into tests/cli (its package.json), the
+#   OpenTelemetry Collector, Jaeger and Prometheus 3 built from their Go modules (scripts/backends.sh), Prometheus,
 #   Alertmanager, systemd-analyze and Chromium (the web view's browser tests drive it with Playwright) from
 #   Debian's packages; then the lint layer (ruff check and mypy: any finding fails the run), and pytest:
 #   tests/unit, tests/component, tests/e2e, each layer's time printed, and the total against the targets
@@ -31,6 +32,14 @@ step() {
 step .venv/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip
 step .venv/bin/python -m pip install --quiet --disable-pip-version-check -r requirements-test.lock -e '.[test]'
 step npm install --prefix tests/cli --no-audit --no-fund --no-package-lock --no-update-notifier --loglevel=error
+# The real backends deploy/ ships (the Collector, Jaeger v2, Prometheus 3), built from their Go modules at the
+# versions of backends/versions.env: minutes on a machine's first run, then cached (scripts/backends.sh).
+if ! scripts/backends.sh --check >/dev/null 2>&1; then
+    echo "building the backends from their Go modules (this machine's first run only: minutes)..." >&2
+    step scripts/backends.sh
+fi
+COPILOT_OTEL_BACKENDS_BIN=$(scripts/backends.sh --check)
+export COPILOT_OTEL_BACKENDS_BIN
 
 # Debian packages: prometheus (prometheus, promtool), prometheus-alertmanager (the fleet test's pages),
 # systemd (systemd-analyze for the unit files),

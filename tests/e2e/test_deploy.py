@@ -756,10 +756,11 @@ def test_gateway_has_traces_and_metrics_pipelines_with_a_queue_on_disk():
             assert queue["storage"].split("/")[0] == "file_storage"
             assert set(queue["batch"]) == {"flush_timeout", "min_size", "max_size"}, exporter
     protocols = config["receivers"]["otlp"]["protocols"]
-    assert protocols["grpc"]["endpoint"] == "0.0.0.0:4317"
-    assert protocols["http"]["endpoint"] == "0.0.0.0:4318"
+    # every interface on the usual ports unless told otherwise (the tests bind loopback ports through these)
+    assert protocols["grpc"]["endpoint"] == "${env:GATEWAY_OTLP_GRPC_ENDPOINT:-0.0.0.0:4317}"
+    assert protocols["http"]["endpoint"] == "${env:GATEWAY_OTLP_HTTP_ENDPOINT:-0.0.0.0:4318}"
     (traces,) = service["pipelines"]["traces"]["exporters"]
-    assert traces.split("/")[0] == "otlp" and "JAEGER_OTLP_ENDPOINT" in config["exporters"][traces]["endpoint"]
+    assert traces.split("/")[0] == "otlp_grpc" and "JAEGER_OTLP_ENDPOINT" in config["exporters"][traces]["endpoint"]
     (metrics,) = service["pipelines"]["metrics"]["exporters"]
     assert config["exporters"][metrics]["metrics_endpoint"].endswith("/v1/metrics")
     storage = config["extensions"]["file_storage/queue"]

@@ -1,4 +1,5 @@
-"""A real Prometheus (Debian's package) on loopback, scraping targets every second."""
+"""A real Prometheus on loopback, scraping targets every second: Debian's package (2.x), or Prometheus 3 built
+from its Go module (``binary=backend("prometheus")``, tests/support/stack.py)."""
 
 from __future__ import annotations
 
@@ -19,10 +20,12 @@ class Prometheus(ServerProcess):
 
     def __init__(self, workdir: Path, targets: list[str], *, rule_files: list[Path] = (), job: str = "copilot-otel",
                  scrape: dict | None = None, extra_jobs: list[dict] = (), flags: tuple[str, ...] = (),
-                 external_labels: dict | None = None, alertmanagers: list[str] = ()):
+                 external_labels: dict | None = None, alertmanagers: list[str] = (), binary: Path | None = None,
+                 settings: dict | None = None):
         """``scrape``: more settings of the job (scheme, tls_config, basic_auth...); ``extra_jobs``: whole jobs;
         ``flags``: more command-line flags (e.g. ``--enable-feature=exemplar-storage``); ``external_labels``: the
-        global ones; ``alertmanagers``: HOST:PORT of the Alertmanagers it sends alerts to."""
+        global ones; ``alertmanagers``: HOST:PORT of the Alertmanagers it sends alerts to; ``binary``: another
+        Prometheus than Debian's; ``settings``: a whole configuration instead of the one made of the above."""
         super().__init__(workdir)
         self.targets = targets
         self.rule_files = [Path(p) for p in rule_files]
@@ -32,9 +35,11 @@ class Prometheus(ServerProcess):
         self.flags = tuple(flags)
         self.external_labels = dict(external_labels or {})
         self.alertmanagers = list(alertmanagers)
+        self.binary = binary
+        self.settings = settings
 
     def start(self) -> Prometheus:
-        binary = require_tool("prometheus", "prometheus")
+        binary = str(self.binary) if self.binary else require_tool("prometheus", "prometheus")
         self.workdir.mkdir(parents=True, exist_ok=True)
         config = self.workdir / "prometheus.yml"
         settings = {
@@ -43,6 +48,8 @@ class Prometheus(ServerProcess):
             "scrape_configs": [{"job_name": self.job, "static_configs": [{"targets": self.targets}], **self.scrape},
                                *self.extra_jobs],
         }
+        if self.settings is not None:
+            settings = self.settings
         if self.alertmanagers:
             settings["alerting"] = {"alertmanagers": [{"static_configs": [{"targets": self.alertmanagers}]}]}
         config.write_text(json.dumps(settings))  # JSON is YAML

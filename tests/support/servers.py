@@ -32,11 +32,12 @@ class ServerProcess:
     def start(self) -> ServerProcess:
         raise NotImplementedError
 
-    def _launch(self, argv: list[str]) -> None:
+    def _launch(self, argv: list[str], env: dict[str, str] | None = None) -> None:
+        """Start ``argv`` (``env``: its whole environment; default this one's), its output appended to the log."""
         self.workdir.mkdir(parents=True, exist_ok=True)
-        log = open(self.log_path, "wb")  # noqa: SIM115 - the process's log, handed to it and closed here
+        log = open(self.log_path, "ab")  # noqa: SIM115 - the process's log, handed to it and closed here
         try:
-            self.proc = subprocess.Popen(argv, stdout=log, stderr=log, stdin=subprocess.DEVNULL)
+            self.proc = subprocess.Popen(argv, stdout=log, stderr=log, stdin=subprocess.DEVNULL, env=env)
         finally:
             log.close()
         wait_until(self._ready, timeout=30, what=f"{self.name} /-/ready")
