@@ -158,8 +158,9 @@ class Daemon:
         self._refused: dict[Path, str] = {}
         self._files: dict[int, Path] = {}
         self._exposed: dict[Path, int] = {}
-        if not config.no_strict_modes and (problem := trust.open_to_others(self.root)) is not None:
-            log.warning("%s", problem)
+        self._root_looked: tuple[float, os.stat_result | None] = (-LIVENESS_EVERY, None)
+        self._open_said = config.no_strict_modes  # session-state open to others: said (once it exists)
+        self._say_open()
         # Files read up to their byte budget with more waiting, or not reached within a pass's time: read again
         # next round, in this order, after what is new.
         self._backlog: dict[Path, None] = {}
@@ -349,6 +350,8 @@ class Daemon:
     def _admit(self, path: Path, st: os.stat_result) -> bool:
         """Is a log seen here first one of the user's sessions, and not another name of a followed one? Said and
         counted once when not (source/trust.py). Raises OSError when its folder cannot be looked at."""
+        if not self._open_said:
+            self._say_open()
         folder = os.stat(path.parent)
         why = trust.stranger(path, folder, st)
         if why is not None:
@@ -360,9 +363,30 @@ class Daemon:
             return self._refuse(path, trust.ALIAS, f"{path} is another name of {other}: read there, once")
         self._refused.pop(path, None)
         self._files[file] = path
-        if trust.exposed(self.root, folder):
+        if trust.exposed(folder, self._root_stat()):
             self._exposed[path] = file
         return True
+
+    def _say_open(self) -> None:
+        """Say once, as ssh says it of a group-writable ~/.ssh, that session-state is open to other users (at start,
+        or when it appears)."""
+        if self._open_said or not os.path.isdir(self.root):
+            return
+        self._open_said = True
+        if (problem := trust.open_to_others(self.root)) is not None:
+            log.warning("%s", problem)
+
+    def _root_stat(self) -> os.stat_result | None:
+        """session-state's stat, looked at once a second at most (thousands of logs are admitted at start)."""
+        looked, st = self._root_looked
+        now = time.monotonic()
+        if now - looked >= LIVENESS_EVERY:
+            try:
+                st = os.stat(self.root)
+            except OSError:
+                st = None
+            self._root_looked = (now, st)
+        return st
 
     def _refuse(self, path: Path, reason: str, message: str | None) -> bool:
         """Count (and say, unless ``message`` is None) once that ``path`` is not read as the user's; False."""
@@ -408,6 +432,7 @@ class Daemon:
         self._partial.discard(path)
         self._backlog.pop(path, None)
         self._disown(path, follower)
+        self.moves.forget(path)
         self._generations[path] = follower.generation + 1
         self.notices.forget(follower, "its log is not yours")
         self._changed = True

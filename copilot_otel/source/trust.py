@@ -57,15 +57,11 @@ def say_once(path: str | os.PathLike, message: str, *, level: int = logging.WARN
         log.log(level, "%s", message)
 
 
-def exposed(root: str | os.PathLike, folder: os.stat_result) -> bool:
+def exposed(folder: os.stat_result, root: os.stat_result | None) -> bool:
     """Could another user put a file of theirs where the log of a session in ``folder`` is: the folder, or
-    session-state (``root``), writable by others (sticky or not)."""
-    if writable_by_others(folder):
-        return True
-    try:
-        return writable_by_others(os.stat(root))
-    except OSError:
-        return True
+    session-state (``root``'s stat; None: it cannot be looked at, so it is not known to be closed), writable by
+    others (sticky or not)."""
+    return root is None or writable_by_others(folder) or writable_by_others(root)
 
 
 def alias_of(log: str | os.PathLike, real_root: str) -> str | None:
