@@ -147,7 +147,7 @@ def _session_folders(root: Path) -> list[tuple[str, bool]]:
 
 def _the_users(root: Path, found: list) -> list[tuple[str, bool]]:
     """Of (name, plain, folder stat, log stat): the user's sessions, each real file once, by name."""
-    from . import trust
+    from . import trust  # here: what lists no folder (replay of a file, --json of the cache) imports no pwd, grp
 
     real_root: str | None = None
     kept: dict[tuple[int, int], str] = {}

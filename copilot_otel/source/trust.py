@@ -35,10 +35,10 @@ def trusted(uid: int) -> bool:
     return uid == os.geteuid() or uid == 0
 
 
-def stranger(log: str | os.PathLike, folder: os.stat_result, file: os.stat_result) -> str | None:
-    """Why the session whose log is ``log`` (its folder's and its own stat, links followed) is not the user's, in
-    words naming the log, the path another user owns and that user; None when both are the user's or root's."""
-    text = os.fspath(log)
+def stranger(events: str | os.PathLike, folder: os.stat_result, file: os.stat_result) -> str | None:
+    """Why the session whose log is ``events`` (its folder's and its own stat, links followed) is not the user's,
+    in words naming the log, the path another user owns and that user; None when both are the user's or root's."""
+    text = os.fspath(events)
     for path, st in ((os.path.dirname(text), folder), (text, file)):
         if not trusted(st.st_uid):
             return f"not reading {text} as your session: {path} belongs to {owner_name(st.st_uid)}, not to you"
@@ -64,10 +64,10 @@ def exposed(folder: os.stat_result, root: os.stat_result | None) -> bool:
     return root is None or writable_by_others(folder) or writable_by_others(root)
 
 
-def alias_of(log: str | os.PathLike, real_root: str) -> str | None:
-    """The name of the session folder in session-state (``real_root``: its real path) whose log ``log`` is
+def alias_of(events: str | os.PathLike, real_root: str) -> str | None:
+    """The name of the session folder in session-state (``real_root``: its real path) whose log ``events`` is
     reached through a link (``ln -s <id> current``); None for a log that is no such alias."""
-    text = os.fspath(log)
+    text = os.fspath(events)
     real = os.path.realpath(text)
     folder, name = os.path.split(real)
     if name != EVENTS_FILE or os.path.dirname(folder) != real_root:
@@ -76,15 +76,15 @@ def alias_of(log: str | os.PathLike, real_root: str) -> str | None:
     return None if other == os.path.basename(os.path.dirname(text)) else other
 
 
-def leaves(log: str | os.PathLike, real_root: str) -> bool:
-    """Does ``log``, its links followed, lie outside session-state (``real_root``: its real path)?"""
-    real = os.path.realpath(log)
+def leaves(events: str | os.PathLike, real_root: str) -> bool:
+    """Does the log ``events``, its links followed, lie outside session-state (``real_root``: its real path)?"""
+    real = os.path.realpath(events)
     return not real.startswith(real_root.rstrip(os.sep) + os.sep)
 
 
-def leads_outside(log: str | os.PathLike, root: str | os.PathLike) -> str:
+def leads_outside(events: str | os.PathLike, root: str | os.PathLike) -> str:
     """What is said of a log that leads out of session-state."""
-    return f"{log} leads outside {root}; not following it"
+    return f"{events} leads outside {root}; not following it"
 
 
 def open_to_others(root: Path) -> str | None:
