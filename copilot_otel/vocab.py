@@ -114,3 +114,9 @@ OUT_OF_ORDER = "out_of_order"  # an end whose start is not open: copilot_otel_ev
 OUT_OF_RANGE = "out_of_range"  # a metric value beyond int64 (or not a number): clamped to int64
 TOO_DEEP = "too_deep"  # JSON nested deeper than the parser goes: that part kept as text
 CLAMP_REASONS = (OUT_OF_RANGE, TOO_DEEP)
+
+# Why a session log is not read as the user's (source/trust.py): copilot_otel_logs_refused_total{reason}.
+REFUSED_OWNER = "owner"  # its folder or the log belongs to another user
+REFUSED_OUTSIDE = "outside"  # a link that leads out of session-state
+REFUSED_ALIAS = "alias"  # another name of a log already read (a symlink, a bind mount, a hard link)
+LOG_REFUSALS = (REFUSED_OWNER, REFUSED_OUTSIDE, REFUSED_ALIAS)

@@ -75,6 +75,19 @@ def safe_lines(text: str) -> str:
     return "\n".join(safe(line) for line in text.split("\n"))
 
 
+_FORMULA = ("=", "+", "-", "@")
+_LEADING_SPACE = " \t\r\n\v\f"
+
+
+def spreadsheet_cell(value):
+    """A CSV cell a spreadsheet opens as what it is: text it would take as a formula (OWASP's rule: starting with
+    ``=``, ``+``, ``-``, ``@``, a tab or a CR, also after leading whitespace) gets a leading ``'``. Only text:
+    numbers (a negative one too) and other values are returned unchanged."""
+    if isinstance(value, str) and (value.startswith(("\t", "\r")) or value.lstrip(_LEADING_SPACE).startswith(_FORMULA)):
+        return "'" + value
+    return value
+
+
 def _json_escaped(match: re.Match) -> str:
     code = ord(match.group())
     if code < 0x10000:

@@ -17,7 +17,7 @@ from msgspec import Struct
 
 from ..base.display import count
 from ..base.parsing import DURATION_HINT, duration_seconds
-from ..base.safe_text import safe
+from ..base.safe_text import safe, spreadsheet_cell
 from ..catalog.usage import (AMOUNTS, NANO_AIU_PER_CREDIT, USD_PER_CREDIT, Row, total, usage_rows)
 from ..source.liveness import StuckPolicy
 
@@ -131,7 +131,7 @@ def to_csv(report: Report) -> str:
     writer.writerow(columns)
     for row in report.rows:
         values = row.to_json(report.by, report.groups)
-        writer.writerow([values[c] for c in columns])
+        writer.writerow([spreadsheet_cell(values[c]) for c in columns])  # a repository may be named =HYPERLINK(...)
     return out.getvalue()
 
 

@@ -44,6 +44,7 @@ from ..export.resource import resource_attributes
 from ..export.sinks import make_sink
 from ..export.contract import SpanSink
 from ..source.sources import SESSION_STATE
+from ..source import trust
 from ..base.regular import NOT_REGULAR
 from ..model.summary import SessionSummary
 from ..vocab import END_INCOMPLETE, END_SHUTDOWN
@@ -65,6 +66,20 @@ LIVENESS_EVERY = 1.0
 # collect of the session metrics (8 ms with 10 tools, 76 ms with 100, on a loaded 2-core machine); positions read in
 # between wait for the next one (a restart then re-reads up to this much).
 TOTALS_EVERY = 1.0
+
+
+def _file(device: int, inode: int) -> int:
+    """A file's device and inode as one int (a key that costs less than a tuple, per followed log)."""
+    return device << 64 | inode
+
+
+def _same_file(path: Path, file: int) -> bool:
+    """Is ``path`` (links followed) the file ``file`` (_file) now?"""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return False
+    return _file(st.st_dev, st.st_ino) == file
 
 
 class Daemon:
@@ -137,6 +152,15 @@ class Daemon:
         self._skip_history: set[Path] = set() if self.config.from_start else self.tree.logs()
         self._unreadable = ReportedOnce(log)  # retried at every rescan
         self._root_real = self.tree.real
+        # Only the user's sessions, each real file once (source/trust.py): the logs refused now, and why; which path
+        # follows each file (device and inode as one int); and the file checked of each log others could swap (its
+        # folder or session-state open to them), checked again whenever another file is read there.
+        self._refused: dict[Path, str] = {}
+        self._files: dict[int, Path] = {}
+        self._exposed: dict[Path, int] = {}
+        self._root_looked: tuple[float, os.stat_result | None] = (-LIVENESS_EVERY, None)
+        self._open_said = config.no_strict_modes  # session-state open to others: said (once it exists)
+        self._say_open()
         # Files read up to their byte budget with more waiting, or not reached within a pass's time: read again
         # next round, in this order, after what is new.
         self._backlog: dict[Path, None] = {}
@@ -295,7 +319,10 @@ class Daemon:
             # seen as one change or as a deletion, then a new path (retried at each rescan, said once).
             self._unreadable.report(path, f"cannot read {path}: {NOT_REGULAR}; will retry")
             return None
-        if not self.tree.inside(path):
+        if not self.tree.inside(path):  # said by the tree
+            self._refuse(path, trust.OUTSIDE, None)
+            return None
+        if not self._admit(path, st):
             return None
         restored = self._restored.pop(str(path), None)
         if restored is None:  # a log seen here first: did it move here?
@@ -320,6 +347,105 @@ class Daemon:
                 self._queue_marker(marker)
         return follower
 
+    def _admit(self, path: Path, st: os.stat_result) -> bool:
+        """Is a log seen here first one of the user's sessions, and not another name of a followed one? Said and
+        counted once when not (source/trust.py). Raises OSError when its folder cannot be looked at."""
+        if not self._open_said:
+            self._say_open()
+        folder = os.stat(path.parent)
+        why = trust.stranger(path, folder, st)
+        if why is not None:
+            return self._refuse(path, trust.OWNER, why)
+        file = _file(st.st_dev, st.st_ino)
+        real = trust.alias_of(path, str(self._root_real)) if path.parent.is_symlink() or path.is_symlink() else None
+        other = self.root / real / trust.EVENTS_FILE if real is not None else self._files.get(file)
+        if other is not None and other != path and (real is not None or _same_file(other, file)):
+            return self._refuse(path, trust.ALIAS, f"{path} is another name of {other}: read there, once")
+        self._refused.pop(path, None)
+        self._files[file] = path
+        if trust.exposed(folder, self._root_stat()):
+            self._exposed[path] = file
+        return True
+
+    def _say_open(self) -> None:
+        """Say once, as ssh says it of a group-writable ~/.ssh, that session-state is open to other users (at start,
+        or when it appears)."""
+        if self._open_said or not os.path.isdir(self.root):
+            return
+        self._open_said = True
+        if (problem := trust.open_to_others(self.root)) is not None:
+            log.warning("%s", problem)
+
+    def _root_stat(self) -> os.stat_result | None:
+        """session-state's stat, looked at once a second at most (thousands of logs are admitted at start)."""
+        looked, st = self._root_looked
+        now = time.monotonic()
+        if now - looked >= LIVENESS_EVERY:
+            try:
+                st = os.stat(self.root)
+            except OSError:
+                st = None
+            self._root_looked = (now, st)
+        return st
+
+    def _refuse(self, path: Path, reason: str, message: str | None) -> bool:
+        """Count (and say, unless ``message`` is None) once that ``path`` is not read as the user's; False."""
+        if self._refused.get(path) != reason:
+            self._refused[path] = reason
+            self.metrics.logs_refused.labels(reason).inc()
+            if message is not None:
+                trust.say_once(path, message, level=logging.INFO if reason == trust.ALIAS else logging.WARNING)
+        return False
+
+    def _still_owned(self, follower: Follower) -> bool:
+        """After a read of a log others could swap (its folder or session-state open to them): is the file just
+        read still the user's? If not, or if it cannot be told (swapped again meanwhile), nothing of this read is
+        delivered and the log is dropped, refused until the user's file is there again (a new generation)."""
+        path, ident = follower.path, follower.tail.identity
+        checked = self._exposed.get(path)
+        if checked is None or ident is None or checked == _file(ident.device, ident.inode):
+            return True
+        try:
+            folder, st = os.stat(path.parent), os.stat(path)
+            why = trust.stranger(path, folder, st) if (st.st_dev, st.st_ino) == (ident.device, ident.inode) \
+                else f"not reading {path} as your session: it was replaced again while it was read"
+        except OSError as exc:
+            why = f"not reading {path} as your session: it cannot be looked at again ({exc.strerror or exc})"
+        if why is None:
+            self._exposed[path] = _file(ident.device, ident.inode)
+            self._files[self._exposed[path]] = path
+            return True
+        self._refuse(path, trust.OWNER, why)
+        self._drop(follower)
+        return False
+
+    def _drop(self, follower: Follower) -> None:
+        """Stop following a log whose file is not the user's any more: nothing read from it is delivered, and its
+        open spans are left as they are (they may be another user's); were it the user's again, a new
+        generation."""
+        path = follower.path
+        self.sessions.pop(path, None)
+        self._open.pop(path, None)
+        self._abandoned.pop(path, None)
+        self._liveness.pop(path, None)
+        self._summaries.pop(path, None)
+        self._partial.discard(path)
+        self._backlog.pop(path, None)
+        self._disown(path, follower)
+        self.moves.forget(path)
+        self._generations[path] = follower.generation + 1
+        self.notices.forget(follower, "its log is not yours")
+        self._changed = True
+
+    def _disown(self, path: Path, follower: Follower | None) -> None:
+        """Forget which file ``path`` followed."""
+        files = [self._exposed.pop(path, None)]
+        if follower is not None and follower.tail.identity is not None:
+            files.append(_file(follower.tail.identity.device, follower.tail.identity.inode))
+        for file in files:
+            if file is not None and self._files.get(file) == path:
+                del self._files[file]
+
     def _move(self, follower: Follower, path: Path, first_id: str) -> None:
         """Follow a log at the path it moved to (its folder was renamed): the same session, position and ids."""
         old = follower.path
@@ -331,6 +457,10 @@ class Daemon:
         for keyed in by_path:
             if old in keyed:
                 keyed[path] = keyed.pop(old)
+        if old in self._exposed:
+            self._exposed[path] = self._exposed.pop(old)
+        if follower.tail.identity is not None:
+            self._files[_file(follower.tail.identity.device, follower.tail.identity.inode)] = path
         if old in self._partial:
             self._partial.symmetric_difference_update((old, path))
         if self._backlog.pop(old, False) is None:
@@ -358,6 +488,8 @@ class Daemon:
             self._unreadable.report(path, f"cannot read {path}: {result.error}; will retry")
             return
         self._unreadable.recovered(path)
+        if not self._still_owned(follower):
+            return
         if follower.tail.identity is not None:
             self.moves.note(follower.tail.identity.first_id, path)
         cut_off = None
@@ -469,6 +601,7 @@ class Daemon:
 
     def _forget(self, path: Path) -> None:
         follower = self.sessions.pop(path, None)
+        self._disown(path, follower)
         self._open.pop(path, None)
         self._abandoned.pop(path, None)
         self._liveness.pop(path, None)

@@ -223,6 +223,11 @@ def _prepare(db: sqlite3.Connection) -> None:
             db.execute(f"ALTER TABLE files ADD COLUMN {definition}")
 
 
+def _busy(state_dir: Path, pid: str) -> CheckpointError:
+    return CheckpointError(f"another copilot-otel daemon (pid {pid}) is using the state directory {state_dir}; "
+                           "stop it, or give this one its own --state-dir")
+
+
 class StateLock:
     """An exclusive lock on a state directory, held while a daemon runs: two daemons on one checkpoint
     would export everything twice. Released when the process ends, however it ends."""
@@ -233,6 +238,7 @@ class StateLock:
         self.path = Path(state_dir) / self.NAME
         self.strict = strict  # refuse a state folder another user could change (strictmodes.py)
         self._fd: int | None = None
+        self._folder = -1  # the state folder, locked (pidlock.lock_folder)
 
     def acquire(self) -> None:
         """Check the state directory is writable and safe (creating it), then take the lock; raise ConfigError
@@ -247,16 +253,30 @@ class StateLock:
         except OSError as exc:
             raise ConfigError(f"state directory {state_dir} is not writable ({exc.strerror or exc}); "
                               "choose another with --state-dir or COPILOT_OTEL_STATE_DIR") from None
+        # The folder's own lock first: the file can be deleted under a running daemon, the folder cannot. Then the
+        # file's: what an older version holds, and where the holder's pid is written.
         try:
-            pidlock.lock(fd)
+            folder = pidlock.lock_folder(state_dir)
         except pidlock.Held as held:
-            raise CheckpointError(f"another copilot-otel daemon (pid {held.pid}) is using the state directory "
-                                  f"{self.path.parent}; stop it, or give this one its own --state-dir") from None
+            pid = held.pid if held.pid != "?" else os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+            os.close(fd)
+            raise _busy(state_dir, pid) from None
+        except BaseException:
+            os.close(fd)
+            raise
+        try:
+            pidlock.lock(fd)  # closes fd if it raises
+        except BaseException as exc:
+            os.close(folder)
+            if isinstance(exc, pidlock.Held):
+                raise _busy(state_dir, exc.pid) from None
+            raise
         pidlock.say_holder(fd)
-        self._fd = fd
+        self._fd, self._folder = fd, folder
 
     def release(self) -> None:
         """Let another daemon start."""
         if self._fd is not None:
             os.close(self._fd)
+            os.close(self._folder)
             self._fd = None

@@ -29,8 +29,8 @@ from .genai_metrics import GenAi, GenAiMetrics
 from .limits import MAX_NAME_CHARS, OTHER, cut_name
 from .totals import Resumed, baselines, decode, snapshot
 from ..model.records import MetricUpdate
-from ..vocab import (ATTRIBUTED, CLAMP_REASONS, INTERACTION_ENDS, REPOSITORY_LABEL, SIGNALS, STALLED_STATES, STATES,
-                     Metric)
+from ..vocab import (ATTRIBUTED, CLAMP_REASONS, INTERACTION_ENDS, LOG_REFUSALS, REPOSITORY_LABEL, SIGNALS,
+                     STALLED_STATES, STATES, Metric)
 
 log = logging.getLogger(__name__)
 HISTOGRAMS = frozenset((Metric.TURN_DURATION, Metric.TOOL_DURATION, Metric.LLM_CALL_DURATION,
@@ -254,6 +254,12 @@ class Metrics:
         self.events_read = Counter("copilot_otel_events_read", "Events read, by type.", ["type"], registry=r)
         self.lines_rejected = Counter("copilot_otel_lines_rejected", "Lines skipped, by reason.", ["reason"],
                                       registry=r)
+        self.logs_refused = Counter("copilot_otel_logs_refused",
+                                    "Session logs not read as the user's, by reason: owner (its folder or the log is "
+                                    "another user's), outside (a link out of session-state), alias (another name of "
+                                    "a log already read).", ["reason"], registry=r)
+        for reason in LOG_REFUSALS:
+            self.logs_refused.labels(reason)
         self.events_out_of_order = Counter("copilot_otel_events_out_of_order",
                                            "Events that end something never started, by type.", ["type"], registry=r)
         self.events_ahead = Counter("copilot_otel_events_ahead_of_clock",

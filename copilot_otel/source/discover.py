@@ -35,6 +35,7 @@ from watchdog.events import (
 from watchdog.observers import Observer
 from watchdog.observers.api import BaseObserver
 
+from . import trust
 from .liveness import LOCK_PREFIX, LOCK_SUFFIX
 from .workspace import FILE_NAME as NAME_FILE
 from ..base.logs import ReportedOnce
@@ -65,7 +66,6 @@ class Tree:
         self.root = Path(root)
         self._root_text = str(self.root)
         self.real = self.root.resolve()
-        self._outside: set[Path] = set()  # symlinks out of the tree, reported once
 
     def logs(self) -> set[Path]:
         """The session logs there now (none, said once, when the folder cannot be listed)."""
@@ -87,9 +87,8 @@ class Tree:
                 inside = path.resolve().is_relative_to(self.real)
         except OSError:
             inside = False
-        if not inside and path not in self._outside:
-            self._outside.add(path)
-            log.warning("%s leads outside %s; not following it", path, self.root)
+        if not inside:
+            trust.say_once(path, trust.leads_outside(path, self.root))
         return inside
 
 

@@ -121,24 +121,52 @@ def _find(path: Path, *, resolved: bool) -> list[Path]:
 
 
 def _session_folders(root: Path) -> list[tuple[str, bool]]:
-    """(name, plain) of each folder in ``root`` that holds an events.jsonl file, by name;
-    ``plain``: neither the folder nor that file is a symlink."""
+    """(name, plain) of each folder in ``root`` that holds an events.jsonl file of the user's, by name;
+    ``plain``: neither the folder nor that file is a symlink. Refused, each said once (source/trust.py): a folder
+    or log of another user, a link that leads out of ``root``; left out: another name of a log listed already
+    (a symlinked alias, a bind mount, a hard link)."""
     found = []
     try:
         with os.scandir(root) as entries:
             for entry in entries:
                 candidate = os.path.join(entry.path, EVENTS_FILE)
                 try:
-                    mode = os.lstat(candidate).st_mode
+                    st = os.lstat(candidate)
+                    link = stat.S_ISLNK(st.st_mode)
+                    if link:
+                        st = os.stat(candidate)
+                    folder = entry.stat()  # a symlinked folder's target
                 except OSError:  # not a folder, no events.jsonl, unreadable
                     continue
-                if stat.S_ISREG(mode):
-                    found.append((entry.name, not entry.is_symlink()))
-                elif stat.S_ISLNK(mode) and os.path.isfile(candidate):
-                    found.append((entry.name, False))
+                if stat.S_ISREG(st.st_mode):
+                    found.append((entry.name, not (link or entry.is_symlink()), folder, st))
     except OSError as exc:
         raise SourceError(f"{root}: cannot read it ({exc.strerror or exc})") from None
-    return sorted(found)
+    return _the_users(root, found)
+
+
+def _the_users(root: Path, found: list) -> list[tuple[str, bool]]:
+    """Of (name, plain, folder stat, log stat): the user's sessions, each real file once, by name."""
+    from . import trust  # here: what lists no folder (replay of a file, --json of the cache) imports no pwd, grp
+
+    real_root: str | None = None
+    kept: dict[tuple[int, int], str] = {}
+    out = []
+    for name, plain, folder, st in sorted(found, key=lambda item: (not item[1], item[0])):  # plain ones first
+        log = os.path.join(root, name, EVENTS_FILE)
+        if not plain:
+            real_root = real_root or os.path.realpath(root)
+            if trust.leaves(log, real_root):
+                trust.say_once(log, trust.leads_outside(log, root))
+                continue
+        why = trust.stranger(log, folder, st)
+        if why is not None:
+            trust.say_once(log, why)
+            continue
+        if kept.setdefault((st.st_dev, st.st_ino), name) != name:
+            continue  # another name of a log kept: the same session, once
+        out.append((name, plain))
+    return sorted(out)
 
 
 LATEST = "latest"

@@ -20,13 +20,13 @@ import pytest
 
 from tests.support.otlp_receiver import OtlpReceiver
 from tests.support.biglog import grow
-from tests.support.commands import run_copilot_otel
+from tests.support.commands import REPO, clean_env, run_copilot_otel
 from tests.support.daemon import DaemonProcess
 from tests.support.events import SessionLog
 from tests.support.files import append, new_session
 from tests.support.net import free_port, wait_until
 from tests.support.scrape import fetch, value
-from tests.support.spans import expected_keys, key, wait_for_keys
+from tests.support.spans import expected_keys, key, spans_now, wait_for_keys
 
 FAST = ("--idle-quiet", "0.3", "--rescan-interval", "1")
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "cli" / "1.0.102"
@@ -331,6 +331,68 @@ def test_a_second_daemon_on_the_same_state_directory_is_refused(tmp_path):
         stderr = result.stderr.decode()
         assert result.returncode == 2 and "Traceback" not in stderr
         assert f"another copilot-otel daemon (pid {first.pid})" in stderr and "--state-dir" in stderr
+
+
+def test_a_second_daemon_is_refused_after_the_lock_file_is_deleted(tmp_path):
+    """A tmp cleaner deletes state/daemon.lock while a daemon runs: a second daemon on the same folder (with a
+    trace file of its own) is refused all the same, naming the running one, and exports nothing."""
+    home, state, traces = tmp_path / "home", tmp_path / "state", tmp_path / "traces.jsonl"
+    second_traces = tmp_path / "second.jsonl"
+    session = new_session(home, "only")
+    session.write_bytes(real_log("plain"))
+    with DaemonProcess(home, state, traces_file=traces, args=FAST) as first:
+        wait_for_keys(traces, expected_keys([session]))
+        (state / "daemon.lock").unlink()
+        result = run_copilot_otel("run", "--copilot-home", str(home), "--state-dir", str(state),
+                                  "--metrics-address", f"127.0.0.1:{free_port()}", "--traces-file", str(second_traces),
+                                  timeout=60)
+        stderr = result.stderr.decode()
+        assert result.returncode == 2 and "Traceback" not in stderr, stderr
+        assert f"another copilot-otel daemon (pid {first.pid})" in stderr
+    assert not second_traces.exists()
+
+
+def _start_together(pair: list[DaemonProcess]) -> list:
+    """Start both daemons at once (no wait for either); their log files, to close."""
+    logs = [open(daemon.log_path, "wb") for daemon in pair]  # noqa: SIM115 - closed by the caller
+    for daemon, log in zip(pair, logs):
+        daemon.proc = subprocess.Popen(daemon.argv(), env=clean_env(), stdin=subprocess.DEVNULL, stdout=log,
+                                       stderr=log, cwd=REPO)
+    return logs
+
+
+def test_two_daemons_racing_to_start_on_one_state_folder_make_one(tmp_path):
+    """Two daemons, each with a trace file of its own, started at the same moment on one state folder (not made
+    yet the first time), five times over with the lock file deleted before each pair: one runs, the other exits 2
+    naming it; every span reaches the trace files once."""
+    home, state = tmp_path / "home", tmp_path / "state"
+    session = new_session(home, "only")
+    session.write_bytes(real_log("multi_turn"))
+    expected = expected_keys([session])
+    files = []
+    for attempt in range(5):
+        (state / "daemon.lock").unlink(missing_ok=True)
+        pair = [DaemonProcess(home, state, traces_file=tmp_path / f"traces-{attempt}-{n}.jsonl", args=FAST,
+                              log_path=tmp_path / f"race-{attempt}-{n}.log") for n in range(2)]
+        logs = _start_together(pair)
+        try:
+            wait_until(lambda: any(d.proc.poll() is not None for d in pair), timeout=30,  # noqa: B023 - now
+                       what="one of the pair to exit")
+            loser = next(d for d in pair if d.proc.poll() is not None)
+            winner = next(d for d in pair if d is not loser)
+            assert loser.proc.returncode == 2, loser.log_text()
+            assert f"another copilot-otel daemon (pid {winner.pid})" in loser.log_text()
+            wait_until(winner._ready, timeout=30, what="the daemon that won")
+            if attempt == 0:
+                wait_for_keys(winner.traces_file, expected)
+            files.append(winner.traces_file)
+        finally:
+            for daemon in pair:
+                daemon.stop()
+            for log in logs:
+                log.close()
+    spans = [span for path in files if path.exists() for span in spans_now(path)]
+    assert sorted(spans) == expected
 
 
 def test_a_locked_checkpoint_stops_start_up_and_is_not_moved_aside(tmp_path):

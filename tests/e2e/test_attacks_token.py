@@ -147,6 +147,67 @@ def test_a_server_of_another_user_on_another_port_gets_nothing_that_opens_the_vi
     assert browser.context.cookies() == []
 
 
+# ------------------------------------------------------------------------ a link with a wrong token
+
+
+LOG_OUT_PAGE = """<!doctype html><html><body><script>
+location.href = "http://127.0.0.1:%d/#token=BOGUS";
+</script></body></html>"""
+
+
+def _log_out_server(state: tuple[socket.socket, int]) -> None:
+    """Answer every request with a page that sends the browser to the view with a wrong token."""
+    server, daemon_port = state
+    page = (LOG_OUT_PAGE % daemon_port).encode()
+    while True:
+        conn, _peer = server.accept()
+        conn.settimeout(3)
+        try:
+            data = b""
+            while b"\r\n\r\n" not in data:
+                chunk = conn.recv(65536)
+                if not chunk:
+                    raise ConnectionError
+                data += chunk
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: %d\r\n"
+                         b"Connection: close\r\n\r\n" % len(page) + page)
+        except OSError:
+            pass
+        finally:
+            conn.close()
+
+
+def test_a_page_of_another_site_cannot_log_the_owner_out_with_a_wrong_token(daemon, browser):
+    """The owner's Chromium holds the view's token. A page of nobody's server on another port sends it to
+    http://127.0.0.1:<port>/#token=BOGUS: the view says the link's token was refused, keeps the token it held,
+    and shows the sessions; a wrong token pasted into an open view's address bar (the fragment alone changes)
+    is dropped the same way. The owner's own link still logs in."""
+    page = browser.page()
+    page.goto(daemon.page_url())
+    page.wait_for_selector('tr.session[data-id="token-session"]')
+    port = free_port()
+    child = serve_as_nobody(_listen, lambda server: _log_out_server((server, daemon.port)), port)
+    try:
+        attacked = browser.page()
+        attacked.goto(f"http://{LOOPBACK}:{port}/")
+        attacked.wait_for_url(f"http://{LOOPBACK}:{daemon.port}/")
+        attacked.wait_for_selector("#token-notice")
+        assert "refused" in attacked.locator("#token-notice").inner_text()
+        attacked.wait_for_selector('tr.session[data-id="token-session"]')
+        attacked.wait_for_selector("#status.live")
+    finally:
+        stop_child(child)
+    assert attacked.evaluate("localStorage.getItem('copilot-otel-token')") == daemon.token
+    page.evaluate("location.hash = '#token=BOGUS-TOO'")
+    wait_until(lambda: page.locator("#token-notice").count() == 1, timeout=15, what="the pasted token refused")
+    assert page.evaluate("localStorage.getItem('copilot-otel-token')") == daemon.token
+    fresh = browser.page()
+    fresh.goto(daemon.page_url())
+    fresh.wait_for_selector('tr.session[data-id="token-session"]')
+    assert fresh.locator("#token-notice").count() == 0
+    assert page.errors == attacked.errors == fresh.errors == []
+
+
 # ------------------------------------------------------------------------ the debug log
 
 

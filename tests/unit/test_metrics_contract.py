@@ -84,6 +84,7 @@ def test_type_and_label_names_are_as_documented(name):
     ("copilot_llm_calls_total", "outcome", (vocab.SUCCESS, vocab.ERROR)),
     ("copilot_tool_calls_total", "outcome", (vocab.SUCCESS, vocab.FAILURE, vocab.END_ABORTED, vocab.INCOMPLETE)),
     ("copilot_otel_lines_rejected_total", "reason", decode.REASONS),
+    ("copilot_otel_logs_refused_total", "reason", vocab.LOG_REFUSALS),
 ])
 def test_closed_label_sets_are_the_code_s(name, label, values):
     """Where a label takes a fixed set of values, the document names each of the code's values."""

@@ -12,13 +12,14 @@ import unicodedata
 from pathlib import Path
 
 import orjson
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from rich.console import Console
 
 from copilot_otel.config import ModelOptions
 from copilot_otel.cli.listing import render
-from copilot_otel.base.safe_text import SafeFormatter, safe, safe_json, unsafe
+from copilot_otel.base.safe_text import SafeFormatter, safe, safe_json, spreadsheet_cell, unsafe
 from copilot_otel.catalog.snapshot import SessionReader
 from copilot_otel.catalog.status import SessionStatus
 from copilot_otel.model.summary import SessionSummary
@@ -169,3 +170,17 @@ def test_no_sessions_line_carries_a_control_character_whatever_the_log_holds(tex
     output = console.file.getvalue()
     assert not unsafe_in(ONLY_SGR.sub("", output)), output
     assert len(output.splitlines()) == (3 if width >= 140 else 5)
+
+
+@pytest.mark.parametrize("text", ["=1+1", "+SUM(1+1)", "-2+3+cmd|' /C calc'!A0", "@SUM(1)", "\t=1", "\r=1",
+                                  "\tplain", "  =1+1", "\n-1", " \t@x"])
+def test_a_cell_a_spreadsheet_would_take_as_a_formula_gets_a_leading_quote(text):
+    """OWASP's rule for CSV: text starting with = + - @, a tab or a CR, also after whitespace, is kept as text."""
+    assert spreadsheet_cell(text) == "'" + text
+
+
+@pytest.mark.parametrize("value", ["acme/payroll", "main", "", " ", "a=b", "1-2", "'=already", -5, -2.5, 0, True,
+                                   None])
+def test_other_text_and_every_number_are_left_as_they_are(value):
+    """Plain names, a formula character past the first, and numbers (a negative one too: a number, not text)."""
+    assert spreadsheet_cell(value) is value

@@ -6,17 +6,54 @@
 // never sends anywhere; it is kept in this origin's localStorage (scheme, host and port: a page of another
 // port cannot read it) and sent only by these scripts, in the X-Copilot-Otel-Token header, to this origin.
 // No cookie: the browser attaches nothing by itself to a request, so a server on another port gets nothing.
+// A page of any site can send this browser to /#token=..., too: a token from the fragment replaces the kept one
+// only once the server has taken it; a wrong one is dropped, said, and the kept one goes on working.
 const TOKEN_KEY = "copilot-otel-token";
-function takeToken() {
+const TOKEN_REFUSED = "The token in this link was refused (not this view's): this page goes on with the token " +
+  "it kept. Run `copilot-otel open` for a link of its own.";
+const TOKEN_UNCHECKED = "The token in this link could not be checked: this page goes on with the token it kept.";
+
+function fragmentToken() {
   const given = new URLSearchParams(location.hash.slice(1)).get("token");
-  if (!given) return false;
-  localStorage.setItem(TOKEN_KEY, given);
-  history.replaceState(null, "", location.pathname + location.search);  // out of the address bar and history
-  return true;
+  if (given) history.replaceState(null, "", location.pathname + location.search);  // out of the address bar
+  return given;
 }
-takeToken();
+
+// Keep `candidate` if the server takes it; true if kept.
+async function adopt(candidate) {
+  let response;
+  try {
+    response = await fetch("/api/sessions?limit=1", {headers: {"X-Copilot-Otel-Token": candidate},
+      cache: "no-store"});
+  } catch (error) {
+    notice(TOKEN_UNCHECKED);
+    return false;
+  }
+  if (response.ok) {
+    localStorage.setItem(TOKEN_KEY, candidate);
+    return true;
+  }
+  notice(response.status === 401 ? TOKEN_REFUSED : `${TOKEN_UNCHECKED} (HTTP ${response.status})`);
+  return false;
+}
+
+function notice(text) {
+  let node = document.getElementById("token-notice");
+  if (!node) {
+    node = el("p", {id: "token-notice", class: "notice", role: "alert"});
+    document.body.prepend(node);
+  }
+  node.textContent = text;
+}
+
+const offered = fragmentToken();
+// Settled once a token from the fragment is kept or dropped: the streams ask only then.
+const tokenSettled = offered ? adopt(offered) : Promise.resolve(false);
 // A URL with a new token pasted into this tab changes only the fragment: no new page load, so look again.
-window.addEventListener("hashchange", () => { if (takeToken()) location.reload(); });
+window.addEventListener("hashchange", async () => {
+  const given = fragmentToken();
+  if (given && await adopt(given)) location.reload();
+});
 
 function authorization() {
   const token = localStorage.getItem(TOKEN_KEY);
@@ -162,6 +199,8 @@ function follow(url, onData, onMissing) {
   async function open() {
     timer = null;
     clearInterval(ticker);
+    await tokenSettled;
+    if (closed) return;
     controller = new AbortController();
     try {
       const response = await fetch(typeof url === "function" ? url() : url, {
