@@ -181,8 +181,8 @@ class AgentLoop:
     def answer(self, event: Event, asks_for_tools: bool) -> None:
         """assistant.message: the agent's turn answered (and asked for tools, or not)."""
         turn = self.agent(event).turn
-        if turn is None:
-            return
+        if turn is None or not any(key in event.data for key in ("turnId", "interactionId", "model")):
+            return  # no model's answer: the CLI's own request after a notification (read_agent, read_bash)
         turn.truncated = False  # cut off at the length limit, yet kept as the answer
         if asks_for_tools:
             turn.requested_tools = True
