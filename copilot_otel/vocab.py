@@ -51,7 +51,7 @@ FAILURE = "failure"  # a tool that ran and failed
 ERROR = "error"  # an LLM call that failed
 
 # copilot_tokens_total{type}
-TOKEN_TYPES = ("input", "output", "cache_read", "cache_write",
+TOKEN_TYPES = ("input", "output", "cache_read", "cache_write", "reasoning",
                "compaction_input", "compaction_output", "compaction_cache_read", "compaction_cache_write")
 
 # copilot_code_lines_total{change}: the values of the VCS conventions' vcs.line_change.type
@@ -70,6 +70,7 @@ class Metric(enum.Enum):
     TURNS = "copilot_turns"
     LLM_CALLS = "copilot_llm_calls"
     TOOL_CALLS = "copilot_tool_calls"
+    MCP_TOOL_CALLS = "copilot_mcp_tool_calls"
     AUTOPILOT_NUDGES = "copilot_autopilot_nudges"
     COMPLETION_SIGNALS = "copilot_completion_signals"
     TOKENS = "copilot_tokens"

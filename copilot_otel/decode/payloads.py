@@ -128,16 +128,17 @@ class Usage(Struct, frozen=True):
 
 
 class ToolStart(Struct, frozen=True):
-    """tool.execution_start."""
+    """tool.execution_start (or tool.user_requested: a command the user ran)."""
 
     call_id: str | None
     name: str
     arguments: Any
+    mcp_server: str | None = None  # mcpServerName of an MCP server's tool
 
     @staticmethod
     def of(event: Event) -> ToolStart:
         return ToolStart(event.tool_call_id, as_str(event.data.get("toolName")) or "unknown",
-                         event.data.get("arguments"))
+                         event.data.get("arguments"), as_str(event.data.get("mcpServerName")))
 
 
 class ToolEnd(Struct, frozen=True):

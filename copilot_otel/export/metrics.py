@@ -60,8 +60,8 @@ _EVENT_TYPE = re.compile(r"[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*){1,3}")
 # Labels whose values the model or the log chooses: each is capped (LabelCap). error_type and provider are
 # attributes of the GenAI instruments of the OTLP push alone (genai.CAPPED); the others are Prometheus labels.
 AGENT, MODEL, TOOL, REPOSITORY, STATUS = "agent", "model", "tool", REPOSITORY_LABEL, "status"
-ERROR_TYPE, PROVIDER = "error_type", "provider"
-CAPPED_LABELS = (AGENT, MODEL, TOOL, REPOSITORY, STATUS, ERROR_TYPE, PROVIDER)
+ERROR_TYPE, PROVIDER, SERVER = "error_type", "provider", "server"
+CAPPED_LABELS = (AGENT, MODEL, TOOL, REPOSITORY, STATUS, ERROR_TYPE, PROVIDER, SERVER)
 PUSH_ONLY = frozenset((ERROR_TYPE, PROVIDER))  # no Prometheus twin counts their overflow: the push does
 # For each session metric, the capped label at each position of its label values (None: a closed set).
 _CAPPED_POSITIONS: dict[Metric, tuple[str | None, ...]] = {
@@ -69,6 +69,7 @@ _CAPPED_POSITIONS: dict[Metric, tuple[str | None, ...]] = {
     Metric.TURNS: (AGENT,),
     Metric.LLM_CALLS: (MODEL, None, REPOSITORY),
     Metric.TOOL_CALLS: (TOOL, None),
+    Metric.MCP_TOOL_CALLS: (SERVER, None),
     Metric.TOKENS: (MODEL, None, REPOSITORY),
     Metric.TURN_DURATION: (AGENT,),
     Metric.TOOL_DURATION: (TOOL,),
@@ -216,6 +217,8 @@ class Metrics:
                                  [MODEL, "outcome", repo], registry=r)
         self.tool_calls = Counter("copilot_tool_calls", "Tool executions by tool and outcome.", [TOOL, "outcome"],
                                   registry=r)
+        self.mcp_tool_calls = Counter("copilot_mcp_tool_calls", "MCP server tool executions by server and outcome.",
+                                      [SERVER, "outcome"], registry=r)
         self.autopilot_nudges = Counter("copilot_autopilot_nudges", "Autopilot continuation messages.", registry=r)
         self.completion_signals = Counter("copilot_completion_signals",
                                           "Ends of the agent loop and of sessions, by signal.", ["signal"], registry=r)
@@ -326,6 +329,7 @@ class Metrics:
             Metric.TURNS: self.turns,
             Metric.LLM_CALLS: self.llm_calls,
             Metric.TOOL_CALLS: self.tool_calls,
+            Metric.MCP_TOOL_CALLS: self.mcp_tool_calls,
             Metric.AUTOPILOT_NUDGES: self.autopilot_nudges,
             Metric.COMPLETION_SIGNALS: self.completion_signals,
             Metric.TOKENS: self.tokens,

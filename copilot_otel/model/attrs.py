@@ -22,6 +22,7 @@ GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK = "gen_ai.response.time_to_first_chunk"  # s
 GEN_AI_USAGE_INPUT_TOKENS = "gen_ai.usage.input_tokens"
 GEN_AI_USAGE_OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
 GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS = "gen_ai.usage.cache_read.input_tokens"
+GEN_AI_USAGE_REASONING_OUTPUT_TOKENS = "gen_ai.usage.reasoning.output_tokens"  # as the CLI's own export names it
 GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS = "gen_ai.usage.cache_creation.input_tokens"
 GEN_AI_TOOL_NAME = "gen_ai.tool.name"
 GEN_AI_TOOL_CALL_ID = "gen_ai.tool.call.id"
@@ -100,12 +101,29 @@ COPILOT_COMPACTION_OUTCOME = "github.copilot.compaction.outcome"
 COPILOT_COMPACTION_REQUESTS = "github.copilot.compaction.requests"
 COPILOT_COMPACTION_TOKENS = "github.copilot.compaction.tokens"  # .input, .output, .cache_read, .cache_write
 
+# Hooks (hook.start .. hook.end): a span each, with the CLI's own keys (it exports them as span events).
+HOOK_SPAN = "hook"  # the span's name: "hook <hookType>"
+COPILOT_HOOK_TYPE = "github.copilot.hook.type"
+COPILOT_HOOK_INVOCATION_ID = "github.copilot.hook.invocation_id"
+COPILOT_HOOK_OUTCOME = "github.copilot.hook.outcome"  # allow, deny, block, success, failure
+COPILOT_HOOK_REASON = "github.copilot.hook.reason"  # the hook's reason for a deny or block (content capture only)
+COPILOT_HOOK_DENIED_BY = "github.copilot.hook.denied_by"  # on a tool span: the type of the hook that denied it
+COPILOT_HOOK_BLOCKED_BY = "github.copilot.hook.blocked_by"  # on an invoke_agent span: the hook that blocked its stop
+# Skills: the conventions' name on the `skill` tool span; the CLI's span event for each skill.invoked.
+GEN_AI_SKILL_NAME = "gen_ai.skill.name"
+COPILOT_SKILL_INVOKED = "github.copilot.skill.invoked"
+COPILOT_SKILL_TRIGGER = "github.copilot.skill.invocation_trigger"
+COPILOT_SKILL_SOURCE = "github.copilot.skill.source"
+COPILOT_TOOL_USER_REQUESTED = "github.copilot.tool.user_requested"  # a command the user ran (`!cmd`), not the model
+COPILOT_MCP_SERVER_NAME = "github.copilot.mcp.server.name"  # the MCP server of a tool (mcpServerName)
+
 # usage_record key -> (span attribute, copilot_tokens_total{type} label)
 USAGE_TOKENS = (
     ("inputTokens", GEN_AI_USAGE_INPUT_TOKENS, "input"),
     ("outputTokens", GEN_AI_USAGE_OUTPUT_TOKENS, "output"),
     ("cacheReadTokens", GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS, "cache_read"),
     ("cacheWriteTokens", GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS, "cache_write"),
+    ("reasoningTokens", GEN_AI_USAGE_REASONING_OUTPUT_TOKENS, "reasoning"),  # a part of outputTokens
 )
 USAGE_EXTRAS = (  # usage_record key -> span attribute, as logged
     ("apiCallId", GEN_AI_RESPONSE_ID),

@@ -81,7 +81,7 @@ class CallBook:
         end_ns = event.timestamp_ns if end_ns is None else end_ns
         model = usage.model or session_model or UNKNOWN_MODEL
         turn = agent.turn
-        attributes, tokens = spanattrs.chat(self.session_id, agent.name, usage, model, None if turn is None else (
+        attributes, tokens = spanattrs.chat(self.session_id, agent.shown, usage, model, None if turn is None else (
             turn.turn_id, turn.span.attributes[A.COPILOT_INTERACTION_ID]))
         provider = attributes.get(A.GEN_AI_PROVIDER_NAME)
         if provider is not None:  # every span of the session names the provider its calls go to

@@ -24,7 +24,7 @@ from ..vocab import CANCELLED, END_ABORTED
 
 TOKEN_MODALITY = "gen_ai.token.modality"
 UNKNOWN_MODALITY = "unknown"  # the logs say nothing of modality; the CLI says the same
-REASONING_OUTPUT_TOKENS = "gen_ai.usage.reasoning.output_tokens"
+REASONING_OUTPUT_TOKENS = A.GEN_AI_USAGE_REASONING_OUTPUT_TOKENS
 # The CLI's bucket bounds: seconds of a call or tool, of an agent's invocation.
 CALL_BOUNDS = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92)
 AGENT_BOUNDS = (0.1, 0.2, 0.4, 0.8, 1.6, 3.2, 6.4, 12.8, 25.6, 51.2, 102.4, 204.8, 409.6)

@@ -20,9 +20,8 @@ CLIENT = "a request to the client that hosts the session (a command, MCP samplin
 FUSION = "an experimental HydraFusion routing or phase record: the model calls it makes are read from their " \
          "usage records"
 RUNS = "an ephemeral factory or workflow run signal (never written to the log): not part of the trace shape"
-SKILL = "a skill's context or invocation receipt: prompt content, not work to time or count"
+SKILL = "a skill's context or a receipt of its invocation: prompt content (skill.invoked itself is read)"
 ACCOUNTING = "an accounting or quota record: what it holds the usage records and shutdown totals already count"
-HOOK = "a user hook run around a tool: inside the tool's own span"
 STOPPED = "how the agent loop was stopped (the user's interruption, autopilot giving up): the loop's end is " \
           "read from the abort, the error or the last turn"
 MARKER = "an internal marker of the CLI's own state (rewind, truncation, compression, assets, receipts)"
@@ -51,7 +50,7 @@ IGNORED: dict[str, str] = {
         "session.managed_settings_resolved", "session.mode_changed", "session.model_deselected",
         "session.permission_recovery", "session.permissions_changed", "session.remote_steerable_changed",
         "session.session_limits_changed", "session.skills_loaded", "session.tools_updated", "subagent.configured",
-        "subagent.selected", "subagent.deselected", "tool_search.activated", "sandbox.decision"), SETUP),
+        "tool_search.activated", "sandbox.decision"), SETUP),
     **dict.fromkeys(("agent.interrupted", "session.autopilot_stopped"), STOPPED),
     **dict.fromkeys((
         "mcp.headers_refresh_completed", "mcp.headers_refresh_required", "mcp.oauth_completed",
@@ -66,8 +65,8 @@ IGNORED: dict[str, str] = {
     **dict.fromkeys((
         "command.queued", "command.execute", "command.completed", "external_tool.requested", "external_tool.completed",
         "sampling.requested", "sampling.completed", "session.schedule_created", "session.schedule_cancelled",
-        "session.schedule_rearmed", "session_limits_exhausted.requested", "session_limits_exhausted.completed",
-        "tool.user_requested"), CLIENT),
+        "session.schedule_rearmed", "session_limits_exhausted.requested",
+        "session_limits_exhausted.completed"), CLIENT),
     **dict.fromkeys((
         "assistant.fusion_phase_activity", "assistant.fusion_phase_completed", "assistant.fusion_phase_failed",
         "assistant.fusion_phase_started", "session.fusion_commit_started", "session.fusion_completed",
@@ -76,11 +75,16 @@ IGNORED: dict[str, str] = {
     **dict.fromkeys((
         "factory.run_settled", "factory.run_started", "factory.run_updated", "workflow.run_settled",
         "workflow.run_started", "workflow.run_updated"), RUNS),
-    **dict.fromkeys(("skill.context_delivered", "skill.context_delivered_ref", "skill.invoked", "skill.invoked_ref"),
-                    SKILL),
+    **dict.fromkeys(("skill.context_delivered", "skill.context_delivered_ref", "skill.invoked_ref"), SKILL),
     **dict.fromkeys(("session.quota_observation", "session.usage_info", "session.fusion_change_checkpoint",
                      "session.completion_receipt"), ACCOUNTING),
-    **dict.fromkeys(("hook.start", "hook.end"), HOOK),
     **dict.fromkeys(("session.snapshot_rewind", "session.truncation", "session.request_body_compression_disabled",
                      "session.binary_asset"), MARKER),
 }
+
+# Written by the CLI although its schema does not list them: what a /compact logs of its own LLM call (1.0.102;
+# model.model_call_started / _success are read: the call's chat span under the compaction).
+COMPACTION_CALL = "a detail of a /compact's LLM call, whose chat span model.model_call_* already give"
+OUTSIDE_SCHEMA: dict[str, str] = dict.fromkeys((
+    "model.turn_started", "model.turn_ended", "model.message", "model.response", "model.messages_snapshot"),
+    COMPACTION_CALL)

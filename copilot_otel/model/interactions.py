@@ -34,6 +34,9 @@ class AgentLoop:
         # Ended turns that made no successful LLM call: the CLI writes turn_end before the
         # session.error that explains it, so they wait for the next event before they are exported.
         self.held: list[tuple[Agent, Turn]] = []
+        # Ended turns whose background work (a `task` in background mode) runs on: they end with it.
+        self.lingering: list[tuple[Agent, Turn]] = []
+        self.started_agents: dict[str, str] = {}  # a sub-agent's agentId -> the interaction it was started in
         self.summaries: list[InteractionSummary] | None = [] if summaries else None  # for `inspect`
         self.last_ended: tuple[str, int, int] | None = None  # (interaction id, trace id, root span id)
         self.facts = SessionFacts(None, None, None)  # the session's model, cwd and CLI version (set by the model)
@@ -47,7 +50,19 @@ class AgentLoop:
         return any(agent.turn is not None for agent in self.agents.values())
 
     def open_turn_spans(self) -> list[OpenSpan]:
-        return [agent.turn.span for agent in self.agents.values() if agent.turn is not None]
+        return ([agent.turn.span for agent in self.agents.values() if agent.turn is not None]
+                + [turn.span for _agent, turn in self.lingering])
+
+    def root_name(self) -> str:
+        """The name of the main agent on its roots: the custom agent the CLI runs (--agent), else copilot."""
+        return self.main.custom or A.AGENT_NAME
+
+    def select_agent(self, event: Event) -> None:
+        """subagent.selected / .deselected of the main agent: the custom agent the next interactions run as."""
+        if event.agent_id is not None:
+            return
+        name = event.data.get("agentName") if event.type == "subagent.selected" else None
+        self.main.custom = name if isinstance(name, str) and name and name != A.AGENT_NAME else None
 
     def agent(self, event: Event) -> Agent:
         """The agent an event belongs to, creating a sub-agent's context on first sight."""
@@ -73,6 +88,7 @@ class AgentLoop:
             self.close_agent_turns(previous, event.timestamp_ns)
             self.out.span(previous.close(event.timestamp_ns, error_type=INCOMPLETE))
         if event.agent_id is not None:
+            self.started_agents[event.agent_id] = self.interaction_for(event).id
             span = self.book.subagents[view.call_id]
             known = self.agents.get(event.agent_id)
             if known is None:
@@ -116,11 +132,11 @@ class AgentLoop:
             self.end(self.current.pending_end or END_IDLE, self.current.last_end_ns)
         assert self.last_ended is not None  # called only after an interaction ended
         interaction_id, trace_id, span_id = self.last_ended
-        attributes = spanattrs.interaction(self.session_id, interaction_id, self.facts)
+        attributes = spanattrs.interaction(self.session_id, interaction_id, self.facts, self.root_name())
         attributes[A.COPILOT_TRIGGER] = event.type
         root = OpenSpan(trace_id_for(self.session_id, f"{interaction_id}\x00{event.id}"),
                         span_id_for(self.session_id, f"interaction\x00{event.id}"), None,
-                        f"{A.OP_INVOKE_AGENT} {A.AGENT_NAME}", KIND_INTERNAL, event.timestamp_ns, attributes,
+                        f"{A.OP_INVOKE_AGENT} {self.root_name()}", KIND_INTERNAL, event.timestamp_ns, attributes,
                         links=((trace_id, span_id),))
         interaction = Interaction(interaction_id, root, event.offset, event.line, event.timestamp_ns)
         self.current = interaction
@@ -130,11 +146,11 @@ class AgentLoop:
 
     def open(self, event: Event, interaction_id: str, *, implicit: bool = False) -> Interaction:
         """Start an interaction at ``event``."""
-        attributes = spanattrs.interaction(self.session_id, interaction_id, self.facts)
+        attributes = spanattrs.interaction(self.session_id, interaction_id, self.facts, self.root_name())
         # Opened by another span's event (a log read from the middle): keep the ids apart.
         first = f"interaction\x00{event.id}" if implicit else event.id
         root = OpenSpan(trace_id_for(self.session_id, interaction_id), span_id_for(self.session_id, first), None,
-                        f"{A.OP_INVOKE_AGENT} {A.AGENT_NAME}", KIND_INTERNAL, event.timestamp_ns, attributes)
+                        f"{A.OP_INVOKE_AGENT} {self.root_name()}", KIND_INTERNAL, event.timestamp_ns, attributes)
         interaction = Interaction(interaction_id, root, event.offset, event.line, event.timestamp_ns)
         self.current = interaction
         self.main.invoke_span, self.main.totals = root, Totals()
@@ -165,8 +181,8 @@ class AgentLoop:
     def answer(self, event: Event, asks_for_tools: bool) -> None:
         """assistant.message: the agent's turn answered (and asked for tools, or not)."""
         turn = self.agent(event).turn
-        if turn is None:
-            return
+        if turn is None or not any(key in event.data for key in ("turnId", "interactionId", "model")):
+            return  # no model's answer: the CLI's own request after a notification (read_agent, read_bash)
         turn.truncated = False  # cut off at the length limit, yet kept as the answer
         if asks_for_tools:
             turn.requested_tools = True
@@ -183,7 +199,7 @@ class AgentLoop:
             interaction = self.continue_after(event)
         parent = agent.invoke_span or interaction.root
         turn_id = event.turn_id or "?"
-        attributes = spanattrs.turn(self.session_id, agent.name, turn_id, event.interaction_id or interaction.id,
+        attributes = spanattrs.turn(self.session_id, agent.shown, turn_id, event.interaction_id or interaction.id,
                                     autopilot=interaction.autopilot and event.agent_id is None)
         span = parent.child(span_id_for(self.session_id, event.id), A.TURN_SPAN, KIND_INTERNAL,
                             event.timestamp_ns, attributes)
@@ -202,17 +218,54 @@ class AgentLoop:
             return
         agent.turn = None
         turn.end_ns = event.timestamp_ns
-        if turn.errored or (turn.llm_calls and (turn.requested_tools or turn.truncated)):
+        if self.book.background_under(turn.span):  # its background sub-agent runs on: the turn ends with it
+            self.lingering.append((agent, turn))
+        elif turn.errored or (turn.llm_calls and (turn.requested_tools or turn.truncated)):
             self.out.span(turn.close())
         else:  # a turn that made no call, or gave the final answer, waits for a session.error explaining it
             self.held.append((agent, turn))
-        self.out.count(Metric.TURN_DURATION, agent.name, value=max(0, event.timestamp_ns - turn.span.start_ns) / 1e9,
-                       span=turn.span)
+        if not self.lingering or self.lingering[-1][1] is not turn:
+            self._count_duration(agent, turn)
         current = self.current
         if event.agent_id is None and current is not None:
             current.last_end_ns = max(current.last_end_ns, event.timestamp_ns)
             if not turn.requested_tools and not turn.truncated and current.pending_end is None:
                 current.pending_end = END_IDLE
+
+    def _count_duration(self, agent: Agent, turn: Turn) -> None:
+        self.out.count(Metric.TURN_DURATION, agent.name, value=max(0, turn.end_ns - turn.span.start_ns) / 1e9,
+                       span=turn.span)
+
+    def background_done(self, agent_id: str | None, end_ns: int) -> None:
+        """A sub-agent ended at ``end_ns``: the turns that waited only for it end now, and the interaction it
+        was started in (if it still runs) does not end before it."""
+        self.release_lingering(end_ns, every=False)
+        current = self.current
+        if current is not None and agent_id is not None and self.started_agents.get(agent_id) == current.id:
+            current.last_end_ns = max(current.last_end_ns, end_ns)
+
+    def release_lingering(self, end_ns: int, *, every: bool = True) -> None:
+        """End the lingering turns whose background work is over (``every``: all of them) at ``end_ns``."""
+        keep = []
+        for agent, turn in self.lingering:
+            if not every and self.book.background_under(turn.span):
+                keep.append((agent, turn))
+                continue
+            turn.end_ns = max(turn.end_ns, end_ns)
+            self.out.span(turn.close())
+            self._count_duration(agent, turn)
+        self.lingering = keep
+
+    def resume_for(self, agent_id: str) -> bool:
+        """A notification about sub-agent ``agent_id``: True when it was started in the running interaction,
+        whose loop then goes on (the CLI reads the agent and answers in it); False when it is not known."""
+        interaction_id = self.started_agents.get(agent_id)
+        current = self.current
+        if interaction_id is None:
+            return False
+        if current is not None and current.id == interaction_id:
+            current.pending_end = None
+        return True
 
     def end(self, how: str, last_event_ns: int) -> None:
         """End the running interaction as ``how`` (one of the END_* values)."""
@@ -300,6 +353,7 @@ class AgentLoop:
             self.close_agent_turns(span, end_ns)
             self.out.span(span.close(end_ns, message=message, error_type=subagent_error))
         self.book.release_all_held(end_ns)
+        self.release_lingering(end_ns)
 
     def close_agent_turns(self, invoke_span: OpenSpan, end_ns: int) -> None:
         """Forget the sub-agent under ``invoke_span``, ending a turn it left open."""

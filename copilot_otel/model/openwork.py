@@ -110,6 +110,12 @@ class Agent(Struct):
     turn: Turn | None = None
     totals: Totals = field(default_factory=Totals)
     talk: Talk = field(default_factory=Talk)  # its conversation, kept only with content capture on (messages.py)
+    custom: str | None = None  # the main agent: the custom agent the CLI runs as (--agent), named on its spans
+
+    @property
+    def shown(self) -> str:
+        """The name its spans carry: the custom agent's, else its own (``main`` stays unnamed: copilot)."""
+        return self.custom or self.name
 
 
 class Interaction(Struct):

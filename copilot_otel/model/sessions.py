@@ -18,22 +18,23 @@ from . import spanattrs
 from .calls import CallBook
 from .changes import CodeChanges
 from .compaction import CompactionBook
+from .hooks import HookBook
 from .interactions import AgentLoop
 from .messages import Transcript
 from ..decode.normalize import Normalizer
 from .options import ModelOptions
 from ..decode.lines import type_set
 from ..decode.events import Event
-from .records import SpanRecord, Step
+from .records import SpanEvent, SpanRecord, Step
 from .openwork import InteractionSummary, Outbox
 from .summary import SessionSummary, Tally, make_summary
 from .tools import ToolBook
 from ..decode.payloads import (SessionError, SessionFacts, SubagentEnd, SubagentStart, TaskComplete, ToolEnd,
                                ToolStart, Usage, UserMessage, as_str, permission_result, request_id, requested_tools,
                                user_request)
-from ..vocab import (DUPLICATE_ID, ERROR, END_ABORTED, END_IDLE, END_INCOMPLETE, END_SHUTDOWN, IDLE, INCOMPLETE,
-                     SIGNAL_ERROR, SIGNAL_SHUTDOWN, SIGNAL_TASK_COMPLETE, UNKNOWN_MODEL, USER_REQUESTS, WAITING_TOOL,
-                     WAITING_USER, WORKING, Metric)
+from ..vocab import (DUPLICATE_ID, ERROR, OUT_OF_ORDER, END_ABORTED, END_IDLE, END_INCOMPLETE, END_SHUTDOWN, IDLE,
+                     INCOMPLETE, SIGNAL_ERROR, SIGNAL_SHUTDOWN, SIGNAL_TASK_COMPLETE, UNKNOWN_MODEL, USER_REQUESTS,
+                     WAITING_TOOL, WAITING_USER, WORKING, Metric)
 
 
 class SessionModel:
@@ -55,6 +56,7 @@ class SessionModel:
         self._calls = CallBook(session_id, self._out, self.tally, self._talk)
         self._loop = AgentLoop(session_id, self._out, self._book, self.tally, self._talk, summaries=summaries)
         self._compactions = CompactionBook(session_id, self._out)
+        self._hooks = HookBook(session_id, self._out, self._capture)
         self._changes = CodeChanges(self._out, self.tally)
         # Requests waiting for the user (permission, input, ...): id -> (what is asked, when, the tool call it gates).
         self._requests: dict[str, tuple[str, int, str | None]] = {}
@@ -113,7 +115,7 @@ class SessionModel:
     def confirmable_end(self) -> str | None:
         """How the loop looks to have ended, while it awaits confirmation (see awaiting_confirmation); else None."""
         current = self._loop.current
-        if (current is None or self._book.tools or self._loop.main.turn is not None
+        if (current is None or self._book or self._loop.main.turn is not None or self._loop.lingering
                 or self._compactions.open):
             return None
         return current.pending_end
@@ -160,7 +162,7 @@ class SessionModel:
     @property
     def _work_open(self) -> bool:
         """A tool, a sub-agent or a turn is still running."""
-        return bool(self._book) or bool(self._compactions.open) or self._loop.turns_open()
+        return bool(self._book) or bool(self._compactions.open) or self._loop.turns_open() or bool(self._hooks.open)
 
     @property
     def mid_turn(self) -> bool:
@@ -212,6 +214,7 @@ class SessionModel:
     def _close_everything(self, reason: str) -> None:
         self._loop.release_held()
         had_open = self._work_open
+        self._hooks.finish(self.last_event_ns)
         self._loop.close_all(self.last_event_ns)
         self._compactions.cut_off(self.last_event_ns, INCOMPLETE)
         self._requests.clear()
@@ -254,6 +257,8 @@ class SessionModel:
         message = UserMessage.of(event)
         if not message.for_subagent:  # a sub-agent's prompt: its work hangs under the task call
             self._loop.prompt(event, message, self.last_event_ns)
+            if self._loop.current is not None:
+                self._hooks.adopt(self._loop.current.root)  # the hooks that ran on this prompt
         elif event.agent_id is not None and self._talk.enabled:
             self._talk.user(self._loop.agent(event).talk, message.text, opening=True)
 
@@ -336,19 +341,41 @@ class SessionModel:
             self._end(self._loop.current.pending_end or END_IDLE)
 
     def _on_notification(self, event: Event) -> None:
-        """system.notification: when it comes after the loop ended (a background shell finished), the work
-        the CLI does about it is new work of that interaction, with a root of its own."""
+        """system.notification: about a background sub-agent of the running interaction, the loop goes on in it
+        (the CLI reads the agent and answers there); else, when it comes after the loop ended (a background shell
+        finished), the work the CLI does about it is new work of that interaction, with a root of its own."""
+        if event.agent_id is not None:
+            return
+        kind = event.data.get("kind")
+        agent_id = kind.get("agentId") if isinstance(kind, dict) and str(kind.get("type", "")).startswith("agent_") \
+            else None
+        if agent_id is not None:
+            if isinstance(agent_id, str) and self._loop.resume_for(agent_id):
+                if self._loop.current is not None:
+                    return
+            else:  # about an agent this log never started
+                self._out.anomaly(OUT_OF_ORDER, event)
         current = self._loop.current
-        if event.agent_id is None and (self.awaiting_confirmation or (current is None and self._loop.last_ended)):
+        if self.awaiting_confirmation or (current is None and self._loop.last_ended):
             self._loop.continue_after(event)
 
     def _on_compaction_start(self, event: Event) -> None:
+        """A compaction during the loop hangs under its interaction; a /compact between interactions (the loop
+        ended) is a root of its own and does not stretch the interaction before it."""
+        if event.data.get("trigger") == "manual":
+            self._idle_now()
+            if self._loop.current is None:
+                self._compactions.start(event, None)
+                return
         self._compactions.start(event, self._loop.interaction_for(event).root)
+
+    def _on_compaction_call(self, event: Event) -> None:
+        self._compactions.model_call(event)
 
     def _on_compaction_complete(self, event: Event) -> None:
         end_ns = self._compactions.complete(event)
         current = self._loop.current
-        if end_ns is not None and current is not None:
+        if end_ns is not None and current is not None and event.data.get("trigger") != "manual":
             current.last_end_ns = max(current.last_end_ns, end_ns)  # the root never ends before it
 
     # ------------------------------------------------------------ LLM calls, tools and sub-agents
@@ -394,12 +421,67 @@ class SessionModel:
         if view.call_id is not None:
             self._loop.start_subagent(event, view)
 
+    def _idle_now(self) -> None:
+        """The user acts outside the agent loop (a command, the session's end): a loop that looked finished ended."""
+        if (how := self.confirmable_end) is not None:
+            self._end(how)
+
+    def _on_hook_start(self, event: Event) -> None:
+        """hook.start: under the work it runs in; a prompt's hooks wait for its interaction; one outside any
+        interaction is a root of its own."""
+        if self._hooks.before_prompt(event):
+            self._hooks.start(event, None, wait=True)
+            return
+        if event.agent_id is None and event.data.get("hookType") != "agentStop":
+            self._idle_now()  # agentStop decides the loop's end; any other hook after it runs outside the loop
+        parent = None
+        if event.agent_id is not None or self._loop.current is not None:
+            parent = self._loop.work_parent(event, self._loop.agent(event))
+        self._hooks.start(event, parent, wait=False)
+
+    def _on_hook_end(self, event: Event) -> None:
+        agent = self._loop.agents.get(event.agent_id)
+        current = self._loop.current
+        blocked = agent.invoke_span if agent is not None else None
+        tools = {call_id: span for call_id, (span, _agent) in self._book.tools.items()}
+        if self._hooks.end(event, tools, blocked) is not None and event.agent_id is None and current is not None \
+                and not self._hooks.before_prompt(event):
+            current.last_end_ns = max(current.last_end_ns, event.timestamp_ns)  # its root never ends before it
+
+    def _on_skill_invoked(self, event: Event) -> None:
+        """skill.invoked: an event on the span the agent works in (as the CLI's own export has it)."""
+        if event.agent_id is None and self._loop.current is None:
+            return
+        name = as_str(event.data.get("name")) or "unknown"
+        attributes: dict = {A.GEN_AI_SKILL_NAME: name}
+        for key, attr in (("trigger", A.COPILOT_SKILL_TRIGGER), ("source", A.COPILOT_SKILL_SOURCE)):
+            if (value := as_str(event.data.get(key))) is not None:
+                attributes[attr] = value
+        parent = self._loop.work_parent(event, self._loop.agent(event))
+        parent.events.append(SpanEvent(A.COPILOT_SKILL_INVOKED, event.timestamp_ns, attributes))
+
+    def _on_user_tool(self, event: Event) -> None:
+        """tool.user_requested: a command the user ran (`!cmd`); its completion comes with no execution_start."""
+        view = ToolStart.of(event)
+        if view.call_id is None:
+            self._out.anomaly(OUT_OF_ORDER, event)
+            return
+        if event.agent_id is None:
+            self._idle_now()
+        current = self._loop.current
+        parent = self._loop.work_parent(event, self._loop.main) if current is not None else None
+        self._book.start_tool(event, view, self._loop.main, parent)
+
+    def _on_agent_selected(self, event: Event) -> None:
+        self._loop.select_agent(event)
+
     def _on_subagent_end(self, event: Event) -> None:
         view = SubagentEnd.of(event)
         span = self._book.end_subagent(event, view)
         if span is not None:
             self._loop.close_agent_turns(span, event.timestamp_ns)
             self._book.close_subagent(span, event, view)
+            self._loop.background_done(event.agent_id, event.timestamp_ns)
 
 
 _HANDLERS: dict[str, Callable[[SessionModel, Event], None]] = {
@@ -422,6 +504,12 @@ _HANDLERS: dict[str, Callable[[SessionModel, Event], None]] = {
     "subagent.started": SessionModel._on_subagent_started,
     "subagent.completed": SessionModel._on_subagent_end,
     "subagent.failed": SessionModel._on_subagent_end,
+    "subagent.selected": SessionModel._on_agent_selected,
+    "hook.start": SessionModel._on_hook_start,
+    "hook.end": SessionModel._on_hook_end,
+    "skill.invoked": SessionModel._on_skill_invoked,
+    "tool.user_requested": SessionModel._on_user_tool,
+    "subagent.deselected": SessionModel._on_agent_selected,
     "session.task_complete": SessionModel._on_task_complete,
     "session.error": SessionModel._on_session_error,
     **{f"{kind}.requested": SessionModel._on_user_request for kind in USER_REQUESTS},
@@ -432,6 +520,8 @@ _HANDLERS: dict[str, Callable[[SessionModel, Event], None]] = {
     "system.notification": SessionModel._on_notification,
     "session.compaction_start": SessionModel._on_compaction_start,
     "session.compaction_complete": SessionModel._on_compaction_complete,
+    "model.model_call_started": SessionModel._on_compaction_call,
+    "model.model_call_success": SessionModel._on_compaction_call,
     "assistant.idle": SessionModel._on_live_idle,
 }
 HANDLED_TYPES = frozenset(_HANDLERS)  # event types the model reads; every other type only advances positions

@@ -118,10 +118,10 @@ def provider_name(usage: Usage) -> str | None:
     return kind if isinstance(kind, str) and kind else None
 
 
-def interaction(session_id: str, interaction_id: str, facts: SessionFacts) -> dict[str, Any]:
-    """The invoke_agent root of one interaction."""
+def interaction(session_id: str, interaction_id: str, facts: SessionFacts, agent: str = A.AGENT_NAME) -> dict[str, Any]:
+    """The invoke_agent root of one interaction (``agent``: the custom agent the CLI runs as, else copilot)."""
     attributes = base(A.OP_INVOKE_AGENT, session_id)
-    attributes[A.GEN_AI_AGENT_NAME] = A.AGENT_NAME
+    attributes[A.GEN_AI_AGENT_NAME] = agent
     attributes[A.COPILOT_INTERACTION_ID] = interaction_id
     if facts.model:
         attributes[A.GEN_AI_REQUEST_MODEL] = facts.model

@@ -5,7 +5,7 @@ from __future__ import annotations
 from . import attrs as A
 from . import spanattrs
 from ..decode.events import Event
-from .records import KIND_INTERNAL, STATUS_OK, SpanEvent, span_id_for
+from .records import KIND_INTERNAL, STATUS_OK, SpanEvent, span_id_for, trace_id_for
 from .messages import Transcript, result_text
 from .spanattrs import Capture
 from .openwork import Agent, OpenSpan, Outbox
@@ -44,14 +44,26 @@ class ToolBook:
         """The spans still running."""
         return [span for span, _agent in self.tools.values()] + list(self.subagents.values())
 
-    def start_tool(self, event: Event, view: ToolStart, agent: Agent, parent: OpenSpan) -> None:
-        """A tool started under ``parent`` (its agent's turn, else where that agent's work hangs)."""
+    def start_tool(self, event: Event, view: ToolStart, agent: Agent, parent: OpenSpan | None) -> None:
+        """A tool started under ``parent`` (its agent's turn, else where that agent's work hangs; None: a
+        command the user ran outside any interaction, a root of its own)."""
         call_id = view.call_id
         assert call_id is not None  # the model hands in only tools with a call id
-        attributes = spanattrs.tool(self.session_id, agent.name, view.name, call_id,
+        attributes = spanattrs.tool(self.session_id, agent.shown, view.name, call_id,
                                     self.capture.text(view.arguments))
-        span = parent.child(span_id_for(self.session_id, event.id), f"{A.OP_EXECUTE_TOOL} {view.name}",
-                            KIND_INTERNAL, event.timestamp_ns, attributes)
+        if view.mcp_server is not None:
+            attributes[A.COPILOT_MCP_SERVER_NAME] = view.mcp_server
+        skill = view.arguments.get("skill") if view.name == "skill" and isinstance(view.arguments, dict) else None
+        if isinstance(skill, str):  # the conventions' skill-loading tool call (a name, not content)
+            attributes[A.GEN_AI_SKILL_NAME] = skill
+        if event.type == "tool.user_requested":
+            attributes[A.COPILOT_TOOL_USER_REQUESTED] = True
+        name, span_id = f"{A.OP_EXECUTE_TOOL} {view.name}", span_id_for(self.session_id, event.id)
+        if parent is None:
+            span = OpenSpan(trace_id_for(self.session_id, f"tool\x00{call_id}"), span_id, None, name, KIND_INTERNAL,
+                            event.timestamp_ns, attributes)
+        else:
+            span = parent.child(span_id, name, KIND_INTERNAL, event.timestamp_ns, attributes)
         previous = self.tools.pop(call_id, None)
         if previous is not None:  # started twice: the first never completed
             self._cut(*previous, event.timestamp_ns, INCOMPLETE)
@@ -119,6 +131,9 @@ class ToolBook:
         if outcome not in (SUCCESS, INCOMPLETE):  # cut off by the end of its session: no failure it reported
             self.tally.tool_failures += 1
         self.out.count(Metric.TOOL_CALLS, tool, outcome, span=span)
+        server = span.attributes.get(A.COPILOT_MCP_SERVER_NAME)
+        if isinstance(server, str):
+            self.out.count(Metric.MCP_TOOL_CALLS, server, outcome, span=span)
         waited_ns = int(span.attributes.get(A.COPILOT_TOOL_USER_WAIT, 0.0) * 1e9)  # a person's, not the tool's
         assert span.end_ns is not None  # closed before it counts
         self.out.count(Metric.TOOL_DURATION, tool, value=max(0, span.end_ns - span.start_ns - waited_ns) / 1e9,
@@ -184,6 +199,10 @@ class ToolBook:
         self.cut_subagents.update(self.subagents)
         self.subagents.clear()
         return spans
+
+    def background_under(self, turn: OpenSpan) -> bool:
+        """A task call of this turn returned while its sub-agent runs on (``mode: background``)."""
+        return any(span.parent_span_id == turn.span_id for span, _agent, _ns, _view in self.held_tools.values())
 
     def release_all_held(self, end_ns: int) -> None:
         """End every task call still held for a sub-agent that was cut off at ``end_ns``."""

@@ -139,15 +139,28 @@ def test_steering_stays_in_its_interaction_and_a_queued_message_starts_one(tmp_p
 
 
 def test_compactions_have_spans_and_count_their_tokens_apart(tmp_path):
-    """Each compaction is a span under its interaction's root (which never ends before it), and the tokens
-    of its own LLM requests count as compaction_* tokens, exactly as compactionTokensUsed says."""
+    """Each automatic compaction is a span under its interaction's root (which never ends before it); a /compact
+    between interactions is a root of its own, holding its LLM call's chat span with the tokens model.* give, and
+    the interaction before it ends at its last turn; the tokens of compactions' own LLM requests count as
+    compaction_* tokens, exactly as compactionTokensUsed says."""
     fx = Fixture(FIXTURES / "compaction")
     spans, metrics = replay(tmp_path, fx.path)
     check_nesting(spans)
     completes = [e for events in fx.sessions.values() for e in events if e["type"] == "session.compaction_complete"]
     compactions = [s for s in spans if s.name == "compaction"]
     assert len(compactions) == len(completes) > 0
-    assert all(s.parent_span_id is not None and s.status_code == "OK" for s in compactions)
+    assert all(s.status_code == "OK" for s in compactions)
+    manual = [s for s in compactions if s.attributes["github.copilot.compaction.trigger"] == "manual"]
+    assert len(manual) == 1 and manual[0].parent_span_id is None
+    assert all(s.parent_span_id is not None for s in compactions if s not in manual)
+    (call,) = [s for s in spans if s.trace_id == manual[0].trace_id and s.name == "chat test-model"]
+    success = next(e for e in fx.events("manual") if e["type"] == "model.model_call_success")["data"]["responseUsage"]
+    assert call.attributes["gen_ai.usage.input_tokens"] == success["prompt_tokens"]
+    assert call.attributes["gen_ai.usage.output_tokens"] == success["completion_tokens"]
+    (before,) = [s for s in roots(spans) if s.name == "invoke_agent copilot"
+                 and s.attributes["gen_ai.conversation.id"] == fx.run("manual")["session_id"]]
+    last_turn_end = [e for e in fx.events("manual") if e["type"] == "assistant.turn_end"][-1]
+    assert before.end_time_unix_nano == iso_ns(last_turn_end["timestamp"]), "the /compact stretched the interaction"
     expected = Counter()
     for event in completes:
         used = event["data"]["compactionTokensUsed"]

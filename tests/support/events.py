@@ -214,11 +214,14 @@ class SessionLog:
                                               "interactionId": self._interaction_of(agent),
                                               "turnId": self._turn.get(agent, "0")}, agent=agent)
 
-    def tool_start(self, name: str, call: str, *, arguments: Any = None, agent: str | None = None) -> dict[str, Any]:
-        """tool.execution_start."""
-        return self.add("tool.execution_start", {
-            "toolCallId": call, "toolName": name, "arguments": {} if arguments is None else arguments,
-            "turnId": self._turn.get(agent, "0"), "model": self.model}, agent=agent)
+    def tool_start(self, name: str, call: str, *, arguments: Any = None, agent: str | None = None,
+                   mcp_server: str | None = None) -> dict[str, Any]:
+        """tool.execution_start (of an MCP server's tool: ``mcp_server``, as the CLI names it in mcpServerName)."""
+        data = {"toolCallId": call, "toolName": name, "arguments": {} if arguments is None else arguments,
+                "turnId": self._turn.get(agent, "0"), "model": self.model}
+        if mcp_server is not None:
+            data["mcpServerName"] = mcp_server
+        return self.add("tool.execution_start", data, agent=agent)
 
     def tool_complete(self, call: str, *, success: bool = True, result: str = "ok", error: str = "Path does not exist",
                       error_code: str = "failure", exit_code: int | None = None,

@@ -108,6 +108,7 @@ class Usage:
     prompt_tokens: int
     completion_tokens: int
     cached_tokens: int = 0
+    reasoning_tokens: int = 0  # part of completion_tokens, as OpenAI counts them
 
     def as_openai(self) -> dict:
         u = {
@@ -117,6 +118,8 @@ class Usage:
         }
         if self.cached_tokens:
             u["prompt_tokens_details"] = {"cached_tokens": self.cached_tokens}
+        if self.reasoning_tokens:
+            u["completion_tokens_details"] = {"reasoning_tokens": self.reasoning_tokens}
         return u
 
 
@@ -560,6 +563,86 @@ def _sit_compact(c: Ctx) -> Reply:
                                                    "description": f"print a screenful ({n})"},
                                           f"call_sit_compact_{n}"),))
     return Reply(content="Printed them all.")
+
+
+# Today's CLI, whole (tests/fixtures/record_situations.py): background and custom sub-agents, hooks,
+# skills, MCP tools, reasoning tokens.
+
+BG_CHILD_SECONDS = 6  # sit_bg_task:after: the background sub-agent outlives the main loop
+BG_MAIN_SECONDS = 12  # sit_bg_task:before: the main loop outlives the background sub-agent
+CUSTOM_AGENT = "reviewer"  # .github/agents/reviewer.agent.md, written by the recorder
+SKILL_NAME = "greeter"  # .github/skills/greeter/SKILL.md, written by the recorder
+HOOK_DENIED_ECHO = "forbidden-by-hook"  # the preToolUse hook denies a bash command holding this
+REASONING_USAGE = Usage(prompt_tokens=2400, completion_tokens=300, cached_tokens=1200, reasoning_tokens=180)
+
+
+@scenario("sit_bg_task")
+def _sit_bg_task(c: Ctx) -> Reply:
+    """A `task` in background mode. arg "after": the sub-agent sleeps BG_CHILD_SECONDS and the main agent
+    answers at once (the sub-agent ends after the main loop); "before": the sub-agent ends at once and the main
+    agent's bash sleeps BG_MAIN_SECONDS before it answers. Every later call answers."""
+    if c.step == 0:
+        seconds = BG_CHILD_SECONDS if c.arg == "after" else 0
+        prompt = f"{marker('sit_child', f'bg-{seconds}')} Do the child task."
+        return Reply(tool_calls=(ToolCall("task", {"description": "Background helper", "prompt": prompt,
+                                                   "agent_type": SUBAGENT_TYPE, "name": "bg-helper",
+                                                   "mode": "background"}),))
+    if c.step == 1 and c.arg == "before":
+        return Reply(tool_calls=(bash(f"sleep {BG_MAIN_SECONDS}; echo main-done", "main sleeps",
+                                      initial_wait=BG_MAIN_SECONDS + 30),))
+    if c.step == 1 or (c.step == 2 and c.arg == "before"):
+        return Reply(content="The main loop is done.")
+    return Reply(content="The background helper finished.")
+
+
+@scenario("sit_custom_task")
+def _sit_custom_task(c: Ctx) -> Reply:
+    """A `task` call whose sub-agent is the custom agent CUSTOM_AGENT (it runs subagent-child), then the answer."""
+    if c.step == 0:
+        prompt = f"{marker('subagent-child')} Echo a greeting."
+        return Reply(tool_calls=(ToolCall("task", {"description": "Review it", "prompt": prompt,
+                                                   "agent_type": CUSTOM_AGENT, "name": "my-reviewer"}),))
+    return Reply(content="The reviewer finished.")
+
+
+@scenario("sit_hooks")
+def _sit_hooks(c: Ctx) -> Reply:
+    """Two bash calls, one of which a preToolUse hook denies, then a sub-agent, then an answer (which an
+    agentStop hook blocks twice: each block asks again, and each time the answer is the same)."""
+    if c.step == 0:
+        return Reply(tool_calls=(bash("echo allowed-by-hook", "allowed"), bash(f"echo {HOOK_DENIED_ECHO}", "denied")))
+    if c.step == 1:
+        return Reply(tool_calls=(task_call("subagent-child"),))
+    return Reply(content="Hooks ran.")
+
+
+@scenario("sit_skill")
+def _sit_skill(c: Ctx) -> Reply:
+    """The `skill` tool loads SKILL_NAME, then a bash call, then the answer."""
+    if c.step == 0:
+        return Reply(tool_calls=(ToolCall("skill", {"skill": SKILL_NAME}),))
+    if c.step == 1:
+        return Reply(tool_calls=(bash("echo greeted", "greet as the skill says"),))
+    return Reply(content="Greeted with the skill.")
+
+
+@scenario("sit_mcp")
+def _sit_mcp(c: Ctx) -> Reply:
+    """The MCP tools of tests/support/mcp_server.py (server "probe"): one that works, one that errors, one
+    that outlives the call's timeout, and one that kills its server mid-call; one per turn, then the answer."""
+    order = [n for n in ("probe-echo", "probe-fail", "probe-slow", "probe-crash") if n in c.tool_names]
+    if c.step < len(order):
+        return Reply(tool_calls=(ToolCall(order[c.step], {"text": f"call {c.step}"}),))
+    return Reply(content=f"MCP tools ran ({len(order)} of them).")
+
+
+@scenario("sit_reasoning")
+def _sit_reasoning(c: Ctx) -> Reply:
+    """A bash call, then the answer; every call reports reasoning and cached tokens (REASONING_USAGE, step-shifted)."""
+    usage = replace(REASONING_USAGE, reasoning_tokens=REASONING_USAGE.reasoning_tokens + 10 * c.step)
+    if c.step == 0:
+        return Reply(tool_calls=(bash("echo thought-about-it", "after thinking"),), usage=usage)
+    return Reply(content="Thought it through.", usage=usage)
 
 
 # ---------------------------------------------------------------------------------------

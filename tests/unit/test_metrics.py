@@ -35,6 +35,8 @@ COUNTERS = [
     (Metric.LLM_CALLS, (MODEL, "error", ""), "copilot_llm_calls_total",
      {"model": MODEL, "outcome": "error", "repository": ""}),
     (Metric.TOOL_CALLS, ("bash", "failure"), "copilot_tool_calls_total", {"tool": "bash", "outcome": "failure"}),
+    (Metric.MCP_TOOL_CALLS, ("probe", "failure"), "copilot_mcp_tool_calls_total",
+     {"server": "probe", "outcome": "failure"}),
     (Metric.AUTOPILOT_NUDGES, (), "copilot_autopilot_nudges_total", {}),
     (Metric.COMPLETION_SIGNALS, ("task_complete",), "copilot_completion_signals_total", {"signal": "task_complete"}),
     (Metric.TOKENS, (MODEL, "cache_read", "o/r"), "copilot_tokens_total",
