@@ -99,6 +99,7 @@ class EventLog:
         self.capture = capture
         self._records: list[LogRecord] = []
         self._hooks: dict[str, int] = {}  # hookInvocationId -> hook.start's time, while the hook runs
+        self._source: Event | None = None  # the logged event whose records are being made
 
     @property
     def pending(self) -> bool:
@@ -109,9 +110,11 @@ class EventLog:
         records, self._records = tuple(self._records), []
         return records
 
-    def after(self, event: Event, before: Context | None, now: Context | None) -> None:
+    def after(self, event: Event, before: Context | None, now: Context | None, source: Event | None = None) -> None:
         """Make ``event``'s records: ``before`` is the span it was about before the model applied it, ``now``
-        after (a prompt opens its interaction's root)."""
+        after (a prompt opens its interaction's root). ``source``: the event as the log holds it, when ``event`` is
+        what an older CLI's event reads as (decode/normalize.py): the records name the logged one."""
+        self._source = source if source is not None else event
         maker = _MAKERS.get(event.type)
         if maker is None:
             if event.type.endswith(".requested") and event.type.split(".", 1)[0] in USER_REQUESTS:
@@ -122,8 +125,9 @@ class EventLog:
 
     def _add(self, event: Event, name: str, severity: int, context: Context | None, attributes: dict[str, Any],
              body: str | None = None) -> None:
-        head: dict[str, Any] = {EVENT_NAME: name, A.GEN_AI_CONVERSATION_ID: self.session_id, EVENT_ID: event.id,
-                                EVENT_TYPE: event.type}
+        source = self._source if self._source is not None else event
+        head: dict[str, Any] = {EVENT_NAME: name, A.GEN_AI_CONVERSATION_ID: self.session_id, EVENT_ID: source.id,
+                                EVENT_TYPE: source.type}
         interaction = event.interaction_id
         if interaction:
             head[A.COPILOT_INTERACTION_ID] = interaction

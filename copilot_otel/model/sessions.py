@@ -77,7 +77,7 @@ class SessionModel:
             before = self.span_context(canonical) if logs is not None else None
             self._apply(canonical)
             if logs is not None:
-                logs.after(canonical, before, self.span_context(canonical))
+                logs.after(canonical, before, self.span_context(canonical), event)
         step = self._out.take()
         if logs is not None and logs.pending:
             step = replace(step, logs=logs.take())
