@@ -21,7 +21,8 @@ from . import attrs as A
 from .records import span_id_for
 from .spanattrs import Capture
 from ..decode.events import Event
-from ..decode.payloads import SessionError, ToolEnd, UserMessage, as_int, as_str, permission_result, user_request
+from ..decode.payloads import (SessionError, ToolEnd, Usage, UserMessage, as_int, as_str, permission_result,
+                               user_request)
 from ..vocab import USER_REQUESTS
 
 # Severity numbers of the OpenTelemetry log data model.
@@ -110,11 +111,17 @@ class EventLog:
         records, self._records = tuple(self._records), []
         return records
 
-    def after(self, event: Event, before: Context | None, now: Context | None, source: Event | None = None) -> None:
+    def after(self, event: Event, before: Context | None, now: Context | None, source: Event | None = None, *,
+              made_call: bool = False) -> None:
         """Make ``event``'s records: ``before`` is the span it was about before the model applied it, ``now``
         after (a prompt opens its interaction's root). ``source``: the event as the log holds it, when ``event`` is
-        what an older CLI's event reads as (decode/normalize.py): the records name the logged one."""
+        what an older CLI's event reads as (decode/normalize.py): the records name the logged one. ``made_call``:
+        the model made an LLM call's span from ``event`` (a usage report the other source gave first makes none)."""
         self._source = source if source is not None else event
+        if event.type in _USAGE_TYPES:
+            if made_call:
+                self._api_request(event, before, now)
+            return
         maker = _MAKERS.get(event.type)
         if maker is None:
             if event.type.endswith(".requested") and event.type.split(".", 1)[0] in USER_REQUESTS:
@@ -183,10 +190,11 @@ class EventLog:
         }
         self._add(event, TOOL_RESULT, SEVERITY_INFO if view.success else SEVERITY_WARN, before, attributes)
 
-    def _api_request(self, event: Event, before: Context | None, _now: Context | None) -> None:
-        usage = event.data.get("usage")
-        if not isinstance(usage, dict):
+    def _api_request(self, event: Event, before: Context | None, now: Context | None) -> None:
+        view = Usage.of(event)
+        if view is None:
             return
+        usage = view.fields
         attributes: dict[str, Any] = {A.GEN_AI_REQUEST_MODEL: as_str(usage.get("model"))}
         for key, attribute, _label in A.USAGE_TOKENS:
             attributes[attribute] = _count(usage.get(key))
@@ -197,8 +205,9 @@ class EventLog:
         if isinstance(cost, (int, float)) and not isinstance(cost, bool) and 0 <= cost < 1e12:
             attributes[A.COPILOT_COST] = float(cost)
         attributes[A.COPILOT_INITIATOR] = _word(usage.get("initiator"))
-        # The chat span is made from this event (calls.py): its id is this event's, in the trace of its turn.
-        context = (before[0], span_id_for(self.session_id, event.id), 0, None) if before is not None else None
+        # The chat span was made from this event (calls.py): its id is this event's, in the trace of its turn.
+        turn = before or now  # the trace the call ran in (``now``: an interaction the call itself opened)
+        context = (turn[0], span_id_for(self.session_id, event.id), 0, None) if turn is not None else None
         self._add(event, API_REQUEST, SEVERITY_INFO, context, attributes)
 
     def _api_error(self, event: Event, before: Context | None, _now: Context | None) -> None:
@@ -267,11 +276,11 @@ def _number(value: Any, *, scale: float = 1.0) -> float | None:
     return None
 
 
+_USAGE_TYPES = frozenset({"session.usage_record", "assistant.usage"})  # one LLM call each, from the file or live
 _MAKERS = {
     "user.message": EventLog._prompt,
     "permission.completed": EventLog._answered,
     "tool.execution_complete": EventLog._tool_result,
-    "session.usage_record": EventLog._api_request,
     "session.error": EventLog._api_error,
     "model.call_failure": EventLog._api_error,
     "hook.start": EventLog._hook_start,

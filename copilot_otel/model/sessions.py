@@ -62,6 +62,7 @@ class SessionModel:
         self._seen: set[int] = set()  # hashes of event ids, kept for the life of the model (one file generation)
         self._normalize = Normalizer()  # the CLI-version layer: any version's events in the shape read here
         self._logs = EventLog(session_id, self._capture) if options.logs else None  # log records of the events
+        self._call_event: str | None = None  # the id of the last event an LLM call's span was made from
 
     # ------------------------------------------------------------ public
 
@@ -77,7 +78,8 @@ class SessionModel:
             before = self.span_context(canonical) if logs is not None else None
             self._apply(canonical)
             if logs is not None:
-                logs.after(canonical, before, self.span_context(canonical), event)
+                logs.after(canonical, before, self.span_context(canonical), event,
+                           made_call=self._call_event == canonical.id)
         step = self._out.take()
         if logs is not None and logs.pending:
             step = replace(step, logs=logs.take())
@@ -406,6 +408,7 @@ class SessionModel:
         self._llm_call(event, usage, error=error)
 
     def _llm_call(self, event: Event, usage: Usage, *, error: str | None = None) -> None:
+        self._call_event = event.id
         agent = self._loop.agent(event)
         current = self._loop.current
         self._calls.record(event, usage, agent, self._loop.work_parent(event, agent), self.model, error=error,

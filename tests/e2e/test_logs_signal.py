@@ -14,6 +14,8 @@ import sqlite3
 from collections import Counter
 from pathlib import Path
 
+import pytest
+
 from tests.support.collector import Collector, LogLine
 from tests.support.commands import run_replay
 from tests.support.daemon import DaemonProcess
@@ -204,3 +206,59 @@ def test_records_arrive_exactly_once_across_restarts_and_an_outage_of_the_logs_b
         with DaemonProcess(home, state, traces_file=traces, args=FAST, env=env):
             wait_for_records(collector, set(expected_events(SESSIONS)))
     check_records(collector.log_records(), expected_events(SESSIONS), traces)  # all it wrote, once stopped
+
+
+def test_attach_exports_a_live_sessions_records_linked_to_its_spans(cli, provider, tmp_path):
+    """attach() on a real github-copilot-sdk session driving the real CLI, its logs over OTLP to the Collector:
+    the prompt, each tool's result and the session's records arrive, each linked to a span attach() wrote, under
+    the same resource; detach() delivers them all."""
+    import asyncio
+
+    from prometheus_client import CollectorRegistry
+
+    from copilot_otel import attach
+    from copilot_otel.config import Config
+    from copilot_otel.export.otlp_settings import OtlpSettings
+    from tests.support import aio
+    from tests.support.copilot_cli import MODEL, prompt_for
+
+    copilot = pytest.importorskip("copilot", reason="github-copilot-sdk is installed by the test command")
+    from copilot.session import PermissionHandler
+
+    home, state, traces = tmp_path / "home", tmp_path / "state", tmp_path / "attached.jsonl"
+    home.mkdir(parents=True)
+
+    async def one_prompt(endpoint: str) -> str:
+        async with copilot.CopilotClient(env=cli.sdk_env(home=home, port=provider.port),
+                                         working_directory=str(home)) as client:
+            session = await client.create_session(
+                on_permission_request=PermissionHandler.approve_all, model=MODEL, streaming=True,
+                provider={"type": "openai", "base_url": f"http://127.0.0.1:{provider.port}/v1", "api_key": "unused"})
+            config = Config(copilot_home=home, state_dir=state, logs_otlp=OtlpSettings(endpoint, "grpc"))
+            handle = attach(session, config=config, traces_file=traces, registry=CollectorRegistry())
+            idle = asyncio.Event()
+            session.on(lambda event: idle.set() if event.to_dict().get("type") == "session.idle" else None)
+            await session.send(prompt_for("plain"))
+            await asyncio.wait_for(idle.wait(), 90)
+            session_id = session.session_id
+            await session.disconnect() if hasattr(session, "disconnect") else None
+        assert handle.detach(timeout=10)
+        return session_id
+
+    with Collector(tmp_path / "otelcol") as collector:
+        session_id = aio.run(one_prompt(collector.grpc_endpoint))
+    records = collector.log_records()
+    names = Counter(r.event_name for r in records)
+    assert names["github.copilot.user_prompt"] == 1 and names["github.copilot.tool_result"] >= 1, names
+    assert names["github.copilot.api_request"] == sum(1 for s in read_spans(traces) if s.name.startswith("chat "))
+    spans = {(s.trace_id, s.span_id): s for s in read_spans(traces)}
+    for record in records:
+        assert record.attributes["gen_ai.conversation.id"] == session_id
+        if record.trace_id:
+            span = spans[(record.trace_id, record.span_id)]
+            assert record.resource == span.resource
+            if record.event_name == "github.copilot.tool_result":
+                assert span.attributes["gen_ai.tool.call.id"] == record.attributes["gen_ai.tool.call.id"]
+            if record.event_name == "github.copilot.api_request":
+                assert span.name.startswith("chat ")
+    assert all(r.trace_id for r in records if r.event_name != "github.copilot.session_end")
