@@ -12,6 +12,7 @@ output and error text appear only with content capture on, as on spans.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -65,6 +66,8 @@ SHUTDOWN_TYPE = "github.copilot.shutdown.type"
 API_DURATION = "github.copilot.api.duration"  # seconds the session's LLM calls took, as its shutdown says
 ERROR_MESSAGE = "github.copilot.error.message"  # with content capture only: a provider's text may echo the prompt
 
+log = logging.getLogger(__name__)
+
 LOG_EVENT_TYPES = ("hook.start", "hook.end")  # read for logs alone (the model skims them otherwise)
 _DENIED_CODES = ("denied", "rejected")
 _DECISION_KEYS = ("permissionDecision", "decision")
@@ -101,6 +104,7 @@ class EventLog:
         self._records: list[LogRecord] = []
         self._hooks: dict[str, int] = {}  # hookInvocationId -> hook.start's time, while the hook runs
         self._source: Event | None = None  # the logged event whose records are being made
+        self._failed: set[str] = set()  # event types whose record could not be made (said once each)
 
     @property
     def pending(self) -> bool:
@@ -118,17 +122,20 @@ class EventLog:
         what an older CLI's event reads as (decode/normalize.py): the records name the logged one. ``made_call``:
         the model made an LLM call's span from ``event`` (a usage report the other source gave first makes none)."""
         self._source = source if source is not None else event
-        if event.type in _USAGE_TYPES:
-            if made_call:
-                self._api_request(event, before, now)
-            return
         maker = _MAKERS.get(event.type)
+        if event.type in _USAGE_TYPES:
+            maker = EventLog._api_request if made_call else None
+        elif maker is None and event.type.endswith(".requested") and event.type.split(".", 1)[0] in USER_REQUESTS:
+            maker = EventLog._asked
         if maker is None:
-            if event.type.endswith(".requested") and event.type.split(".", 1)[0] in USER_REQUESTS:
-                maker = EventLog._asked
-            else:
-                return
-        maker(self, event, before, now)
+            return
+        try:
+            maker(self, event, before, now)
+        except Exception:  # a bug here must cost one record, never the event's spans or the reader
+            if event.type not in self._failed:
+                self._failed.add(event.type)
+                log.exception("session %s, line %d: cannot make the log record of a %s event; it goes without "
+                              "(said once per type and session)", self.session_id, self._source.line, event.type)
 
     def _add(self, event: Event, name: str, severity: int, context: Context | None, attributes: dict[str, Any],
              body: str | None = None) -> None:
