@@ -115,6 +115,7 @@ class Config(Struct, frozen=True):
     # the container's own pod reaches, e.g. a Kubernetes emptyDir (made 0777). Files are still checked.
     no_strict_modes: bool = False
     metrics_otlp: OtlpSettings | None = None  # OTEL_METRICS_EXPORTER=otlp: also push the metrics there
+    logs_otlp: OtlpSettings | None = None  # OTEL_LOGS_EXPORTER=otlp: the session's events as log records there
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
     max_label_values: int = DEFAULT_MAX_LABEL_VALUES
     # Host names the endpoint answers to besides localhost and IP addresses (a scraper's, an ingress's).
@@ -177,9 +178,11 @@ class Config(Struct, frozen=True):
         values.setdefault("state_dir", default_state_dir(env))
         max_chars = values.pop("content_max_chars", DEFAULT_CONTENT_MAX_CHARS)
         override = overrides.pop("content_max_chars", None)
-        values["model"] = ModelOptions(capture_content_from_env(env), max_chars if override is None else override)
         values["otlp"] = OtlpSettings.from_env(env) if exports else OtlpSettings(None, "grpc")
         values["metrics_otlp"] = OtlpSettings.metrics_from_env(env) if exports else None
+        values["logs_otlp"] = OtlpSettings.logs_from_env(env) if exports else None
+        values["model"] = ModelOptions(capture_content_from_env(env), max_chars if override is None else override,
+                                       logs=values["logs_otlp"] is not None)
         values.update({key: value for key, value in overrides.items() if value is not None})
         for key in ("copilot_home", "state_dir", "traces_file", "web_config_file", "budgets_file"):
             if isinstance(values.get(key), (str, Path)):

@@ -1,4 +1,5 @@
-"""attach(): traces and metrics of a live `github-copilot-sdk` session, with its ephemeral events.
+"""attach(): traces, metrics and (OTEL_LOGS_EXPORTER=otlp) logs of a live `github-copilot-sdk` session, with its
+ephemeral events.
 
     from copilot_otel import attach
     handle = attach(session)            # after client.create_session(...)
@@ -7,8 +8,8 @@
 
 The SDK calls our handler on its own thread for every event, including those the
 file never gets (``session.idle``, ``assistant.usage``, ``model.call_failure``). The
-handler never raises into the SDK and never blocks it: spans go to a bounded queue
-exported by a background thread.
+handler never raises into the SDK and never blocks it: spans, and log records when a logs
+sink is set, go to bounded queues exported by background threads.
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ from .model.pipeline import Outputs, drive, finish
 from .model.sessions import SessionModel
 from .export.resource import resource_of
 from .export.sinks import make_sink
-from .export.contract import SpanSink
+from .export.contract import RecordSink, SpanSink
+from .model.logs import LogRecord
 from .vocab import IDLE
 
 log = logging.getLogger(__name__)
@@ -76,9 +78,11 @@ class Attachment:
     """A live session being observed; ``detach()`` stops and flushes."""
 
     def __init__(self, session: Any, *, sink: SpanSink, shared: _Shared, config: Config,
-                 owns_sink: bool = True) -> None:
+                 owns_sink: bool = True, log_sink: RecordSink[LogRecord] | None = None,
+                 owns_log_sink: bool = True) -> None:
         self.session_id = str(getattr(session, "session_id", None) or "unknown")
-        self.model = SessionModel(self.session_id, config.model, live_idle=True)
+        options = replace(config.model, logs=log_sink is not None)
+        self.model = SessionModel(self.session_id, options, live_idle=True)
         # The model's state as of the last event, published for scrapes (None once the session ended).
         self.state: str | None = IDLE
         self._shared = shared
@@ -91,6 +95,16 @@ class Attachment:
                                   on_exported=self.metrics.spans_exported.inc,
                                   on_failed=self.metrics.spans_failed.inc)
         self._queue.start()
+        self.log_sink, self._owns_log_sink = log_sink, owns_log_sink
+        self._log_queue: ExportQueue[LogRecord] | None = None
+        if log_sink is not None:
+            self._log_queue = ExportQueue(log_sink, None, max_spans=config.max_buffered_spans,
+                                          on_exported=self.metrics.logs_exported.inc,
+                                          on_failed=self.metrics.logs_failed.inc,
+                                          on_backend_dropped=self.metrics.logs_dropped.inc,
+                                          on_dead_lettered=self.metrics.logs_dropped.inc, signal="log",
+                                          item="log record")
+            self._log_queue.start()
         shared.attachments.add(self)
         self._session = session
         self._unsubscribe: Callable[[], None] | None = session.on(self._on_event)
@@ -134,10 +148,15 @@ class Attachment:
         dropped = self._queue.offer_spans(out.spans)
         if dropped:
             self.metrics.spans_failed.inc(dropped)
+        if self._log_queue is not None and out.logs:
+            lost = self._log_queue.offer_spans(out.logs)
+            if lost:
+                self.metrics.logs_dropped.inc(lost)
 
     def flush(self, timeout: float = 5.0) -> bool:
-        """Wait until every span so far is exported."""
-        return self._queue.flush(timeout)
+        """Wait until every span (and log record) so far is exported."""
+        flushed = self._queue.flush(timeout)
+        return (self._log_queue is None or self._log_queue.flush(timeout)) and flushed
 
     def detach(self, timeout: float = 5.0) -> bool:
         """Unsubscribe, close what is still open, export it all; True if everything was delivered."""
@@ -156,6 +175,10 @@ class Attachment:
         delivered = self._queue.stop(timeout)
         if self._owns_sink:
             self.sink.shutdown()
+        if self._log_queue is not None:
+            delivered = self._log_queue.stop(timeout) and delivered
+            if self._owns_log_sink and self.log_sink is not None:
+                self.log_sink.shutdown()
         self._shared.attachments.discard(self)
         return delivered
 
@@ -169,14 +192,16 @@ class Attachment:
 def attach(session: Any, *, config: Config | None = None, traces_file: str | Path | None = None,
            otlp: OtlpSettings | None = None, sink: SpanSink | None = None, registry: CollectorRegistry | None = None,
            capture_content: bool | None = None, content_max_chars: int | None = None,
-           metrics_address: tuple[str, int] | None = None, max_buffered_spans: int | None = None) -> Attachment:
+           metrics_address: tuple[str, int] | None = None, max_buffered_spans: int | None = None,
+           log_sink: RecordSink[LogRecord] | None = None) -> Attachment:
     """Observe a live github-copilot-sdk session: export its spans and count its metrics.
 
     ``config`` defaults to ``Config.from_env()``: the daemon's COPILOT_OTEL_* variables
     (COPILOT_OTEL_TRACES_FILE, ...), OTEL_EXPORTER_OTLP_* and
     OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT; the keyword arguments override it.
     Metrics go to ``registry`` (or a shared default one); ``metrics_address`` also serves
-    /metrics there. Raises ConfigError for a bad setting.
+    /metrics there. The session's events go as log records to ``log_sink``, else over OTLP when
+    OTEL_LOGS_EXPORTER=otlp (docs/logs.md). Raises ConfigError for a bad setting.
     """
     base = config or Config.from_env()
     model = replace(base.model, **{k: v for k, v in (("capture_content", capture_content),
@@ -188,10 +213,17 @@ def attach(session: Any, *, config: Config | None = None, traces_file: str | Pat
         sink = make_sink(traces_file=config.traces_file, otlp=config.otlp, default_file=config.default_traces_file,
                          rotation=config.traces_rotation, strict=not config.no_strict_modes,
                          resource=resource_of(config))
+    owns_log_sink = log_sink is None
+    if log_sink is None and config.logs_otlp is not None:
+        from .export.otlp_logs import OtlpLogSink
+
+        log_sink = OtlpLogSink(config.logs_otlp, resource=resource_of(config),
+                               max_request_bytes=config.max_request_bytes)
     shared = _shared_for(registry, repository_label=not config.no_repository_label)
     if metrics_address is not None:
         serve_metrics(shared.metrics.registry, metrics_address, allowed_hosts=config.allowed_hosts)
-    return Attachment(session, sink=sink, shared=shared, config=config, owns_sink=owns_sink)
+    return Attachment(session, sink=sink, shared=shared, config=config, owns_sink=owns_sink, log_sink=log_sink,
+                      owns_log_sink=owns_log_sink)
 
 
 async def attach_async(session: Any, **options: Any) -> Attachment:

@@ -17,7 +17,7 @@ from pathlib import Path
 from stat import S_ISREG
 from types import MappingProxyType
 from functools import partial
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from msgspec.structs import replace
@@ -28,6 +28,7 @@ from ..export.deadletter import FILE_NAME as DEAD_LETTER_FILE
 from ..export.deadletter import DeadLetter
 from ..source.discover import Discoverer, Tree
 from ..export.queue import ExportQueue
+from ..export.lanes import SharedCheckpoint
 from .follow import Follower
 from ..source.liveness import ABANDON, ABANDONED_RETENTION, DORMANT, Liveness, live_state, lock_pids, pid_alive, verdict
 from ..base.collector import DeferredCollection
@@ -37,12 +38,13 @@ from .moves import Moves
 from .notices import SessionNotices
 from ..export.otlp_json import OtlpJsonEncoder
 from ..model.pipeline import Outputs
+from ..model.logs import LogRecord
 from ..model.records import SpanRecord
 from ..catalog.published import Published
 from .readout import Readout
 from ..export.resource import resource_attributes
 from ..export.sinks import make_sink
-from ..export.contract import SpanSink
+from ..export.contract import RecordSink, SpanSink
 from ..source.sources import SESSION_STATE
 from ..source import trust
 from ..base.regular import NOT_REGULAR
@@ -86,7 +88,10 @@ class Daemon:
     """Follows every session under COPILOT_HOME/session-state; exports spans; keeps metrics."""
 
     def __init__(self, config: Config, *, sink: SpanSink | None = None, metrics: Metrics | None = None,
-                 clock: Callable[[], float] = time.time, own_gc: bool = False) -> None:
+                 clock: Callable[[], float] = time.time, own_gc: bool = False,
+                 log_sink: RecordSink[LogRecord] | None = None) -> None:
+        if log_sink is not None and not config.model.logs:  # a logs sink handed in: the models make log records
+            config = replace(config, model=replace(config.model, logs=True))
         self.config = config
         self.root = config.copilot_home / SESSION_STATE
         self.clock = clock
@@ -110,11 +115,26 @@ class Daemon:
                                       max_request_bytes=config.max_request_bytes, rotation=config.traces_rotation,
                                       strict=not config.no_strict_modes, resource=self.resource)
         self.dead_letter = DeadLetter(config.state_dir / DEAD_LETTER_FILE, OtlpJsonEncoder(self.resource))
+        # The session's events as log records (OTEL_LOGS_EXPORTER=otlp): a queue of their own, so that either
+        # backend failing holds back only its own signal; the checkpoint moves once both delivered (lanes.py).
+        if log_sink is None and config.logs_otlp is not None:
+            from ..export.otlp_logs import OtlpLogSink
+
+            log_sink = OtlpLogSink(config.logs_otlp, resource=self.resource,
+                                   max_request_bytes=config.max_request_bytes)
+        self.log_sink = log_sink
+        self.shared = SharedCheckpoint(self.checkpoint) if log_sink is not None else None
         self.queue = ExportQueue(
-            self.sink, self.checkpoint, max_spans=config.max_buffered_spans, dead_letter=self.dead_letter,
+            self.sink, self.shared.lane(0) if self.shared is not None else self.checkpoint,
+            max_spans=config.max_buffered_spans, dead_letter=self.dead_letter,
             on_exported=self.metrics.spans_exported.inc, on_failed=self.metrics.spans_failed.inc,
             on_commit=self.metrics.checkpoint_commits.inc, on_dead_lettered=self.metrics.spans_dead_lettered.inc,
             on_backend_dropped=self.metrics.spans_dropped_by_backend.inc)
+        self.log_queue: ExportQueue[LogRecord] | None = ExportQueue(
+            log_sink, self.shared.lane(1), max_spans=config.max_buffered_spans,
+            on_exported=self.metrics.logs_exported.inc, on_failed=self.metrics.logs_failed.inc,
+            on_dead_lettered=self.metrics.logs_dropped.inc, on_backend_dropped=self.metrics.logs_dropped.inc,
+            signal="log", item="log record") if log_sink is not None and self.shared is not None else None
         # Read when scraped, so they stay true while the reader waits on a full queue.
         self.metrics.files_watched.set_function(lambda: len(self.sessions))
         self.metrics.export_queue.set_function(lambda: self.queue.depth + len(self._outbox))
@@ -176,6 +196,7 @@ class Daemon:
         # an export, a durable write and a checkpoint commit per log cost more than reading it (issue 25).
         self._outbox_outputs: list[Outputs] = []
         self._outbox: list[SpanRecord] = []
+        self._log_outbox: list[LogRecord] = []
         self._outbox_markers: dict[str, FilePosition] = {}
         self._counted = False  # metric updates applied since the last totals were queued
         self._next_totals = 0.0  # monotonic time the next totals may be taken
@@ -199,12 +220,15 @@ class Daemon:
         """Healthy while the reader loop turns and sessions can be seen; says whether exports succeed, and what
         was set aside."""
         stalled = time.monotonic() - self._last_loop
-        if stalled > 30 and not self.queue.blocked:  # a reader paused by back-pressure is not hung
+        paused = self.queue.blocked or (self.log_queue is not None and self.log_queue.blocked)
+        if stalled > 30 and not paused:  # a reader paused by back-pressure is not hung
             return False, f"reader loop stalled for {stalled:.0f} s"
         problem = self.discoverer.problem()
         if problem is not None:
             return False, problem
         notes = self.queue.notes()
+        if self.log_queue is not None:
+            notes += self.log_queue.notes()
         pushing = self.metrics_push.note() if self.metrics_push is not None else None
         if pushing is not None:
             notes.append(pushing)
@@ -216,6 +240,8 @@ class Daemon:
             gc.collect()
             gc.freeze()
         self.queue.start()
+        if self.log_queue is not None:
+            self.log_queue.start()
         self.discoverer.start()
         if ready is not None:
             ready.set()
@@ -230,8 +256,13 @@ class Daemon:
             if not self.queue.stop(timeout=5.0):
                 log.warning("stopped with %d spans not yet exported; they will be re-read on the next start",
                             self.queue.depth)
+            if self.log_queue is not None and not self.log_queue.stop(timeout=5.0):
+                log.warning("stopped with %d log records not yet exported; they will be re-read on the next start",
+                            self.log_queue.depth)
             self.checkpoint.close()
             self.sink.shutdown()
+            if self.log_sink is not None:
+                self.log_sink.shutdown()
             self.dead_letter.close()
             self.lock.release()
 
@@ -539,6 +570,8 @@ class Daemon:
     def _queue_outputs(self, out: Outputs) -> None:
         """Queue what a read produced: its metric updates and its spans."""
         self._outbox_outputs.append(out)
+        if out.logs and self.log_queue is not None:
+            self._log_outbox.extend(out.logs)
         self._queue_spans(out.spans)
 
     def _queue_spans(self, spans: list[SpanRecord]) -> None:
@@ -572,9 +605,14 @@ class Daemon:
             else:
                 hold = True  # a position is committed only with totals that cover it
         markers = {} if hold else self._outbox_markers
-        if self._outbox or markers:
+        if self._outbox or markers or self._log_outbox:
+            positions: Iterable[FilePosition] = markers.values()
+            if self.shared is not None and self.log_queue is not None:  # both queues carry the same positions
+                positions, totals = self.shared.number(positions, totals)
+                self.log_queue.put(self._log_outbox, positions, totals=totals, should_stop=self._stop.is_set)
+                self._log_outbox = []
             # Emptied once queued: the export queue gauge (queue and outbox) never reads 0 while spans wait.
-            self.queue.put(self._outbox, markers.values(), totals=totals, should_stop=self._stop.is_set)
+            self.queue.put(self._outbox, positions, totals=totals, should_stop=self._stop.is_set)
             self._outbox = []
             if not hold:
                 self._outbox_markers = {}
@@ -622,6 +660,8 @@ class Daemon:
         self._restored.pop(str(path), None)
         if str(path) not in self.moves.moved_away:  # a moved log's row goes when its new path's row is committed
             self.checkpoint.forget(str(path))
+            if self.shared is not None:
+                self.shared.forget(str(path))
 
     # ------------------------------------------------------------ housekeeping
 

@@ -35,7 +35,7 @@ from ..source.liveness import Liveness, locks_expected
 from ..logreader import LogReader
 from ..decode.normalize import parse_version
 from ..model.pipeline import Outputs, Warn, finish
-from ..model.records import salted
+from ..model.records import salted, salted_ids
 from ..model.sessions import READ_TYPES, SessionModel
 from ..source.sources import session_id_of
 from ..model.summary import SessionSummary
@@ -171,7 +171,7 @@ class Follower(Struct):
             self.settle_at_floor = False
             self.whole = True
         if result.items:
-            start = len(out.spans)
+            start, log_start = len(out.spans), len(out.logs)
             items = result.items
             cut = _below(items, self.floor_line)
             if self.settle_at_floor:
@@ -184,6 +184,7 @@ class Follower(Struct):
                         self.live_model.finish()  # delivered when it happened: nothing to export again
             self.reader.drive(items, out, warn=warn, floor=_floor(items, cut))
             self._salt(out, start)
+            self._salt_logs(out, log_start)
             self._ahead(items[cut:], out)
             self.abandoned_at = None
             self.last_read = self.seen_at = time.monotonic()
@@ -209,6 +210,12 @@ class Follower(Struct):
         """Give the spans added to ``out`` since ``start`` the ids of this file generation."""
         if self.generation:
             out.spans[start:] = [salted(record, self.generation) for record in out.spans[start:]]
+
+    def _salt_logs(self, out: Outputs, start: int) -> None:
+        """Link the log records added to ``out`` since ``start`` to the spans of this file generation."""
+        if self.generation:
+            out.logs[start:] = [replace(record, trace_id=ids[0], span_id=ids[1]) for record in out.logs[start:]
+                                for ids in (salted_ids(record.trace_id, record.span_id, self.generation),)]
 
     def confirm_end(self, out: Outputs) -> None:
         """A quiet period confirmed that the agent loop went idle: what that closes goes into ``out``."""

@@ -9,7 +9,7 @@ a :class:`Receipt`: spans the destination accepted and dropped all the same (OTL
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol, runtime_checkable
+from typing import Protocol, TypeVar, runtime_checkable
 
 from msgspec import Struct
 
@@ -52,6 +52,21 @@ class Receipt(Struct, frozen=True):
 
     rejected: int = 0
     message: str = ""
+
+
+R_contra = TypeVar("R_contra", contravariant=True)
+
+
+class RecordSink(Protocol[R_contra]):
+    """Where finished records go (spans, log records): as SpanSink says for spans."""
+
+    description: str
+
+    def export(self, records: Sequence[R_contra]) -> Receipt | None: ...
+
+    def sync(self) -> None: ...
+
+    def shutdown(self) -> None: ...
 
 
 class SpanSink(Protocol):

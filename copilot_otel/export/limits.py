@@ -107,3 +107,8 @@ def clean(record: SpanRecord) -> SpanRecord:
         status_message=record.status_message[:MAX_STATUS_CHARS], attributes=_clean_attributes(record.attributes),
         events=tuple(SpanEvent(e.name[:MAX_NAME_CHARS], clamp_time(e.time_ns), _clean_attributes(e.attributes))
                      for e in record.events))
+
+
+def clean_attributes(attributes: Mapping[str, Any]) -> Mapping[str, Any]:
+    """Attributes as they may be encoded (a log record's, like a span's): the same mapping when nothing needs it."""
+    return _clean_attributes(attributes)

@@ -284,6 +284,13 @@ class Metrics:
         self.spans_dropped_by_backend = Counter(
             "copilot_otel_spans_dropped_by_backend",
             "Spans the trace backend accepted and dropped all the same (OTLP partial success).", registry=r)
+        self.logs_exported = Counter("copilot_otel_log_records_exported",
+                                     "Log records delivered to the logs backend (OTEL_LOGS_EXPORTER=otlp).", registry=r)
+        self.logs_failed = Counter("copilot_otel_log_records_failed",
+                                   "Log record export attempts that failed (log records).", registry=r)
+        self.logs_dropped = Counter("copilot_otel_log_records_dropped",
+                                    "Log records refused for good, or accepted and dropped (OTLP partial success), "
+                                    "by the logs backend.", registry=r)
         self.values_clamped = Counter("copilot_otel_values_clamped",
                                       "Values from the logs clamped or cut to be usable (each logged with its file "
                                       "and line), by reason.", ["reason"], registry=r)

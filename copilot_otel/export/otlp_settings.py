@@ -31,6 +31,11 @@ ENV_METRICS_EXPORTER = "OTEL_METRICS_EXPORTER"
 ENV_OTLP_METRICS_ENDPOINT = "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"
 ENV_OTLP_METRICS_PROTOCOL = "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL"
 ENV_OTLP_METRICS_HEADERS = "OTEL_EXPORTER_OTLP_METRICS_HEADERS"
+ENV_LOGS_EXPORTER = "OTEL_LOGS_EXPORTER"
+ENV_OTLP_LOGS_ENDPOINT = "OTEL_EXPORTER_OTLP_LOGS_ENDPOINT"
+ENV_OTLP_LOGS_PROTOCOL = "OTEL_EXPORTER_OTLP_LOGS_PROTOCOL"
+ENV_OTLP_LOGS_HEADERS = "OTEL_EXPORTER_OTLP_LOGS_HEADERS"
+LOGS_EXPORTERS = ("otlp", "none")  # OTEL_LOGS_EXPORTER (unset: none, unlike the SDK's default of otlp)
 METRICS_EXPORTERS = ("prometheus", "otlp", "none")  # OTEL_METRICS_EXPORTER: a comma-separated list of these
 TRACES_EXPORTERS = ("otlp", "none")  # OTEL_TRACES_EXPORTER
 # Exporter settings read as OTEL_EXPORTER_OTLP_<SIGNAL>_<X>, else OTEL_EXPORTER_OTLP_<X>.
@@ -143,6 +148,25 @@ class OtlpSettings(Struct, frozen=True):
         if "otlp" not in exporters:
             return None
         return cls._of_signal(env, ENV_OTLP_METRICS_ENDPOINT, ENV_OTLP_METRICS_PROTOCOL, ENV_OTLP_METRICS_HEADERS)
+
+    @classmethod
+    def logs_from_env(cls, environ: Mapping[str, str] | None = None) -> OtlpSettings | None:
+        """Where the session's events go as log records when OTEL_LOGS_EXPORTER names otlp (None: they do not),
+        from the standard OTEL_EXPORTER_OTLP_(LOGS_)* variables; otlp with no endpoint is a ConfigError."""
+        env = os.environ if environ is None else environ
+        exporters = {name.strip().lower() for name in env.get(ENV_LOGS_EXPORTER, "").split(",") if name.strip()}
+        unknown = sorted(exporters - set(LOGS_EXPORTERS))
+        if unknown:
+            raise ConfigError(f"{ENV_LOGS_EXPORTER}={env[ENV_LOGS_EXPORTER]!r}: {', '.join(unknown)} is not "
+                              f"supported: use otlp (with OTEL_EXPORTER_OTLP_LOGS_ENDPOINT or "
+                              f"OTEL_EXPORTER_OTLP_ENDPOINT) or none")
+        if "otlp" not in exporters:
+            return None
+        settings = cls._of_signal(env, ENV_OTLP_LOGS_ENDPOINT, ENV_OTLP_LOGS_PROTOCOL, ENV_OTLP_LOGS_HEADERS)
+        if not settings.endpoint:
+            raise ConfigError(f"{ENV_LOGS_EXPORTER}=otlp needs an endpoint: set {ENV_OTLP_LOGS_ENDPOINT} or "
+                              f"{ENV_OTLP_ENDPOINT} (e.g. http://127.0.0.1:4317)")
+        return settings
 
     @classmethod
     def _of_signal(cls, env: Mapping[str, str], endpoint_variable: str, protocol_variable: str,

@@ -22,16 +22,19 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
+from typing import Generic, Protocol, TypeVar, cast
 
 from msgspec import Struct, field
 
 from ..base.pause import PAUSE
 from ..base.redact import redact
-from .checkpoint import Checkpoint, FilePosition
+from .checkpoint import FilePosition
 from .deadletter import DeadLetter
 from ..model.records import SpanRecord
 from .retry import Backoff, RetryPolicy, retry_wait_reason
-from .contract import ExportError, Receipt, RejectedError, SpanSink
+from .contract import ExportError, Receipt, RecordSink, RejectedError
+
+R = TypeVar("R")  # what a queue carries: SpanRecord, or model.logs.LogRecord
 
 log = logging.getLogger(__name__)
 
@@ -39,26 +42,34 @@ COMMIT_RETRY = 1.0  # seconds between attempts to commit positions a failed comm
 JOIN_AFTER_ABORT = 5.0  # seconds for the exporter thread to end once its request in flight was abandoned
 
 
-class _Segment(Struct):
+class Committer(Protocol):
+    """Where delivered positions are committed: the Checkpoint, or one lane of a shared one (lanes.py)."""
+
+    def commit(self, positions: list[FilePosition], totals: bytes | None = None) -> None: ...
+
+
+class _Segment(Struct, Generic[R]):
     """Spans in order, then the positions that may be committed once they are delivered."""
 
-    spans: list[SpanRecord] = field(default_factory=list)
+    spans: list[R] = field(default_factory=list)
     markers: dict[str, FilePosition] = field(default_factory=dict)
     totals: bytes | None = None  # the metric totals as of these markers (committed with them)
 
 
-class ExportQueue:
-    """A stoppable exporter thread fed by the reader."""
+class ExportQueue(Generic[R]):
+    """A stoppable exporter thread fed by the reader (of spans, or of log records)."""
 
-    def __init__(self, sink: SpanSink, checkpoint: Checkpoint | None, *, max_spans: int = 20_000,
+    def __init__(self, sink: RecordSink[R], checkpoint: Committer | None, *, max_spans: int = 20_000,
                  batch: int = 512, retry: RetryPolicy = RetryPolicy(),
                  dead_letter: DeadLetter | None = None,
                  on_exported: Callable[[int], None] = lambda n: None,
                  on_failed: Callable[[int], None] = lambda n: None,
                  on_commit: Callable[[], None] = lambda: None,
                  on_dead_lettered: Callable[[int], None] = lambda n: None,
-                 on_backend_dropped: Callable[[int], None] = lambda n: None) -> None:
+                 on_backend_dropped: Callable[[int], None] = lambda n: None,
+                 signal: str = "trace", item: str = "span") -> None:
         self.sink = sink
+        self.signal, self.item = signal, item  # what it exports, for what it says: trace/span, log/log record
         self.checkpoint = checkpoint
         self.max_spans = max_spans
         self.batch = batch
@@ -66,7 +77,7 @@ class ExportQueue:
         self.dead_letter = dead_letter
         self._on_exported, self._on_failed, self._on_commit = on_exported, on_failed, on_commit
         self._on_dead_lettered, self._on_backend_dropped = on_dead_lettered, on_backend_dropped
-        self._segments: deque[_Segment] = deque()
+        self._segments: deque[_Segment[R]] = deque()
         self._queued_spans = 0
         self._uncommitted: dict[str, FilePosition] = {}  # positions a failed commit left behind
         self._uncommitted_totals: bytes | None = None  # and the totals that go with them
@@ -99,14 +110,15 @@ class ExportQueue:
         notes = []
         if self.blocked or not self.healthy:
             paused = "; reading paused" if self.blocked else ""
-            notes.append(f"trace export failing, {self.depth} spans and {self.markers} checkpoint position(s) "
-                         f"queued{paused}" + (f"; last: {self.last_error}" if self.last_error else ""))
+            notes.append(f"{self.signal} export failing, {self.depth} {self.item}s and {self.markers} checkpoint "
+                         f"position(s) queued{paused}" + (f"; last: {self.last_error}" if self.last_error else ""))
         if self.dead_letter is not None and self.dead_letter.spans:
             notes.append(f"{self.dead_letter.spans} span(s) refused by the trace backend, kept in "
                          f"{self.dead_letter.path}; last: {self.dead_letter.last_reason}")
         if self.backend_dropped:
-            notes.append(f"{self.backend_dropped} span(s) accepted and dropped by the trace backend (OTLP partial "
-                         f"success; it does not say which); last: {self.backend_message or 'no reason given'}")
+            notes.append(f"{self.backend_dropped} {self.item}(s) accepted and dropped by the {self.signal} backend "
+                         "(OTLP partial success; it does not say which); last: "
+                         f"{self.backend_message or 'no reason given'}")
         if self.commit_error:
             notes.append(f"checkpoint not committed: {self.commit_error}")
         return notes
@@ -115,7 +127,7 @@ class ExportQueue:
         """Start the exporter thread."""
         self._thread.start()
 
-    def _append(self, spans: list[SpanRecord]) -> None:
+    def _append(self, spans: list[R]) -> None:
         last = self._segments[-1] if self._segments else None
         if last is not None and not last.markers:
             last.spans.extend(spans)
@@ -123,7 +135,7 @@ class ExportQueue:
             self._segments.append(_Segment(list(spans)))
         self._queued_spans += len(spans)
 
-    def put(self, spans: list[SpanRecord], markers: Iterable[FilePosition] = (), *, totals: bytes | None = None,
+    def put(self, spans: list[R], markers: Iterable[FilePosition] = (), *, totals: bytes | None = None,
             should_stop: Callable[[], bool] = lambda: False) -> None:
         """Queue spans (blocking while the queue is full, unless stopping), then checkpoint positions, each
         committed once every span queued before it is delivered (a position replaces an earlier one of the same
@@ -144,7 +156,7 @@ class ExportQueue:
                 self._segments[-1].totals = totals
             self._cond.notify_all()
 
-    def offer_spans(self, spans: list[SpanRecord]) -> int:
+    def offer_spans(self, spans: list[R]) -> int:
         """Queue spans without ever blocking the caller; return how many were dropped (queue full)."""
         if not spans:
             return 0
@@ -187,7 +199,7 @@ class ExportQueue:
             self._thread.join(timeout=0.05)
         return flushed
 
-    def _take(self) -> tuple[list[SpanRecord], dict[str, FilePosition], bytes | None] | None:
+    def _take(self) -> tuple[list[R], dict[str, FilePosition], bytes | None] | None:
         with self._cond:
             while not self._segments and not self._stopping:
                 if (self._uncommitted or self._uncommitted_totals is not None) \
@@ -197,7 +209,7 @@ class ExportQueue:
                 self._cond.wait(0.5)
             if not self._segments:
                 return None
-            spans: list[SpanRecord] = []
+            spans: list[R] = []
             markers: dict[str, FilePosition] = {}
             totals = None
             while self._segments and len(spans) < self.batch:
@@ -232,14 +244,14 @@ class ExportQueue:
                     self._busy = False
                     self._cond.notify_all()
 
-    def _deliver(self, spans: list[SpanRecord]) -> bool:
+    def _deliver(self, spans: list[R]) -> bool:
         """Deliver ``spans`` in order, retrying with backoff; False if stopped first."""
         backoff = Backoff(self.retry)
 
-        def failed(part: list[SpanRecord], exc: Exception | None) -> bool:
+        def failed(part: list[R], exc: Exception | None) -> bool:
             if exc is None:  # a part was delivered
                 if not self.healthy:
-                    log.info("trace export to %s recovered", self.sink.description)
+                    log.info("%s export to %s recovered", self.signal, self.sink.description)
                 self.healthy, self.last_error = True, None
                 self._on_exported(len(part))
                 backoff.reset()
@@ -260,21 +272,21 @@ class ExportQueue:
 
         return send_in_parts(self.sink, spans, reject=self._reject, progress=failed, dropped=self._dropped)
 
-    def _dropped(self, _part: list[SpanRecord], receipt: Receipt) -> None:
+    def _dropped(self, _part: list[R], receipt: Receipt) -> None:
         """Count spans the backend accepted and dropped (the sink logged them)."""
         if receipt.rejected:
             self.backend_dropped += receipt.rejected
             self.backend_message = receipt.message or None
             self._on_backend_dropped(receipt.rejected)
 
-    def _reject(self, spans: list[SpanRecord], reason: str) -> bool:
+    def _reject(self, spans: list[R], reason: str) -> bool:
         """Set refused spans aside; False if they could not be kept (retried later: nothing is lost)."""
         if self.dead_letter is None:
-            log.error("%d span(s) refused for good and dropped: %s", len(spans), reason)
+            log.error("%d %s(s) refused for good and dropped: %s", len(spans), self.item, reason)
             self.dropped += len(spans)
         else:
             try:
-                self.dead_letter.add(spans, reason)
+                self.dead_letter.add(cast(list[SpanRecord], spans), reason)  # only a span queue is given one
             except OSError as exc:
                 log.warning("cannot keep %d refused span(s) in %s (%s); retrying", len(spans),
                             self.dead_letter.path, exc.strerror or exc)
@@ -320,9 +332,9 @@ class ExportQueue:
         self._on_commit()
 
 
-def send_in_parts(sink: SpanSink, spans: list[SpanRecord], *, reject: Callable[[list[SpanRecord], str], bool],
-                  progress: Callable[[list[SpanRecord], Exception | None], bool],
-                  dropped: Callable[[list[SpanRecord], Receipt], None] | None = None) -> bool:
+def send_in_parts(sink: RecordSink[R], spans: list[R], *, reject: Callable[[list[R], str], bool],
+                  progress: Callable[[list[R], Exception | None], bool],
+                  dropped: Callable[[list[R], Receipt], None] | None = None) -> bool:
     """Send ``spans`` through ``sink`` in order, as many requests as it takes.
 
     A request the sink finds too large, or refuses for good, is halved until it fits or until the

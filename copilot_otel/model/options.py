@@ -8,7 +8,9 @@ DEFAULT_CONTENT_MAX_CHARS = 4096
 
 
 class ModelOptions(Struct, frozen=True):
-    """What the session model needs from the configuration: content capture and its length."""
+    """What the session model needs from the configuration: content capture and its length, and whether it makes
+    log records of the events (logs.py) for a logs exporter."""
 
     capture_content: bool = False
     content_max_chars: int = DEFAULT_CONTENT_MAX_CHARS
+    logs: bool = False

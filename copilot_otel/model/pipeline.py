@@ -16,6 +16,7 @@ from msgspec import Struct, field
 
 from ..decode.lines import INTERNAL_ERROR, MAX_DEPTH
 from ..decode.events import DecodeError, Event
+from .logs import LogRecord
 from .records import EMPTY_STEP, MetricUpdate, SpanRecord, Step
 from .sessions import SessionModel
 from ..vocab import DUPLICATE_ID, END_INCOMPLETE, OUT_OF_RANGE, TOO_DEEP
@@ -39,6 +40,7 @@ class Outputs(Struct):
 
     spans: list[SpanRecord] = field(default_factory=list)
     metrics: list[MetricUpdate] = field(default_factory=list)
+    logs: list[LogRecord] = field(default_factory=list)  # made only when the model's options ask for them
     rejected: dict[str, int] = field(default_factory=dict)  # reason -> lines skipped
     out_of_order: dict[str, int] = field(default_factory=dict)  # event type -> ends of something not open
     events: dict[str, int] = field(default_factory=dict)  # event type -> events applied
@@ -51,6 +53,7 @@ class Outputs(Struct):
         if step is not EMPTY_STEP:
             self.spans.extend(step.spans)
             self.metrics.extend(step.metrics)
+            self.logs.extend(step.logs)
 
 
 def drive(model: SessionModel, items: Iterable[Event | DecodeError], out: Outputs, *, source: str,
@@ -92,6 +95,8 @@ def drive(model: SessionModel, items: Iterable[Event | DecodeError], out: Output
             continue
         out.spans.extend(step.spans)
         out.metrics.extend(step.metrics)
+        if step.logs:
+            out.logs.extend(step.logs)
         for anomaly in step.anomalies:
             warn("%s:%d: %s", source, item.line, anomaly.describe())
             if anomaly.kind == DUPLICATE_ID:

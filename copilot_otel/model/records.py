@@ -107,6 +107,7 @@ class Step(Struct, frozen=True):
     spans: tuple[SpanRecord, ...] = ()
     metrics: tuple[MetricUpdate, ...] = ()
     anomalies: tuple[Anomaly, ...] = ()
+    logs: tuple[Any, ...] = ()  # logs.LogRecord, made only when ModelOptions.logs is on
 
 
 EMPTY_STEP = Step()
@@ -130,6 +131,13 @@ def span_id_for(session_id: str, event_id: str) -> int:
 def _salt(value: int, generation: int, size: int) -> int:
     digest = blake2b(value.to_bytes(size, "big") + generation.to_bytes(8, "big"), digest_size=size).digest()
     return int.from_bytes(digest, "big") or 1
+
+
+def salted_ids(trace_id: int, span_id: int, generation: int) -> tuple[int, int]:
+    """(trace id, span id) as ``salted`` gives them to a span of file generation ``generation`` (0 stays 0: none)."""
+    if not generation:
+        return trace_id, span_id
+    return (_salt(trace_id, generation, 16) if trace_id else 0), (_salt(span_id, generation, 8) if span_id else 0)
 
 
 def salted(record: SpanRecord, generation: int) -> SpanRecord:

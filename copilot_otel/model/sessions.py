@@ -20,6 +20,7 @@ from .changes import CodeChanges
 from .compaction import CompactionBook
 from .hooks import HookBook
 from .interactions import AgentLoop
+from .logs import LOG_EVENT_TYPES, Context, EventLog
 from .messages import Transcript
 from ..decode.normalize import Normalizer
 from .options import ModelOptions
@@ -62,6 +63,8 @@ class SessionModel:
         self._requests: dict[str, tuple[str, int, str | None]] = {}
         self._seen: set[int] = set()  # hashes of event ids, kept for the life of the model (one file generation)
         self._normalize = Normalizer()  # the CLI-version layer: any version's events in the shape read here
+        self._logs = EventLog(session_id, self._capture) if options.logs else None  # log records of the events
+        self._call_event: str | None = None  # the id of the last event an LLM call's span was made from
 
     # ------------------------------------------------------------ public
 
@@ -72,9 +75,17 @@ class SessionModel:
             self._out.anomaly(DUPLICATE_ID, event)
             return self._out.take()
         self._seen.add(key)
+        logs = self._logs
         for canonical in self._normalize(event):
+            before = self.span_context(canonical) if logs is not None else None
             self._apply(canonical)
-        return self._out.take()
+            if logs is not None:
+                logs.after(canonical, before, self.span_context(canonical), event,
+                           made_call=self._call_event == canonical.id)
+        step = self._out.take()
+        if logs is not None and logs.pending:
+            step = replace(step, logs=logs.take())
+        return step
 
     def _apply(self, event: Event) -> None:
         if event.type == "abort":
@@ -101,6 +112,28 @@ class SessionModel:
         handler = _HANDLERS.get(event.type)
         if handler is not None:
             handler(self, event)
+
+    def span_context(self, event: Event) -> Context | None:
+        """(trace id, span id, start, tool name) of the open span ``event`` is about, read without changing
+        anything: its tool call's or its compaction's, else its agent's turn or invoke span, else the running
+        interaction's root (None: nothing is open)."""
+        call_id = event.tool_call_id
+        if call_id is None and event.type.endswith(".requested"):
+            call_id = user_request(event).call_id
+        entry = self._book.tools.get(call_id) if call_id else None
+        attempt = event.data.get("compactionAttemptId")
+        span = entry[0] if entry is not None else (
+            self._compactions.open.get(attempt) if isinstance(attempt, str) else None)
+        if span is None:
+            agent = self._loop.agents.get(event.agent_id)
+            if agent is not None:
+                span = agent.turn.span if agent.turn is not None else agent.invoke_span
+            if span is None and self._loop.current is not None:
+                span = self._loop.current.root
+        if span is None:
+            return None
+        tool = span.attributes.get(A.GEN_AI_TOOL_NAME) if entry is not None else None
+        return span.trace_id, span.span_id, span.start_ns, tool if isinstance(tool, str) else None
 
     def seen(self, event_id: str) -> bool:
         """True if an event with this id was already applied."""
@@ -402,6 +435,7 @@ class SessionModel:
         self._llm_call(event, usage, error=error)
 
     def _llm_call(self, event: Event, usage: Usage, *, error: str | None = None) -> None:
+        self._call_event = event.id
         agent = self._loop.agent(event)
         current = self._loop.current
         self._calls.record(event, usage, agent, self._loop.work_parent(event, agent), self.model, error=error,
@@ -530,6 +564,10 @@ READ_TYPES = type_set(HANDLED_TYPES - CONTENT_TYPES)  # as decode_line's ``keep`
 _CAPTURE_READ_TYPES = type_set(HANDLED_TYPES)
 
 
+_LOG_TYPES = type_set(LOG_EVENT_TYPES)
+
+
 def read_types(options: ModelOptions) -> frozenset[bytes]:
     """The event types a model with these options reads (decode_line's ``keep``)."""
-    return _CAPTURE_READ_TYPES if options.capture_content else READ_TYPES
+    types = _CAPTURE_READ_TYPES if options.capture_content else READ_TYPES
+    return types | _LOG_TYPES if options.logs else types

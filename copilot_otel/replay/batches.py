@@ -10,6 +10,7 @@ from msgspec import Struct, field
 from ..model.records import MetricUpdate, SpanRecord
 
 if TYPE_CHECKING:
+    from ..model.logs import LogRecord
     from ..model.pipeline import Outputs
 
 
@@ -42,6 +43,7 @@ class ReplayStats(Struct):
     out_of_order: Counter = field(default_factory=Counter)
     clamped: Counter = field(default_factory=Counter)  # reason -> values clamped or cut to be usable
     metrics: list[MetricUpdate] | None = field(default_factory=list)  # None: the model makes none
+    logs: list[LogRecord] | None = None  # the log records made, until sent (None: none are made)
 
     def add(self, other: ReplayStats) -> None:
         """Fold in the figures of another part of the same replay."""
@@ -56,6 +58,8 @@ class ReplayStats(Struct):
         self.clamped.update(other.clamped)
         if self.metrics is not None and other.metrics:
             self.metrics.extend(other.metrics)
+        if self.logs is not None and other.logs:
+            self.logs.extend(other.logs)
 
     def fold(self, out: Outputs) -> None:
         """Count what one session's drive produced (its spans are the caller's)."""
@@ -65,3 +69,12 @@ class ReplayStats(Struct):
         self.clamped.update(out.clamped)
         if self.metrics is not None:
             self.metrics.extend(out.metrics)
+        if self.logs is not None:
+            self.logs.extend(out.logs)
+
+    def take_logs(self) -> list[LogRecord]:
+        """The log records made since the last take (none when none are made)."""
+        if not self.logs:
+            return []
+        logs, self.logs = self.logs, []
+        return logs

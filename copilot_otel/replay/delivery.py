@@ -23,7 +23,8 @@ from ..config import DEFAULT_GIVE_UP_AFTER
 from ..export.queue import send_in_parts
 from .ledger import Ledger
 from ..model.records import SpanRecord
-from ..export.contract import EncodingSink, ExportError, Receipt, SpanSink
+from ..export.contract import EncodingSink, ExportError, Receipt, RecordSink, SpanSink
+from ..model.logs import LogRecord
 from ..export.retry import Backoff, RetryPolicy, retry_wait_reason
 
 log = logging.getLogger(__name__)
@@ -231,3 +232,53 @@ class _Waits:
         delivery._sleep(wait)
         self.attempt_started = delivery._clock()
         return True
+
+
+class LogSender:
+    """A replay's log records out through ``sink`` (OTEL_LOGS_EXPORTER=otlp): a failing request is retried with
+    backoff for up to ``give_up_after`` seconds, then the replay stops (:class:`GaveUp`); records the backend
+    refuses for good or accepts and drops are counted in ``lost`` (no file keeps them) and said."""
+
+    def __init__(self, sink: RecordSink[LogRecord], give_up_after: float, retry: RetryPolicy = RetryPolicy()) -> None:
+        self.sink = sink
+        self.give_up_after = give_up_after
+        self.retry = retry
+        self.sent = 0
+        self.lost = 0
+        self.reason = ""  # why the last ones were lost
+
+    def __call__(self, records: list[LogRecord]) -> None:
+        """Deliver ``records`` (raises GaveUp once retrying for ``give_up_after`` seconds did not help)."""
+        failing_since: float | None = None
+        backoff = Backoff(self.retry)
+
+        def progress(part: list[LogRecord], error: Exception | None) -> bool:
+            nonlocal failing_since
+            now = time.monotonic()
+            if error is None:
+                self.sent += len(part)
+                failing_since = None
+                backoff.reset()
+                return True
+            if not isinstance(error, ExportError):
+                raise error
+            failing_since = now if failing_since is None else failing_since
+            wait = backoff.next(error)
+            if now - failing_since + wait > self.give_up_after:
+                raise GaveUp(f"the logs backend did not take {len(part)} log record(s): {error}")
+            log.warning("%s; %s", error, retry_wait_reason(error, wait))
+            time.sleep(wait)
+            return True
+
+        def reject(part: list[LogRecord], reason: str) -> bool:
+            self.lost += len(part)
+            self.reason = reason
+            log.warning("the logs backend refused %d log record(s) for good: %s", len(part), reason)
+            return True
+
+        def dropped(_part: list[LogRecord], receipt: Receipt) -> None:
+            if receipt.rejected:
+                self.lost += receipt.rejected
+                self.reason = receipt.message or "accepted and dropped (OTLP partial success)"
+
+        send_in_parts(self.sink, records, reject=reject, progress=progress, dropped=dropped)

@@ -19,7 +19,7 @@ from msgspec import Struct, field
 from ..config import Config
 from ..export.deadletter import FILE_NAME as DEAD_LETTER_FILE
 from ..export.deadletter import DeadLetter
-from .delivery import GaveUp, ReplaySender
+from .delivery import GaveUp, LogSender, ReplaySender
 from .ledger import Ledger, identity_of, same_log
 from ..export.otlp_json import OtlpJsonEncoder
 from ..base.private import write_private
@@ -55,6 +55,7 @@ class Outcome(Struct):
     undelivered: list[Path] = field(default_factory=list)
     unreadable: list[tuple[str, str]] = field(default_factory=list)
     reason: str = ""
+    logs: int = 0  # log records delivered (OTEL_LOGS_EXPORTER=otlp)
 
 
 class _Quiet:
@@ -105,6 +106,8 @@ def replay_logs(files: list[Path], sink: SpanSink, config: Config, *, workers: i
     """Send every log's spans through ``sink``, continuing an interrupted replay of the same logs to the
     same destination unless ``restart``; never raises for a delivery problem: the Outcome says."""
     settings = f"{config.model.capture_content}:{config.model.content_max_chars}"
+    if config.model.logs:  # what a replay without log records delivered is not done for one with them
+        settings += ":logs"
     # A file keeps what was written to it: its ledger is the file's (whatever the logs), kept once complete, and
     # started anew only when the file is (new or emptied) or with --restart. An OTLP backend's is the replay's.
     into_file = isinstance(sink, FileSink)
@@ -147,10 +150,12 @@ def replay_logs(files: list[Path], sink: SpanSink, config: Config, *, workers: i
                               give_up_after=give_up_after, refused=dead_letter.add, on_delivered=delivered,
                               on_waiting=waiting)
         batch = min(BATCH, max(1, int(rate))) if rate > 0 else BATCH
+        logs = log_sender(config, give_up_after)
         try:
             outcome.stats = replay_files(todo, sink, options=config.model, max_line_bytes=config.max_line_bytes,
                                          workers=workers, keep_metrics=keep_metrics, batch=batch, send=sender,
-                                         max_request_bytes=config.max_request_bytes, unreadable=outcome.unreadable)
+                                         max_request_bytes=config.max_request_bytes, unreadable=outcome.unreadable,
+                                         send_logs=logs)
         except OSError as exc:  # the dead-letter file could not be written
             outcome.code = EXIT_FAILED
             outcome.reason = f"export failed: cannot keep refused spans in {dead_letter.path}: {exc.strerror or exc}"
@@ -162,7 +167,10 @@ def replay_logs(files: list[Path], sink: SpanSink, config: Config, *, workers: i
             outcome.code, outcome.reason = EXIT_INTERRUPTED, "interrupted"
         finally:
             dead_letter.close()
+            if logs is not None:
+                logs.sink.shutdown()
     outcome.delivered, outcome.retries, outcome.completed = sender.spans, sender.retries, len(sender.done)
+    outcome.logs = logs.sent if logs is not None else 0
     outcome.seconds = time.monotonic() - started
     finished = {str(p) for p in files} - {str(p) for p, _skip in todo} | sender.done
     outcome.undelivered = [path for path in files if str(path) not in finished]
@@ -174,9 +182,26 @@ def replay_logs(files: list[Path], sink: SpanSink, config: Config, *, workers: i
                           f"are kept in {dead_letter.path} (last reason: {dead_letter.last_reason})")
     if outcome.stats.dropped and outcome.code == EXIT_OK:
         outcome.code, outcome.reason = EXIT_FAILED, dropped_reason(outcome.stats)
+    if logs is not None and logs.lost and outcome.code == EXIT_OK:
+        outcome.code, outcome.reason = EXIT_FAILED, lost_logs_reason(logs)
     if ledger is not None:
         ledger.close(remove=not outcome.undelivered and not into_file)
     return outcome
+
+
+def log_sender(config: Config, give_up_after: float) -> LogSender | None:
+    """Where the replay's log records go (OTEL_LOGS_EXPORTER=otlp), or None: they are not exported."""
+    if config.logs_otlp is None:
+        return None
+    from ..export.otlp_logs import OtlpLogSink
+
+    return LogSender(OtlpLogSink(config.logs_otlp, resource=resource_of(config),
+                                 max_request_bytes=config.max_request_bytes), give_up_after)
+
+
+def lost_logs_reason(logs: LogSender) -> str:
+    """Why a replay that delivered its spans failed all the same: the logs backend refused or dropped records."""
+    return f"export incomplete: the logs backend refused or dropped {logs.lost} log record(s) ({logs.reason})"
 
 
 def dropped_reason(stats: ReplayStats) -> str:
@@ -209,7 +234,8 @@ def report(outcome: Outcome, destination: str, metrics_file: Path | None = None)
               "written again after what the file held (--restart)" if outcome.again else "",
               f"{metrics_file} counts only the {outcome.completed} session(s) written now" if metrics_file is not None
               and outcome.before else "",
-              f"{outcome.retries} retries" if outcome.retries else ""]
+              f"{outcome.retries} retries" if outcome.retries else "",
+              f"{outcome.logs} log records" if outcome.logs else ""]
     events = "" if outcome.undelivered else f", {stats.events} events"  # counted as whole shards finish
     _say(f"exported {outcome.delivered - stats.refused - stats.dropped} spans from {outcome.completed} session(s)"
          f"{events}" + "".join(f", {x}" for x in extras if x)
@@ -232,18 +258,24 @@ def replay_stdin(sink: SpanSink, config: Config, metrics_file: Path | None) -> i
     """`replay -`: the headless stream, exported at once (spans refused for good kept in the dead-letter
     file); its summary or what failed on stderr; the exit code."""
     dead_letter = DeadLetter(config.state_dir / DEAD_LETTER_FILE, OtlpJsonEncoder(resource_of(config)))
+    logs = log_sender(config, config.logs_otlp.timeout if config.logs_otlp is not None else 0.0)
     try:
         stats = replay_stream(sys.stdin.buffer.read(), sink, options=config.model, max_line_bytes=config.max_line_bytes,
-                              refused=dead_letter.add, retry_for=config.otlp.timeout if config.otlp.endpoint else 0.0)
+                              refused=dead_letter.add, retry_for=config.otlp.timeout if config.otlp.endpoint else 0.0,
+                              send_logs=logs)
         sink.shutdown()
-    except ExportError as exc:
+    except (ExportError, GaveUp) as exc:
         return _failed(f"export failed: {exc}")
     except OSError as exc:  # the dead-letter file could not be written
         return _failed(f"export failed: cannot keep refused spans in {dead_letter.path}: {exc.strerror or exc}")
     finally:
         dead_letter.close()
+        if logs is not None:
+            logs.sink.shutdown()
     if not write_metrics(stats, config, metrics_file):
         return _failed(METRICS_REFUSED)
+    if logs is not None and logs.lost:
+        return _failed(lost_logs_reason(logs))
     dropped = f", {stats.dropped} span(s) dropped by the backend" if stats.dropped else ""
     _say(f"exported {stats.spans - stats.refused - stats.dropped} spans from the stream, {stats.events} events{dropped}"
          f" -> {sink.description}")

@@ -27,6 +27,7 @@ from .batches import Batch, ReplayStats
 from .delivery import RetryingSender, SendBatch
 from ..export.otlp_json import OtlpJsonEncoder
 from ..model.pipeline import Outputs, drive, finish
+from ..model.logs import LogRecord
 from ..model.records import SpanRecord
 from ..model.sessions import SessionModel
 from ..export.contract import EncodingSink, SpanSink
@@ -116,7 +117,7 @@ class ShardJob(Struct, frozen=True):
 
     def __call__(self, shard: Shard) -> ShardResult:
         """In a worker: decode and model each file; the spans in batches, encoded if asked."""
-        stats = ReplayStats(metrics=[] if self.keep_metrics else None)
+        stats = ReplayStats(metrics=[] if self.keep_metrics else None, logs=[] if self.options.logs else None)
         if shard.in_parent:
             return ShardResult(stats, [], in_parent=True)
         result = ShardResult(stats, [])
@@ -249,7 +250,8 @@ def replay_files(files: Sequence[Item], sink: SpanSink, *, options: ModelOptions
                  shard_bytes: int = SHARD_BYTES, max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
                  refused: Callable[[list[SpanRecord], str], None] | None = None, retry_for: float = 0.0,
                  batch: int = BATCH, send: SendBatch | None = None,
-                 unreadable: list[tuple[str, str]] | None = None) -> ReplayStats:
+                 unreadable: list[tuple[str, str]] | None = None,
+                 send_logs: Callable[[list[LogRecord]], None] | None = None) -> ReplayStats:
     """Export every file's spans through ``sink``, in file order; raise ExportError if delivery fails.
 
     A ``(path, skip)`` item leaves out the log's first ``skip`` spans (a replay that continues).
@@ -259,7 +261,8 @@ def replay_files(files: Sequence[Item], sink: SpanSink, *, options: ModelOptions
     each batch; by default spans the backend refuses for good go to ``refused`` (None: that is an
     ExportError) and a failing request is retried for ``retry_for`` seconds. Logs that cannot be
     read make no span and are added to ``unreadable`` (logged without one). Raises WorkerError if a
-    worker died.
+    worker died. ``send_logs``: where the log records go when ``options.logs`` makes them, each batch's before
+    its spans (a failure there stops the replay before those spans count as delivered).
     """
     encoder = sink.encoder if isinstance(sink, EncodingSink) else None
     job = ShardJob(options, max_line_bytes, encoder, keep_metrics, max_request_bytes, batch)
@@ -268,9 +271,15 @@ def replay_files(files: Sequence[Item], sink: SpanSink, *, options: ModelOptions
     stats = ReplayStats(metrics=[] if keep_metrics else None)
     send = send or RetryingSender(refused, retry_for)
 
+    def logs_of(part: ReplayStats) -> None:
+        records = part.take_logs()
+        if records and send_logs is not None:
+            send_logs(records)
+
     def stream(shard: Shard, callback: Callable[[Path], None] | None) -> None:
-        part = ReplayStats(metrics=[] if keep_metrics else None)
+        part = ReplayStats(metrics=[] if keep_metrics else None, logs=[] if options.logs else None)
         for one in job.batches(shard.files, part, callback, unreadable=unreadable):
+            logs_of(part)
             send(one, sink, part)
         stats.add(part)
 
@@ -284,6 +293,7 @@ def replay_files(files: Sequence[Item], sink: SpanSink, *, options: ModelOptions
             if result.in_parent:
                 stream(shard, None)
             else:
+                logs_of(result.stats)
                 for one in result.batches:
                     send(one, sink, result.stats)
                 stats.add(result.stats)
@@ -336,8 +346,9 @@ RESULT_LINE = b'{"type":"result"'
 def replay_stream(data: bytes, sink: SpanSink, *, options: ModelOptions = ModelOptions(),
                   max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
                   refused: Callable[[list[SpanRecord], str], None] | None = None,
-                  retry_for: float = 0.0) -> ReplayStats:
-    """Export a headless run's live event stream (stdin); its ephemeral idle events end each loop."""
+                  retry_for: float = 0.0, send_logs: Callable[[list[LogRecord]], None] | None = None) -> ReplayStats:
+    """Export a headless run's live event stream (stdin); its ephemeral idle events end each loop (``send_logs``:
+    where its log records go, when ``options.logs`` makes them)."""
     lines = data.splitlines()
     session_id = stream_session_id(lines)
     items: list[Event | DecodeError] = []
@@ -347,8 +358,11 @@ def replay_stream(data: bytes, sink: SpanSink, *, options: ModelOptions = ModelO
         if raw.strip() and not raw.startswith(RESULT_LINE):
             items.append(decode_line(raw.rstrip(b"\r"), offset=offset, line=number, max_bytes=max_line_bytes))
         offset += len(raw) + 1
-    stats = ReplayStats()
+    stats = ReplayStats(logs=[] if options.logs else None)
     spans = replay_session(session_id, items, stats, source="<stdin>", options=options, live_idle=True)
+    records = stats.take_logs()
+    if records and send_logs is not None:
+        send_logs(records)
     sender = RetryingSender(refused, retry_for)
     for batch in (spans[i:i + BATCH] for i in range(0, len(spans), BATCH)):
         sender.export(sink, batch, stats)

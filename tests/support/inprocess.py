@@ -29,17 +29,20 @@ FAST = {"idle_quiet": 0.3, "rescan_interval": 1.0, "backfill": True}
 class InProcessDaemon:
     """``Daemon(Config(home, state, **settings))`` running in a thread while the ``with`` block lasts.
 
-    ``sink``: where spans go (pass one sink to several daemons to see what a restart sends again)."""
+    ``sink``: where spans go (pass one sink to several daemons to see what a restart sends again); ``log_sink``:
+    where log records go (None: the daemon makes none)."""
 
-    def __init__(self, home: Path, state_dir: Path, *, sink: MemorySink | None = None, **settings) -> None:
+    def __init__(self, home: Path, state_dir: Path, *, sink: MemorySink | None = None, log_sink=None,
+                 **settings) -> None:
         self.config = Config(copilot_home=Path(home), state_dir=Path(state_dir), **{**FAST, **settings})
         self.sink = sink if sink is not None else MemorySink()
+        self.log_sink = log_sink
         self.daemon: Daemon | None = None
         self._thread: threading.Thread | None = None
 
     def __enter__(self) -> InProcessDaemon:
         (self.config.copilot_home / "session-state").mkdir(parents=True, exist_ok=True)
-        self.daemon = Daemon(self.config, sink=self.sink)
+        self.daemon = Daemon(self.config, sink=self.sink, log_sink=self.log_sink)
         ready = threading.Event()
         self._thread = threading.Thread(target=self.daemon.run, args=(ready,), name="daemon-in-process")
         self._thread.start()

@@ -1,0 +1,122 @@
+"""Log records out over OTLP (gRPC or HTTP/protobuf), one ExportLogsServiceRequest per call.
+
+The records are encoded straight into the opentelemetry-proto messages (the SDK's log encoder wants its own
+log objects, which are not ours to build), and sent by the transport the spans use (otlp_transport.py), so
+that an answer means the same for both signals (otlp_answers.py). What a record holds: model/logs.py.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ..base.logs import RateLimitedLog
+from ..model.logs import SEVERITY_TEXT, LogRecord
+from ..version import __version__
+from .contract import Receipt, RejectedError
+from .limits import DEFAULT_MAX_REQUEST_BYTES, clamp_time, clean_attributes
+from .otlp_answers import Signal
+from .otlp_json import SCOPE_NAME
+from .otlp_settings import ENV_OTLP_LOGS_ENDPOINT, OtlpSettings
+from .otlp_transport import make_transport
+
+log = logging.getLogger(__name__)
+
+
+def logs_signal() -> Signal:
+    """OTLP logs: /v1/logs, LogsService/Export, ExportLogsServiceResponse."""
+    from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceResponse
+
+    return Signal("logs", "v1/logs", "/opentelemetry.proto.collector.logs.v1.LogsService/Export",
+                  ExportLogsServiceResponse, "rejected_log_records", "log records", ENV_OTLP_LOGS_ENDPOINT)
+
+
+def _any_value(target: Any, value: Any) -> None:
+    """Set an AnyValue message from a plain value (lists become arrays; anything else its text)."""
+    if isinstance(value, bool):
+        target.bool_value = value
+    elif isinstance(value, int):
+        target.int_value = value
+    elif isinstance(value, float):
+        target.double_value = value
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            _any_value(target.array_value.values.add(), item)
+    else:
+        target.string_value = value if isinstance(value, str) else str(value)
+
+
+def _key_values(target: Any, attributes: Mapping[str, Any]) -> None:
+    for key, value in clean_attributes(attributes).items():
+        pair = target.add()
+        pair.key = key
+        _any_value(pair.value, value)
+
+
+def encode_logs(records: Sequence[LogRecord], resource: Mapping[str, Any]) -> Any:
+    """The ExportLogsServiceRequest that carries ``records`` under one resource and our scope."""
+    from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
+
+    request = ExportLogsServiceRequest()
+    resource_logs = request.resource_logs.add()
+    _key_values(resource_logs.resource.attributes, resource)
+    scope_logs = resource_logs.scope_logs.add()
+    scope_logs.scope.name, scope_logs.scope.version = SCOPE_NAME, __version__
+    for record in records:
+        out = scope_logs.log_records.add()
+        out.time_unix_nano = out.observed_time_unix_nano = clamp_time(record.time_ns)
+        out.severity_number = record.severity  # type: ignore[assignment]  # an enum's value, as protobuf takes it
+        out.severity_text = SEVERITY_TEXT.get(record.severity, "")
+        out.event_name = record.event_name
+        if record.body is not None:
+            out.body.string_value = record.body
+        _key_values(out.attributes, record.attributes)
+        if record.trace_id and record.span_id:
+            out.trace_id = record.trace_id.to_bytes(16, "big")
+            out.span_id = record.span_id.to_bytes(8, "big")
+            out.flags = 1  # sampled, as the spans are
+    return request
+
+
+class OtlpLogSink:
+    """Sends log records over OTLP gRPC or HTTP/protobuf, one request of at most ``max_request_bytes`` per call;
+    the export queue (queue.py) retries and splits as it does for spans."""
+
+    def __init__(self, settings: OtlpSettings, *, resource: Mapping[str, Any],
+                 max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES) -> None:
+        if not settings.endpoint:
+            raise ValueError("OtlpLogSink needs an endpoint")
+        self._resource = dict(resource)
+        self.max_request_bytes = max_request_bytes
+        self._transport = make_transport(settings, logs_signal())
+        self.description = self._transport.description
+        self._said = RateLimitedLog(log, burst=5, what="partial successes")
+
+    def export(self, records: Sequence[LogRecord]) -> Receipt:
+        """Send one request; what the backend dropped of it, or raise ExportError (retry later) or RejectedError."""
+        if not records:
+            return Receipt()
+        try:
+            payload = encode_logs(records, self._resource).SerializeToString()
+        except Exception as exc:  # noqa: BLE001 - a value protobuf refuses: it can never go
+            raise RejectedError(f"cannot encode {len(records)} log record(s) for OTLP: {exc}") from None
+        if len(payload) > self.max_request_bytes:
+            raise RejectedError(f"a request of {len(payload)} bytes is over the {self.max_request_bytes}-byte "
+                                "budget (--max-request-bytes)", too_large=True)
+        receipt = self._transport.send(payload)
+        if receipt.rejected:
+            self._said.warning("%s accepted a request but dropped %d of its %d log records: %s", self.description,
+                               receipt.rejected, len(records), receipt.message or "no reason given")
+        return receipt
+
+    def abort(self) -> None:
+        """End the request in flight now (it fails with an ExportError)."""
+        self._transport.abort()
+
+    def sync(self) -> None:
+        """Nothing is buffered here."""
+
+    def shutdown(self) -> None:
+        """Close the channel or session."""
+        self._transport.close()
