@@ -181,6 +181,9 @@ class Daemon:
         if problem is not None:
             return False, problem
         notes = self.queue.notes()
+        waiting = self.discoverer.waiting()
+        if waiting is not None:
+            notes.insert(0, waiting)
         pushing = self.metrics_push.note() if self.metrics_push is not None else None
         if pushing is not None:
             notes.append(pushing)
