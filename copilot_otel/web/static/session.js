@@ -18,6 +18,8 @@ function isLive() { return session && LIVE.has(session.state); }
 
 function merge(data) {
   session = data.session;
+  // Asked by a unique start of its id: the address names the whole id (to share, to reload).
+  if (session && session.id !== sessionId) history.replaceState(null, "", `/session/${encodeURIComponent(session.id)}`);
   traceUrl = data.trace_url;
   const trace = data.trace;
   if (trace.reset) { spans.clear(); rendered.clear(); document.getElementById("waterfall").replaceChildren(); }
