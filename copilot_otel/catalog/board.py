@@ -13,7 +13,7 @@ from typing import NamedTuple
 
 from msgspec import Struct
 
-from ..model.summary import SessionSummary
+from ..model.summary import SessionSummary, credits_unknown
 from ..vocab import ABANDONED, ENDED, IDLE, STUCK, WAITING_TOOL, WAITING_USER, WORKING
 
 # The order of the groups on the page: what needs a person first, finished sessions last.
@@ -69,6 +69,7 @@ def row_json(row: Row, *, monotonic: float | None = None, now: float | None = No
     elapsed = max(0.0, (time.monotonic() if monotonic is None else monotonic) - row.at) if row.at else 0.0
     stalled = row.stalled_s + elapsed if row.state in (STUCK, ABANDONED) else 0.0
     now_ms = int((time.time() if now is None else now) * 1000)
+    unknown = credits_unknown(s.nano_aiu, s.credits_status)
     return {
         "id": s.session_id, "name": s.name, "state": row.state, "stalled_s": round(stalled, 1),
         "stalled_since_ms": now_ms - round(stalled * 1000) if stalled else 0,
@@ -84,7 +85,10 @@ def row_json(row: Row, *, monotonic: float | None = None, now: float | None = No
         "lines_added": s.lines_added, "lines_removed": s.lines_removed,
         "premium_requests": round(s.premium_requests, 2),
         "nudge_premium_requests": round(s.nudge_premium_requests, 2), "last_end": s.last_end,
-        "nano_aiu": s.nano_aiu, "nudge_nano_aiu": s.nudge_nano_aiu, "ai_credits": s.nano_aiu / 1e9,
+        # Unknown (no call reported an amount) is null, never a zero a script would add up; partly known keeps
+        # its floor, and credits_status says "partial".
+        "nano_aiu": None if unknown else s.nano_aiu, "nudge_nano_aiu": None if unknown else s.nudge_nano_aiu,
+        "ai_credits": None if unknown else s.nano_aiu / 1e9,
         "credits_status": s.credits_status, "asking": s.asking, "asking_since_ms": s.asking_since_ns // 1_000_000,
     }
 

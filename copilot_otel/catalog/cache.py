@@ -36,7 +36,7 @@ log = logging.getLogger(__name__)
 
 # A summary with other fields, or made by other rules (2: a name shown by the content capture rule; 4: no name: each
 # is read from its workspace.yaml at each scan, never stored here), makes the cached ones unusable: start afresh.
-CACHE_VERSION = "4:" + ",".join(SessionSummary.__struct_fields__)
+CACHE_VERSION = "5:" + ",".join(SessionSummary.__struct_fields__)
 PARALLEL_MIN = 128  # fewer logs to read are read in this process: starting workers costs more
 SHARD = 32
 

@@ -52,10 +52,19 @@ class Row(Struct):
         out.update(sessions=len(self.sessions), running=len(self.running), crashed=len(self.crashed))
         out.update(zip(AMOUNTS, map(bounded, self.amounts)))
         out["premium_requests"] = round(out["premium_requests"], 6)
-        out["ai_credits"] = out["nano_aiu"] / NANO_AIU_PER_CREDIT
-        out["usd"] = round(out["ai_credits"] * USD_PER_CREDIT, 6)
+        if self.credits_unknown:  # no call reported an amount: null, not a zero a spreadsheet would add up
+            out["nano_aiu"] = out["ai_credits"] = out["usd"] = None
+        else:  # with credits_complete false, a floor (as the table's "+")
+            out["ai_credits"] = out["nano_aiu"] / NANO_AIU_PER_CREDIT
+            out["usd"] = round(out["ai_credits"] * USD_PER_CREDIT, 6)
         out["credits_complete"] = not self.unpriced
         return out
+
+    @property
+    def credits_unknown(self) -> bool:
+        """Some calls reported no amount of AI credits and none reported one: the amount is unknown (the
+        table's "?"), not zero."""
+        return self.unpriced and not self.value("nano_aiu")
 
 
 def condition(status: SessionStatus) -> str | None:

@@ -59,6 +59,14 @@ class Totals(Struct):
     def tokens(self) -> int:
         return self.input_tokens + self.output_tokens
 
+    def to_json(self) -> dict:
+        """The totals for scripts; AI credits null when no call reported an amount (unknown, not zero), a floor
+        when some did not (``unpriced_calls``)."""
+        out = {**asdict(self), "tokens": self.tokens}
+        if self.unpriced_calls and not self.nano_aiu:
+            out["nano_aiu"] = None
+        return out
+
     def text(self) -> str:
         """'1 premium · 0.42 AI credits · 12.1k tokens · 3 turns · 4 LLM calls · 2 tools (1 failed)': the cost
         first, as a line too long for the terminal loses its end ('AI credits unknown' last)."""
@@ -132,7 +140,7 @@ def to_json(snapshot: Snapshot) -> dict:
             "end": root.attributes.get(A.COPILOT_INTERACTION_END),
             "autopilot": bool((summary and summary.autopilot) or root.attributes.get(A.COPILOT_AUTOPILOT_CONTINUATION)),
             "task_summary": summary.summary if summary else None,
-            "totals": {**asdict(layout.totals(root)), "tokens": layout.totals(root).tokens},
+            "totals": layout.totals(root).to_json(),
             "tree": _span_json(root, layout),
         })
     return {"session": snapshot.status.to_json(), "running": snapshot.running, "rejected_lines": snapshot.rejected,

@@ -86,7 +86,9 @@ def _label(span: SpanRecord, root_start_ns: int) -> Text:
     elif operation == A.OP_EXECUTE_TOOL:
         text.append(f"tool {a.get(A.GEN_AI_TOOL_NAME)}", style="bold")
         if not a.get(A.COPILOT_RUNNING):
-            text.append(" ok" if ok else f" failed ({a.get(A.ERROR_TYPE)})", style="green" if ok else "red")
+            code = a.get(A.PROCESS_EXIT_CODE)
+            exited = f", exit code {code}" if code else ""
+            text.append(" ok" if ok else f" failed ({a.get(A.ERROR_TYPE)}{exited})", style="green" if ok else "red")
     elif operation == A.OP_INVOKE_AGENT:
         text.append(f"sub-agent {a.get(A.GEN_AI_AGENT_NAME)}", style="magenta")
         if not ok:

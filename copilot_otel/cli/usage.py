@@ -15,7 +15,7 @@ from pathlib import Path
 
 from msgspec import Struct
 
-from ..base.display import count
+from ..base.display import count, plural
 from ..base.parsing import DURATION_HINT, duration_seconds
 from ..base.safe_text import safe, spreadsheet_cell
 from ..catalog.usage import (AMOUNTS, NANO_AIU_PER_CREDIT, USD_PER_CREDIT, Row, total, usage_rows)
@@ -49,6 +49,7 @@ class Report(Struct):
     total: Row
     problems: list[Problem]
     unread_lines: int  # lines skipped in logs that were read (each log names its first few)
+    damaged_logs: int = 0  # logs read with some lines skipped
 
 
 def zone_of(name: str | None) -> tuple[tzinfo | None, str]:
@@ -94,13 +95,14 @@ def build(root: Path, *, by: str, groups: tuple[str, ...], zone: tzinfo | None, 
 
     listing = from_files(root, policy=policy, cache_file=cache_file, since=since or 0.0)
     problems = [Problem(path, None, reason) for path, reason in listing.unreadable]
-    unread = 0
+    unread = damaged = 0
     for status in listing.statuses:
         summary = status.summary
         unread += summary.rejected
+        damaged += summary.rejected > 0
         problems.extend(Problem(status.path or "", line, reason) for line, reason in summary.rejected_lines)
     rows = usage_rows(listing.statuses, by=by, groups=groups, zone=zone, since=since, until=until)
-    return Report(by, groups, zone_name, since, until, rows, total(rows), problems, unread)
+    return Report(by, groups, zone_name, since, until, rows, total(rows), problems, unread, damaged)
 
 
 def _columns(report: Report) -> list[str]:
@@ -131,7 +133,8 @@ def to_csv(report: Report) -> str:
     writer.writerow(columns)
     for row in report.rows:
         values = row.to_json(report.by, report.groups)
-        writer.writerow([spreadsheet_cell(values[c]) for c in columns])  # a repository may be named =HYPERLINK(...)
+        writer.writerow(["" if values[c] is None else spreadsheet_cell(values[c]) for c in columns])  # unknown: empty;
+        # a repository may be named =HYPERLINK(...)
     return out.getvalue()
 
 
@@ -143,8 +146,10 @@ def _marks(row: Row) -> str:
 def _credits_cells(row: Row) -> tuple[str, str]:
     nano = row.value("nano_aiu")
     plus = "+" if row.unpriced else ""
+    if row.credits_unknown:
+        return "?", "?"
     if not nano:
-        return ("?", "?") if row.unpriced else ("-", "-")
+        return "-", "-"
     return f"{nano / NANO_AIU_PER_CREDIT:,.2f}{plus}", f"{nano / NANO_AIU_PER_CREDIT * USD_PER_CREDIT:,.2f}{plus}"
 
 
@@ -164,11 +169,12 @@ def _cells(row: Row, report: Report, first: str) -> list[str]:
             _marks(row)]
 
 
-HEADERS = ("SESSIONS", "CALLS", "IN/OUT", "CACHE R/W", "PREMIUM", "CREDITS", "USD", "LINES")
+HEADERS: tuple[str, ...] = ("SESSIONS", "CALLS", "IN/OUT", "CACHE R/W", "PREMIUM", "CREDITS", "USD", "LINES")
+# The columns a terminal too narrow for the whole table goes without, first to last: never a header cut short.
+LEFT_OUT_FIRST = ("LINES", "CACHE R/W", "SESSIONS", "IN/OUT", "CALLS", "USD", "PREMIUM")
 
 
-def render(report: Report, console) -> None:
-    """The report as a table (rich), its total last, then the billing rate and what the marks mean."""
+def _table(report: Report, shown: tuple[str, ...]):
     from rich import box
     from rich.table import Table
 
@@ -176,19 +182,51 @@ def render(report: Report, console) -> None:
                   title=f"Copilot usage by {report.by} ({report.zone}); tokens in/out, cache read/write")
     table.add_column(report.by.upper(), no_wrap=True, min_width=len(report.rows[0].period) if report.rows else 5)
     for group in report.groups:
-        table.add_column(group.upper(), overflow="ellipsis", no_wrap=True, max_width=36)
-    for header in HEADERS:
-        table.add_column(header, justify="right", no_wrap=True)
+        table.add_column(group.upper(), overflow="ellipsis", no_wrap=True, max_width=36, min_width=len(group))
+    for header in shown:
+        table.add_column(header, justify="right", no_wrap=True, min_width=len(header))
     marked = bool(report.total.running or report.total.crashed)
     if marked:
         table.add_column("", no_wrap=True, style="yellow")  # running, crashed
-    width = len(table.columns)
+    keep = [True] * (1 + len(report.groups)) + [h in shown for h in HEADERS] + [marked]
     for row in report.rows:
-        table.add_row(*(safe(cell) for cell in _cells(row, report, row.period)[:width]))
+        cells = _cells(row, report, row.period)
+        table.add_row(*(safe(cell) for cell, kept in zip(cells, keep) if kept))
     table.add_section()
-    table.add_row(*_cells(report.total, report, "total")[:width], style="bold")
+    table.add_row(*(cell for cell, kept in zip(_cells(report.total, report, "total"), keep) if kept), style="bold")
+    return table
+
+
+def _width(table) -> int:
+    """The width ``table`` takes when nothing in it is cut."""
+    from rich.console import Console
+    from rich.measure import Measurement
+
+    wide = Console(width=100_000, file=io.StringIO())
+    return Measurement.get(wide, wide.options, table).maximum
+
+
+def render(report: Report, console) -> None:
+    """The report as a table (rich), its total last, then the billing rate and what the marks mean. On a terminal
+    too narrow for every column, the least needed columns are left out (said below the table), never a header
+    cut; piped, the whole table whatever COLUMNS says (scripts read --json or --csv)."""
+    shown = HEADERS
+    table = _table(report, shown)
+    width = _width(table)
+    if console.is_terminal:
+        for header in LEFT_OUT_FIRST:
+            if width <= console.width:
+                break
+            shown = tuple(h for h in shown if h != header)
+            table = _table(report, shown)
+            width = _width(table)
+    else:
+        console.width = max(width, console.width)
     console.print(table)
     notes = [RATE_NOTE + "."]
+    left_out = [h for h in HEADERS if h not in shown]
+    if left_out:
+        notes.append(f"Left out at this width: {', '.join(left_out)} (a wider terminal, --json or --csv show them).")
     if report.total.unpriced:
         notes.append("+: some calls reported no amount of AI credits (the credits are at least this); ?: none did.")
     if report.total.running or report.total.crashed:
@@ -203,7 +241,11 @@ def problems_text(report: Report) -> list[str]:
     logs = sum(1 for p in report.problems if p.line is None)
     if not logs and not report.unread_lines:
         return []
-    lines = [f"could not read {logs} log(s) and {report.unread_lines} line(s); the report leaves them out:"]
+    parts = [f"could not read {plural(logs, 'log')}" if logs else "",
+             f"skipped {plural(report.unread_lines, 'unreadable line')} in {plural(report.damaged_logs, 'log')}"
+             if report.unread_lines else ""]
+    them = "it" if logs + report.unread_lines == 1 else "them"
+    lines = [f"{' and '.join(p for p in parts if p)}; the report leaves {them} out:"]
     lines += [f"  {safe(str(p))}" for p in report.problems[:NAMED_PROBLEMS]]
     if len(report.problems) > NAMED_PROBLEMS:
         lines.append(f"  ... and {len(report.problems) - NAMED_PROBLEMS} more")

@@ -229,6 +229,9 @@ class Daemon:
         notes = self.queue.notes()
         if self.log_queue is not None:
             notes += self.log_queue.notes()
+        waiting = self.discoverer.waiting()
+        if waiting is not None:
+            notes.insert(0, waiting)
         pushing = self.metrics_push.note() if self.metrics_push is not None else None
         if pushing is not None:
             notes.append(pushing)

@@ -8,6 +8,7 @@ The model then reads plain attributes and never tests a type itself.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -141,8 +142,38 @@ class ToolStart(Struct, frozen=True):
                          event.data.get("arguments"), as_str(event.data.get("mcpServerName")))
 
 
+# The CLI's marker at the end of a shell tool's result, where older CLIs (up to 1.0.70) keep the exit code.
+_EXIT_MARKER = re.compile(r"<(?:exited|shellId: [^<>\s]{1,64} completed) with exit code (-?\d{1,10})>\s*\Z")
+
+
+def _exit_code(data: Mapping[str, Any]) -> int | None:
+    """The exit code of a shell tool's command, wherever this CLI version keeps it: ``shellExecution`` (1.0.85+),
+    ``toolTelemetry.metrics.exit_code`` (1.0.70+, a float from 1.0.92), a ``shell_exit`` or ``terminal`` content
+    block, or the marker the CLI appends to the result's text."""
+    code = _dict(data.get("shellExecution")).get("exitCode")
+    if as_int(code) is None:
+        code = _dict(_dict(data.get("toolTelemetry")).get("metrics")).get("exit_code")
+    if as_int(code) is None and isinstance(code, float) and code.is_integer():
+        code = int(code)
+    result = _dict(data.get("result"))
+    contents = result.get("contents")
+    for block in contents if as_int(code) is None and isinstance(contents, list) else ():
+        if isinstance(block, dict) and block.get("type") in ("shell_exit", "terminal"):
+            code = block.get("exitCode")
+            break
+    content = result.get("content")
+    if as_int(code) is None and isinstance(content, str):
+        marker = _EXIT_MARKER.search(content[-200:])
+        code = int(marker.group(1)) if marker else None
+    return as_int(code)
+
+
 class ToolEnd(Struct, frozen=True):
-    """tool.execution_complete."""
+    """tool.execution_complete.
+
+    ``success`` is the CLI's own flag; a shell command that exited non-zero (or timed out) has it true, while
+    the CLI shows the call as failed: ``failed`` says what the CLI shows.
+    """
 
     call_id: str | None
     success: bool
@@ -150,16 +181,39 @@ class ToolEnd(Struct, frozen=True):
     error_code: str | None
     error_message: Any
     result: Any
+    shell_error: str | None = None  # toolTelemetry's shell_error_category (command_nonzero_exit, command_timeout)
+
+    @property
+    def failed(self) -> bool:
+        """The call failed as the CLI shows it: not a success, or a command that exited non-zero or timed out."""
+        return not self.success or bool(self.exit_code) or self.shell_error is not None
+
+    @property
+    def failure_type(self) -> str:
+        """``error.type`` of a failed call: the CLI's error code, else its shell error category, else
+        ``command_nonzero_exit`` for a command that exited non-zero."""
+        if not self.success:
+            return self.error_code or "tool_error"
+        return self.shell_error or "command_nonzero_exit"
+
+    @property
+    def failure_message(self) -> str:
+        """What went wrong, in words: the CLI's error message, else the command's exit code."""
+        if not self.success:
+            return self.error_message if isinstance(self.error_message, str) and self.error_message else "failed"
+        if self.exit_code:
+            return f"exit code {self.exit_code}"
+        return (self.shell_error or "failed").replace("_", " ")
 
     @staticmethod
     def of(event: Event) -> ToolEnd:
         data = event.data
-        shell, error = data.get("shellExecution"), data.get("error")
-        exit_code = shell.get("exitCode") if isinstance(shell, dict) else None
-        return ToolEnd(event.tool_call_id, data.get("success") is not False,
-                       exit_code if isinstance(exit_code, int) else None,
+        error = data.get("error")
+        category = as_str(_dict(_dict(data.get("toolTelemetry")).get("properties")).get("shell_error_category"))
+        return ToolEnd(event.tool_call_id, data.get("success") is not False, _exit_code(data),
                        as_str(error.get("code")) if isinstance(error, dict) else None,
-                       error.get("message") if isinstance(error, dict) else None, data.get("result"))
+                       error.get("message") if isinstance(error, dict) else None, data.get("result"),
+                       category[:64] if category else None)
 
 
 class SubagentStart(Struct, frozen=True):

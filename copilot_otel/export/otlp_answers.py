@@ -224,5 +224,9 @@ def _grpc_hint(code_name: str, details: str, timeout: float) -> str:
                 "OTEL_EXPORTER_OTLP_INSECURE, match the server?)")
     if "socket closed" in lowered:
         return " (the server closed the connection: a TLS server reached with http://?)"
+    if "connection refused" in lowered:
+        return " (nothing listens there: is the collector running, on that port?)"
+    if "resolving" in lowered or "lookup" in lowered:
+        return " (the host name does not resolve: is OTEL_EXPORTER_OTLP_ENDPOINT right?)"
     return ""
 

@@ -60,6 +60,30 @@ def _abandoned(where: str) -> ExportError:
     return ExportError(f"OTLP export to {where} abandoned: stopping before it was answered")
 
 
+def connection_problem(exc: BaseException) -> str:
+    """What went wrong in reaching an HTTP endpoint, in our words (aiohttp's "Cannot connect to host h:p
+    ssl:default [...]" names TLS settings even for a plain http:// URL)."""
+    import socket
+
+    import aiohttp
+
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        where, cause = f"{exc.host}:{exc.port}", exc.os_error
+        if isinstance(exc, aiohttp.ClientConnectorCertificateError):
+            return f"the TLS certificate of {where} is not trusted ({exc.certificate_error})"
+        if isinstance(exc, aiohttp.ClientConnectorSSLError):
+            return f"the TLS handshake with {where} failed ({cause})"
+        if isinstance(exc, aiohttp.ClientConnectorDNSError) or isinstance(cause, socket.gaierror):
+            return f"cannot find the host {exc.host} (its name does not resolve: {cause.strerror or cause})"
+        if isinstance(cause, ConnectionRefusedError):
+            return f"nothing listens on {where} (connection refused)"
+        reason = cause.strerror if isinstance(cause, OSError) and cause.strerror else str(cause)
+        return f"cannot connect to {where} ({reason})"
+    if isinstance(exc, aiohttp.ServerDisconnectedError):
+        return "the server closed the connection before it answered"
+    return str(exc) or type(exc).__name__
+
+
 class HttpTransport:
     """POST to an OTLP/HTTP endpoint with aiohttp (keep-alive, proxies from the environment)."""
 
@@ -115,8 +139,8 @@ class HttpTransport:
             raise ExportError(f"OTLP export to {self.description} failed: no answer within the OTLP timeout of "
                               f"{seconds:g} s (OTEL_EXPORTER_OTLP_TIMEOUT)", reason="timeout") from None
         except (aiohttp.ClientError, OSError, ValueError) as exc:
-            raise ExportError(f"OTLP export to {self.description} failed: "
-                              f"{quote(str(exc)) or type(exc).__name__}", reason="unreachable") from None
+            raise ExportError(f"OTLP export to {self.description} failed: {quote(connection_problem(exc))}",
+                              reason="unreachable") from None
         finally:
             self._inflight.discard(future)
         return http_answer(answer, self.signal, self.description)

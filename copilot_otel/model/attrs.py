@@ -78,6 +78,9 @@ COPILOT_PERMISSION_RESULT = "github.copilot.permission.result"  # how a permissi
 # The reasoning effort of a call: the CLI writes it as gen_ai.request.reasoning.level, a key no convention has.
 COPILOT_REASONING_LEVEL = "github.copilot.reasoning.level"
 COPILOT_INTERACTION_END = "github.copilot.interaction.end"
+# The CLI's own success flag of a tool call: true for a command that exited non-zero, which the span's status
+# and error.type call failed (as the CLI shows it).
+COPILOT_TOOL_SUCCESS = "github.copilot.tool.success"
 COPILOT_RUNNING = "github.copilot.running"  # a snapshot of a span still open (inspect; a stuck session's export)
 COPILOT_AUTOPILOT_CONTINUATION = "github.copilot.autopilot.continuation"
 COPILOT_CLI_VERSION = "github.copilot.cli.version"

@@ -115,10 +115,16 @@ CREDITS_LEGEND = "CREDITS: AI credits; 8.67+: some calls reported no amount, unk
 PARTIAL_NOTE = "+: some LLM calls reported no AI credits; the sum is the others'"
 
 
+def credits_unknown(nano_aiu: int, status: str | None) -> bool:
+    """No call reported an amount of AI credits: the amount is unknown (null in JSON, empty in CSV, "unknown" or
+    "?" in a table), not zero."""
+    return status in ("partial", "unavailable") and not nano_aiu
+
+
 def credits_text(nano_aiu: int, status: str | None = None) -> str:
     """'8.67' AI credits (two decimals; '<0.01' for less), '8.67+' when some calls reported no amount, 'unknown'
     when no call reported one."""
-    if status in ("partial", "unavailable") and not nano_aiu:
+    if credits_unknown(nano_aiu, status):
         return CREDITS_UNKNOWN
     text = f"{nano_aiu / 1e9:,.2f}" if nano_aiu >= 10_000_000 or not nano_aiu else "<0.01"
     return text + "+" if status in ("partial", "unavailable") else text

@@ -92,12 +92,15 @@ class ToolBook:
             span.attributes[A.GEN_AI_TOOL_CALL_RESULT] = result
         self.talk.tool_done(agent.talk, str(span.attributes[A.GEN_AI_TOOL_CALL_ID]), view.result,
                             None if view.success else view.error_message or "failed")
-        if view.success:
+        span.attributes[A.COPILOT_TOOL_SUCCESS] = view.success  # the CLI's own flag, true for a failed command
+        if not view.failed:
             self.out.span(span.close(end_ns, status=STATUS_OK))
-        else:
+        elif not view.success:
             message = self.capture.text(view.error_message)
-            self.out.span(span.close(end_ns, message=message or "", error_type=view.error_code or "tool_error"))
-        self._count(span, agent, SUCCESS if view.success else FAILURE)
+            self.out.span(span.close(end_ns, message=message or "", error_type=view.failure_type))
+        else:  # a command that exited non-zero: the exit code is no content, it is said with content capture off
+            self.out.span(span.close(end_ns, message=view.failure_message, error_type=view.failure_type))
+        self._count(span, agent, FAILURE if view.failed else SUCCESS)
 
     def release_held(self, call_id: str | None, end_ns: int) -> None:
         """End the task call held for its sub-agent, which ended at ``end_ns`` (it ends then, or at its own end)."""

@@ -51,8 +51,6 @@ RESCAN_BUDGET = 200
 LOOK_EVERY = 2.0
 LOOK_BUDGET = 20
 YOUNG = 600.0
-# COPILOT_HOME missing for this long makes the daemon unhealthy (a misspelled path reads nothing).
-MISSING_GRACE = 60.0
 # Only changes to the tree. Without a filter inotify also reports every open and close, and
 # reading a log would report it changed: the daemon would re-read every file forever.
 WATCHED_EVENTS = [FileCreatedEvent, FileModifiedEvent, FileDeletedEvent, FileMovedEvent,
@@ -126,24 +124,21 @@ class Discoverer:
         self._warned_missing = False
         self._reported = ReportedOnce()
         self.rescans = 0
-        # What keeps it from seeing sessions: (message, monotonic time it began, whether a grace applies).
-        self._problem: tuple[str, float, bool] | None = None
+        self._problem: str | None = None  # what keeps it from seeing sessions, for an operator to fix
         self._watch_error: str | None = None
+        self._waiting: str | None = None  # the folder it waits for: no Copilot CLI has written one yet
 
-    def problem(self, grace: float = MISSING_GRACE) -> str | None:
-        """Why sessions cannot be seen now (a missing COPILOT_HOME only after ``grace`` seconds), or None."""
-        problem = self._problem
-        if problem is not None:
-            message, since, graced = problem
-            if not graced or self._clock() - since >= grace:
-                return message
-        return self._watch_error
+    def problem(self) -> str | None:
+        """Why sessions cannot be seen now (an unreadable folder, a watch that failed), or None."""
+        return self._problem or self._watch_error
 
-    def _set_problem(self, message: str | None, *, graced: bool = False) -> None:
-        if message is None:
-            self._problem = None
-        elif self._problem is None or self._problem[0] != message:
-            self._problem = (message, self._clock(), graced)
+    def waiting(self) -> str | None:
+        """'waiting for <folder>' while COPILOT_HOME (or its session-state) does not exist yet: normal on a machine
+        where the Copilot CLI never ran, nothing to fix; None once it exists."""
+        return self._waiting
+
+    def _set_problem(self, message: str | None) -> None:
+        self._problem = message
 
     # ---------------------------------------------------------------- hints
 
@@ -254,6 +249,7 @@ class Discoverer:
                 self._reported.report(self.root, f"{message}; will retry")
             return None
         self._set_problem(None)
+        self._waiting = None
         self._reported.recovered(self.root)
         if self._warned_missing:
             log.info("%s appeared; following it", self.root)
@@ -261,7 +257,8 @@ class Discoverer:
         return entries
 
     def _missing(self) -> None:
-        """No session-state folder: normal before the CLI's first session, unless COPILOT_HOME is missing too."""
+        """No session-state folder: normal before the CLI's first session (COPILOT_HOME may not exist yet either:
+        a daemon installed on every machine, most of them never used), unless COPILOT_HOME cannot be read."""
         if not self._warned_missing:
             log.warning("%s does not exist yet; waiting for the Copilot CLI to create it", self.root)
             self._warned_missing = True
@@ -269,11 +266,14 @@ class Discoverer:
         try:
             os.stat(home)
         except (FileNotFoundError, NotADirectoryError):
-            self._set_problem(f"{home} does not exist (is COPILOT_HOME or --copilot-home right?)", graced=True)
+            self._set_problem(None)
+            self._waiting = (f"waiting for {home}: no Copilot CLI has run here yet "
+                             "(or COPILOT_HOME names another folder)")
         except OSError as exc:
             self._set_problem(f"cannot read {home}: {exc.strerror or exc}")
         else:
             self._set_problem(None)
+            self._waiting = f"waiting for {self.root}: no Copilot CLI session yet"
 
     def _rescan(self) -> None:
         scan_started = time.monotonic()

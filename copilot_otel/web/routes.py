@@ -155,10 +155,11 @@ class WebView:
         board = await request.app[SERVER].run_blocking(self.source.board)
         wanted = request.match_info["session_id"]
         row = board.by_id.get(wanted)
-        if row is None:  # the ids it starts (at most two: the page goes to a unique one, else says how many)
+        if row is None:  # a unique start of an id names that session, as on the page and in `inspect`
             matches = list(islice((session_id for session_id in board.by_id if session_id.startswith(wanted)), 2))
-            why = (f"several sessions start with {wanted}" if len(matches) > 1
-                   else f"no session {wanted}; session {matches[0]} starts with it" if matches
+            if len(matches) == 1:
+                return board.by_id[matches[0]]
+            why = (f"several sessions start with {wanted}" if matches
                    else f"no session {wanted} (nor one starting with it)")
             raise web.HTTPNotFound(body=orjson.dumps({"error": why, "matches": matches}),
                                    headers={"Content-Type": JSON, **NO_STORE})

@@ -78,8 +78,14 @@ def test_every_answered_llm_call_is_one_chat_span(fx):
     assert len(chats) == told == expected
 
 
+# The CLIs that log nothing of a command's exit code: their result of `exit 3` is empty, nothing tells it failed.
+NO_EXIT_CODE = {"0.0.400", "1.0.2"}
+
+
 def test_every_tool_is_one_span_counted_with_its_outcome(fx):
-    """One execute_tool span per tool.execution_start, counted by outcome as its completion says."""
+    """One execute_tool span per tool.execution_start, counted by outcome as the CLI shows it: a completion
+    with success false fails, and so does the scripted `exit 3` command (success true in the log, "Failed with
+    exit code 3" on the CLI's screen) in every version that logs its exit code."""
     starts = fx.of_type("tool.execution_start")
     completions = {e["data"]["toolCallId"]: e["data"].get("success") is not False
                    for e in fx.of_type("tool.execution_complete")}
@@ -87,10 +93,29 @@ def test_every_tool_is_one_span_counted_with_its_outcome(fx):
     expected = Counter()
     for start in starts:
         outcome = completions.get(start["data"]["toolCallId"])
+        if outcome and start["data"]["arguments"].get("command") == "exit 3" and fx.version not in NO_EXIT_CODE:
+            outcome = False
         expected[(start["data"]["toolName"], "incomplete" if outcome is None else "success" if outcome
                   else "failure")] += 1
     told = Counter({labels: v for (metric, labels), v in fx.counters.items() if metric is Metric.TOOL_CALLS})
     assert told == expected
+
+
+def test_a_command_that_exits_non_zero_is_a_failed_tool_with_its_exit_code(fx):
+    """The `exit 3` call is an ERROR span, error.type command_nonzero_exit, status message "exit code 3",
+    process.exit.code 3, with the CLI's own success (true) kept as github.copilot.tool.success."""
+    commands = [s for s in fx.spans_of("execute_tool")
+                if s.attributes.get("gen_ai.tool.call.id") in {
+                    e["data"]["toolCallId"] for e in fx.of_type("tool.execution_start")
+                    if e["data"]["arguments"].get("command") == "exit 3"}]
+    if not commands or fx.version in NO_EXIT_CODE:
+        pytest.skip("no `exit 3` command in this scenario, or this CLI logs no exit code")
+    for span in commands:
+        assert span.status == STATUS_ERROR
+        assert span.status_message == "exit code 3"
+        assert span.attributes["error.type"] == "command_nonzero_exit"
+        assert span.attributes["process.exit.code"] == 3
+        assert span.attributes["github.copilot.tool.success"] is True
 
 
 def test_spans_nest_within_their_parents(fx):

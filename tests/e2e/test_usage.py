@@ -74,7 +74,8 @@ def test_the_totals_are_the_sessions_own_on_every_version_and_every_grouping(tmp
     home, state = tmp_path / "home", tmp_path / "state"
     copy_logs("*/*", home)
     listed = sessions_json(home, tmp_path / "listing", "--from-files")
-    expected = {field: sum(row[field] for row in listed.values()) for field in SUMMED}
+    # An unknown amount is null (no call reported one): nothing to add up.
+    expected = {field: sum(row[field] or 0 for row in listed.values()) for field in SUMMED}
     expected_premium = sum(row["premium_requests"] for row in listed.values())
     assert expected["input_tokens"] and expected["nano_aiu"] and expected["cache_read_tokens"]
     for by, group in (("day", ""), ("week", "model"), ("month", "repository,branch"), ("day", "model,session")):
@@ -84,8 +85,11 @@ def test_the_totals_are_the_sessions_own_on_every_version_and_every_grouping(tmp
         assert total["premium_requests"] == pytest.approx(expected_premium, abs=1e-6)
         assert total["sessions"] == len(listed)
         for field in SUMMED:
-            assert sum(row[field] for row in report["rows"]) == total[field], (by, group, field)
+            assert sum(row[field] or 0 for row in report["rows"]) == total[field], (by, group, field)
         assert total["usd"] == pytest.approx(total["nano_aiu"] / 1e9 * 0.01)
+        for row in report["rows"]:  # unknown is null in every amount of credits; known or a floor is a number
+            assert (row["nano_aiu"] is None) == (row["ai_credits"] is None) == (row["usd"] is None)
+            assert row["nano_aiu"] is not None or not row["credits_complete"]
         assert report["usd_per_ai_credit"] == 0.01 and "$0.01" in report["note"]
     by_session = usage_json(home, state, "--group", "session")["rows"]
     assert {row["session"] for row in by_session} == set(listed)
@@ -168,6 +172,7 @@ def test_damaged_logs_are_counted_and_named_and_the_rest_is_reported(tmp_path):
     assert {(p["path"], p["line"]) for p in report["unreadable"]["named"]} == {(str(log), 3), (str(log), 4),
                                                                                 (str(junk), 1)}
     assert f"{log}:3:" in said and f"{log}:4:" in said and f"{junk}:1:" in said
+    assert said.startswith("copilot-otel: skipped 3 unreadable lines in 2 logs; the report leaves them out:"), said
     listed = sessions_json(home, tmp_path / "listing", "--from-files")
     assert report["total"]["llm_calls"] == sum(row["llm_calls"] for row in listed.values()) >= 2
     table = usage(home, state)
@@ -195,8 +200,8 @@ def test_csv_and_the_table_say_what_json_says(tmp_path):
     rows = list(csv.DictReader(io.StringIO(usage(home, state, "--csv", "--group", "model").stdout.decode())))
     assert len(rows) == len(report["rows"])
     for line, row in zip(rows, report["rows"]):
-        assert {k: line[k] for k in ("day", "model", "llm_calls", "nano_aiu")} == {
-            k: str(row[k]) for k in ("day", "model", "llm_calls", "nano_aiu")}
+        keys = ("day", "model", "llm_calls", "nano_aiu", "ai_credits", "usd")  # unknown: null, an empty cell
+        assert {k: line[k] for k in keys} == {k: "" if row[k] is None else str(row[k]) for k in keys}
     table = usage(home, state, "--group", "model").stdout.decode()
     assert "1 AI credit = $0.01" in table and "total" in table
     assert all(row["day"] in table for row in report["rows"])

@@ -222,3 +222,50 @@ def test_an_event_s_repr_leaves_its_payload_out():
     event = decode_line(event_line("user.message", TS, "e-1", {"content": "the user's secret prompt"}), line=4)
     assert "secret" not in repr(event) and "data" not in repr(event)
     assert repr(event).startswith("Event(type='user.message', timestamp_ns=") and "line=4" in repr(event)
+
+
+# ------------------------------------------------------------------ a tool's completion, as the CLI shows it
+
+def _completion(data: dict):
+    from copilot_otel.decode.payloads import ToolEnd
+
+    line = json.dumps({"type": "tool.execution_complete", "data": {"toolCallId": "c1", **data}, "id": "e1",
+                       "timestamp": TS, "parentId": None})
+    return ToolEnd.of(decode_line(line.encode()))
+
+
+@pytest.mark.parametrize("data,exit_code,failed,error_type", [
+    # 1.0.85+: shellExecution; the CLI says success true and shows "Failed with exit code 3"
+    ({"success": True, "shellExecution": {"exitCode": 3}}, 3, True, "command_nonzero_exit"),
+    ({"success": True, "shellExecution": {"exitCode": 0}}, 0, False, None),
+    # 1.0.70 and 1.0.92+: the tool's telemetry (a float from 1.0.92) and its category
+    ({"success": True, "toolTelemetry": {"properties": {"shell_error_category": "command_nonzero_exit"},
+                                         "metrics": {"exit_code": 3.0}}}, 3, True, "command_nonzero_exit"),
+    # a command that timed out: no exit code, the category says it
+    ({"success": True, "toolTelemetry": {"properties": {"shell_error_category": "command_timeout"}}}, None, True,
+     "command_timeout"),
+    # 1.0.24-1.0.70: only the marker the CLI appends to the result
+    ({"success": True, "result": {"content": "exit\n<exited with exit code 3>"}}, 3, True, "command_nonzero_exit"),
+    ({"success": True, "result": {"content": "<shellId: 1 completed with exit code 3>"}}, 3, True,
+     "command_nonzero_exit"),
+    ({"success": True, "result": {"content": "still-fine\n<exited with exit code 0>"}}, 0, False, None),
+    # a command's own output that looks like the marker, not at the end: no exit code
+    ({"success": True, "result": {"content": "<exited with exit code 3>\nmore output"}}, None, False, None),
+    # a content block of the result
+    ({"success": True, "result": {"content": "", "contents": [{"type": "shell_exit", "shellId": "0",
+                                                                "exitCode": 2}]}}, 2, True, "command_nonzero_exit"),
+    # the CLI's own failure: its error code, whatever the exit code
+    ({"success": False, "error": {"message": "Path does not exist", "code": "failure"}}, None, True, "failure"),
+    ({"success": False, "error": {"message": "denied"}}, None, True, "tool_error"),
+    # nonsense where the exit code goes: none
+    ({"success": True, "shellExecution": {"exitCode": True}}, None, False, None),
+])
+def test_a_tool_fails_as_the_cli_shows_it(data, exit_code, failed, error_type):
+    """A completion fails when the CLI says so (success false) or when its command exited non-zero or timed out
+    (success true in the log, "Failed with exit code N" on the CLI's screen), wherever that CLI version keeps
+    the exit code; the CLI's own flag is kept as it is."""
+    view = _completion(data)
+    assert (view.exit_code, view.failed) == (exit_code, failed)
+    assert view.success is data["success"]
+    if failed:
+        assert view.failure_type == error_type

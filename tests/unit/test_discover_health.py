@@ -1,11 +1,11 @@
-"""discover.py: what keeps the daemon from seeing sessions, which /healthz reports: a COPILOT_HOME missing
-for longer than a grace period, an unreadable session folder, a watch that could not be set up."""
+"""discover.py: what keeps the daemon from seeing sessions, which /healthz reports: an unreadable session
+folder, a watch that could not be set up; and a COPILOT_HOME not there yet, which it waits for."""
 
 from __future__ import annotations
 
 import errno
 
-from copilot_otel.source.discover import MISSING_GRACE, Discoverer
+from copilot_otel.source.discover import Discoverer
 
 
 class Clock:
@@ -16,22 +16,25 @@ class Clock:
         return self.now
 
 
-def test_a_missing_copilot_home_is_a_problem_only_after_the_grace(tmp_path):
-    """A misspelled COPILOT_HOME reads nothing: fine for MISSING_GRACE seconds (a CLI about to create it),
-    then a problem naming it; once it exists without sessions yet, no problem."""
+def test_a_missing_copilot_home_is_waited_for_and_no_problem(tmp_path):
+    """No COPILOT_HOME yet (a daemon installed on a machine where the CLI never ran): no problem however long it
+    lasts, only "waiting for" the folder; then for its session-state; then nothing once that exists."""
     clock = Clock()
-    discoverer = Discoverer(tmp_path / "home" / "session-state", poll=True, clock=clock)
+    home = tmp_path / "home"
+    discoverer = Discoverer(home / "session-state", poll=True, clock=clock)
+    discoverer.rescan()
+    clock.now += 3600
     discoverer.rescan()
     assert discoverer.problem() is None
-    clock.now += MISSING_GRACE + 1
-    discoverer.rescan()
-    assert discoverer.problem() == f"{tmp_path / 'home'} does not exist (is COPILOT_HOME or --copilot-home right?)"
-    (tmp_path / "home").mkdir()
-    discoverer.rescan()
-    assert discoverer.problem() is None
-    (tmp_path / "home" / "session-state").mkdir()
+    assert discoverer.waiting() == (f"waiting for {home}: no Copilot CLI has run here yet "
+                                    "(or COPILOT_HOME names another folder)")
+    home.mkdir()
     discoverer.rescan()
     assert discoverer.problem() is None
+    assert discoverer.waiting() == f"waiting for {home / 'session-state'}: no Copilot CLI session yet"
+    (home / "session-state").mkdir()
+    discoverer.rescan()
+    assert discoverer.problem() is None and discoverer.waiting() is None
 
 
 def test_a_watch_that_cannot_be_set_up_is_a_problem_unless_polling(tmp_path, monkeypatch):

@@ -80,6 +80,10 @@ def test_a_metrics_answer_is_read_as_one():
     ("UNAVAILABLE", "Trying to connect an http1.x server (HTTP status 404)", False, ExportError, "does not speak gRPC"),
     ("UNAVAILABLE", "SSL_ERROR_SSL: CERTIFICATE_VERIFY_FAILED: self signed certificate", False, ExportError,
      "OTEL_EXPORTER_OTLP_CERTIFICATE"),
+    ("UNAVAILABLE", "failed to connect to all addresses; last error: UNKNOWN: ipv4:127.0.0.1:1: Failed to connect to "
+     "remote host: Connection refused", False, ExportError, "(nothing listens there: is the collector running"),
+    ("UNAVAILABLE", "errors resolving no-such-host.invalid:4317: [field:hostname lookup error:address lookup failed "
+     "for no-such-host.invalid:4317: Domain name not found]", False, ExportError, "(the host name does not resolve"),
     ("RESOURCE_EXHAUSTED", "received message larger than max", True, ExportError, ""),
     ("RESOURCE_EXHAUSTED", "received message larger than max", False, RejectedError, ""),
     ("INVALID_ARGUMENT", "bad", False, RejectedError, ""),

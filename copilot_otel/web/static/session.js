@@ -18,6 +18,8 @@ function isLive() { return session && LIVE.has(session.state); }
 
 function merge(data) {
   session = data.session;
+  // Asked by a unique start of its id: the address names the whole id (to share, to reload).
+  if (session && session.id !== sessionId) history.replaceState(null, "", `/session/${encodeURIComponent(session.id)}`);
   traceUrl = data.trace_url;
   const trace = data.trace;
   if (trace.reset) { spans.clear(); rendered.clear(); document.getElementById("waterfall").replaceChildren(); }
@@ -69,8 +71,9 @@ function facts() {
     ["turns", s.turns], ["LLM calls", s.llm_calls],
     ["tools", s.tool_failures ? `${s.tool_calls} (${s.tool_failures} failed)` : s.tool_calls],
     ["tokens", `${fmtNumber(s.input_tokens)} in, ${fmtNumber(s.output_tokens)} out`],
-    ["premium requests", s.premium_requests],
-    ["AI credits", s.nano_aiu || s.credits_status ? creditsFact(s) : null],
+    // No amount is "-", as the list and `sessions` say it (never a 0 that reads as a known zero).
+    ["premium requests", s.premium_requests || "-"],
+    ["AI credits", s.nano_aiu || s.credits_status ? creditsFact(s) : "-"],
     ["last interaction", s.last_end],
     // Abandoned: its process died in the tool, whose end (how long it ran) is not known: said as `inspect` says it.
     s.state === "abandoned"

@@ -38,7 +38,8 @@ function fillSelect(select, entries, current, label) {
 }
 
 function creditsTitle(s) {
-  return s.credits_status ? `${s.nano_aiu || 0} nano AIU (${s.credits_status})` : "";
+  if (!s.credits_status) return "";
+  return s.nano_aiu === null ? `no call reported an amount (${s.credits_status})` : `${s.nano_aiu} nano AIU (${s.credits_status})`;
 }
 
 // The repository filter: each repository, then the sessions in none ("none"), then each of their folders.
@@ -87,8 +88,9 @@ function row(s) {
     el("td", {class: "mono"}, waiting),
     el("td", {class: "num"}, fmtNumber(s.turns)),
     el("td", {class: "num", title: `${s.input_tokens} in, ${s.output_tokens} out`}, fmtNumber(s.tokens)),
-    el("td", {class: "num"}, s.premium_requests ? s.premium_requests : ""),
-    el("td", {class: "num credits", title: creditsTitle(s)}, fmtCredits(s)));
+    // No amount is "-", as `sessions` prints it; an unknown one "unknown", a partly known one "8.67+".
+    el("td", {class: "num"}, s.premium_requests ? s.premium_requests : "-"),
+    el("td", {class: "num credits", title: creditsTitle(s)}, fmtCredits(s) || "-"));
   tr.addEventListener("click", (event) => {
     if (event.target.tagName !== "A") location.href = link.href;
   });
