@@ -1,12 +1,12 @@
 """A fleet, as an operator runs one: five machines (two dev boxes, three CI runners), each a real daemon with its
 own home, state folder, loopback address and host name (a UTS namespace of its own) and no identity settings,
-sessions of the real Copilot CLI on each; traces and pushed metrics through a rotel gateway (deploy/rotel/
-gateway.env) to a counting OTLP receiver; Debian's Prometheus scraping all five over TLS with basic auth,
-with deploy/'s rules; Debian's Alertmanager delivering to a webhook. Every span arrives once on its machine's
-resource; every dashboard query has a row per host name; a stuck session pages with its host, repository,
-session and trace link; a gateway SIGKILL inside rotel's in-memory batch loses what rotel acknowledged (rotel
-has no persistent queue; the otelcol gateway's file_storage queue is what carries the guarantee on) and nothing
-else; a daemon restart re-sends nothing and hides no machine.
+sessions of the real Copilot CLI on each; traces and pushed metrics through the real OpenTelemetry Collector
+running deploy/otelcol/gateway.yaml (its queue on disk) to a counting OTLP receiver; Debian's Prometheus
+scraping all five over TLS with basic auth, with deploy/'s rules; Debian's Alertmanager delivering to a
+webhook. Every span arrives once on its machine's resource; every dashboard query has a row per host name; a
+stuck session pages with its host, repository, session and trace link; a gateway SIGKILL inside its batch window
+loses nothing (its file_storage queue carries the daemons' guarantee on: tests/e2e/test_gateway_loss.py has the
+other kill points); a daemon restart re-sends nothing and hides no machine.
 
 The rules are deploy/'s with one change: CopilotSessionStuck's `for: 1m` is 2 s, so the page comes in seconds.
 """
@@ -26,12 +26,13 @@ import yaml
 from tests.support.commands import run_replay
 from tests.support.copilot_cli import prompt_for
 from tests.support.deploy import RULES, dashboard_queries, promql_metric_names, render_grafana_expr
-from tests.support.fleet import Alertmanager, Machine, Pki, RotelGateway, Webhook, can_name_machines
+from tests.support.fleet import Alertmanager, Machine, Pki, Webhook, can_name_machines
 from tests.support.net import wait_until
 from tests.support.otlp_json import read_spans
 from tests.support.otlp_receiver import OtlpReceiver
 from tests.support.prometheus_harness import Prometheus
 from tests.support.scrape import value
+from tests.support.stack import Gateway
 
 pytestmark = pytest.mark.skipif(can_name_machines() is not None, reason=str(can_name_machines()))
 
@@ -66,7 +67,7 @@ class Fleet:
     machines: dict[str, Machine]
     work: dict[str, Path]
     receiver: OtlpReceiver
-    gateway: RotelGateway
+    gateway: Gateway
     prometheus: Prometheus
     webhook: Webhook
     root: Path
@@ -118,7 +119,8 @@ def fleet(cli, provider, tmp_path_factory):
     """The five machines up, each having run one plain session that every backend has seen."""
     root = tmp_path_factory.mktemp("fleet")
     pki = Pki(root / "pki", [address for _, address, _ in MACHINES])
-    with OtlpReceiver() as receiver, RotelGateway(receiver.grpc_endpoint) as gateway, Webhook() as webhook, \
+    with OtlpReceiver() as receiver, Gateway(root / "gateway", traces_to=receiver.grpc_endpoint.removeprefix("http://"),
+                                             metrics_to=receiver.http_base) as gateway, Webhook() as webhook, \
             Alertmanager(root / "alertmanager", webhook.url) as alertmanager:
         env = {"OTEL_EXPORTER_OTLP_ENDPOINT": gateway.grpc_endpoint, "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
                "OTEL_METRICS_EXPORTER": "otlp", "OTEL_METRIC_EXPORT_INTERVAL": "1000"}
@@ -209,46 +211,25 @@ def test_a_stuck_session_pages_naming_its_host_repository_session_and_trace(flee
     assert annotations["trace_url"] == TRACE_URL.replace("{trace_id}", labels["trace_id"])
 
 
-def test_a_gateway_sigkill_inside_its_batch_loses_what_rotel_acknowledged_and_nothing_else(fleet, cli, provider):
-    """rotel keeps its batch in memory and has no persistent queue. SIGKILLed after it acknowledged a
-    session's spans and before its batch went out, it loses them: the daemon counted them delivered and moved
-    its checkpoint on, so it never sends them again. What a machine ran while the gateway was down is kept (its
-    daemon retries from its checkpoint) and arrives once, as does everything sent before. (The otelcol gateway's
-    file_storage queue writes each request to disk before answering: that is what this loss needs; otelcol
-    cannot run here.)"""
-    # Here the batch window is 5 s instead of the file's 1 s, so that the kill lands inside it on a busy
-    # test machine (a scrape over TLS may take longer than 1 s there); what it shows holds for any window.
-    fleet.gateway.settings["ROTEL_TRACES_BATCH_TIMEOUT"] = "5s"
-    fleet.gateway.restart()  # SIGTERM: rotel sends what it holds first
+def test_a_gateway_sigkill_inside_its_batch_window_loses_nothing(fleet, cli, provider):
+    """The Collector gateway acknowledges a session's spans into its queue on disk and is SIGKILLed inside its
+    1 s batch window, before the batch went out. What a machine ran while the gateway was down is kept by its
+    daemon (it retries from its checkpoint). Restarted, the gateway sends what its queue held: both machines'
+    sessions arrive, each span once."""
     victim, bystander = fleet.machines["dev-box-1"], "dev-box-2"
     exported = value(victim.scrape(), "copilot_otel_spans_exported_total")
-    before = final(fleet.received("dev-box-1"))
     session = run_session(fleet, cli, provider, "dev-box-1")
     wait_until(lambda: value(victim.scrape(), "copilot_otel_spans_exported_total") > exported, timeout=60,
                interval=0.02, what="the gateway to acknowledge the session's spans")
-    fleet.gateway.down(graceful=False)
+    fleet.gateway.kill()
     session.wait()
-    # Read once the daemon has had every answer rotel gave before it died (a request acknowledged just before
-    # the kill is counted when its answer is read, which may come after a scrape made at once).
-    acknowledged = value(victim.scrape(), "copilot_otel_spans_exported_total") - exported
-    through = final(fleet.received("dev-box-1")) - before
-    assert acknowledged > sum(through.values()), "the kill came after the batch went out"
     during = run_session(fleet, cli, provider, bystander)  # the gateway is down: its daemon holds the spans
     during.wait()
-    fleet.gateway.up()
-    expected = fleet.expected(bystander)
-    wait_until(lambda: final(fleet.received(bystander)) == expected, timeout=60,
-               what="the spans held while the gateway was down")
-    made = sum((fleet.expected("dev-box-1") - before).values())  # the session's spans
-    # the victim's daemon retries what the gateway refused while down until each of them was acknowledged
-    wait_until(lambda: value(victim.scrape(), "copilot_otel_spans_exported_total") - exported >= made
-               and value(victim.scrape(), "copilot_otel_export_queue_spans") == 0, timeout=90,
-               what="the victim's daemon to hand over the rest of its session")
-    time.sleep(3)  # rotel's batch, then the receiver
-    lost = fleet.expected("dev-box-1") - final(fleet.received("dev-box-1"))
-    # exactly what rotel had acknowledged and not sent: the daemon handed over the rest, and never these again
-    assert sum(lost.values()) == acknowledged - sum(through.values()) > 0
-    assert max(final(fleet.received("dev-box-1")).values()) == 1  # nothing twice
+    fleet.gateway.start()
+    for name in ("dev-box-1", bystander):
+        expected = fleet.expected(name)
+        wait_until(lambda name=name, expected=expected: final(fleet.received(name)) == expected, timeout=90,
+                   what=f"{name}'s spans, each once, after the gateway's restart")
 
 
 def test_a_daemon_restart_resends_nothing_and_hides_no_machine(fleet):
