@@ -9,8 +9,10 @@ delivered. A restart resumes the same way from the checkpoint.
 A file truncated or replaced by another log starts a new *generation*: what the old one left
 open ends as incomplete, and the spans of the new one get ids of their own (records.salted), so
 no span id is ever exported twice with different content. A copy of the log moved over it
-reads on; an edit of lines already read (the same first event, other bytes) is said once and
-read again from the start with the delivered lines below the floor: nothing is counted twice.
+reads on; a rewrite of lines already read (the same first event, other bytes: an edit, a log
+truncated and written again past the position) is said once and read again from the start as a
+new generation too, with the delivered lines below the floor: nothing is counted twice, and what
+the rewrite changed never reaches the backend under an id already sent.
 """
 
 from __future__ import annotations
@@ -153,9 +155,15 @@ class Follower(Struct):
         if result.copied:
             log.info("%s is another file now, holding the bytes already read (a copy moved over it); read on, "
                      "nothing counted again", self.path)
+        if result.restarted:
+            out.restarts[result.restarted] = out.restarts.get(result.restarted, 0) + 1
         if result.restarted == EDITED and result.lines >= delivered:
-            log.warning("%s: lines already read changed (the log was edited); what was delivered up to line %d is "
-                        "not counted or exported again, reading on after it", self.path, delivered)
+            # The same ids would carry the rewritten content: a new generation. What the old one left open is not
+            # ended (it was never exported; the rewrite holds its lines, under the new generation's ids).
+            log.warning("%s: lines already read changed (the log was edited or rewritten); read again as generation "
+                        "%d, with span ids of its own; what was delivered up to line %d is not counted or exported "
+                        "again", self.path, self.generation + 1, delivered)
+            self.generation += 1
             self.model = self.new_model()
             self.floor_line = delivered
             self.whole = True
@@ -242,9 +250,11 @@ class Follower(Struct):
         self.model = self.new_model()
         self.whole = True
         self.floor_line = max(self.floor_line, tail.line)
-        end, crc = tail.offset, tail.crc
+        # The next read checks that what was read is still there (else: edited); a position just restored keeps
+        # the CRC its checkpoint row holds (the tail's own is not known until that check).
+        expect = tail.expect if tail.expect is not None else (tail.offset, tail.crc)
         tail.rewind()
-        tail.expect = (end, crc)  # the next read checks that what was read is still there (else: edited)
+        tail.expect = expect
         self.settle_at_floor = True
 
     def close_at_floor(self) -> SessionSummary | None:
@@ -284,13 +294,17 @@ class Follower(Struct):
     def marker(self) -> FilePosition | None:
         """Where the checkpoint may move once everything queued before it is exported (None: not yet)."""
         tail = self.tail
-        if tail.identity is None or tail.line < self.floor_line or tail.expect is not None:
+        if tail.identity is None or tail.expect is not None:
             return None
-        resume = self.model.open_interaction_start if self.model is not None else None
+        # Below the floor (a log read again: rewritten, or its model rebuilt), the floor stays where it was and the
+        # position goes with the generation, so that a restart goes on with the same ids over the same bytes (and
+        # finds a change made meanwhile: yet another generation). A rebuilt model's re-read is re-read again.
+        rereading = tail.line < self.floor_line and self.settle_at_floor
+        resume = self.model.open_interaction_start if self.model is not None and not rereading else None
         resume_offset, resume_line = resume if resume is not None else (tail.offset, tail.line)
         session_id = self.session_id if self.session_id != session_id_of(self.path) else ""
-        return FilePosition(str(self.path), tail.identity, tail.offset, tail.line, resume_offset, resume_line,
-                            self.generation, tail.crc, session_id, self.moved_from)
+        return FilePosition(str(self.path), tail.identity, tail.offset, max(tail.line, self.floor_line), resume_offset,
+                            resume_line, self.generation, tail.crc, session_id, self.moved_from)
 
     def move(self, path: Path) -> None:
         """Follow the same log at another path (its folder was renamed): the same session, position and ids."""

@@ -19,6 +19,7 @@ from copilot_otel.daemon.follow import Follower
 from copilot_otel.source.identity import EDITED, REPLACED, TRUNCATED, crc32, first_event_id, prefix_crc
 from copilot_otel.daemon.moves import Moves
 from copilot_otel.model.pipeline import Outputs
+from copilot_otel.model.records import salted
 from copilot_otel.source.tail import FileTail
 from copilot_otel.vocab import Metric
 from tests.support.events import SessionLog
@@ -169,7 +170,8 @@ def follower_of(path: Path, **kwargs) -> Follower:
 
 def test_an_edited_log_counts_and_exports_only_what_follows_what_was_delivered(tmp_path):
     """An edit that changes the token counts of lines already read: nothing of them counted or exported again;
-    lines appended after are, under the same span ids as without the edit."""
+    lines appended after are, under the ids of a new generation (the unedited log's spans, salted once): no span id
+    already sent comes again, with the edited content or any other."""
     folder = tmp_path / "s-1"
     folder.mkdir()
     path = folder / "events.jsonl"
@@ -195,7 +197,10 @@ def test_an_edited_log_counts_and_exports_only_what_follows_what_was_delivered(t
     clean = follower_of(reference)
     every = Outputs()
     clean.read(every, warn=lambda *a: None)
-    assert {s.span_id for s in out.spans} == {s.span_id for s in every.spans} - {s.span_id for s in first.spans}
+    sent = {s.span_id for s in first.spans}
+    assert follower.generation == 1
+    assert {s.span_id for s in out.spans} == {salted(s, 1).span_id for s in every.spans if s.span_id not in sent}
+    assert not sent & {s.span_id for s in out.spans}
 
 
 def test_a_moved_log_keeps_its_session_and_its_checkpoint_row_moves(tmp_path):
