@@ -121,8 +121,9 @@ class Daemon:
         self.published = Published()  # what other threads read: replaced whole, never changed
         self.notices = SessionNotices(self.policy)
         self._restored = self.checkpoint.load()
-        # A log this state folder never saw whose last event is older than its first start is history (a restored
-        # home's, or the machine's before copilot-otel): left out unless --backfill.
+        # A log this state folder never saw whose last event is older than its first start, and that was not
+        # written since, is history (a restored home's, or the machine's before copilot-otel): left out unless
+        # --backfill.
         self._history_before_ns = 0 if config.backfill else int(self.checkpoint.first_start * 1e9)
         self._history_skipped = self._history_said = 0
         # The session metrics resume at the totals committed with these positions (export/totals.py).
@@ -257,8 +258,9 @@ class Daemon:
         self._send()
         self._publish()
         if self._history_skipped != self._history_said:
-            log.info("%d log(s) whose last event is older than this state folder's first start (%s) left out as "
-                     "history; --backfill exports them", self._history_skipped - self._history_said,
+            log.info("%d log(s) whose last event is older than this state folder's first start (%s), and not "
+                     "written since, left out as history; --backfill exports them",
+                     self._history_skipped - self._history_said,
                      time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(self._history_before_ns / 1e9)))
             self._history_said = self._history_skipped
         if self._collection is not None:
@@ -303,10 +305,13 @@ class Daemon:
             if moved is not None:
                 self._move(moved, path, first_id)
                 return moved
+        # History is what was written before the first start: a log written to since (its file's time says so) is
+        # followed whatever its events' timestamps say (a CLI whose clock is behind ours, or in 2001).
+        history_before_ns = self._history_before_ns if st.st_mtime_ns < self._history_before_ns else 0
         follower = Follower.start(path, self.config.model, max_line_bytes=self.config.max_line_bytes,
                                   restored=restored, skip_history=path in self._skip_history, within=self._root_real,
                                   generation=self._generations.pop(path, 0), history=st.st_mtime < self._started,
-                                  history_before_ns=self._history_before_ns)
+                                  history_before_ns=history_before_ns)
         if restored is not None and restored.resume_offset == restored.offset \
                 and self.clock() - st.st_mtime < ABANDONED_RETENTION:
             # Nothing was open at its checkpoint, yet it was written lately: a run before may have found it
