@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from msgspec.structs import replace
 
-from ..export.checkpoint import Checkpoint, FilePosition, StateLock
+from ..export.checkpoint import Checkpoint, CheckpointError, FilePosition, StateLock
 from ..config import Config
 from ..export.deadletter import FILE_NAME as DEAD_LETTER_FILE
 from ..export.deadletter import DeadLetter
@@ -124,7 +124,7 @@ class Daemon:
         # A log this state folder never saw whose last event is older than its first start, and that was not
         # written since, is history (a restored home's, or the machine's before copilot-otel): left out unless
         # --backfill.
-        self._history_before_ns = 0 if config.backfill else int(self.checkpoint.first_start * 1e9)
+        self._history_before_ns = int(self.checkpoint.first_start * 1e9)
         self._history_skipped = self._history_said = 0
         # The session metrics resume at the totals committed with these positions (export/totals.py).
         resumed = self.metrics.resume(self.checkpoint.load_totals())
@@ -154,6 +154,10 @@ class Daemon:
         self._outbox_outputs: list[Outputs] = []
         self._outbox: list[SpanRecord] = []
         self._outbox_markers: dict[str, FilePosition] = {}
+        # Logs a --backfill began to send (their history): their rows are committed before any span of theirs is
+        # queued, so that a run after this one, with the flag or not, goes on sending what this one could not
+        # deliver instead of taking it for history again.
+        self._backfills: list[FilePosition] = []
         self._counted = False  # metric updates applied since the last totals were queued
         self._next_totals = 0.0  # monotonic time the next totals may be taken
         self._bad_lines = RateLimitedLog(log)
@@ -311,13 +315,16 @@ class Daemon:
         follower = Follower.start(path, self.config.model, max_line_bytes=self.config.max_line_bytes,
                                   restored=restored, skip_history=path in self._skip_history, within=self._root_real,
                                   generation=self._generations.pop(path, 0), history=st.st_mtime < self._started,
-                                  history_before_ns=history_before_ns)
+                                  history_before_ns=history_before_ns, backfill=self.config.backfill)
         if restored is not None and restored.resume_offset == restored.offset \
                 and self.clock() - st.st_mtime < ABANDONED_RETENTION:
             # Nothing was open at its checkpoint, yet it was written lately: a run before may have found it
             # abandoned. Read again from the first line (nothing delivered twice) to know, and to know it whole.
             follower.reread()
         self.sessions[path] = follower
+        if follower.commit_now is not None:  # a backfill begins: committed before its spans are queued (_send)
+            self._backfills.append(follower.commit_now)
+            follower.commit_now = None
         if follower.skipped:  # remembered as read to its end: what is appended later is followed, not the history
             self._history_skipped += 1
             marker = follower.marker()
@@ -428,6 +435,12 @@ class Daemon:
         """Count the metrics of what was queued, then hand its spans and positions to the exporter: the positions
         with the metric totals that cover them, taken at most every TOTALS_EVERY seconds (and at the ``final`` one),
         the positions read meanwhile held back until then."""
+        if self._backfills:
+            try:
+                self.checkpoint.commit(self._backfills)
+                self._backfills = []
+            except CheckpointError as exc:  # the disk is full, say: said, and tried again before the next spans
+                log.warning("%s", exc)
         totals = None
         if self._outbox_outputs:
             outputs, self._outbox_outputs = self._outbox_outputs, []

@@ -62,6 +62,13 @@ class Follower(Struct):
     # from the start of the file.
     reader: LogReader
     floor_line: int = 0  # outputs of the events on lines up to this one were already delivered (restart, compaction)
+    # A --backfill sending history left out before: the lines up to this one were never delivered (those past it,
+    # up to floor_line, were). Carried in the checkpoint (FilePosition.history_line) while it lasts.
+    floor_from: int = 0
+    history_line: int = 0  # the lines up to this one were left out as history (skipped), not delivered
+    # A position to commit at once, before anything is read: a --backfill began sending history, and the next start
+    # (with the flag or not) must go on with it rather than take the log for history again.
+    commit_now: FilePosition | None = None
     pids: list[int] = field(default_factory=list)
     last_read: float = 0.0  # monotonic time new events were last read
     # Monotonic time the reader last saw an event of the session arrive: stuck and abandoned are measured from
@@ -109,14 +116,22 @@ class Follower(Struct):
     @classmethod
     def start(cls, path: Path, options: ModelOptions, *, max_line_bytes: int, restored: FilePosition | None = None,
               skip_history: bool = False, pids: list[int] | None = None, within: Path | None = None,
-              generation: int = 0, history: bool = False, history_before_ns: int = 0) -> Follower:
+              generation: int = 0, history: bool = False, history_before_ns: int = 0,
+              backfill: bool = False) -> Follower:
         """Follow ``path`` from its checkpoint (``restored``, perhaps committed at another path: a moved log),
         from its end (``skip_history``, or a log whose last event is older than ``history_before_ns``: see
-        ``skipped``), or from the start.
+        ``skipped``), or from the start. ``backfill``: history is sent instead, also history a run before left
+        out (a restored row's ``history_line``).
 
         ``within``: the tree the file must stay inside, checked on every open."""
-        floor_line, session_id = 0, session_id_of(path)
+        floor_line, floor_from, history_line, session_id = 0, 0, 0, session_id_of(path)
+        backfilled = False
         moved_from: tuple[str, ...] = ()
+        commit_now = None
+        if restored is not None and backfill and restored.history_line and not restored.backfilling:
+            # History left out by a run before: read from the first line, the lines followed since below the floor.
+            restored = commit_now = replace(restored, resume_offset=0, resume_line=0)
+            log.info("%s: sending the history left out before (--backfill), %d line(s)", path, restored.history_line)
         if restored is not None:
             session_id = restored.session_id or session_id_of(Path(restored.path))
         reader = LogReader(path, options, session_id=session_id, max_line_bytes=max_line_bytes, keep=READ_TYPES,
@@ -126,14 +141,25 @@ class Follower(Struct):
             tail.resume(restored.resume_offset, restored.resume_line, restored.identity, end=restored.offset,
                         crc=restored.crc)
             floor_line = restored.line
+            if restored.backfilling:
+                floor_from = history_line = restored.history_line
             generation = restored.generation
             moved_from = (restored.path,) if restored.path != str(path) else ()
-        elif skip_history or (history_before_ns and (tail.newest_event_ns() or history_before_ns) < history_before_ns):
+        elif skip_history:
             tail.skip_history()
             floor_line = tail.line
+        elif history_before_ns and (tail.newest_event_ns() or history_before_ns) < history_before_ns:
+            if backfill:
+                backfilled = tail.identify()  # sent from its start: a run after this one goes on sending it
+            else:
+                tail.skip_history()
+                floor_line = history_line = tail.line
         follower = cls(path, reader, floor_line=floor_line, pids=pids or [], generation=generation,
-                       whole=tail.offset == 0, session_id=session_id, moved_from=moved_from, history=history)
+                       whole=tail.offset == 0, session_id=session_id, moved_from=moved_from, history=history,
+                       floor_from=floor_from, history_line=history_line, commit_now=commit_now)
         follower.skipped = restored is None and tail.offset > 0
+        if backfilled:
+            follower.commit_now = follower.marker()
         if tail.offset > 0:
             _prime(follower.live_model, path, tail.offset, max_line_bytes)
         return follower
@@ -175,12 +201,19 @@ class Follower(Struct):
             self.finish(out)
             self.generation += 1
             self.model = self.new_model()
-            self.floor_line = 0
+            self.floor_line = self.floor_from = self.history_line = 0  # another log now: its history is not ours
             self.settle_at_floor = False
             self.whole = True
         if result.items:
             start = len(out.spans)
             items = result.items
+            if self.floor_from:  # backfilling: the history is delivered now, the lines after it were before
+                sent = _below(items, self.floor_from)
+                self.reader.drive(items[:sent], out, warn=warn)
+                self._ahead(items[:sent], out)
+                items = items[sent:]
+                if self.tail.line >= self.floor_from:
+                    self.floor_from = self.history_line = 0
             cut = _below(items, self.floor_line)
             if self.settle_at_floor:
                 before, items = items[:cut], items[cut:]
@@ -299,12 +332,14 @@ class Follower(Struct):
         # Below the floor (a log read again: rewritten, or its model rebuilt), the floor stays where it was and the
         # position goes with the generation, so that a restart goes on with the same ids over the same bytes (and
         # finds a change made meanwhile: yet another generation). A rebuilt model's re-read is re-read again.
-        rereading = tail.line < self.floor_line and self.settle_at_floor
+        # Sending history (floor_from), the position says how far: a restart reads on from there (what is open
+        # there is not rebuilt; an interaction start before it would send the history read since again).
+        rereading = tail.line < self.floor_line and (self.settle_at_floor or bool(self.floor_from))
         resume = self.model.open_interaction_start if self.model is not None and not rereading else None
         resume_offset, resume_line = resume if resume is not None else (tail.offset, tail.line)
         session_id = self.session_id if self.session_id != session_id_of(self.path) else ""
         return FilePosition(str(self.path), tail.identity, tail.offset, max(tail.line, self.floor_line), resume_offset,
-                            resume_line, self.generation, tail.crc, session_id, self.moved_from)
+                            resume_line, self.generation, tail.crc, session_id, self.moved_from, self.history_line)
 
     def move(self, path: Path) -> None:
         """Follow the same log at another path (its folder was renamed): the same session, position and ids."""

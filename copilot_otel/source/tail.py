@@ -136,6 +136,20 @@ class FileTail:
         self.identity = FileIdentity(st.st_dev, st.st_ino, fingerprint(head), min(len(head), FINGERPRINT_BYTES),
                                      first_event_id(head))
 
+    def identify(self) -> bool:
+        """Know the file as it is now (its identity) while nothing of it is read, so that a position at its start
+        can be committed; False if it cannot be read now."""
+        try:
+            handle = self._open()
+        except OSError:
+            return False
+        with handle:
+            st = os.fstat(handle.fileno())
+            head = handle.read(HEAD_BYTES)
+        self.identity = FileIdentity(st.st_dev, st.st_ino, fingerprint(head), min(len(head), FINGERPRINT_BYTES),
+                                     first_event_id(head))
+        return True
+
     def first_id(self) -> str:
         """The id of the file's first event as it is now ('' when there is none, or it cannot be read)."""
         try:

@@ -19,7 +19,9 @@ from tests.support.events import SessionLog
 from tests.support.files import append, new_session
 from tests.support.net import wait_until
 from tests.support.otlp_json import read_spans
+from tests.support.otlp_receiver import OtlpReceiver
 from tests.support.scrape import value
+from tests.support.spans import expected_keys, key
 
 FAST = ("--idle-quiet", "0.3", "--rescan-interval", "1")
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "cli" / "1.0.102"
@@ -152,3 +154,58 @@ def test_sessions_written_after_the_first_start_are_followed_whatever_their_time
         said = daemon.log_text()
     assert "left out as history" not in said
     assert listed == {*stamped, "written-while-stopped"}
+
+
+def queued(daemon: DaemonProcess) -> float:
+    return value(daemon.scrape(), "copilot_otel_export_queue_spans")
+
+
+def test_a_backfill_that_could_not_deliver_is_sent_by_the_next_starts(tmp_path):
+    """The three starts of issue 43: `run --backfill` with an endpoint that refuses, SIGTERM; a start without the
+    flag; a start with it and the endpoint back. The first stop counts the spans really queued; the second start
+    reads the history again (it is not taken for history: a backfill began) and says so at its stop too; the
+    third delivers every span of the restored logs, each exactly once."""
+    home, state = tmp_path / "home", tmp_path / "state"
+    (home / "session-state").mkdir(parents=True)
+    logs = [restore(home, scenario) for scenario in CACHED]
+    expected = expected_keys(logs)
+    with OtlpReceiver() as receiver:
+        env = {**DEFAULT, "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.grpc_endpoint, "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
+               "OTEL_EXPORTER_OTLP_TIMEOUT": "5"}
+        receiver.down()
+        for flags in (("--backfill",), ()):
+            daemon = DaemonProcess(home, state, env=env, args=(*FAST, *flags)).start()
+            try:
+                wait_until(lambda now=daemon: queued(now) == len(expected), timeout=30, what="every span queued")
+            finally:
+                daemon.stop()
+            said = daemon.log_text()
+            assert f"stopped with {len(expected)} spans not yet exported" in said
+            assert "left out as history" not in said
+        receiver.up()
+        with DaemonProcess(home, state, env=env, args=(*FAST, "--backfill")) as daemon:
+            receiver.wait_for_spans(len(expected), timeout=30)
+            wait_until(lambda: value(daemon.scrape(), "copilot_otel_checkpoint_commits_total") > 0
+                       and queued(daemon) == 0, what="the checkpoint past what was delivered")
+        got = sorted(key(span) for span in receiver.spans())
+    assert got == expected
+
+
+def test_history_left_out_is_sent_by_a_later_backfill(tmp_path):
+    """A start without --backfill leaves the restored logs out as history (and says so); a later start with it
+    sends them, each span once; a start after that sends nothing again."""
+    home, state, traces = tmp_path / "home", tmp_path / "state", tmp_path / "traces.jsonl"
+    (home / "session-state").mkdir(parents=True)
+    logs = [restore(home, scenario) for scenario in CACHED]
+    expected = expected_keys(logs)
+    with DaemonProcess(home, state, traces_file=traces, env=DEFAULT, args=FAST) as daemon:
+        wait_until(lambda: "left out as history" in daemon.log_text(), what="the history left out")
+    assert not traces.exists() or not read_spans(traces)
+    with DaemonProcess(home, state, traces_file=traces, env=DEFAULT, args=(*FAST, "--backfill")) as daemon:
+        wait_until(lambda: len(complete_lines_spans(traces)) >= len(expected), timeout=30, what="the history sent")
+        daemon.wait_for_metric("copilot_sessions_started_total", len(CACHED), timeout=30)
+    sent = traces.read_bytes()
+    assert sorted(key(span) for span in read_spans(traces)) == expected
+    with DaemonProcess(home, state, traces_file=traces, env=DEFAULT, args=(*FAST, "--backfill")):
+        time.sleep(2.5)  # two rescans: anything sent again would be written by now
+    assert traces.read_bytes() == sent
