@@ -154,10 +154,9 @@ class Daemon:
         self._outbox_outputs: list[Outputs] = []
         self._outbox: list[SpanRecord] = []
         self._outbox_markers: dict[str, FilePosition] = {}
-        # Logs a --backfill began to send (their history): their rows are committed before any span of theirs is
-        # queued, so that a run after this one, with the flag or not, goes on sending what this one could not
-        # deliver instead of taking it for history again.
-        self._backfills: list[FilePosition] = []
+        # Logs a --backfill began to send (their history), or that began a new generation: their rows are committed
+        # before any span of theirs is queued, so that a run after this one goes on with them (Follower.commit_now).
+        self._first_rows: dict[str, FilePosition] = {}
         self._counted = False  # metric updates applied since the last totals were queued
         self._next_totals = 0.0  # monotonic time the next totals may be taken
         self._bad_lines = RateLimitedLog(log)
@@ -322,15 +321,19 @@ class Daemon:
             # abandoned. Read again from the first line (nothing delivered twice) to know, and to know it whole.
             follower.reread()
         self.sessions[path] = follower
-        if follower.commit_now is not None:  # a backfill begins: committed before its spans are queued (_send)
-            self._backfills.append(follower.commit_now)
-            follower.commit_now = None
+        self._commit_first(follower)
         if follower.skipped:  # remembered as read to its end: what is appended later is followed, not the history
             self._history_skipped += 1
             marker = follower.marker()
             if marker is not None:
                 self._queue_marker(marker)
         return follower
+
+    def _commit_first(self, follower: Follower) -> None:
+        """A backfill or a new generation began: its position is committed before its spans are queued (_send)."""
+        if follower.commit_now is not None:
+            self._first_rows[follower.commit_now.path] = follower.commit_now
+            follower.commit_now = None
 
     def _move(self, follower: Follower, path: Path, first_id: str) -> None:
         """Follow a log at the path it moved to (its folder was renamed): the same session, position and ids."""
@@ -363,6 +366,7 @@ class Daemon:
             return
         out = Outputs()
         result = follower.read(out, warn=self._bad_lines.warning)
+        self._commit_first(follower)
         if result.gone:
             self._forget(path)
             return
@@ -435,10 +439,10 @@ class Daemon:
         """Count the metrics of what was queued, then hand its spans and positions to the exporter: the positions
         with the metric totals that cover them, taken at most every TOTALS_EVERY seconds (and at the ``final`` one),
         the positions read meanwhile held back until then."""
-        if self._backfills:
+        if self._first_rows:
             try:
-                self.checkpoint.commit(self._backfills)
-                self._backfills = []
+                self.checkpoint.commit(list(self._first_rows.values()))
+                self._first_rows = {}
             except CheckpointError as exc:  # the disk is full, say: said, and tried again before the next spans
                 log.warning("%s", exc)
         totals = None

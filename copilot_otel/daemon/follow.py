@@ -66,8 +66,10 @@ class Follower(Struct):
     # up to floor_line, were). Carried in the checkpoint (FilePosition.history_line) while it lasts.
     floor_from: int = 0
     history_line: int = 0  # the lines up to this one were left out as history (skipped), not delivered
-    # A position to commit at once, before anything is read: a --backfill began sending history, and the next start
-    # (with the flag or not) must go on with it rather than take the log for history again.
+    # A position to commit before the spans of this read are queued: a --backfill began sending history (the next
+    # start, with the flag or not, goes on with it rather than take the log for history again), or a new generation
+    # began (a restart, even after a kill -9 once its first spans were delivered, goes on with it: its ids are
+    # never made again for other content).
     commit_now: FilePosition | None = None
     pids: list[int] = field(default_factory=list)
     last_read: float = 0.0  # monotonic time new events were last read
@@ -175,6 +177,7 @@ class Follower(Struct):
         The result says whether the file is gone, unreadable, restarted or had nothing new.
         """
         delivered = max(self.floor_line, self.tail.line)
+        renewed = False
         result = self.tail.read(max_bytes=READ_BYTES)
         if result.gone or result.error:
             return result
@@ -192,7 +195,9 @@ class Follower(Struct):
             self.generation += 1
             self.model = self.new_model()
             self.floor_line = delivered
+            self.floor_from = self.history_line = 0  # what it held before, history or not, is not sent now
             self.whole = True
+            renewed = True
         elif result.restarted:
             # An edit that left fewer lines than were read (an older copy put back, lines deleted) is a truncation:
             # which of its lines were delivered cannot be told.
@@ -204,6 +209,7 @@ class Follower(Struct):
             self.floor_line = self.floor_from = self.history_line = 0  # another log now: its history is not ours
             self.settle_at_floor = False
             self.whole = True
+            renewed = True
         if result.items:
             start = len(out.spans)
             items = result.items
@@ -232,7 +238,19 @@ class Follower(Struct):
                 age = time.time() - self.live_model.last_event_ns / 1e9
                 self.seen_at -= max(0.0, age)
                 self.history = result.more  # a backlog read on: still history
+        if renewed:
+            self.commit_now = self._generation_row()
         return result
+
+    def _generation_row(self) -> FilePosition | None:
+        """The position of a new generation before any of its spans is delivered: read from the first line again,
+        the floor where it is, the bytes read so far checked."""
+        tail = self.tail
+        if tail.identity is None or tail.expect is not None:
+            return None
+        session_id = self.session_id if self.session_id != session_id_of(self.path) else ""
+        return FilePosition(str(self.path), tail.identity, tail.offset, self.floor_line, 0, 0, self.generation,
+                            tail.crc, session_id, self.moved_from, self.history_line)
 
     def _ahead(self, items: list, out: Outputs) -> None:
         """Count the events stamped more than AHEAD_S ahead of our clock; say it once per log."""

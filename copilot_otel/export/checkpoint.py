@@ -184,7 +184,9 @@ class Checkpoint:
                     "fingerprint_len=excluded.fingerprint_len, offset=excluded.offset, line=excluded.line, "
                     "resume_offset=excluded.resume_offset, resume_line=excluded.resume_line, updated=excluded.updated, "
                     "generation=excluded.generation, crc=excluded.crc, first_id=excluded.first_id, "
-                    "session_id=excluded.session_id, history_line=excluded.history_line", rows)
+                    "session_id=excluded.session_id, history_line=excluded.history_line "
+                    # a position queued before a new generation's own row was committed is not that log any more
+                    "WHERE excluded.generation >= files.generation", rows)
                 if moved:
                     self._db.executemany("DELETE FROM files WHERE path = ?", moved)
                 if totals is not None:

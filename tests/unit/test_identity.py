@@ -203,6 +203,36 @@ def test_an_edited_log_counts_and_exports_only_what_follows_what_was_delivered(t
     assert not sent & {s.span_id for s in out.spans}
 
 
+def test_a_new_generations_row_is_committed_first_and_a_rewrite_after_it_is_yet_another(tmp_path):
+    """A rewrite found gives a row to commit before the new generation's spans are queued (read again from the
+    first line, the floor kept, the bytes read so far checked); a stale position queued before it cannot take
+    the row back to the old generation. A daemon killed then, whose log is rewritten again while it is stopped,
+    restarts from that row and finds the second rewrite: generation 2, never generation 1 again."""
+    folder = tmp_path / "s-1"
+    folder.mkdir()
+    path = folder / "events.jsonl"
+    log = session()
+    path.write_bytes(log.jsonl())
+    follower = follower_of(path)
+    follower.read(Outputs(), warn=lambda *a: None)
+    stale = follower.marker()
+    checkpoint = Checkpoint(tmp_path / "state" / "checkpoint.sqlite")
+    moved_over(path, log.jsonl().replace(b'"inputTokens":4700', b'"inputTokens":4701'))
+    assert follower.read(Outputs(), warn=lambda *a: None).restarted == EDITED
+    row = follower.commit_now
+    assert row is not None
+    assert (row.generation, row.resume_offset, row.line, row.offset) == (1, 0, len(log.entries), len(log.jsonl()))
+    checkpoint.commit([row])
+    checkpoint.commit([stale])  # queued before the rewrite was found, committed after its row
+    restored = checkpoint.load()[str(path)]
+    assert (restored.generation, restored.offset) == (1, len(log.jsonl()))
+    moved_over(path, log.jsonl().replace(b'"inputTokens":4700', b'"inputTokens":4702'))
+    again = follower_of(path, restored=restored)
+    assert again.read(Outputs(), warn=lambda *a: None).restarted == EDITED
+    assert again.generation == 2
+    checkpoint.close()
+
+
 def test_a_moved_log_keeps_its_session_and_its_checkpoint_row_moves(tmp_path):
     """A follower moved to a renamed folder keeps its session id (its span ids); its position, committed at
     the new path, takes the old row's place; a restart there resumes under the first session id."""
