@@ -395,8 +395,13 @@ class _Recent:
         start = max(0, end - WINDOW_BYTES)
         if start < self.start or end > self.start + self.size:
             return None
-        data = b"".join(self.parts)
-        return start, crc32(memoryview(data)[start - self.start:end - self.start])
+        crc, at = 0, self.start  # chained over the parts' slices: nothing copied
+        for part in self.parts:
+            low, high = max(start, at), min(end, at + len(part))
+            if low < high:
+                crc = crc32(memoryview(part)[low - at:high - at], crc)
+            at += len(part)
+        return start, crc
 
 
 def _last_newline_end(handle, size: int) -> int:
