@@ -380,8 +380,9 @@ def usage(by, group, since, until, tz, json, csv, log_level, **options) -> None:
 @option("from-end", is_flag=True, default=False,
         help="On first start, skip the history already in the files.")
 @option("backfill", is_flag=True, default=False,
-        help="Also export the sessions whose last event is older than the state folder's first start "
-             "(left out by default: a restored home's old sessions are not this machine's).")
+        help="Also export the sessions whose last event is older than the state folder's first start and that "
+             "were not written since, those an earlier start left out included (left out by default: a restored "
+             "home's old sessions are not this machine's).")
 @option("idle-quiet", type=Duration(MIN_IDLE_QUIET), default=DEFAULT_IDLE_QUIET, show_default=True,
         help="Seconds of silence after a final answer that confirm the agent loop went idle.")
 @option("max-buffered-spans", type=click.IntRange(min=1), default=DEFAULT_MAX_BUFFERED_SPANS, show_default=True,

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from msgspec.structs import replace
 
-from ..export.checkpoint import Checkpoint, FilePosition, StateLock
+from ..export.checkpoint import Checkpoint, CheckpointError, FilePosition, StateLock
 from ..config import Config
 from ..export.deadletter import FILE_NAME as DEAD_LETTER_FILE
 from ..export.deadletter import DeadLetter
@@ -156,9 +156,10 @@ class Daemon:
         self.published = Published()  # what other threads read: replaced whole, never changed
         self.notices = SessionNotices(self.policy)
         self._restored = self.checkpoint.load()
-        # A log this state folder never saw whose last event is older than its first start is history (a restored
-        # home's, or the machine's before copilot-otel): left out unless --backfill.
-        self._history_before_ns = 0 if config.backfill else int(self.checkpoint.first_start * 1e9)
+        # A log this state folder never saw whose last event is older than its first start, and that was not
+        # written since, is history (a restored home's, or the machine's before copilot-otel): left out unless
+        # --backfill.
+        self._history_before_ns = int(self.checkpoint.first_start * 1e9)
         self._history_skipped = self._history_said = 0
         # The session metrics resume at the totals committed with these positions (export/totals.py).
         resumed = self.metrics.resume(self.checkpoint.load_totals())
@@ -198,6 +199,9 @@ class Daemon:
         self._outbox: list[SpanRecord] = []
         self._log_outbox: list[LogRecord] = []
         self._outbox_markers: dict[str, FilePosition] = {}
+        # Logs a --backfill began to send (their history), or that began a new generation: their rows are committed
+        # before any span of theirs is queued, so that a run after this one goes on with them (Follower.commit_now).
+        self._first_rows: dict[str, FilePosition] = {}
         self._counted = False  # metric updates applied since the last totals were queued
         self._next_totals = 0.0  # monotonic time the next totals may be taken
         self._bad_lines = RateLimitedLog(log)
@@ -315,8 +319,9 @@ class Daemon:
         self._send()
         self._publish()
         if self._history_skipped != self._history_said:
-            log.info("%d log(s) whose last event is older than this state folder's first start (%s) left out as "
-                     "history; --backfill exports them", self._history_skipped - self._history_said,
+            log.info("%d log(s) whose last event is older than this state folder's first start (%s), and not "
+                     "written since, left out as history; --backfill exports them",
+                     self._history_skipped - self._history_said,
                      time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(self._history_before_ns / 1e9)))
             self._history_said = self._history_skipped
         if self._collection is not None:
@@ -364,16 +369,20 @@ class Daemon:
             if moved is not None:
                 self._move(moved, path, first_id)
                 return moved
+        # History is what was written before the first start: a log written to since (its file's time says so) is
+        # followed whatever its events' timestamps say (a CLI whose clock is behind ours, or in 2001).
+        history_before_ns = self._history_before_ns if st.st_mtime_ns < self._history_before_ns else 0
         follower = Follower.start(path, self.config.model, max_line_bytes=self.config.max_line_bytes,
                                   restored=restored, skip_history=path in self._skip_history, within=self._root_real,
                                   generation=self._generations.pop(path, 0), history=st.st_mtime < self._started,
-                                  history_before_ns=self._history_before_ns)
+                                  history_before_ns=history_before_ns, backfill=self.config.backfill)
         if restored is not None and restored.resume_offset == restored.offset \
                 and self.clock() - st.st_mtime < ABANDONED_RETENTION:
             # Nothing was open at its checkpoint, yet it was written lately: a run before may have found it
             # abandoned. Read again from the first line (nothing delivered twice) to know, and to know it whole.
             follower.reread()
         self.sessions[path] = follower
+        self._commit_first(follower)
         if follower.skipped:  # remembered as read to its end: what is appended later is followed, not the history
             self._history_skipped += 1
             marker = follower.marker()
@@ -480,6 +489,12 @@ class Daemon:
             if file is not None and self._files.get(file) == path:
                 del self._files[file]
 
+    def _commit_first(self, follower: Follower) -> None:
+        """A backfill or a new generation began: its position is committed before its spans are queued (_send)."""
+        if follower.commit_now is not None:
+            self._first_rows[follower.commit_now.path] = follower.commit_now
+            follower.commit_now = None
+
     def _move(self, follower: Follower, path: Path, first_id: str) -> None:
         """Follow a log at the path it moved to (its folder was renamed): the same session, position and ids."""
         old = follower.path
@@ -515,6 +530,7 @@ class Daemon:
             return
         out = Outputs()
         result = follower.read(out, warn=self._bad_lines.warning)
+        self._commit_first(follower)
         if result.gone:
             self._forget(path)
             return
@@ -591,6 +607,12 @@ class Daemon:
         """Count the metrics of what was queued, then hand its spans and positions to the exporter: the positions
         with the metric totals that cover them, taken at most every TOTALS_EVERY seconds (and at the ``final`` one),
         the positions read meanwhile held back until then."""
+        if self._first_rows:
+            try:
+                self.checkpoint.commit(list(self._first_rows.values()))
+                self._first_rows = {}
+            except CheckpointError as exc:  # the disk is full, say: said, and tried again before the next spans
+                log.warning("%s", exc)
         totals = None
         if self._outbox_outputs:
             outputs, self._outbox_outputs = self._outbox_outputs, []

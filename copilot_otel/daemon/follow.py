@@ -9,8 +9,10 @@ delivered. A restart resumes the same way from the checkpoint.
 A file truncated or replaced by another log starts a new *generation*: what the old one left
 open ends as incomplete, and the spans of the new one get ids of their own (records.salted), so
 no span id is ever exported twice with different content. A copy of the log moved over it
-reads on; an edit of lines already read (the same first event, other bytes) is said once and
-read again from the start with the delivered lines below the floor: nothing is counted twice.
+reads on; a rewrite of lines already read (the same first event, other bytes: an edit, a log
+truncated and written again past the position) is said once and read again from the start as a
+new generation too, with the delivered lines below the floor: nothing is counted twice, and what
+the rewrite changed never reaches the backend under an id already sent.
 """
 
 from __future__ import annotations
@@ -60,6 +62,15 @@ class Follower(Struct):
     # from the start of the file.
     reader: LogReader
     floor_line: int = 0  # outputs of the events on lines up to this one were already delivered (restart, compaction)
+    # A --backfill sending history left out before: the lines up to this one were never delivered (those past it,
+    # up to floor_line, were). Carried in the checkpoint (FilePosition.history_line) while it lasts.
+    floor_from: int = 0
+    history_line: int = 0  # the lines up to this one were left out as history (skipped), not delivered
+    # A position to commit before the spans of this read are queued: a --backfill began sending history (the next
+    # start, with the flag or not, goes on with it rather than take the log for history again), or a new generation
+    # began (a restart, even after a kill -9 once its first spans were delivered, goes on with it: its ids are
+    # never made again for other content).
+    commit_now: FilePosition | None = None
     pids: list[int] = field(default_factory=list)
     last_read: float = 0.0  # monotonic time new events were last read
     # Monotonic time the reader last saw an event of the session arrive: stuck and abandoned are measured from
@@ -107,14 +118,22 @@ class Follower(Struct):
     @classmethod
     def start(cls, path: Path, options: ModelOptions, *, max_line_bytes: int, restored: FilePosition | None = None,
               skip_history: bool = False, pids: list[int] | None = None, within: Path | None = None,
-              generation: int = 0, history: bool = False, history_before_ns: int = 0) -> Follower:
+              generation: int = 0, history: bool = False, history_before_ns: int = 0,
+              backfill: bool = False) -> Follower:
         """Follow ``path`` from its checkpoint (``restored``, perhaps committed at another path: a moved log),
         from its end (``skip_history``, or a log whose last event is older than ``history_before_ns``: see
-        ``skipped``), or from the start.
+        ``skipped``), or from the start. ``backfill``: history is sent instead, also history a run before left
+        out (a restored row's ``history_line``).
 
         ``within``: the tree the file must stay inside, checked on every open."""
-        floor_line, session_id = 0, session_id_of(path)
+        floor_line, floor_from, history_line, session_id = 0, 0, 0, session_id_of(path)
+        backfilled = False
         moved_from: tuple[str, ...] = ()
+        commit_now = None
+        if restored is not None and backfill and restored.history_line and not restored.backfilling:
+            # History left out by a run before: read from the first line, the lines followed since below the floor.
+            restored = commit_now = replace(restored, resume_offset=0, resume_line=0)
+            log.info("%s: sending the history left out before (--backfill), %d line(s)", path, restored.history_line)
         if restored is not None:
             session_id = restored.session_id or session_id_of(Path(restored.path))
         reader = LogReader(path, options, session_id=session_id, max_line_bytes=max_line_bytes, keep=READ_TYPES,
@@ -124,14 +143,25 @@ class Follower(Struct):
             tail.resume(restored.resume_offset, restored.resume_line, restored.identity, end=restored.offset,
                         crc=restored.crc)
             floor_line = restored.line
+            if restored.backfilling:
+                floor_from = history_line = restored.history_line
             generation = restored.generation
             moved_from = (restored.path,) if restored.path != str(path) else ()
-        elif skip_history or (history_before_ns and (tail.newest_event_ns() or history_before_ns) < history_before_ns):
+        elif skip_history:
             tail.skip_history()
             floor_line = tail.line
+        elif history_before_ns and (tail.newest_event_ns() or history_before_ns) < history_before_ns:
+            if backfill:
+                backfilled = tail.identify()  # sent from its start: a run after this one goes on sending it
+            else:
+                tail.skip_history()
+                floor_line = history_line = tail.line
         follower = cls(path, reader, floor_line=floor_line, pids=pids or [], generation=generation,
-                       whole=tail.offset == 0, session_id=session_id, moved_from=moved_from, history=history)
+                       whole=tail.offset == 0, session_id=session_id, moved_from=moved_from, history=history,
+                       floor_from=floor_from, history_line=history_line, commit_now=commit_now)
         follower.skipped = restored is None and tail.offset > 0
+        if backfilled:
+            follower.commit_now = follower.marker()
         if tail.offset > 0:
             _prime(follower.live_model, path, tail.offset, max_line_bytes)
         return follower
@@ -147,18 +177,27 @@ class Follower(Struct):
         The result says whether the file is gone, unreadable, restarted or had nothing new.
         """
         delivered = max(self.floor_line, self.tail.line)
+        renewed = False
         result = self.tail.read(max_bytes=READ_BYTES)
         if result.gone or result.error:
             return result
         if result.copied:
             log.info("%s is another file now, holding the bytes already read (a copy moved over it); read on, "
                      "nothing counted again", self.path)
+        if result.restarted:
+            out.restarts[result.restarted] = out.restarts.get(result.restarted, 0) + 1
         if result.restarted == EDITED and result.lines >= delivered:
-            log.warning("%s: lines already read changed (the log was edited); what was delivered up to line %d is "
-                        "not counted or exported again, reading on after it", self.path, delivered)
+            # The same ids would carry the rewritten content: a new generation. What the old one left open is not
+            # ended (it was never exported; the rewrite holds its lines, under the new generation's ids).
+            log.warning("%s: lines already read changed (the log was edited or rewritten); read again as generation "
+                        "%d, with span ids of its own; what was delivered up to line %d is not counted or exported "
+                        "again", self.path, self.generation + 1, delivered)
+            self.generation += 1
             self.model = self.new_model()
             self.floor_line = delivered
+            self.floor_from = self.history_line = 0  # what it held before, history or not, is not sent now
             self.whole = True
+            renewed = True
         elif result.restarted:
             # An edit that left fewer lines than were read (an older copy put back, lines deleted) is a truncation:
             # which of its lines were delivered cannot be told.
@@ -167,12 +206,20 @@ class Follower(Struct):
             self.finish(out)
             self.generation += 1
             self.model = self.new_model()
-            self.floor_line = 0
+            self.floor_line = self.floor_from = self.history_line = 0  # another log now: its history is not ours
             self.settle_at_floor = False
             self.whole = True
+            renewed = True
         if result.items:
             start, log_start = len(out.spans), len(out.logs)
             items = result.items
+            if self.floor_from:  # backfilling: the history is delivered now, the lines after it were before
+                sent = _below(items, self.floor_from)
+                self.reader.drive(items[:sent], out, warn=warn)
+                self._ahead(items[:sent], out)
+                items = items[sent:]
+                if self.tail.line >= self.floor_from:
+                    self.floor_from = self.history_line = 0
             cut = _below(items, self.floor_line)
             if self.settle_at_floor:
                 before, items = items[:cut], items[cut:]
@@ -192,7 +239,19 @@ class Follower(Struct):
                 age = time.time() - self.live_model.last_event_ns / 1e9
                 self.seen_at -= max(0.0, age)
                 self.history = result.more  # a backlog read on: still history
+        if renewed:
+            self.commit_now = self._generation_row()
         return result
+
+    def _generation_row(self) -> FilePosition | None:
+        """The position of a new generation before any of its spans is delivered: read from the first line again,
+        the floor where it is, the bytes read so far checked."""
+        tail = self.tail
+        if tail.identity is None or tail.expect is not None:
+            return None
+        session_id = self.session_id if self.session_id != session_id_of(self.path) else ""
+        return FilePosition(str(self.path), tail.identity, tail.offset, self.floor_line, 0, 0, self.generation,
+                            tail.crc, session_id, self.moved_from, self.history_line)
 
     def _ahead(self, items: list, out: Outputs) -> None:
         """Count the events stamped more than AHEAD_S ahead of our clock; say it once per log."""
@@ -249,9 +308,11 @@ class Follower(Struct):
         self.model = self.new_model()
         self.whole = True
         self.floor_line = max(self.floor_line, tail.line)
-        end, crc = tail.offset, tail.crc
+        # The next read checks that what was read is still there (else: edited); a position just restored keeps
+        # the CRC its checkpoint row holds (the tail's own is not known until that check).
+        expect = tail.expect if tail.expect is not None else (tail.offset, tail.crc)
         tail.rewind()
-        tail.expect = (end, crc)  # the next read checks that what was read is still there (else: edited)
+        tail.expect = expect
         self.settle_at_floor = True
 
     def close_at_floor(self) -> SessionSummary | None:
@@ -291,13 +352,19 @@ class Follower(Struct):
     def marker(self) -> FilePosition | None:
         """Where the checkpoint may move once everything queued before it is exported (None: not yet)."""
         tail = self.tail
-        if tail.identity is None or tail.line < self.floor_line or tail.expect is not None:
+        if tail.identity is None or tail.expect is not None:
             return None
-        resume = self.model.open_interaction_start if self.model is not None else None
+        # Below the floor (a log read again: rewritten, or its model rebuilt), the floor stays where it was and the
+        # position goes with the generation, so that a restart goes on with the same ids over the same bytes (and
+        # finds a change made meanwhile: yet another generation). A rebuilt model's re-read is re-read again.
+        # Sending history (floor_from), the position says how far: a restart reads on from there (what is open
+        # there is not rebuilt; an interaction start before it would send the history read since again).
+        rereading = tail.line < self.floor_line and (self.settle_at_floor or bool(self.floor_from))
+        resume = self.model.open_interaction_start if self.model is not None and not rereading else None
         resume_offset, resume_line = resume if resume is not None else (tail.offset, tail.line)
         session_id = self.session_id if self.session_id != session_id_of(self.path) else ""
-        return FilePosition(str(self.path), tail.identity, tail.offset, tail.line, resume_offset, resume_line,
-                            self.generation, tail.crc, session_id, self.moved_from)
+        return FilePosition(str(self.path), tail.identity, tail.offset, max(tail.line, self.floor_line), resume_offset,
+                            resume_line, self.generation, tail.crc, session_id, self.moved_from, self.history_line)
 
     def move(self, path: Path) -> None:
         """Follow the same log at another path (its folder was renamed): the same session, position and ids."""

@@ -48,7 +48,8 @@ CREATE TABLE IF NOT EXISTS files (
     generation INTEGER NOT NULL DEFAULT 0,
     crc INTEGER,
     first_id TEXT NOT NULL DEFAULT '',
-    session_id TEXT NOT NULL DEFAULT ''
+    session_id TEXT NOT NULL DEFAULT '',
+    history_line INTEGER NOT NULL DEFAULT 0
 )
 """
 # Facts about the checkpoint itself: first_start, when it was made (Unix time; 0 for one an older version made).
@@ -61,9 +62,10 @@ _ADDED = {
     "crc": "crc INTEGER",
     "first_id": "first_id TEXT NOT NULL DEFAULT ''",
     "session_id": "session_id TEXT NOT NULL DEFAULT ''",
+    "history_line": "history_line INTEGER NOT NULL DEFAULT 0",
 }
 _FIRST_COLUMNS = "path, device, inode, fingerprint, fingerprint_len, offset, line, resume_offset, resume_line, updated"
-_COLUMNS = f"{_FIRST_COLUMNS}, generation, crc, first_id, session_id"
+_COLUMNS = f"{_FIRST_COLUMNS}, generation, crc, first_id, session_id, history_line"
 
 
 class CheckpointError(RuntimeError):
@@ -83,6 +85,15 @@ class FilePosition(Struct, frozen=True):
     crc: int | None = None  # CRC-32 of the log's bytes before ``offset`` (None: not known)
     session_id: str = ""  # the session id its spans are made under, when not its folder's name (a moved log)
     moved_from: tuple[str, ...] = ()  # paths the log was followed at before: their rows go in the same commit
+    # The lines up to this one were left out as history, never delivered (0: none). Kept until --backfill sends
+    # them; while it does, the row resumes before it (resume_line < history_line) and lines in (history_line, line]
+    # are the ones delivered before: whatever the next start's flags, it goes on sending the history.
+    history_line: int = 0
+
+    @property
+    def backfilling(self) -> bool:
+        """Is a --backfill sending this log's history (read on from ``resume_line`` up to ``history_line``)?"""
+        return self.history_line > 0 and self.resume_line < self.history_line
 
 
 class Checkpoint:
@@ -135,9 +146,10 @@ class Checkpoint:
         with self._lock:
             rows = self._db.execute(
                 "SELECT path, device, inode, fingerprint, fingerprint_len, offset, line, resume_offset, resume_line, "
-                "generation, crc, first_id, session_id FROM files").fetchall()
+                "generation, crc, first_id, session_id, history_line FROM files").fetchall()
         positions = (FilePosition(path_from_text(row[0]), FileIdentity(row[1], row[2], row[3], row[4], row[11]),
-                                  row[5], row[6], row[7], row[8], row[9], row[10], row[12]) for row in rows)
+                                  row[5], row[6], row[7], row[8], row[9], row[10], row[12], history_line=row[13])
+                     for row in rows)
         return {position.path: position for position in positions}
 
     @property
@@ -161,18 +173,20 @@ class Checkpoint:
         now = time.time()
         rows = [(path_text(p.path), p.identity.device, p.identity.inode, p.identity.fingerprint,
                  p.identity.fingerprint_len, p.offset, p.line, p.resume_offset, p.resume_line, now, p.generation, p.crc,
-                 p.identity.first_id, p.session_id) for p in positions]
+                 p.identity.first_id, p.session_id, p.history_line) for p in positions]
         moved = [(path_text(old),) for p in positions for old in p.moved_from if old != p.path]
         with self._lock:
             try:
                 self._db.execute("BEGIN")
                 self._db.executemany(
-                    f"INSERT INTO files ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT(path) DO UPDATE "
+                    f"INSERT INTO files ({_COLUMNS}) VALUES ({', '.join('?' * 15)}) ON CONFLICT(path) DO UPDATE "
                     "SET device=excluded.device, inode=excluded.inode, fingerprint=excluded.fingerprint, "
                     "fingerprint_len=excluded.fingerprint_len, offset=excluded.offset, line=excluded.line, "
                     "resume_offset=excluded.resume_offset, resume_line=excluded.resume_line, updated=excluded.updated, "
                     "generation=excluded.generation, crc=excluded.crc, first_id=excluded.first_id, "
-                    "session_id=excluded.session_id", rows)
+                    "session_id=excluded.session_id, history_line=excluded.history_line "
+                    # a position queued before a new generation's own row was committed is not that log any more
+                    "WHERE excluded.generation >= files.generation", rows)
                 if moved:
                     self._db.executemany("DELETE FROM files WHERE path = ?", moved)
                 if totals is not None:

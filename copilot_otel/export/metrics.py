@@ -29,6 +29,7 @@ from .genai_metrics import GenAi, GenAiMetrics
 from .limits import MAX_NAME_CHARS, OTHER, cut_name
 from .totals import Resumed, baselines, decode, snapshot
 from ..model.records import MetricUpdate
+from ..source.identity import EDITED, REPLACED, TRUNCATED
 from ..vocab import (ATTRIBUTED, CLAMP_REASONS, INTERACTION_ENDS, LOG_REFUSALS, REPOSITORY_LABEL, SIGNALS,
                      STALLED_STATES, STATES, Metric)
 
@@ -268,6 +269,12 @@ class Metrics:
         self.events_ahead = Counter("copilot_otel_events_ahead_of_clock",
                                     "Events stamped more than an hour ahead of this machine's clock (kept as stamped).",
                                     registry=r)
+        self.log_generations = Counter(
+            "copilot_otel_log_generations", "Logs read again as a new generation, with span ids of their own, because "
+            "bytes already read changed: truncated, replaced by another log, or edited (rewritten).", ["how"],
+            registry=r)
+        for how in (TRUNCATED, REPLACED, EDITED):
+            self.log_generations.labels(how)
         self.spans_exported = Counter("copilot_otel_spans_exported", "Spans delivered to the trace backend.",
                                       registry=r)
         self.spans_failed = Counter("copilot_otel_spans_failed", "Span export attempts that failed (spans).",
@@ -510,6 +517,8 @@ class Metrics:
                 self.events_out_of_order.labels(event_type).inc(count)
             for reason, count in out.clamped.items():
                 self.values_clamped.labels(reason).inc(count)
+            for how, count in out.restarts.items():
+                self.log_generations.labels(how).inc(count)
             ahead += out.ahead
             newest = max(newest, out.newest_ns)
         try:

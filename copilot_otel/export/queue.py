@@ -234,13 +234,17 @@ class ExportQueue(Generic[R]):
             spans, markers, totals = taken
             if PAUSE.renders:  # a /metrics render runs: let it run alone (pause.py)
                 PAUSE.wait()
+            done = False
             try:
                 if spans and not self._deliver(spans):
                     return  # stopping while the backend is down: the checkpoint stays behind
                 self._commit(markers, totals)
+                done = True
             finally:
                 with self._cond:
-                    self._queued_spans -= len(spans)
+                    if done or not spans:
+                        self._queued_spans -= len(spans)
+                    # else: left behind, and still counted in ``depth`` (what a stop says was not exported)
                     self._busy = False
                     self._cond.notify_all()
 

@@ -47,6 +47,8 @@ class Outputs(Struct):
     newest_ns: int = 0  # timestamp of the newest event applied
     ahead: int = 0  # events stamped more than an hour ahead of the reader's clock (kept: a clock is wrong)
     clamped: dict[str, int] = field(default_factory=dict)  # reason -> values clamped or cut to be usable
+    # how (truncated, replaced, edited) -> logs that started a new generation: bytes already read changed
+    restarts: dict[str, int] = field(default_factory=dict)
 
     def add(self, step: Step) -> None:
         """Fold in one step's spans and metric updates (its anomalies are counted by ``drive``)."""

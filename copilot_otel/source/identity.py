@@ -10,18 +10,24 @@ the bytes the tailer reads anyway, so it costs no extra pass while nothing chang
 
 from __future__ import annotations
 
+import os
+
 import orjson
 from msgspec import Struct
 
 from ..base.hashes import blake2b, crc32
 
 FINGERPRINT_BYTES = 256
+# The bytes just before the read position that every read checks are still there, while the file stays the same
+# inode: a log rewritten in place (truncated and written again past the position between two reads) almost always
+# moves or changes them. A log shorter than this is checked whole at every read.
+WINDOW_BYTES = 64 * 1024
 HEAD_BYTES = 64 * 1024  # a first line longer than this names no log (its fingerprint does)
 SCAN_CHUNK = 1 << 20
 
 # How a file found at a log's path relates to what was read from it (FileTail's verdicts).
 COPIED = "copied"  # another file, the same bytes up to the read position: reading goes on
-EDITED = "edited"  # the same log (same first event), but lines already read changed
+EDITED = "edited"  # the same log (same first event), but lines already read changed: rewritten
 TRUNCATED = "truncated"  # the same file cut back, or rewritten in place with other first bytes
 REPLACED = "replaced"  # another file holding another log
 
@@ -90,3 +96,9 @@ def count_lines(handle) -> int:
         lines += chunk.count(b"\n")
     handle.seek(0)
     return lines
+
+
+def window_crc(fd: int, end: int) -> tuple[int, int]:
+    """(where the window before ``end`` starts, CRC-32 of its bytes as the file holds them now)."""
+    start = max(0, end - WINDOW_BYTES)
+    return start, crc32(os.pread(fd, end - start, start))

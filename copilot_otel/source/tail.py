@@ -6,7 +6,9 @@ last one, decoded, up to about a byte budget; a partial last line waits for its 
 Every open refuses what is not a regular file (a FIFO would block the reader), and, for
 the daemon, a symlink or a path that leads out of the watched tree. Each open also checks
 that the file still holds what was read (identity.py): a copy of the same bytes reads on, an
-edit of lines already read or another log is read again from the start.
+edit of lines already read or another log is read again from the start. The same file, grown,
+is checked by the bytes just before the position (identity.WINDOW_BYTES): a log rewritten in
+place past the position between two reads is found there.
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ from msgspec.structs import replace
 from ..decode.lines import TOO_LONG, decode_line
 from ..decode.events import DecodeError, Event
 from .identity import (COPIED, EDITED, FINGERPRINT_BYTES, HEAD_BYTES, REPLACED, TRUNCATED, FileIdentity,
-                       count_lines, fingerprint, first_event_id, prefix_crc, same_origin)
+                       WINDOW_BYTES, count_lines, fingerprint, first_event_id, prefix_crc, same_origin,
+                       window_crc)
 from ..base.hashes import crc32
 from ..base.pause import PAUSE
 from ..base.regular import open_regular
@@ -87,12 +90,15 @@ class FileTail:
         self.scanned: int | None = None
         self._scanned_crc: int | None = None
         self.size = 0  # the file's size at the last read
+        # (start, end, CRC-32 of bytes [start, end)) of the window before the position, as the last read left it.
+        self.window: tuple[int, int, int] | None = None
+        self._before: tuple[int, bytes] | None = None  # the window's bytes, checked at this open
 
     def resume(self, offset: int, line: int, identity: FileIdentity, *, end: int, crc: int | None) -> None:
         """Read on from ``offset``/``line`` of the log ``identity`` names, whose bytes [0, ``end``) had CRC-32
         ``crc`` (checked at the next open, whatever file is then at the path; None: believed)."""
         self.offset, self.line, self.identity = offset, line, identity
-        self.crc, self.expect, self.scanned = None, (end, crc), None
+        self.crc, self.expect, self.scanned, self.window = None, (end, crc), None, None
 
     def newest_event_ns(self) -> int | None:
         """When the last event among the file's last MiB of complete lines happened (None: no event there, or
@@ -126,8 +132,23 @@ class FileTail:
                 return
             head = handle.read(HEAD_BYTES)
         self.offset, self.line, self.crc, self.expect, self.scanned = end, found[2], found[0], None, None
+        self.window = None
         self.identity = FileIdentity(st.st_dev, st.st_ino, fingerprint(head), min(len(head), FINGERPRINT_BYTES),
                                      first_event_id(head))
+
+    def identify(self) -> bool:
+        """Know the file as it is now (its identity) while nothing of it is read, so that a position at its start
+        can be committed; False if it cannot be read now."""
+        try:
+            handle = self._open()
+        except OSError:
+            return False
+        with handle:
+            st = os.fstat(handle.fileno())
+            head = handle.read(HEAD_BYTES)
+        self.identity = FileIdentity(st.st_dev, st.st_ino, fingerprint(head), min(len(head), FINGERPRINT_BYTES),
+                                     first_event_id(head))
+        return True
 
     def first_id(self) -> str:
         """The id of the file's first event as it is now ('' when there is none, or it cannot be read)."""
@@ -143,7 +164,7 @@ class FileTail:
     def rewind(self) -> None:
         """Read the file again from its first line."""
         self.offset = self.line = 0
-        self.crc, self.expect, self.scanned = 0, None, None
+        self.crc, self.expect, self.scanned, self.window = 0, None, None, None
 
     def _same_file(self, handle, st: os.stat_result) -> str | None:
         """None if this is the file and the bytes we were reading; else what it is (identity's verdicts)."""
@@ -160,8 +181,12 @@ class FileTail:
                 handle.seek(0)
                 if len(head) < ident.fingerprint_len or fingerprint(head) != ident.fingerprint:
                     return TRUNCATED
-            if expect is None:
-                return None  # the same file, grown: what was read is not read again to check it
+            if expect is None:  # the same file, grown: only the bytes just before the position are read again
+                if not self._window_changed(handle):
+                    return None
+                head = handle.read(HEAD_BYTES)
+                handle.seek(0)
+                return EDITED if same_origin(head, ident) else TRUNCATED  # rewritten in place past the position
         else:
             head = handle.read(HEAD_BYTES)
             handle.seek(0)
@@ -174,6 +199,25 @@ class FileTail:
             return EDITED
         self.crc = found[1]
         return COPIED if (st.st_dev, st.st_ino) != (ident.device, ident.inode) else None
+
+    def _window_changed(self, handle) -> bool:
+        """Do the bytes before the position differ from what the last read left there?"""
+        window = self.window
+        if window is None or window[1] != self.offset:
+            return False  # nothing read since the position was set: the next read notes the window
+        start, end, crc = window
+        data = os.pread(handle.fileno(), end - start, start)
+        if crc32(data) != crc:
+            return True
+        self._before = (start, data)  # what the read goes on from: its window is made of the bytes it saw
+        return False
+
+    def _note_window(self, handle) -> None:
+        """Remember the bytes before the position as they are now, for the next read to check."""
+        self._before = None
+        if self.offset and (self.window is None or self.window[1] != self.offset):
+            start, crc = window_crc(handle.fileno(), self.offset)
+            self.window = (start, self.offset, crc)
 
     def _open(self):
         """The file, opened without blocking or following a final symlink (daemon), and checked."""
@@ -225,9 +269,11 @@ class FileTail:
         elif copied:
             self.identity = replace(ident, device=st.st_dev, inode=st.st_ino)
         if st.st_size <= max(self.offset, self.scanned or 0):
+            self._note_window(handle)
             return ReadResult([], restarted, copied, lines)
         first = self.line == 0
         items, more = self._read_lines(handle, max_bytes)
+        self._note_window(handle)
         if first and self.line:  # the first line is complete: the log's first event names it
             event = items[0] if items else None
             first_id = event.id if type(event) is Event and event.line == 1 and not event.id.startswith("@") else ""
@@ -252,6 +298,11 @@ class FileTail:
             skipped = position - offset
             running = self._scanned_crc if position == self.scanned else None
         handle.seek(position)
+        before, self._before = self._before, None
+        # The bytes this read saw, from the checked window on: the next window is made of them, not read again after
+        # (a rewrite in between would then go unseen).
+        fits = before is not None and before[0] + len(before[1]) == position
+        recent = _Recent(*before) if fits and before is not None else _Recent(position)
         consumed = 0
         more = False
         while True:
@@ -303,6 +354,7 @@ class FileTail:
                     if raw and not raw.isspace():  # not strip(): that copies the line
                         items.append(decode_line(raw, offset=offset, line=number, max_bytes=limit, keep=keep))
                 offset += size + 1
+            recent.add(chunk, offset - WINDOW_BYTES)
             rest = chunk[begin:]  # after the chunk's last newline: the start of the next line
             if skipping:
                 skipped += len(rest)
@@ -313,9 +365,43 @@ class FileTail:
         # Only complete lines count: a partial last line is read again, whole, next time; an over-long
         # one is not: how far it was scanned is kept.
         self.offset, self.line, self.crc = offset, number, line_crc
+        if offset and (self.window is None or self.window[1] != offset):
+            found = recent.window(offset)
+            self.window = None if found is None else (found[0], offset, found[1])
         self.scanned = offset + skipped if skipping else None
         self._scanned_crc = running if skipping else None
         return items, more
+
+
+class _Recent:
+    """The bytes one read saw lately, from the window before the position on (bounded: a long line is not kept)."""
+
+    __slots__ = ("parts", "size", "start")
+
+    def __init__(self, start: int, first: bytes = b"") -> None:
+        self.start, self.parts, self.size = start, [first] if first else [], len(first)
+
+    def add(self, chunk: bytes, keep_from: int) -> None:
+        """Add the next bytes read; forget those before ``keep_from`` (and the oldest past a bound)."""
+        self.parts.append(chunk)
+        self.size += len(chunk)
+        while self.parts and (self.start + len(self.parts[0]) <= keep_from or self.size > WINDOW_BYTES + 2 * CHUNK):
+            first = self.parts.pop(0)
+            self.start += len(first)
+            self.size -= len(first)
+
+    def window(self, end: int) -> tuple[int, int] | None:
+        """(start, CRC-32) of the window before ``end``, if every byte of it was seen; else None."""
+        start = max(0, end - WINDOW_BYTES)
+        if start < self.start or end > self.start + self.size:
+            return None
+        crc, at = 0, self.start  # chained over the parts' slices: nothing copied
+        for part in self.parts:
+            low, high = max(start, at), min(end, at + len(part))
+            if low < high:
+                crc = crc32(memoryview(part)[low - at:high - at], crc)
+            at += len(part)
+        return start, crc
 
 
 def _last_newline_end(handle, size: int) -> int:

@@ -1,13 +1,15 @@
 """A CI runner that restores a cached ~/.copilot does not report the cache's sessions as its own again: logs the
 real CLI wrote elsewhere, copied into a second home before or after the daemon starts, are history older than the
 state folder's first start and are left out (spans and metrics); what happens from then on is followed: a new
-session, and the new interaction of a restored session resumed; --backfill exports the history."""
+session, and the new interaction of a restored session resumed; --backfill exports the history. What is written
+after the first start is never history, whatever its events' timestamps say."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import time
-from datetime import datetime, UTC
+from datetime import datetime, timedelta, UTC
 from pathlib import Path
 
 from copilot_otel.decode.events import Event
@@ -17,7 +19,9 @@ from tests.support.events import SessionLog
 from tests.support.files import append, new_session
 from tests.support.net import wait_until
 from tests.support.otlp_json import read_spans
+from tests.support.otlp_receiver import OtlpReceiver
 from tests.support.scrape import value
+from tests.support.spans import expected_keys, key
 
 FAST = ("--idle-quiet", "0.3", "--rescan-interval", "1")
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "cli" / "1.0.102"
@@ -106,3 +110,102 @@ def test_backfill_exports_the_history(tmp_path):
     with DaemonProcess(home, tmp_path / "state", traces_file=traces, env=DEFAULT, args=(*FAST, "--backfill")) as daemon:
         wait_until(lambda: ids <= conversations(complete_lines_spans(traces)), timeout=30, what="the history")
         daemon.wait_for_metric("copilot_sessions_started_total", len(ids), timeout=30)
+
+
+def finished(session_id: str, start: datetime) -> bytes:
+    """A whole session (one interaction, one LLM call, shut down) stamped from ``start``."""
+    log = SessionLog(session_id, start=start)
+    log.start()
+    log.user()
+    log.turn_start()
+    log.usage()
+    log.message("Done.")
+    log.turn_end()
+    log.shutdown()
+    return log.jsonl()
+
+
+def test_sessions_written_after_the_first_start_are_followed_whatever_their_timestamps(tmp_path):
+    """Sessions written while the daemon runs, stamped ten minutes behind its clock, in 2001, before 1970, beyond
+    2262 and two hours ahead, and one stamped in 2001 written while it was stopped (after its first start): each
+    exported, counted and listed by the web view's API; none is said to be history (before, those behind the first
+    start were left out for good)."""
+    home, state, traces = tmp_path / "home", tmp_path / "state", tmp_path / "traces.jsonl"
+    (home / "session-state").mkdir(parents=True)
+    now = datetime.now(UTC)
+    stamped = {"ten-minutes-behind": now - timedelta(minutes=10), "in-2001": datetime(2001, 3, 1, tzinfo=UTC),
+               "before-1970": datetime(1960, 5, 1, tzinfo=UTC), "beyond-2262": datetime(2300, 1, 1, tzinfo=UTC),
+               "two-hours-ahead": now + timedelta(hours=2)}
+    with DaemonProcess(home, state, traces_file=traces, env=DEFAULT, args=FAST) as daemon:
+        for session_id, start in stamped.items():
+            new_session(home, session_id).write_bytes(finished(session_id, start))
+        wait_until(lambda: set(stamped) <= conversations(complete_lines_spans(traces)), timeout=30,
+                   what="every session's spans")
+        daemon.wait_for_metric("copilot_sessions_started_total", len(stamped), timeout=30)
+        said = daemon.log_text()
+    assert "left out as history" not in said
+    new_session(home, "written-while-stopped").write_bytes(finished("written-while-stopped",
+                                                                    datetime(2001, 3, 2, tzinfo=UTC)))
+    with DaemonProcess(home, state, traces_file=traces, env=DEFAULT, args=FAST) as daemon:
+        wait_until(lambda: "written-while-stopped" in conversations(complete_lines_spans(traces)), timeout=30,
+                   what="the session written while the daemon was stopped")
+        daemon.wait_for_metric("copilot_sessions_started_total", len(stamped) + 1, timeout=30)
+        listed = {row["id"] for row in json.loads(daemon.api_get("/api/sessions?limit=500"))["sessions"]}
+        said = daemon.log_text()
+    assert "left out as history" not in said
+    assert listed == {*stamped, "written-while-stopped"}
+
+
+def queued(daemon: DaemonProcess) -> float:
+    return value(daemon.scrape(), "copilot_otel_export_queue_spans")
+
+
+def test_a_backfill_that_could_not_deliver_is_sent_by_the_next_starts(tmp_path):
+    """The three starts of issue 43: `run --backfill` with an endpoint that refuses, SIGTERM; a start without the
+    flag; a start with it and the endpoint back. The first stop counts the spans really queued; the second start
+    reads the history again (it is not taken for history: a backfill began) and says so at its stop too; the
+    third delivers every span of the restored logs, each exactly once."""
+    home, state = tmp_path / "home", tmp_path / "state"
+    (home / "session-state").mkdir(parents=True)
+    logs = [restore(home, scenario) for scenario in CACHED]
+    expected = expected_keys(logs)
+    with OtlpReceiver() as receiver:
+        env = {**DEFAULT, "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.grpc_endpoint, "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
+               "OTEL_EXPORTER_OTLP_TIMEOUT": "5"}
+        receiver.down()
+        for flags in (("--backfill",), ()):
+            daemon = DaemonProcess(home, state, env=env, args=(*FAST, *flags)).start()
+            try:
+                wait_until(lambda now=daemon: queued(now) == len(expected), timeout=30, what="every span queued")
+            finally:
+                daemon.stop()
+            said = daemon.log_text()
+            assert f"stopped with {len(expected)} spans not yet exported" in said
+            assert "left out as history" not in said
+        receiver.up()
+        with DaemonProcess(home, state, env=env, args=(*FAST, "--backfill")) as daemon:
+            receiver.wait_for_spans(len(expected), timeout=30)
+            wait_until(lambda: value(daemon.scrape(), "copilot_otel_checkpoint_commits_total") > 0
+                       and queued(daemon) == 0, what="the checkpoint past what was delivered")
+        got = sorted(key(span) for span in receiver.spans())
+    assert got == expected
+
+
+def test_history_left_out_is_sent_by_a_later_backfill(tmp_path):
+    """A start without --backfill leaves the restored logs out as history (and says so); a later start with it
+    sends them, each span once; a start after that sends nothing again."""
+    home, state, traces = tmp_path / "home", tmp_path / "state", tmp_path / "traces.jsonl"
+    (home / "session-state").mkdir(parents=True)
+    logs = [restore(home, scenario) for scenario in CACHED]
+    expected = expected_keys(logs)
+    with DaemonProcess(home, state, traces_file=traces, env=DEFAULT, args=FAST) as daemon:
+        wait_until(lambda: "left out as history" in daemon.log_text(), what="the history left out")
+    assert not traces.exists() or not read_spans(traces)
+    with DaemonProcess(home, state, traces_file=traces, env=DEFAULT, args=(*FAST, "--backfill")) as daemon:
+        wait_until(lambda: len(complete_lines_spans(traces)) >= len(expected), timeout=30, what="the history sent")
+        daemon.wait_for_metric("copilot_sessions_started_total", len(CACHED), timeout=30)
+    sent = traces.read_bytes()
+    assert sorted(key(span) for span in read_spans(traces)) == expected
+    with DaemonProcess(home, state, traces_file=traces, env=DEFAULT, args=(*FAST, "--backfill")):
+        time.sleep(2.5)  # two rescans: anything sent again would be written by now
+    assert traces.read_bytes() == sent

@@ -29,13 +29,14 @@ FAST = {"idle_quiet": 0.3, "rescan_interval": 1.0, "backfill": True}
 class InProcessDaemon:
     """``Daemon(Config(home, state, **settings))`` running in a thread while the ``with`` block lasts.
 
-    ``sink``: where spans go (pass one sink to several daemons to see what a restart sends again); ``log_sink``:
-    where log records go (None: the daemon makes none)."""
+    ``sink``: where spans go (pass one sink to several daemons to see what a restart sends again); with a
+    ``traces_file`` setting and no sink, the daemon's own file sink writes them there; ``log_sink``: where log
+    records go (None: the daemon makes none)."""
 
     def __init__(self, home: Path, state_dir: Path, *, sink: MemorySink | None = None, log_sink=None,
                  **settings) -> None:
         self.config = Config(copilot_home=Path(home), state_dir=Path(state_dir), **{**FAST, **settings})
-        self.sink = sink if sink is not None else MemorySink()
+        self.sink = sink if sink is not None or self.config.traces_file else MemorySink()
         self.log_sink = log_sink
         self.daemon: Daemon | None = None
         self._thread: threading.Thread | None = None

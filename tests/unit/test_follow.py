@@ -169,15 +169,20 @@ def test_a_restart_resumes_from_the_checkpoint_without_delivering_anything_twice
     assert root.attributes[A.COPILOT_CWD] == "/work/b"  # a session fact primed from before the resume position
 
 
-def test_the_marker_waits_for_the_floor(tmp_path):
-    """No checkpoint position is offered while reading has not passed what was delivered before."""
+def test_the_marker_below_the_floor_keeps_the_floor_and_the_generation(tmp_path):
+    """While reading has not passed what was delivered before, the position offered keeps the floor (what was
+    delivered is never offered again after a restart) and the generation its spans were made under; it resumes
+    where the read is."""
     log = finished_session()
     path = log_path(tmp_path)
     path.write_bytes(log.jsonl())
     follower = start(path)
     follower.floor_line = len(log.entries) + 1
+    follower.generation = 2
     read(follower)
-    assert follower.marker() is None
+    marker = follower.marker()
+    assert (marker.line, marker.generation) == (len(log.entries) + 1, 2)
+    assert (marker.offset, marker.resume_offset, marker.resume_line) == (len(log.jsonl()),) * 2 + (len(log.entries),)
 
 
 def test_skip_history_delivers_only_what_comes_later(tmp_path):

@@ -19,6 +19,7 @@ from copilot_otel.daemon.follow import Follower
 from copilot_otel.source.identity import EDITED, REPLACED, TRUNCATED, crc32, first_event_id, prefix_crc
 from copilot_otel.daemon.moves import Moves
 from copilot_otel.model.pipeline import Outputs
+from copilot_otel.model.records import salted
 from copilot_otel.source.tail import FileTail
 from copilot_otel.vocab import Metric
 from tests.support.events import SessionLog
@@ -169,7 +170,8 @@ def follower_of(path: Path, **kwargs) -> Follower:
 
 def test_an_edited_log_counts_and_exports_only_what_follows_what_was_delivered(tmp_path):
     """An edit that changes the token counts of lines already read: nothing of them counted or exported again;
-    lines appended after are, under the same span ids as without the edit."""
+    lines appended after are, under the ids of a new generation (the unedited log's spans, salted once): no span id
+    already sent comes again, with the edited content or any other."""
     folder = tmp_path / "s-1"
     folder.mkdir()
     path = folder / "events.jsonl"
@@ -195,7 +197,40 @@ def test_an_edited_log_counts_and_exports_only_what_follows_what_was_delivered(t
     clean = follower_of(reference)
     every = Outputs()
     clean.read(every, warn=lambda *a: None)
-    assert {s.span_id for s in out.spans} == {s.span_id for s in every.spans} - {s.span_id for s in first.spans}
+    sent = {s.span_id for s in first.spans}
+    assert follower.generation == 1
+    assert {s.span_id for s in out.spans} == {salted(s, 1).span_id for s in every.spans if s.span_id not in sent}
+    assert not sent & {s.span_id for s in out.spans}
+
+
+def test_a_new_generations_row_is_committed_first_and_a_rewrite_after_it_is_yet_another(tmp_path):
+    """A rewrite found gives a row to commit before the new generation's spans are queued (read again from the
+    first line, the floor kept, the bytes read so far checked); a stale position queued before it cannot take
+    the row back to the old generation. A daemon killed then, whose log is rewritten again while it is stopped,
+    restarts from that row and finds the second rewrite: generation 2, never generation 1 again."""
+    folder = tmp_path / "s-1"
+    folder.mkdir()
+    path = folder / "events.jsonl"
+    log = session()
+    path.write_bytes(log.jsonl())
+    follower = follower_of(path)
+    follower.read(Outputs(), warn=lambda *a: None)
+    stale = follower.marker()
+    checkpoint = Checkpoint(tmp_path / "state" / "checkpoint.sqlite")
+    moved_over(path, log.jsonl().replace(b'"inputTokens":4700', b'"inputTokens":4701'))
+    assert follower.read(Outputs(), warn=lambda *a: None).restarted == EDITED
+    row = follower.commit_now
+    assert row is not None
+    assert (row.generation, row.resume_offset, row.line, row.offset) == (1, 0, len(log.entries), len(log.jsonl()))
+    checkpoint.commit([row])
+    checkpoint.commit([stale])  # queued before the rewrite was found, committed after its row
+    restored = checkpoint.load()[str(path)]
+    assert (restored.generation, restored.offset) == (1, len(log.jsonl()))
+    moved_over(path, log.jsonl().replace(b'"inputTokens":4700', b'"inputTokens":4702'))
+    again = follower_of(path, restored=restored)
+    assert again.read(Outputs(), warn=lambda *a: None).restarted == EDITED
+    assert again.generation == 2
+    checkpoint.close()
 
 
 def test_a_moved_log_keeps_its_session_and_its_checkpoint_row_moves(tmp_path):

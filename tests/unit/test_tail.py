@@ -301,3 +301,34 @@ def test_read_all_leaves_out_a_partial_last_line(tmp_path):
     path = tmp_path / "events.jsonl"
     path.write_bytes(log.jsonl() + b'{"type":"session.info"')
     assert ids(read_all(path)) == [e["id"] for e in log.entries]
+
+
+def test_the_window_before_the_position_is_what_was_read_and_finds_a_rewrite_in_it(tmp_path):
+    """Reads in several budgets over lines up to 300 KB (the first a short one, as a real session.start) leave
+    the CRC of the 64 KiB before the position as the file holds them; appends (whole lines and half ones) pass
+    the check, and a line in that window written over in place, the file not shorter, is found (EDITED) at the
+    next read."""
+    import random
+    import zlib
+
+    from copilot_otel.source.identity import EDITED, WINDOW_BYTES
+    from copilot_otel.source.tail import CHUNK
+
+    rng = random.Random(3)
+    pads = [10] + [rng.randrange(10, 300_000) for _ in range(39)]
+    lines = [orjson.dumps({"type": "x", "id": f"e{i}", "timestamp": "2026-01-01T00:00:00.000Z",
+                           "data": {"pad": "a" * pad}}) + b"\n" for i, pad in enumerate(pads)]
+    path = tmp_path / "events.jsonl"
+    path.write_bytes(b"".join(lines[:30]) + lines[30][:100])
+    tail = FileTail(path, max_line_bytes=1 << 20)
+    while tail.read(max_bytes=3 * CHUNK).more:
+        pass
+    data = path.read_bytes()
+    start, end, crc = tail.window
+    assert (end, start, crc) == (tail.offset, tail.offset - WINDOW_BYTES, zlib.crc32(data[start:end]))
+    append(path, lines[30][100:] + b"".join(lines[31:]))
+    assert tail.read(max_bytes=1 << 30).restarted is None and tail.offset == path.stat().st_size
+    with open(path, "r+b") as handle:  # the end of the last line changed in place: its length, the file's, kept
+        handle.seek(tail.offset - 30)
+        handle.write(b"b" * 26 + lines[-1][-4:])
+    assert tail.read().restarted == EDITED
