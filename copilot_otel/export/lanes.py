@@ -50,7 +50,8 @@ class SharedCheckpoint:
             self._seq += 1
             seq = self._seq
         numbered = [NumberedPosition(p.path, p.identity, p.offset, p.line, p.resume_offset, p.resume_line,
-                                     p.generation, p.crc, p.session_id, p.moved_from, seq) for p in positions]
+                                     p.generation, p.crc, p.session_id, p.moved_from, history_line=p.history_line,
+                                     seq=seq) for p in positions]
         if totals is None:
             return numbered, None
         stamped = NumberedTotals(totals)
