@@ -1,5 +1,6 @@
-"""README's `sessions` and `inspect` examples are the program's output (tests/fixtures/readme_examples.py makes
-them from real runs): each block's command is run again and its columns and lines compared with what it prints."""
+"""The `sessions` and `inspect` examples of docs/daily-use.md (once the README's) are the program's output
+(tests/fixtures/readme_examples.py makes them from real runs): each block's command is run again and its
+columns and lines compared with what it prints."""
 
 from __future__ import annotations
 
@@ -15,9 +16,9 @@ from tests.support.events import SessionLog
 from tests.support.files import new_session
 
 REPO = Path(__file__).resolve().parents[2]
-README = REPO / "README.md"
+EXAMPLES = REPO / "docs" / "daily-use.md"
 CLI_FIXTURES = REPO / "tests" / "fixtures" / "cli" / "1.0.102"
-WIDTH = 80  # README shows the output of an 80-column terminal
+WIDTH = 80  # the page shows the output of an 80-column terminal
 ENV = {"COLUMNS": str(WIDTH), "TZ": "UTC"}
 # A `sessions` row as listing.render writes it: id, state, last activity, turns, tokens, premium, credits, last end.
 ROW = re.compile(r"[0-9a-f]{8}  (?:stuck|abandoned|waiting_user|working|waiting_tool|idle|ended) +"
@@ -25,10 +26,10 @@ ROW = re.compile(r"[0-9a-f]{8}  (?:stuck|abandoned|waiting_user|working|waiting_
                  r"(?P<credits>-|unknown|<?\d[\d,]*\.\d\d\+?) {2}(?P<end>\S+)$")
 
 
-def readme_commands() -> list[tuple[str, list[str]]]:
-    """Each `$ copilot-otel ...` in README's code blocks, with the lines shown under it."""
+def page_commands() -> list[tuple[str, list[str]]]:
+    """Each `$ copilot-otel ...` in the page's code blocks, with the lines shown under it."""
     blocks, block = [], None
-    for line in README.read_text().splitlines():
+    for line in EXAMPLES.read_text().splitlines():
         if line.startswith("```"):
             block = [] if block is None else blocks.append("\n".join(block))  # an opening fence, or a closing one
         elif block is not None:
@@ -59,7 +60,7 @@ def home(tmp_path_factory) -> Path:
     for scenario in ("copilot_api_subagent", "copilot_api_autopilot", "git_repo", "provider_error"):
         for folder in (CLI_FIXTURES / scenario / "session-state").iterdir():
             shutil.copytree(folder, home / "session-state" / folder.name)
-    stuck = next(shown[0].split()[1] for command, shown in readme_commands() if "--stuck-after-tool" in command
+    stuck = next(shown[0].split()[1] for command, shown in page_commands() if "--stuck-after-tool" in command
                  and command.startswith("inspect"))  # the example's id: `inspect` names it by its start
     log = SessionLog(stuck, start=datetime.now(UTC) - timedelta(seconds=16))
     log.start(cwd="/home/mona/webshop", repository="acme/webshop", branch="main", gitRoot="/home/mona/webshop")
@@ -81,7 +82,7 @@ def run(command: str, home: Path, columns: int = WIDTH) -> list[str]:
 def test_the_readme_sessions_example_has_the_program_s_columns(home):
     """The `sessions` example: the same header and legend as the program prints at 80 columns, each row in the
     program's columns (the pattern each real row of the same command matches), two lines a session, none wider."""
-    (command, shown), = [(c, s) for c, s in readme_commands() if c.startswith("sessions")]
+    (command, shown), = [(c, s) for c, s in page_commands() if c.startswith("sessions")]
     real = run(command, home)
     assert shown[0] == real[0]
     assert shown[-1] == real[-1] and real[-1].startswith("CREDITS: ")  # the legend of "unknown" and "8.67+"
@@ -98,7 +99,7 @@ def test_the_readme_sessions_example_has_the_program_s_columns(home):
 def test_the_readme_inspect_examples_are_what_inspect_prints(home):
     """Each `inspect` example, line by line: the stored session's exactly as printed at 80 columns (its times
     aside), the live stuck session's with the same lines as the program prints for one (its figures aside)."""
-    examples = [(c, s) for c, s in readme_commands() if c.startswith("inspect")]
+    examples = [(c, s) for c, s in page_commands() if c.startswith("inspect")]
     assert len(examples) == 2
     for command, shown in examples:
         assert max(map(len, shown)) <= WIDTH, command

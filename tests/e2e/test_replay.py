@@ -1,4 +1,4 @@
-"""`copilot-otel replay`: real CLI event logs become spans shaped as README.md's "The trace" says.
+"""`copilot-otel replay`: real CLI event logs become spans shaped as docs/spans.md says.
 
 Every expectation here is derived from the event log itself (or from the CLI's own OTel
 output), never copied from what copilot-otel printed.
