@@ -62,12 +62,12 @@ def run(work: Path, daemons: int, sessions_each: int, rate: float, pushers: int,
                        for i, home in enumerate(homes)]
             try:
                 time.sleep(min(60.0, 10 + daemons * 0.5))  # the replays start (Python processes, 2 cores)
-                spans0, points0 = (counter(gateway, f"otelcol_exporter_sent_{k}") for k in ("spans", "metric_points"))
+                spans0, points0 = (counter(gateway, f"otelcol_exporter_sent_{k}_total") for k in ("spans", "metric_points"))
                 cpu0, started = cpu_seconds(gateway.proc.pid), time.monotonic()
                 time.sleep(seconds)
                 elapsed = time.monotonic() - started
-                spans = counter(gateway, "otelcol_exporter_sent_spans") - spans0
-                points = counter(gateway, "otelcol_exporter_sent_metric_points") - points0
+                spans = counter(gateway, "otelcol_exporter_sent_spans_total") - spans0
+                points = counter(gateway, "otelcol_exporter_sent_metric_points_total") - points0
                 cpu = cpu_seconds(gateway.proc.pid) - cpu0
                 rss = rss_mb(gateway.proc.pid)
                 print(f"the Collector gateway (deploy/otelcol/gateway.yaml), {daemons} replays at --rate {rate:g} "
@@ -84,7 +84,7 @@ def run(work: Path, daemons: int, sessions_each: int, rate: float, pushers: int,
                 while time.monotonic() - started < seconds:
                     time.sleep(seconds / 6)
                     samples.append((time.monotonic() - started, folder_bytes(queue), rss_mb(gateway.proc.pid),
-                                    counter(gateway, "otelcol_receiver_accepted_spans")))
+                                    counter(gateway, "otelcol_receiver_accepted_spans_total")))
                 (t0, b0, _, s0), (t1, b1, r1, s1) = samples[0], samples[-1]
                 per_hour = (b1 - b0) / (t1 - t0) * 3600
                 taken = (s1 - s0) / (t1 - t0)
