@@ -62,7 +62,8 @@ def run(work: Path, daemons: int, sessions_each: int, rate: float, pushers: int,
                        for i, home in enumerate(homes)]
             try:
                 time.sleep(min(60.0, 10 + daemons * 0.5))  # the replays start (Python processes, 2 cores)
-                spans0, points0 = (counter(gateway, f"otelcol_exporter_sent_{k}_total") for k in ("spans", "metric_points"))
+                spans0, points0 = (counter(gateway, f"otelcol_exporter_sent_{kind}_total")
+                                   for kind in ("spans", "metric_points"))
                 cpu0, started = cpu_seconds(gateway.proc.pid), time.monotonic()
                 time.sleep(seconds)
                 elapsed = time.monotonic() - started

@@ -1,4 +1,9 @@
-"""copilot-otel: GitHub Copilot CLI session events as OpenTelemetry traces and Prometheus metrics."""
+"""copilot-otel: GitHub Copilot CLI session events as OpenTelemetry traces and Prometheus metrics.
+
+The library's surface is ``attach`` and ``attach_async`` (copilot_otel.sdk): they are imported on first use, so
+``import copilot_otel`` loads neither the SDK layer nor the daemon or the web server; type checkers see their
+real signatures.
+"""
 
 from __future__ import annotations
 
@@ -6,21 +11,16 @@ from typing import TYPE_CHECKING, Any
 
 from .version import __version__
 
-if TYPE_CHECKING:  # the SDK layer is imported on first use: `import copilot_otel` stays cheap
-    from .sdk import Attachment
+if TYPE_CHECKING:
+    from .sdk import Attachment, attach, attach_async
 
-__all__ = ["__version__", "attach", "attach_async"]
-
-
-def attach(session: Any, **options: Any) -> Attachment:
-    """Observe a live github-copilot-sdk session (see copilot_otel.sdk.attach)."""
-    from .sdk import attach as _attach
-
-    return _attach(session, **options)
+__all__ = ["Attachment", "__version__", "attach", "attach_async"]
 
 
-async def attach_async(session: Any, **options: Any) -> Attachment:
-    """attach(), then catch up on the session's earlier events (see copilot_otel.sdk.attach_async)."""
-    from .sdk import attach_async as _attach_async
+def __getattr__(name: str) -> Any:
+    """attach, attach_async and Attachment, from copilot_otel.sdk on first use."""
+    if name in ("attach", "attach_async", "Attachment"):
+        from . import sdk
 
-    return await _attach_async(session, **options)
+        return getattr(sdk, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,3 +1,3 @@
-"""The version of copilot-otel (pyproject.toml says the same)."""
+"""The version of copilot-otel: the one place it is written (pyproject.toml reads it from here)."""
 
 __version__ = "0.1.0"

@@ -1,6 +1,6 @@
 """A session log read to its end without a daemon: its summary, and how the daemon would see it now.
 
-`sessions`, `inspect`, the summary cache (catalog.py) and `view PATH` all name a session's state this way.
+`sessions`, `inspect`, the summary cache (catalog/cache.py) and `view PATH` all name a session's state this way.
 """
 
 from __future__ import annotations

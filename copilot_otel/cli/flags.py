@@ -49,7 +49,7 @@ class Duration(click.ParamType):
 DURATION = Duration()
 
 
-# What one client of the web view can cost (web.py, webio.py, waterfall.py, server.py hold these figures).
+# What one client of the web view can cost (the web package's routes, streams, waterfall and server hold these).
 WEB_VIEW_COST = ("What one client of the web view (/, /api/...) can cost: an answer holds at most 2,000 spans "
                  "and 4 MiB of JSON (about 1.3 MB without captured content), made as the client reads it; it asks "
                  "on for the rest. A client that does not read holds under 256 KiB of the daemon's memory and a "

@@ -1,4 +1,4 @@
-"""The sinks: an OTLP JSON lines file, OTLP over gRPC or HTTP (otlp_sink.py), or memory; the contract is spansink.py."""
+"""The sinks: an OTLP JSON lines file, OTLP over gRPC or HTTP (otlp_sink.py), or memory; the contract is contract.py."""
 
 from __future__ import annotations
 

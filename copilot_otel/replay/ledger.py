@@ -6,7 +6,7 @@ its spans were delivered, in the order the replay makes them (always the same fo
 A row is written in the same step as the delivery it records is confirmed; a log that changed
 since is replayed from its first span. The file is removed once everything was delivered: the
 next replay of the same logs sends them again. A trace file's ledger is the file's (whatever the logs) and is
-kept: a trace file keeps what it was given, so a repeated replay into it adds nothing (replay_job.py).
+kept: a trace file keeps what it was given, so a repeated replay into it adds nothing (replay/job.py).
 
 A log is known by its content, as the daemon knows it (identity.py): the CRC-32 of the bytes the
 replay had read when it made the spans a row counts (computed while reading them), so that the
