@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# Installs everything the tests need on a fresh machine, then runs them layer by layer.
-#   Python packages (pinned in pyproject.toml) into .venv, the Copilot CLI 1.0.102 and ccusage 20.0.24 (the
-#   differential test's other reader of the same logs) from npm into tests/cli (its package.json), the
-#   OpenTelemetry Collector, Jaeger and Prometheus 3 built from their Go modules (scripts/backends.sh), Prometheus,
-#   Alertmanager, systemd-analyze and Chromium (the web view's browser tests drive it with Playwright) from
-#   Debian's packages; then the lint layer (ruff check and mypy: any finding fails the run), and pytest:
-#   tests/unit, tests/component, tests/e2e, each layer's time printed, and the total against the targets
-#   (unit + component < 30 s, all < 6 min).
+# Installs everything the tests need on a fresh machine, then runs them layer by layer, the fast ones first.
+#   Python packages (pinned in pyproject.toml) into .venv; the lint layer (ruff check and mypy: any finding fails
+#   the run), tests/unit and tests/component, which need nothing else; then what the e2e layer needs: the Copilot
+#   CLI 1.0.102 and ccusage 20.0.24 (the differential test's other reader of the same logs) from npm into tests/cli
+#   (its package.json), the OpenTelemetry Collector, Jaeger and Prometheus 3 built from their Go modules
+#   (scripts/backends.sh), Prometheus 2, Alertmanager, systemd-analyze and Chromium (the web view's browser tests
+#   drive it with Playwright) from Debian's packages; and tests/e2e. Each layer's time is printed, and the total
+#   against the targets (unit + component < 30 s, all < 6 min).
 #
 #   scripts/test.sh                  every layer (extra pytest options go to the pytest ones: scripts/test.sh -q -x)
 #   scripts/test.sh unit component   only these layers (lint: only ruff and mypy)
@@ -31,32 +31,45 @@ step() {
 [ -x .venv/bin/python ] || step python3 -m venv .venv
 step .venv/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip
 step .venv/bin/python -m pip install --quiet --disable-pip-version-check -r requirements-test.lock -e '.[test]'
-step npm install --prefix tests/cli --no-audit --no-fund --no-package-lock --no-update-notifier --loglevel=error
-# The real backends deploy/ ships (the Collector, Jaeger v2, Prometheus 3), built from their Go modules at the
-# versions of backends/versions.env: minutes on a machine's first run, then cached (scripts/backends.sh).
-if ! scripts/backends.sh --check >/dev/null 2>&1; then
-    echo "building the backends from their Go modules (this machine's first run only: minutes)..." >&2
-    step scripts/backends.sh
-fi
-COPILOT_OTEL_BACKENDS_BIN=$(scripts/backends.sh --check)
-export COPILOT_OTEL_BACKENDS_BIN
 
-# Debian packages: prometheus (prometheus, promtool), prometheus-alertmanager (the fleet test's pages),
-# systemd (systemd-analyze for the unit files),
-# chromium (Playwright cannot download a browser of its own here; the tests use /usr/bin/chromium).
-missing=""
-command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1 || missing="$missing prometheus"
-command -v systemd-analyze >/dev/null 2>&1 || missing="$missing systemd"
-command -v prometheus-alertmanager >/dev/null 2>&1 || missing="$missing prometheus-alertmanager"
-[ -x /usr/bin/chromium ] || missing="$missing chromium"
-if [ -n "$missing" ]; then
-    SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-    # Another process (unattended-upgrades, a second engineer's setup) may hold apt's lock: wait for it.
-    step $SUDO apt-get update -qq -o DPkg::Lock::Timeout=600
-    step env DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq -o DPkg::Lock::Timeout=600 \
-        --no-install-recommends $missing
-fi
+# What only the e2e layer (and a plain pytest run) needs, installed once the fast layers passed (lint, unit,
+# component need none of it): the Copilot CLI and ccusage from npm, the backends from their Go modules, Debian's
+# packages. It runs with the real home (its caches: npm's, Go's, the built backends), not the tests' one.
+real_env=(env "HOME=$HOME")
+for variable in XDG_CONFIG_HOME XDG_CACHE_HOME XDG_DATA_HOME XDG_STATE_HOME; do
+    if [ -n "${!variable+set}" ]; then real_env+=("$variable=${!variable}"); else real_env+=(-u "$variable"); fi
+done
+heavy_setup() {
+    [ -z "${heavy_done:-}" ] || return 0
+    heavy_done=1
+    home_check || failed=1  # what the fast layers did to the real home; setup may then use its caches
+    step "${real_env[@]}" npm install --prefix tests/cli --no-audit --no-fund --no-package-lock --no-update-notifier --loglevel=error
+    # The real backends deploy/ ships (the Collector, Jaeger v2, Prometheus 3), built from their Go modules at the
+    # versions of backends/versions.env: minutes on a machine's first run, then cached (scripts/backends.sh).
+    if ! "${real_env[@]}" scripts/backends.sh --check >/dev/null 2>&1; then
+        echo "building the backends from their Go modules (this machine's first run only: minutes)..." >&2
+        step "${real_env[@]}" scripts/backends.sh
+    fi
+    COPILOT_OTEL_BACKENDS_BIN=$("${real_env[@]}" scripts/backends.sh --check)
+    export COPILOT_OTEL_BACKENDS_BIN
 
+    # Debian packages: prometheus (prometheus, promtool), prometheus-alertmanager (the fleet test's pages),
+    # systemd (systemd-analyze for the unit files),
+    # chromium (Playwright cannot download a browser of its own here; the tests use /usr/bin/chromium).
+    missing=""
+    command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1 || missing="$missing prometheus"
+    command -v systemd-analyze >/dev/null 2>&1 || missing="$missing systemd"
+    command -v prometheus-alertmanager >/dev/null 2>&1 || missing="$missing prometheus-alertmanager"
+    [ -x /usr/bin/chromium ] || missing="$missing chromium"
+    if [ -n "$missing" ]; then
+        SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+        # Another process (unattended-upgrades, a second engineer's setup) may hold apt's lock: wait for it.
+        step $SUDO apt-get update -qq -o DPkg::Lock::Timeout=600
+        step env DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq -o DPkg::Lock::Timeout=600 \
+            --no-install-recommends $missing
+    fi
+    home_before=$(home_listing)
+}
 # The tests leave the real home as they found it: HOME and the XDG folders point at one temporary folder for
 # the whole run (tests/support/home.py; the Copilot CLI unpacks its ~235 MB package there once per run), and
 # the run fails if anything changed in the real home's top level or in the folders programs write to (setup,
@@ -88,7 +101,8 @@ for arg in "$@"; do
     case "$arg" in
         lint|unit|component|e2e) layers+=("$arg") ;;
         -*) options+=("$arg") ;;
-        *) code=0; .venv/bin/python -m pytest "$@" || code=$?
+        *) failed=0; heavy_setup; code=0; .venv/bin/python -m pytest "$@" || code=$?
+           [ "$failed" -eq 0 ] || [ "$code" -ne 0 ] || code=1
            home_check || [ "$code" -ne 0 ] || code=1
            exit "$code" ;;
     esac
@@ -111,6 +125,7 @@ failed=0
 exec 3>&2 4>&1
 TIMEFORMAT='%3R %3U %3S'
 for layer in "${layers[@]}"; do
+    [ "$layer" != e2e ] || heavy_setup
     if [ "$layer" = lint ]; then
         echo "== lint (ruff check ., mypy)"
         run=(lint)
