@@ -50,9 +50,10 @@ class LogSummary(Struct, frozen=True):
 
 
 def log_summary(path: Path, *, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> LogSummary:
-    """One whole session log through the model, tallied (malformed lines are skipped quietly), and named."""
+    """One whole session log tallied (malformed lines are skipped quietly), not named (Catalog names each session,
+    cached or not)."""
     try:
-        return LogSummary(path, summarize_log(path, ModelOptions(), max_line_bytes))
+        return LogSummary(path, summarize_log(path, ModelOptions(), max_line_bytes, name=False))
     except UnreadableLog as exc:
         return LogSummary(path, None, exc.reason)
 
@@ -188,7 +189,8 @@ class Catalog:
         if len(paths) < PARALLEL_MIN or workers == 1:
             return job(paths)
         from ..base.workers import MAX_WORKERS, WorkerPool, available_cpus
-        from ..logreader import LogReader  # noqa: F401 - imported once here, forked workers start with the model
+        from . import quick  # noqa: F401 - imported once here, forked workers start with it and the model
+        from ..logreader import LogReader  # noqa: F401
 
         count = workers or max(1, min(available_cpus(), MAX_WORKERS))
         shards = [paths[i:i + SHARD] for i in range(0, len(paths), SHARD)]

@@ -21,25 +21,29 @@ from ..vocab import IDLE
 REJECTED_KEPT = 5  # the first lines that could not be read are named in the summary (all are counted)
 
 
-def summarize_log(path: Path, options: ModelOptions, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> SessionSummary:
+def summarize_log(path: Path, options: ModelOptions, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES, *,
+                  name: bool = True) -> SessionSummary:
     """One log replayed to its end (nothing closed that its end leaves open), summed up, with the lines of it
-    that could not be read (counted; the first REJECTED_KEPT named by line number and reason). Read without the
-    model when catalog/quick.py can vouch for the log (the same summary), else through it."""
-    from ..source.workspace import named
-
+    that could not be read (counted; the first REJECTED_KEPT named by line number and reason), and named
+    (``name``: the summary cache names each session itself). Read without the model when catalog/quick.py can
+    vouch for the log (the same summary), else through it."""
     if not options.capture_content:
         from .quick import quick_summary
 
         quick = quick_summary(path, session_id_of(path), max_line_bytes)
         if quick is not None:
             summary, rejected, lines = quick
-            summary = named(summary, path.parent)
+            if name:
+                from ..source.workspace import named
+
+                summary = named(summary, path.parent)
             return replace(summary, rejected=rejected, rejected_lines=tuple(lines[:REJECTED_KEPT])) if rejected \
                 else summary
-    return model_summary(path, options, max_line_bytes)
+    return model_summary(path, options, max_line_bytes, name=name)
 
 
-def model_summary(path: Path, options: ModelOptions, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> SessionSummary:
+def model_summary(path: Path, options: ModelOptions, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES, *,
+                  name: bool = True) -> SessionSummary:
     """summarize_log through the session model, whatever the log holds."""
     from ..logreader import LogReader  # the whole model: a listing of cached summaries never loads it
     from ..source.workspace import named
@@ -52,7 +56,9 @@ def model_summary(path: Path, options: ModelOptions, max_line_bytes: int = DEFAU
 
     reader = LogReader(path, options, max_line_bytes=max_line_bytes, summaries=False, metrics=False, warn=skipped)
     out = reader.read_to_end()
-    summary = named(reader.live_model.summary(), path.parent)
+    summary = reader.live_model.summary()
+    if name:
+        summary = named(summary, path.parent)
     rejected = sum(out.rejected.values())
     return replace(summary, rejected=rejected, rejected_lines=tuple(named_lines)) if rejected else summary
 

@@ -83,7 +83,7 @@ class QuickSession:
         self.tokens: dict[tuple[str, str], int] = {}  # (model, type) -> tokens counted so far
         self.process_tokens: dict[tuple[str, str], int] = {}
         self.normalize = Normalizer()
-        self.seen: set[int] = set()
+        self.seen: set[int] = set()  # hashes of event ids
         self.current: _Interaction | None = None
         self.main = _Agent(None)
         self.agents: dict[str | None, _Agent] = {None: self.main}
@@ -98,27 +98,30 @@ class QuickSession:
     # ------------------------------------------------------------ the model's generic steps (SessionModel.feed)
 
     def feed(self, event: Event) -> None:
-        key = hash(event.id)
-        if key in self.seen:
+        key = hash(event.id)  # as the model keeps them
+        if key in self.seen:  # the model counts and skips it (DUPLICATE_ID): not mirrored
             raise Unsure("a duplicate event id")
         self.seen.add(key)
         for canonical in self.normalize(event):
-            self._apply(canonical)
+            kind = canonical.type
+            if self.ended is not None or kind == "session.resume":
+                self._ending(kind)
+            stamp = canonical.timestamp_ns
+            self.tally.at_ns = stamp
+            if stamp > self.last_event_ns:
+                if not self.last_event_ns:
+                    self.tally.first_event_ns = stamp
+                self.last_event_ns = stamp
+            handler = _HANDLERS.get(kind)
+            if handler is not None:
+                handler(self, canonical)
 
-    def _apply(self, event: Event) -> None:
-        kind = event.type
+    def _ending(self, kind: str) -> None:
+        """A resume settles what a crash left open; any event but a shutdown reopens an ended session."""
         if kind == "session.resume" and self.ended is None and not self.quiescent:
             self._settle(END_INCOMPLETE)
         if self.ended is not None and kind != "session.shutdown":
             self.ended = None
-        self.tally.at_ns = event.timestamp_ns
-        if event.timestamp_ns > self.last_event_ns:
-            if not self.last_event_ns:
-                self.tally.first_event_ns = event.timestamp_ns
-            self.last_event_ns = event.timestamp_ns
-        handler = _HANDLERS.get(kind)
-        if handler is not None:
-            handler(self, event)
 
     @property
     def quiescent(self) -> bool:
