@@ -170,7 +170,7 @@ class Catalog:
                     item = LogSummary(path, self._named(path, item.summary))
                     changed = True
                 found.append(item)
-            changed |= self._drop_missing()
+            changed |= self._drop_missing({str(item.path) for item in found if item.summary is not None})
             if changed or self._dirty:
                 self._save()
                 self._dirty = False
@@ -197,10 +197,12 @@ class Catalog:
         with WorkerPool(count) as pool:
             return [item for result in pool.map(job, shards) for item in result]
 
-    def _drop_missing(self) -> bool:
-        """Forget the logs of this folder that are gone (those of other folders stay: one file serves many)."""
+    def _drop_missing(self, listed: set[str]) -> bool:
+        """Forget the logs of this folder that are gone (those of other folders stay: one file serves many);
+        ``listed``: logs this scan found there (looked at once already)."""
         prefix = str(self.root) + os.sep
-        gone = [name for name in self._cache if name.startswith(prefix) and not os.path.exists(name)]
+        gone = [name for name in self._cache
+                if name.startswith(prefix) and name not in listed and not os.path.exists(name)]
         for name in gone:
             del self._cache[name]
         return bool(gone)
