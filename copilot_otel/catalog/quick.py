@@ -5,16 +5,18 @@ spans, attributes and metrics on the way. This reads each file in one block, dec
 own decoder (checking the whole file for NUL bytes and CRs once) and feeds the events to mirror.QuickSession,
 which keeps only what the summary holds.
 
-It vouches only for a log in the shape every CLI writes (each line ``{"type":"...``, nothing blank or CR-ended,
-none too long), read without content capture, whose every event type is one the mirror handles or one the model
-skips. Anything else (an abort, a compaction, a notification, the live stream's events, a type the model learns
-later, a duplicate id) returns None: the caller reads that log through the model. Lines that cannot be decoded
-are counted and named as the model's reader counts and names them. tests/component/test_quick_summary.py holds
-the two equal, field by field, on every stored fixture and on generated logs.
+It vouches only for a log of at most MAX_BYTES in the shape every CLI writes (each line ``{"type":"...``,
+nothing blank or CR-ended, none too long), read without content capture, whose every event type is one the
+mirror handles or one the model skips. Anything else (an abort, a compaction, a notification, the live stream's
+events, a type the model learns later, a duplicate id) returns None: the caller reads that log through the
+model. Lines that cannot be decoded are counted and named as the model's reader counts and names them.
+tests/component/test_quick_summary.py holds the two equal, field by field, on every stored fixture and on
+generated logs.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from ..base.regular import open_regular
@@ -32,19 +34,24 @@ SKIPPED = frozenset({
 }) - HANDLED_TYPES
 KNOWN = frozenset(kind.encode() for kind in MIRRORED | SKIPPED)
 _HEAD = b'{"type":"'
+MAX_BYTES = 32 << 20  # a log held whole, with its lines: a longer one is read through the model
 
 
 def read_log(path: Path) -> bytes | None:
-    """A log's bytes, read in one block (opened as the model's tail opens it); None if it cannot be read."""
+    """A log's bytes, read in one block (opened as the model's tail opens it); None if it cannot be read, or is
+    longer than MAX_BYTES (the model's tail reads it a chunk at a time, in bounded memory)."""
     try:
         fd = open_regular(path)
     except OSError:
         return None
     try:
         with open(fd, "rb", buffering=0) as handle:
-            return handle.readall()
+            if os.fstat(fd).st_size > MAX_BYTES:
+                return None
+            data = handle.read(MAX_BYTES + 1)
     except OSError:
         return None
+    return data if len(data) <= MAX_BYTES else None
 
 
 def quick_summary(path: Path, session_id: str, max_line_bytes: int) -> tuple[SessionSummary, int,

@@ -64,6 +64,16 @@ def test_the_known_types_leave_every_other_type_to_the_model(tmp_path: Path) -> 
         assert quick_summary(folder / "events.jsonl", "s1", LIMIT) is None
 
 
+def test_a_log_too_long_to_hold_whole_goes_to_the_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A log longer than the quick path holds in memory is read through the model (a chunk at a time)."""
+    import copilot_otel.catalog.quick as quick
+
+    log = next(p for p in CLI_LOGS if "1.0.102/plain/" in str(p))
+    assert quick_summary(log, "s1", LIMIT) is not None
+    monkeypatch.setattr(quick, "MAX_BYTES", log.stat().st_size - 1)
+    assert quick_summary(log, "s1", LIMIT) is None
+
+
 # ------------------------------------------------------------------ generated logs
 
 SOURCES = [p.read_bytes().splitlines(keepends=True) for p in CLI_LOGS + SITUATION_LOGS]
