@@ -46,12 +46,11 @@ def read_log(path: Path) -> bytes | None:
         return None
     try:
         with open(fd, "rb", buffering=0) as handle:
-            if os.fstat(fd).st_size > MAX_BYTES:
-                return None
-            data = handle.read(MAX_BYTES + 1)
+            size = os.fstat(fd).st_size
+            # As long as it is now: a buffer of MAX_BYTES would be mapped, faulted in and unmapped for every log.
+            return handle.read(size) if size <= MAX_BYTES else None
     except OSError:
         return None
-    return data if len(data) <= MAX_BYTES else None
 
 
 def quick_summary(path: Path, session_id: str, max_line_bytes: int) -> tuple[SessionSummary, int,
