@@ -19,6 +19,7 @@ With --instructions, the instructions (callgrind) of each command's start: `--he
 
     python bench/peer_bench.py                       # fixtures, 400 and 2,800 sessions, both modes, 5 pairs each
     python bench/peer_bench.py --busy                # the same with the other core busy
+    python bench/peer_bench.py --checkout ../main --sessions 2800   # another checkout's package (a baseline)
     python bench/peer_bench.py --runs 9 --instructions
 """
 
@@ -144,6 +145,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="which of ours to measure (default: sessions and usage)")
     parser.add_argument("--instructions", action="store_true", help="also count each command's start (callgrind)")
     parser.add_argument("--busy", action="store_true", help="keep one process spinning on the CPU during the runs")
+    parser.add_argument("--checkout", type=Path, help="measure another checkout's package (e.g. main's worktree)")
     args = parser.parse_args(argv)
     print(machine())
     ccusage = ccusage_bin(args.ccusage_prefix)
@@ -156,8 +158,9 @@ def main(argv: list[str] | None = None) -> int:
             synthetic = work / f"synthetic-{sessions}"
             made = synthesize(synthetic, sessions, source=args.source)
             corpora[f"{sessions} real-shaped sessions ({made['bytes'] / 1e6:.1f} MB)"] = synthetic
-        ours = installed_bin(work)
-        print(f"ccusage {CCUSAGE_VERSION}; copilot-otel installed from this checkout; {args.runs} pairs per figure; "
+        ours = installed_bin(work, args.checkout)
+        print(f"ccusage {CCUSAGE_VERSION}; copilot-otel installed from {args.checkout or 'this checkout'}; "
+              f"{args.runs} pairs per figure; "
               f"ratio = copilot-otel / ccusage (median), target <= {TARGET}; "
               f"{'the other core busy (a spinning process)' if args.busy else 'no load of our own'}")
         print(f"load average before: {os.getloadavg()[0]:.1f}")
