@@ -56,10 +56,11 @@ class _Interaction:
 
 
 class _Tool:
-    __slots__ = ("agent", "name", "start_ns")
+    __slots__ = ("agent", "name", "start_ns", "turn")
 
     def __init__(self, name: str, start_ns: int, agent: _Agent) -> None:
         self.name, self.start_ns, self.agent = name, start_ns, agent
+        self.turn = agent.turn  # the turn it runs under, if any
 
 
 class Unsure(Exception):
@@ -294,6 +295,10 @@ class QuickSession:
         turn = agent.turn
         if turn is None or (event.turn_id is not None and event.turn_id != turn.turn_id):
             return
+        if any(tool.turn is turn for tool, _view in self.held_tools.values()):
+            # Its task call returned while the sub-agent runs on (a background sub-agent): the model keeps such a
+            # turn open until the sub-agent ends. Not mirrored.
+            raise Unsure("a turn that ends before its sub-agent")
         agent.turn = None
         current = self.current
         if (event.agent_id is None and current is not None and not turn.requested_tools and not turn.truncated
@@ -304,6 +309,8 @@ class QuickSession:
         turn = self._agent(event).turn
         if turn is None:
             return
+        if not any(key in event.data for key in _ANSWER_KEYS):
+            raise Unsure("a message that is no model's answer")  # the model reads it apart (after a notification)
         turn.truncated = False
         if requested_tools(event):
             turn.requested_tools = True
@@ -394,6 +401,8 @@ class QuickSession:
             return
         if call_id not in self.tools:
             self._interaction_for(event)
+        if event.agent_id is not None and self.current is None:
+            raise Unsure("a sub-agent started outside any interaction")  # the model opens one for it: not mirrored
         previous = self.subagents.pop(call_id, None)
         span = self.subagents[call_id] = object()
         if previous is not None:
@@ -473,6 +482,7 @@ class QuickSession:
                         self._count_tokens(model, label, missing_tokens)
 
 
+_ANSWER_KEYS = ("turnId", "interactionId", "model")  # an assistant.message with none of them answers no turn
 _HANDLERS: dict[str, Any] = {
     "session.start": QuickSession._on_session_start,
     "session.resume": QuickSession._on_session_start,
