@@ -138,8 +138,10 @@ class QuickSession:
     @property
     def confirmable_end(self) -> str | None:
         current = self.current
-        if current is None or self.tools or self.subagents or self.main.turn is not None:
+        if current is None or self.tools or self.main.turn is not None:
             return None
+        if self.subagents:  # a loop that looks finished while a sub-agent runs: models before and after main's
+            raise Unsure("a loop that looks finished while a sub-agent runs")  # merge of background agents differ
         return current.pending_end
 
     @property

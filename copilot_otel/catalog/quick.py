@@ -82,6 +82,7 @@ def quick_summary(path: Path, session_id: str, max_line_bytes: int) -> tuple[Ses
                 feed(item)
             else:
                 rejected.append((number, item.reason))
-    except Exception:  # noqa: BLE001 - _Unsure, or a value the model fails on too (an infinite token count): its call
+        summary = session.summary()
+    except Exception:  # noqa: BLE001 - Unsure, or a value the model fails on too (an infinite token count): its call
         return None
-    return session.summary(), len(rejected), rejected
+    return summary, len(rejected), rejected

@@ -74,6 +74,19 @@ def test_the_known_types_leave_every_other_type_to_the_model(tmp_path: Path) -> 
         assert quick_summary(folder / "events.jsonl", "s1", LIMIT) is None
 
 
+def test_a_loop_that_looks_finished_while_a_sub_agent_runs_goes_to_the_model(tmp_path: Path) -> None:
+    """A sub-agent whose end never came, after the main agent's last answer: the model says how that loop ends
+    (found by the generated logs below), so the quick path leaves it to the model."""
+    log = next(p for p in CLI_LOGS if "1.0.102/subagent/" in str(p))
+    folder = tmp_path / "s1"
+    folder.mkdir()
+    kept = [line for line in log.read_bytes().splitlines(keepends=True)
+            if b'"type":"subagent.completed"' not in line[:40] and b'"type":"session.shutdown"' not in line[:40]]
+    (folder / "events.jsonl").write_bytes(b"".join(kept))
+    quick, model = both(folder / "events.jsonl")
+    assert quick is None or quick == model
+
+
 def test_a_log_too_long_to_hold_whole_goes_to_the_model(monkeypatch: pytest.MonkeyPatch) -> None:
     """A log longer than the quick path holds in memory is read through the model (a chunk at a time)."""
     import copilot_otel.catalog.quick as quick
