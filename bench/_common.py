@@ -29,10 +29,11 @@ def copilot_otel_bin() -> list[str]:
     return [sys.executable, "-c", "from copilot_otel.cli.main import main; main()"]
 
 
-def installed_bin(work: Path) -> list[str]:
+def installed_bin(work: Path, checkout: Path | None = None) -> list[str]:
     """copilot-otel as the README's install command leaves it: the package in a venv's site-packages (not the
     checkout's editable install, whose import hook costs every start about 15 ms), its dependencies those of this
-    Python's venv (a .pth line), and an entry-point script as pip writes one."""
+    Python's venv (a .pth line), and an entry-point script as pip writes one. ``checkout``: whose package (default:
+    this one's)."""
     import shutil
     import site
     import subprocess
@@ -41,7 +42,8 @@ def installed_bin(work: Path) -> list[str]:
     venv = work / "installed"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     purelib = Path(sysconfig.get_path("purelib", vars={"base": str(venv), "platbase": str(venv)}))
-    shutil.copytree(REPO / "copilot_otel", purelib / "copilot_otel", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree((checkout or REPO) / "copilot_otel", purelib / "copilot_otel",
+                    ignore=shutil.ignore_patterns("__pycache__"))
     (purelib / "dependencies.pth").write_text("\n".join(site.getsitepackages()) + "\n")
     exe = venv / "bin" / "copilot-otel"
     exe.write_text(f"#!{venv / 'bin' / 'python'}\nimport sys\nfrom copilot_otel.cli.main import main\n"

@@ -9,13 +9,17 @@ ccusage's, wall time (the target: <= 1.0) and CPU time (user + system of the com
 for: the same ratio less the machine's other load).
 
 Logs: the tests' stored fixtures (every session of every stored CLI version, tests/fixtures/cli, in one
-COPILOT_HOME) and --sessions real-shaped sessions (bench/corpus.py). Each without state (a new state
-folder every run: every log read) and with the summaries cached (the state folder of a first run reused).
+COPILOT_HOME) and, for each of --sessions, that many real-shaped sessions (bench/corpus.py). Each without state
+(a new state folder every run: every log read) and with the summaries cached (the state folder of a first run
+reused). With --busy, a process spins on the CPU all along (the other core busy, on a 2-core machine); the load
+average before and after the runs is printed either way.
 
 With --instructions, the instructions (callgrind) of each command's start: `--help`, `sessions --json` and
 `usage --json` of cached summaries, `inspect` and `inspect --json` of one session.
 
-    python bench/peer_bench.py                       # both corpora, both modes, 5 pairs each
+    python bench/peer_bench.py                       # fixtures, 400 and 2,800 sessions, both modes, 5 pairs each
+    python bench/peer_bench.py --busy                # the same with the other core busy
+    python bench/peer_bench.py --checkout ../main --sessions 2800   # another checkout's package (a baseline)
     python bench/peer_bench.py --runs 9 --instructions
 """
 
@@ -132,13 +136,16 @@ def start_instructions(fixtures: Path, work: Path, ours_bin: list[str]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sessions", type=int, default=400, help="real-shaped sessions to synthesize (default 400)")
+    parser.add_argument("--sessions", type=int, nargs="+", default=[400, 2800],
+                        help="real-shaped sessions to synthesize, one corpus each (default 400 2800)")
     parser.add_argument("--source", type=Path, default=DEFAULT_SOURCE, help="real sessions to copy")
     parser.add_argument("--runs", type=int, default=5, help="pairs per figure (default 5)")
     parser.add_argument("--ccusage-prefix", type=Path, help="where to install ccusage when tests/cli has none")
     parser.add_argument("--commands", nargs="+", choices=sorted(COMMANDS), default=sorted(COMMANDS),
                         help="which of ours to measure (default: sessions and usage)")
     parser.add_argument("--instructions", action="store_true", help="also count each command's start (callgrind)")
+    parser.add_argument("--busy", action="store_true", help="keep one process spinning on the CPU during the runs")
+    parser.add_argument("--checkout", type=Path, help="measure another checkout's package (e.g. main's worktree)")
     args = parser.parse_args(argv)
     print(machine())
     ccusage = ccusage_bin(args.ccusage_prefix)
@@ -146,21 +153,32 @@ def main(argv: list[str] | None = None) -> int:
         work = Path(tmp)
         fixtures = work / "fixtures"
         count = fixtures_home(fixtures)
-        synthetic = work / "synthetic"
-        made = synthesize(synthetic, args.sessions, source=args.source)
-        corpora = {f"stored fixtures ({count} sessions)": fixtures,
-                   f"{args.sessions} real-shaped sessions ({made['bytes'] / 1e6:.1f} MB)": synthetic}
-        ours = installed_bin(work)
-        print(f"ccusage {CCUSAGE_VERSION}; copilot-otel installed from this checkout; {args.runs} pairs per figure; "
-              f"ratio = copilot-otel / ccusage (median), target <= {TARGET}")
-        print(f"{'command':<10}{'logs':<44}{'state':<18}{'wall':>8}{'cpu':>8}  target")
-        for command in args.commands:
-            for name, home in corpora.items():
-                for cached in (False, True):
-                    walls, cpus = pairs(home, work, ours, ccusage, command, runs=args.runs, cached=cached)
-                    wall = median(walls)
-                    print(f"{command:<10}{name:<44}{'summaries cached' if cached else 'no state':<18}{wall:>8.2f}"
-                          f"{median(cpus):>8.2f}  {'met' if wall <= TARGET else 'MISSED'}")
+        corpora = {f"stored fixtures ({count} sessions)": fixtures}
+        for sessions in args.sessions:
+            synthetic = work / f"synthetic-{sessions}"
+            made = synthesize(synthetic, sessions, source=args.source)
+            corpora[f"{sessions} real-shaped sessions ({made['bytes'] / 1e6:.1f} MB)"] = synthetic
+        ours = installed_bin(work, args.checkout)
+        print(f"ccusage {CCUSAGE_VERSION}; copilot-otel installed from {args.checkout or 'this checkout'}; "
+              f"{args.runs} pairs per figure; "
+              f"ratio = copilot-otel / ccusage (median), target <= {TARGET}; "
+              f"{'the other core busy (a spinning process)' if args.busy else 'no load of our own'}")
+        print(f"load average before: {os.getloadavg()[0]:.1f}")
+        spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if args.busy else None
+        try:
+            print(f"{'command':<10}{'logs':<44}{'state':<18}{'wall':>8}{'cpu':>8}  target")
+            for command in args.commands:
+                for name, home in corpora.items():
+                    for cached in (False, True):
+                        walls, cpus = pairs(home, work, ours, ccusage, command, runs=args.runs, cached=cached)
+                        wall = median(walls)
+                        print(f"{command:<10}{name:<44}{'summaries cached' if cached else 'no state':<18}"
+                              f"{wall:>8.2f}{median(cpus):>8.2f}  {'met' if wall <= TARGET else 'MISSED'}", flush=True)
+        finally:
+            if spinner is not None:
+                spinner.kill()
+                spinner.wait()
+        print(f"load average after: {os.getloadavg()[0]:.1f}")
         if args.instructions:
             start_instructions(fixtures, work, ours)
     return 0

@@ -50,9 +50,10 @@ class LogSummary(Struct, frozen=True):
 
 
 def log_summary(path: Path, *, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> LogSummary:
-    """One whole session log through the model, tallied (malformed lines are skipped quietly), and named."""
+    """One whole session log tallied (malformed lines are skipped quietly), not named (Catalog names each session,
+    cached or not)."""
     try:
-        return LogSummary(path, summarize_log(path, ModelOptions(), max_line_bytes))
+        return LogSummary(path, summarize_log(path, ModelOptions(), max_line_bytes, name=False))
     except UnreadableLog as exc:
         return LogSummary(path, None, exc.reason)
 
@@ -169,7 +170,7 @@ class Catalog:
                     item = LogSummary(path, self._named(path, item.summary))
                     changed = True
                 found.append(item)
-            changed |= self._drop_missing()
+            changed |= self._drop_missing({str(item.path) for item in found if item.summary is not None})
             if changed or self._dirty:
                 self._save()
                 self._dirty = False
@@ -188,17 +189,20 @@ class Catalog:
         if len(paths) < PARALLEL_MIN or workers == 1:
             return job(paths)
         from ..base.workers import MAX_WORKERS, WorkerPool, available_cpus
-        from ..logreader import LogReader  # noqa: F401 - imported once here, forked workers start with the model
+        from . import quick  # noqa: F401 - imported once here, forked workers start with it and the model
+        from ..logreader import LogReader  # noqa: F401
 
         count = workers or max(1, min(available_cpus(), MAX_WORKERS))
         shards = [paths[i:i + SHARD] for i in range(0, len(paths), SHARD)]
         with WorkerPool(count) as pool:
             return [item for result in pool.map(job, shards) for item in result]
 
-    def _drop_missing(self) -> bool:
-        """Forget the logs of this folder that are gone (those of other folders stay: one file serves many)."""
+    def _drop_missing(self, listed: set[str]) -> bool:
+        """Forget the logs of this folder that are gone (those of other folders stay: one file serves many);
+        ``listed``: logs this scan found there (looked at once already)."""
         prefix = str(self.root) + os.sep
-        gone = [name for name in self._cache if name.startswith(prefix) and not os.path.exists(name)]
+        gone = [name for name in self._cache
+                if name.startswith(prefix) and name not in listed and not os.path.exists(name)]
         for name in gone:
             del self._cache[name]
         return bool(gone)

@@ -10,6 +10,7 @@ from pathlib import Path
 from msgspec.structs import replace
 
 from ..config import DEFAULT_MAX_LINE_BYTES
+from ..source.sources import session_id_of
 from ..source.liveness import ABANDONED_RETENTION, Liveness, lock_pids, locks_expected, pid_alive
 from ..decode.normalize import parse_version
 from ..model.options import ModelOptions
@@ -20,9 +21,30 @@ from ..vocab import IDLE
 REJECTED_KEPT = 5  # the first lines that could not be read are named in the summary (all are counted)
 
 
-def summarize_log(path: Path, options: ModelOptions, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> SessionSummary:
+def summarize_log(path: Path, options: ModelOptions, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES, *,
+                  name: bool = True) -> SessionSummary:
     """One log replayed to its end (nothing closed that its end leaves open), summed up, with the lines of it
-    that could not be read (counted; the first REJECTED_KEPT named by line number and reason)."""
+    that could not be read (counted; the first REJECTED_KEPT named by line number and reason), and named
+    (``name``: the summary cache names each session itself). Read without the model when catalog/quick.py can
+    vouch for the log (the same summary), else through it."""
+    if not options.capture_content:
+        from .quick import quick_summary
+
+        quick = quick_summary(path, session_id_of(path), max_line_bytes)
+        if quick is not None:
+            summary, rejected, lines = quick
+            if name:
+                from ..source.workspace import named
+
+                summary = named(summary, path.parent)
+            return replace(summary, rejected=rejected, rejected_lines=tuple(lines[:REJECTED_KEPT])) if rejected \
+                else summary
+    return model_summary(path, options, max_line_bytes, name=name)
+
+
+def model_summary(path: Path, options: ModelOptions, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES, *,
+                  name: bool = True) -> SessionSummary:
+    """summarize_log through the session model, whatever the log holds."""
     from ..logreader import LogReader  # the whole model: a listing of cached summaries never loads it
     from ..source.workspace import named
 
@@ -34,7 +56,9 @@ def summarize_log(path: Path, options: ModelOptions, max_line_bytes: int = DEFAU
 
     reader = LogReader(path, options, max_line_bytes=max_line_bytes, summaries=False, metrics=False, warn=skipped)
     out = reader.read_to_end()
-    summary = named(reader.live_model.summary(), path.parent)
+    summary = reader.live_model.summary()
+    if name:
+        summary = named(summary, path.parent)
     rejected = sum(out.rejected.values())
     return replace(summary, rejected=rejected, rejected_lines=tuple(named_lines)) if rejected else summary
 
