@@ -384,12 +384,12 @@ class QuickSession:
         if view.call_id in self.subagents:
             self.held_tools[view.call_id] = (tool, view)
             return
-        self._count_tool(SUCCESS if view.success else "failure")
+        self._count_tool("failure" if view.failed else SUCCESS)
 
     def _release_held(self, call_id: str | None) -> None:
         held = self.held_tools.pop(call_id, None) if call_id else None
         if held is not None:
-            self._count_tool(SUCCESS if held[1].success else "failure")
+            self._count_tool("failure" if held[1].failed else SUCCESS)
 
     def _count_tool(self, outcome: str) -> None:
         self.tally.tool_calls += 1
