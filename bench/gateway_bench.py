@@ -34,7 +34,7 @@ from tests.support.stack import Gateway, TcpRelay
 
 def counter(gateway: Gateway, name: str) -> float:
     """A gateway counter summed over its labels (0 before its first sample)."""
-    return sum(v for (n, _), v in gateway.telemetry().items() if n == name)
+    return sum(v for (n, _), v in gateway.telemetry(timeout=60).items() if n == name)
 
 
 def folder_bytes(folder: Path) -> int:

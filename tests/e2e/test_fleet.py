@@ -14,18 +14,17 @@ The rules are deploy/'s with one change: CopilotSessionStuck's `for: 1m` is 2 s,
 from __future__ import annotations
 
 import re
-import subprocess
 import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-import yaml
 
 from tests.support.commands import run_replay
 from tests.support.copilot_cli import prompt_for
-from tests.support.deploy import RULES, dashboard_queries, promql_metric_names, render_grafana_expr
+from tests.support.deploy import (dashboard_queries, git_repository, promql_metric_names, render_grafana_expr,
+                                  stuck_rules_for_the_test)
 from tests.support.fleet import Alertmanager, Machine, Pki, Webhook, can_name_machines
 from tests.support.net import wait_until
 from tests.support.otlp_json import read_spans
@@ -89,24 +88,6 @@ def final(spans) -> Counter:
     return Counter((s.trace_id, s.span_id) for s in spans if not s.attributes.get("github.copilot.running"))
 
 
-def git_repository(folder: Path, repository: str) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    for args in (("init", "-q", "-b", "main"), ("remote", "add", "origin", f"https://github.com/{repository}.git"),
-                 ("-c", "user.name=Octo", "-c", "user.email=octo@example.com", "commit", "-q", "--allow-empty",
-                  "-m", "0")):
-        subprocess.run(["git", *args], cwd=folder, check=True, capture_output=True)
-    return folder
-
-
-def rules_for_the_test(folder: Path) -> Path:
-    """deploy/'s rules with CopilotSessionStuck's `for` at 2 s instead of 1 m."""
-    doc = yaml.safe_load(RULES.read_text())
-    (stuck,) = [r for g in doc["groups"] for r in g["rules"] if r.get("alert") == "CopilotSessionStuck"]
-    assert stuck["for"] == "1m"
-    stuck["for"] = "2s"
-    path = folder / "copilot-otel.rules.yml"
-    path.write_text(yaml.safe_dump(doc, sort_keys=False))
-    return path
 
 
 def run_session(fleet: Fleet, cli, provider, name: str, scenario: str = "plain", arg=None):
@@ -130,7 +111,7 @@ def fleet(cli, provider, tmp_path_factory):
             for machine in machines.values():
                 machine.start()
             with Prometheus(root / "prometheus", [m.target for m in machines.values()],
-                            rule_files=[rules_for_the_test(root)], scrape=pki.scrape_config(),
+                            rule_files=[stuck_rules_for_the_test(root)], scrape=pki.scrape_config(),
                             external_labels={"copilot_trace_url": TRACE_URL},
                             alertmanagers=[alertmanager.address]) as prometheus:
                 state = Fleet(machines, work, receiver, gateway, prometheus, webhook, root)

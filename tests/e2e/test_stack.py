@@ -13,18 +13,16 @@ Changed from the shipped files, and only this: ports and addresses (loopback, th
 from __future__ import annotations
 
 import json
-import subprocess
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-import yaml
 
 from tests.support.commands import run_copilot_otel, run_replay
 from tests.support.copilot_cli import prompt_for
 from tests.support.daemon import DaemonProcess
-from tests.support.deploy import RULES, dashboard_queries, render_grafana_expr
+from tests.support.deploy import dashboard_queries, git_repository, render_grafana_expr, stuck_rules_for_the_test
 from tests.support.net import wait_until
 from tests.support.otlp_json import read_spans
 from tests.support.otlp_receiver import ReceivedSpan
@@ -60,25 +58,6 @@ class Stack:
         return [s for s in read_spans(out) if not s.attributes.get("github.copilot.running")]
 
 
-def git_repository(folder: Path, repository: str) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    for args in (("init", "-q", "-b", "main"), ("remote", "add", "origin", f"https://github.com/{repository}.git"),
-                 ("-c", "user.name=Octo", "-c", "user.email=octo@example.com", "commit", "-q", "--allow-empty",
-                  "-m", "0")):
-        subprocess.run(["git", *args], cwd=folder, check=True, capture_output=True)
-    return folder
-
-
-def rules_for_the_test(folder: Path) -> Path:
-    """deploy/'s rules with CopilotSessionStuck's `for` at 2 s instead of 1 m."""
-    doc = yaml.safe_load(RULES.read_text())
-    (stuck,) = [r for g in doc["groups"] for r in g["rules"] if r.get("alert") == "CopilotSessionStuck"]
-    assert stuck["for"] == "1m"
-    stuck["for"] = "2s"
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / RULES.name
-    path.write_text(yaml.safe_dump(doc, sort_keys=False))
-    return path
 
 
 def final(spans) -> list[ReceivedSpan]:
@@ -111,7 +90,7 @@ def stack(cli, provider, tmp_path_factory):
             "OTEL_EXPORTER_OTLP_ENDPOINT": "", "OTEL_RESOURCE_ATTRIBUTES": "host.name=scraped-box"})
         prometheus = prometheus3(root / "prometheus", [f"127.0.0.1:{scraped.port}"],
                                  trace_url=f"{jaeger.url}/trace/{{trace_id}}",
-                                 rule_files=[rules_for_the_test(root / "rules")])
+                                 rule_files=[stuck_rules_for_the_test(root / "rules")])
         with prometheus, Gateway(root / "gateway", traces_to=jaeger.otlp_endpoint,
                                  metrics_to=f"{prometheus.url}/api/v1/otlp") as gateway:
             scraped.extra_env.update({"OTEL_EXPORTER_OTLP_ENDPOINT": gateway.grpc_endpoint,

@@ -15,29 +15,16 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-import pytest
 
-from tests.support.commands import REPO
 from tests.support.net import LOOPBACK, free_ports, wait_until
+from tests.support.stack import backend
 
-ENV_BACKENDS_BIN = "COPILOT_OTEL_BACKENDS_BIN"
 BINARY = "otelcol-copilot"
 
 
 def collector_binary() -> Path:
-    """The otelcol-copilot binary; fails the test (never skips it) when there is none."""
-    folder = os.environ.get(ENV_BACKENDS_BIN, "").strip()
-    if not folder:
-        built = subprocess.run([str(REPO / "scripts" / "backends.sh")], capture_output=True, text=True, cwd=REPO,
-                               timeout=1800)
-        if built.returncode != 0:
-            pytest.fail(f"scripts/backends.sh could not build the backends: {built.stderr[-2000:]}")
-        folder = built.stdout.strip().splitlines()[-1] if built.stdout.strip() else ""
-    path = Path(folder) / BINARY
-    if not os.access(path, os.X_OK):
-        pytest.fail(f"no {BINARY} in {folder!r} (set {ENV_BACKENDS_BIN} to the folder that holds it, or run "
-                    "scripts/backends.sh)")
-    return path
+    """The otelcol-copilot binary; fails the test (never skips it) when there is none (tests/support/stack.py)."""
+    return backend(BINARY)
 
 
 class Collector:

@@ -164,3 +164,27 @@ def check_promql_parses(exprs: dict[str, str], tmp_path: Path) -> subprocess.Com
     path = tmp_path / "exprs.rules.yml"
     path.write_text(yaml.safe_dump({"groups": [{"name": "check", "rules": rules}]}))
     return run([promtool(), "check", "rules", str(path)])
+
+
+def git_repository(folder: Path, repository: str) -> Path:
+    """A git work tree at ``folder`` whose origin is github.com/<repository>, with one commit: where the Copilot CLI
+    finds a repository (session.start's context) as it does in a user's clone."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for args in (("init", "-q", "-b", "main"), ("remote", "add", "origin", f"https://github.com/{repository}.git"),
+                 ("-c", "user.name=Octo", "-c", "user.email=octo@example.com", "commit", "-q", "--allow-empty",
+                  "-m", "0")):
+        subprocess.run(["git", *args], cwd=folder, check=True, capture_output=True)
+    return folder
+
+
+def stuck_rules_for_the_test(folder: Path) -> Path:
+    """deploy/'s rules with CopilotSessionStuck's `for` at 2 s instead of 1 m (so a test's page comes in seconds),
+    written to ``folder``."""
+    doc = yaml.safe_load(RULES.read_text())
+    (stuck,) = [r for g in doc["groups"] for r in g["rules"] if r.get("alert") == "CopilotSessionStuck"]
+    assert stuck["for"] == "1m"
+    stuck["for"] = "2s"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / RULES.name
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path

@@ -128,9 +128,9 @@ class Gateway(ServerProcess):
             os.kill(self.proc.pid, signal.SIGKILL)
             self.proc.wait(timeout=10)
 
-    def telemetry(self) -> Samples:
+    def telemetry(self, timeout: float = 10.0) -> Samples:
         """The gateway's own metrics (otelcol_receiver_accepted_spans, otelcol_exporter_sent_spans...)."""
-        with urllib.request.urlopen(f"http://{LOOPBACK}:{self.telemetry_port}/metrics", timeout=5) as response:
+        with urllib.request.urlopen(f"http://{LOOPBACK}:{self.telemetry_port}/metrics", timeout=timeout) as response:
             return parse(response.read().decode())
 
 
