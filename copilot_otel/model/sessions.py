@@ -379,6 +379,7 @@ class SessionModel:
         finished), the work the CLI does about it is new work of that interaction, with a root of its own."""
         if event.agent_id is not None:
             return
+        self._loop.notified = True
         kind = event.data.get("kind")
         agent_id = kind.get("agentId") if isinstance(kind, dict) and str(kind.get("type", "")).startswith("agent_") \
             else None
