@@ -90,7 +90,8 @@ class HookBook:
     @staticmethod
     def before_prompt(event: Event) -> bool:
         """A main-agent hook that runs on a prompt before its interaction starts."""
-        return event.agent_id is None and event.data.get("hookType") in BEFORE_PROMPT
+        hook_type = event.data.get("hookType")
+        return event.agent_id is None and isinstance(hook_type, str) and hook_type in BEFORE_PROMPT
 
     def start(self, event: Event, parent: OpenSpan | None, *, wait: bool) -> None:
         """hook.start under ``parent``; with none, it waits for the next interaction's root (``wait``) or is a
