@@ -35,7 +35,9 @@ class Totals(Struct):
     def add(self, span: SpanRecord) -> None:
         a = span.attributes
         operation = a.get(A.GEN_AI_OPERATION_NAME)
-        if operation == A.OP_CHAT:
+        if operation == A.OP_CHAT and A.COPILOT_COMPACTION_TRIGGER in a:
+            pass  # a compaction's own call: no usage record names it, its tokens are the compaction's
+        elif operation == A.OP_CHAT:
             self.llm_calls += 1
             self.input_tokens += int(a.get(A.GEN_AI_USAGE_INPUT_TOKENS, 0))
             self.output_tokens += int(a.get(A.GEN_AI_USAGE_OUTPUT_TOKENS, 0))
@@ -107,8 +109,9 @@ class Layout:
         return out
 
     def totals(self, root: SpanRecord) -> Totals:
+        """What ``root`` and the spans under it add up to (a root may be work of its own: a `!cmd` tool)."""
         totals = Totals()
-        for span in self.below(root):
+        for span in [root, *self.below(root)]:
             totals.add(span)
         return totals
 
@@ -131,10 +134,14 @@ def to_json(snapshot: Snapshot) -> dict:
     layout = Layout(snapshot.spans)
     ended = {s.trace_id: s for s in snapshot.interactions}
     interactions = []
-    for number, root in enumerate(layout.roots, start=1):
+    number = 0
+    for root in layout.roots:
         summary = ended.get(root.trace_id)
+        # Work outside any interaction (a /compact, a `!cmd`, a session hook) is a root of its own: no number.
+        interaction = root.attributes.get(A.GEN_AI_OPERATION_NAME) == A.OP_INVOKE_AGENT
+        number += interaction
         interactions.append({
-            "number": number,
+            "number": number if interaction else None,
             "interaction_id": root.attributes.get(A.COPILOT_INTERACTION_ID),
             "trace_id": f"{root.trace_id:032x}",
             "end": root.attributes.get(A.COPILOT_INTERACTION_END),

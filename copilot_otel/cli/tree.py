@@ -166,9 +166,16 @@ def build_tree(snapshot: Snapshot) -> Tree:
     tree = Tree(header(snapshot), guide_style="dim")
     ended = {s.trace_id: s for s in snapshot.interactions}
     now = snapshot.now_ns / 1e9
-    for number, root in enumerate(layout.roots, start=1):
-        summary = ended.get(root.trace_id)
+    number = 0
+    for root in layout.roots:
         a = root.attributes
+        if a.get(A.GEN_AI_OPERATION_NAME) != A.OP_INVOKE_AGENT:  # work outside any interaction (/compact, !cmd)
+            label = _label(root, root.start_ns)
+            label.append(f"  {clock_time(root.start_ns, now)}", style="dim")
+            _add_children(tree.add(label), layout, root, root.start_ns)
+            continue
+        number += 1
+        summary = ended.get(root.trace_id)
         label = _line((f"interaction {number}", "bold blue"), (f"  {clock_time(root.start_ns, now)}", "dim"),
                       (f"  {_took(root)}", "dim"))
         end = a.get(A.COPILOT_INTERACTION_END)

@@ -35,6 +35,7 @@ class OpenHook(Struct):
     span_id: int
     span: OpenSpan | None = None
     end_ns: int | None = None  # ended before it had a parent (kept for the next interaction)
+    end_event: str | None = None  # the id of its hook.end
 
 
 def outcome(data: Mapping[str, Any], tools: set[str]) -> tuple[str, list[str], str | None]:
@@ -66,6 +67,14 @@ class HookBook:
         self.capture = capture
         self.open: dict[str, OpenHook] = {}
         self.waiting: list[OpenHook] = []  # ended before the interaction they belong to started
+        # Each hook.end's place, once final: (its event id, (trace id, span id) of the hook's span, or None when
+        # no run of that hook was open). A waiting hook's place is known when it is adopted or the session ends.
+        self.placed: list[tuple[str, tuple[int, int] | None]] = []
+
+    def take_placed(self) -> list[tuple[str, tuple[int, int] | None]]:
+        """The places found since the last take."""
+        placed, self.placed = self.placed, []
+        return placed
 
     def _attributes(self, hook: OpenHook) -> dict[str, Any]:
         return {A.GEN_AI_CONVERSATION_ID: self.session_id, A.COPILOT_HOOK_TYPE: hook.hook_type,
@@ -81,7 +90,8 @@ class HookBook:
     @staticmethod
     def before_prompt(event: Event) -> bool:
         """A main-agent hook that runs on a prompt before its interaction starts."""
-        return event.agent_id is None and event.data.get("hookType") in BEFORE_PROMPT
+        hook_type = event.data.get("hookType")
+        return event.agent_id is None and isinstance(hook_type, str) and hook_type in BEFORE_PROMPT
 
     def start(self, event: Event, parent: OpenSpan | None, *, wait: bool) -> None:
         """hook.start under ``parent``; with none, it waits for the next interaction's root (``wait``) or is a
@@ -104,7 +114,9 @@ class HookBook:
         hook = self.open.pop(invocation, None) if isinstance(invocation, str) else None
         if hook is None:
             self.out.anomaly(OUT_OF_ORDER, event)
+            self.placed.append((event.id, None))
             return None
+        hook.end_event = event.id
         how, denied, reason = outcome(event.data, set(tools))
         for call_id in denied:
             tools[call_id].attributes[A.COPILOT_HOOK_DENIED_BY] = hook.hook_type
@@ -122,10 +134,12 @@ class HookBook:
             self.waiting.append(hook)
             return how
         hook.span.attributes.update(attributes)
-        self._close(hook.span, event.timestamp_ns, how, event.data.get("error"))
+        self._close(hook, hook.span, event.timestamp_ns, how, event.data.get("error"))
         return how
 
-    def _close(self, span: OpenSpan, end_ns: int, how: str, error: Any) -> None:
+    def _close(self, hook: OpenHook, span: OpenSpan, end_ns: int, how: str, error: Any) -> None:
+        if hook.end_event is not None:
+            self.placed.append((hook.end_event, (span.trace_id, span.span_id)))
         if how == FAILURE:
             message = error.get("message") if isinstance(error, dict) else None
             self.out.span(span.close(end_ns, message=self.capture.text(message) or "", error_type="hook_failed"))
@@ -140,7 +154,7 @@ class HookBook:
         for hook in self.waiting:
             assert hook.span is not None and hook.end_ns is not None  # set when it ended waiting
             span = root.child(hook.span_id, hook.span.name, KIND_INTERNAL, hook.start_ns, hook.span.attributes)
-            self._close(span, hook.end_ns, str(hook.span.attributes.get(A.COPILOT_HOOK_OUTCOME)), None)
+            self._close(hook, span, hook.end_ns, str(hook.span.attributes.get(A.COPILOT_HOOK_OUTCOME)), None)
         self.waiting = []
         for hook in self.open.values():
             if hook.span is None:
@@ -150,7 +164,7 @@ class HookBook:
         """The session ended: the hooks still waiting are roots of their own; those still running are cut off."""
         for hook in self.waiting:
             assert hook.span is not None and hook.end_ns is not None
-            self._close(hook.span, hook.end_ns, str(hook.span.attributes.get(A.COPILOT_HOOK_OUTCOME)), None)
+            self._close(hook, hook.span, hook.end_ns, str(hook.span.attributes.get(A.COPILOT_HOOK_OUTCOME)), None)
         self.waiting = []
         for hook in self.open.values():
             span = hook.span or self._span(hook, None)

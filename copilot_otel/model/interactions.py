@@ -37,6 +37,7 @@ class AgentLoop:
         # Ended turns whose background work (a `task` in background mode) runs on: they end with it.
         self.lingering: list[tuple[Agent, Turn]] = []
         self.started_agents: dict[str, str] = {}  # a sub-agent's agentId -> the interaction it was started in
+        self.notified = False  # a system.notification came, and no main-agent answer since
         self.summaries: list[InteractionSummary] | None = [] if summaries else None  # for `inspect`
         self.last_ended: tuple[str, int, int] | None = None  # (interaction id, trace id, root span id)
         self.facts = SessionFacts(None, None, None)  # the session's model, cwd and CLI version (set by the model)
@@ -181,8 +182,13 @@ class AgentLoop:
     def answer(self, event: Event, asks_for_tools: bool) -> None:
         """assistant.message: the agent's turn answered (and asked for tools, or not)."""
         turn = self.agent(event).turn
-        if turn is None or not any(key in event.data for key in ("turnId", "interactionId", "model")):
-            return  # no model's answer: the CLI's own request after a notification (read_agent, read_bash)
+        # Right after a notification, a message with no turnId, interactionId or model is the CLI's own request
+        # (read_agent, read_bash), not the model's answer. CLIs before 1.0 write no such keys on any message.
+        cli_own = self.notified and not any(key in event.data for key in ("turnId", "interactionId", "model"))
+        if event.agent_id is None:
+            self.notified = False
+        if turn is None or cli_own:
+            return
         turn.truncated = False  # cut off at the length limit, yet kept as the answer
         if asks_for_tools:
             turn.requested_tools = True

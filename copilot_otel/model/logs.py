@@ -3,7 +3,9 @@
 Claude Code, Codex and Gemini CLI export events like these (a prompt submitted, an API request or error,
 a tool's decision and result) for Loki, Elasticsearch or any OTLP logs backend. :class:`EventLog` makes one
 :class:`LogRecord` per event worth one, from the event and the span the model holds open for it
-(``SessionModel.span_context``); it touches no clock, file or socket.
+(``SessionModel.span_context``); it touches no clock, file or socket. A hook's record carries its hook span's ids,
+which the model may settle only later (a hook that ran before its prompt's interaction existed hangs under that
+interaction's root once it starts): the record is held until the model places it (:meth:`EventLog.place`).
 
 A log record has no id of its own: its time is the event's timestamp and the event's id is an attribute
 (``github.copilot.event.id``), so a replay makes the same records and a backend can merge them. Prompt,
@@ -13,10 +15,11 @@ output and error text appear only with content capture on, as on spans.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from msgspec import Struct
+from msgspec.structs import replace
 
 from . import attrs as A
 from .records import span_id_for
@@ -105,10 +108,19 @@ class EventLog:
         self._hooks: dict[str, int] = {}  # hookInvocationId -> hook.start's time, while the hook runs
         self._source: Event | None = None  # the logged event whose records are being made
         self._failed: set[str] = set()  # event types whose record could not be made (said once each)
+        self._unplaced: dict[str, LogRecord] = {}  # hook.end's event id -> its record, until its span is placed
 
     @property
     def pending(self) -> bool:
         return bool(self._records)
+
+    def place(self, placed: Iterable[tuple[str, tuple[int, int] | None]]) -> None:
+        """The model settled where hook runs' spans are: each (hook.end's event id, (trace id, span id) of its span,
+        or None when it made no span: the record keeps the span it was logged in) releases that event's record."""
+        for event_id, ids in placed:
+            record = self._unplaced.pop(event_id, None)
+            if record is not None:
+                self._records.append(record if ids is None else replace(record, trace_id=ids[0], span_id=ids[1]))
 
     def take(self) -> tuple[LogRecord, ...]:
         """The records made since the last take."""
@@ -138,7 +150,7 @@ class EventLog:
                               "(said once per type and session)", self.session_id, self._source.line, event.type)
 
     def _add(self, event: Event, name: str, severity: int, context: Context | None, attributes: dict[str, Any],
-             body: str | None = None) -> None:
+             body: str | None = None, *, held: bool = False) -> None:
         source = self._source if self._source is not None else event
         head: dict[str, Any] = {EVENT_NAME: name, A.GEN_AI_CONVERSATION_ID: self.session_id, EVENT_ID: source.id,
                                 EVENT_TYPE: source.type}
@@ -147,7 +159,11 @@ class EventLog:
             head[A.COPILOT_INTERACTION_ID] = interaction
         head.update((key, value) for key, value in attributes.items() if value is not None)
         trace_id, span_id = (context[0], context[1]) if context is not None else (0, 0)
-        self._records.append(LogRecord(event.timestamp_ns, name, severity, head, trace_id, span_id, body))
+        record = LogRecord(event.timestamp_ns, name, severity, head, trace_id, span_id, body)
+        if held:
+            self._unplaced[event.id] = record
+        else:
+            self._records.append(record)
 
     def _since(self, start_ns: int, end_ns: int) -> float:
         return max(0, end_ns - start_ns) / 1e9
@@ -248,7 +264,7 @@ class EventLog:
             DURATION: self._since(started, event.timestamp_ns) if started is not None else None,
             A.ERROR_TYPE: None if success else "hook_failed",
             ERROR_MESSAGE: self.capture.text(error.get("message") if isinstance(error, dict) else error),
-        })
+        }, held=True)  # the model places it on its hook's span (place)
 
     def _compaction(self, event: Event, before: Context | None, _now: Context | None) -> None:
         data = event.data

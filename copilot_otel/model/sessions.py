@@ -82,9 +82,18 @@ class SessionModel:
             if logs is not None:
                 logs.after(canonical, before, self.span_context(canonical), event,
                            made_call=self._call_event == canonical.id)
+        return self._take()
+
+    def _take(self) -> Step:
+        """What the model made since the last take: spans, metric updates, anomalies, and log records (a hook's
+        once its span is placed)."""
         step = self._out.take()
-        if logs is not None and logs.pending:
-            step = replace(step, logs=logs.take())
+        placed = self._hooks.take_placed()
+        logs = self._logs
+        if logs is not None:
+            logs.place(placed)
+            if logs.pending:
+                step = replace(step, logs=logs.take())
         return step
 
     def _apply(self, event: Event) -> None:
@@ -156,11 +165,11 @@ class SessionModel:
     def confirm_end(self) -> Step:
         """The caller saw no new event for a quiet period: the agent loop really went idle."""
         if self.live_idle:
-            return self._out.take()  # the live stream says when the loop really ended
+            return self._take()  # the live stream says when the loop really ended
         self._loop.release_held()
         if (how := self.confirmable_end) is not None:
             self._end(how)
-        return self._out.take()
+        return self._take()
 
     def finish(self, reason: str = END_INCOMPLETE) -> Step:
         """The session is over (end of a replayed file, or its process is gone): close everything.
@@ -169,7 +178,7 @@ class SessionModel:
         """
         if self.ended is None:
             self._settle(reason)
-        return self._out.take()
+        return self._take()
 
     def open_spans(self, end_ns: int | None = None) -> list[SpanRecord]:
         """Snapshots of the spans still open, marked running, ending at ``end_ns`` (default: the last
@@ -379,6 +388,7 @@ class SessionModel:
         finished), the work the CLI does about it is new work of that interaction, with a root of its own."""
         if event.agent_id is not None:
             return
+        self._loop.notified = True
         kind = event.data.get("kind")
         agent_id = kind.get("agentId") if isinstance(kind, dict) and str(kind.get("type", "")).startswith("agent_") \
             else None

@@ -119,7 +119,8 @@ def test_a_session_another_user_plants_is_never_counted_exported_or_listed_as_th
         assert len(said) == 1 and "belongs to user nobody" in said[0], said
     assert sorted(s["id"] for s in sessions_of(home, state, "--from-files")) == ["owner-multi_turn", "owner-plain"]
     total, stderr = usage_total(home, state)
-    assert total["sessions"] == 2 and total["premium_requests"] < 40 and total["nano_aiu"] < 10**12
+    # The owner's logs (BYOK) report no AI credits: their total is unknown (null), so any amount is the stranger's.
+    assert total["sessions"] == 2 and total["premium_requests"] < 40 and total["nano_aiu"] is None
     assert f"{root}/{PLANTED}" in stderr and "belongs to user nobody" in stderr
     refused = run_copilot_otel("inspect", "--copilot-home", str(home), PLANTED[:8])
     assert refused.returncode == 2 and "not a session id" in refused.stderr.decode()

@@ -96,7 +96,8 @@ def test_nudges_are_marked_and_a_sub_agents_prompt_is_no_users():
 
 def test_hooks_say_their_type_outcome_decision_and_time():
     """hook.start/hook.end make one record at the end: its type, whether it succeeded, what it decided, how long it
-    ran, in the turn it ran in; a hook that never ends makes none, and one that ends unstarted has no duration."""
+    ran, on its hook span in the turn it ran in; a hook that never ends makes none, and one that ends unstarted has
+    no duration and, having no span, stays in the turn."""
     log = SessionLog("s-1")
     log.start()
     log.user()
@@ -108,14 +109,59 @@ def test_hooks_say_their_type_outcome_decision_and_time():
     log.add("hook.end", {"hookInvocationId": "h-3", "hookType": "postToolUse", "success": False,
                          "error": {"message": "exit 2"}})
     model = SessionModel("s-1", LOGS_ON)
-    records = [r for r in drive(model, log.decoded(), Outputs(), source="log").logs if r.event_name == L.HOOK]
+    out = drive(model, log.decoded(), Outputs(), source="log")
+    records = [r for r in out.logs if r.event_name == L.HOOK]
     denied, failed = records
     assert denied.attributes[L.HOOK_TYPE] == "preToolUse" and denied.attributes[L.HOOK_DECISION] == "deny"
     assert denied.attributes[L.DURATION] == pytest.approx(0.01) and denied.severity == L.SEVERITY_INFO
     assert failed.attributes[L.HOOK_SUCCESS] is False and failed.severity == L.SEVERITY_WARN
     assert L.DURATION not in failed.attributes and L.ERROR_MESSAGE not in failed.attributes
     turn_span = model.span_context(decode_line(log.lines()[2]))
-    assert turn_span is not None and (denied.trace_id, denied.span_id) == turn_span[:2]
+    assert turn_span is not None
+    hook_span = next(s for s in out.spans if s.span_id == denied.span_id)
+    assert hook_span.name == "hook preToolUse" and (hook_span.trace_id, hook_span.parent_span_id) == turn_span[:2]
+    assert denied.trace_id == turn_span[0] and (failed.trace_id, failed.span_id) == turn_span[:2]
+
+
+HOOKS_LOG = next((FIXTURES / "situations" / "hooks").glob("session-state/*/events.jsonl"))
+
+
+def test_each_hook_record_carries_the_ids_its_hook_span_is_exported_with():
+    """The real hooks log: every hook.end makes exactly one record, on the span of its own run (the invocation id
+    the span names); a userPromptSubmitted hook, run before its interaction existed, is on that interaction's
+    trace, the trace its span was adopted into."""
+    out = read(HOOKS_LOG)
+    events = {e.id: e for e in (decode_line(line) for line in HOOKS_LOG.read_bytes().splitlines())}
+    ends = [e for e in events.values() if e.type == "hook.end"]
+    records = [r for r in out.logs if r.event_name == L.HOOK]
+    assert sorted(r.attributes[L.EVENT_ID] for r in records) == sorted(e.id for e in ends)
+    spans = {(s.trace_id, s.span_id): s for s in out.spans}
+    roots = {s.attributes.get("github.copilot.interaction_id"): s for s in out.spans if s.parent_span_id is None}
+    for record in records:
+        end = events[record.attributes[L.EVENT_ID]]
+        span = spans[(record.trace_id, record.span_id)]
+        assert span.name == f"hook {end.data['hookType']}"
+        assert span.attributes["github.copilot.hook.invocation_id"] == end.data["hookInvocationId"]
+    prompt_hooks = [r for r in records if r.attributes[L.HOOK_TYPE] == "userPromptSubmitted"
+                    and r.attributes[L.EVENT_ID] not in {e.id for e in ends if e.agent_id is not None}]
+    prompts = [e for e in events.values() if e.type == "user.message" and e.agent_id is None]
+    assert len(prompt_hooks) == len(prompts) == 3
+    for hook, prompt in zip(prompt_hooks, prompts):
+        assert hook.trace_id == roots[prompt.interaction_id].trace_id
+
+
+def test_a_hook_still_waiting_for_its_prompt_when_the_log_ends_is_recorded_on_its_own_root():
+    """The real hooks log cut just after a userPromptSubmitted hook ended (its prompt never written): at the end
+    the hook is a root of its own, and its one record carries that root's ids."""
+    lines = HOOKS_LOG.read_bytes().splitlines(keepends=True)[:5]
+    model = SessionModel(decode_line(lines[0]).data["sessionId"], LOGS_ON)
+    out = drive(model, (decode_line(line) for line in lines), Outputs(), source="cut")
+    assert not [r for r in out.logs if r.attributes[L.HOOK_TYPE] == "userPromptSubmitted"]
+    finish(model, out)
+    waited = [r for r in out.logs if r.event_name == L.HOOK and r.attributes[L.HOOK_TYPE] == "userPromptSubmitted"]
+    assert len(waited) == 1
+    span = next(s for s in out.spans if (s.trace_id, s.span_id) == (waited[0].trace_id, waited[0].span_id))
+    assert span.name == "hook userPromptSubmitted" and span.parent_span_id is None
 
 
 @pytest.mark.parametrize("event_type, data", [
