@@ -38,8 +38,10 @@ def run_daemon(config: Config) -> int:
         web_config = web_config_of(config)  # a bad file is said before anything starts
         daemon = Daemon(config, own_gc=True)
         catalog = Catalog(daemon.root, cache_file=config.summary_cache, max_line_bytes=config.max_line_bytes)
+        # The page says why it shows no session: a problem /healthz answers 503 for, or that it waits for the
+        # Copilot CLI's first run (200 there).
         view = WebView(DaemonSessions(config, lambda: daemon.published, catalog=catalog,
-                                      problem=daemon.discoverer.problem),
+                                      problem=lambda: daemon.discoverer.problem() or daemon.discoverer.waiting()),
                        trace_url=config.trace_url, budgets=config.budgets, resource=daemon.resource)
         # The socket is made while the daemon holds the state folder's lock: one daemon, one socket.
         endpoint = Endpoint(config, daemon.metrics.registry, view.routes(), health=daemon.health,

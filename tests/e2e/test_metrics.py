@@ -14,6 +14,7 @@ from collections import Counter
 
 import pytest
 
+from tests.support.events import cli_shows_failed
 from tests.support.copilot_cli import prompt_for
 from tests.support.prometheus_harness import Prometheus
 from tests.support import aio
@@ -60,7 +61,7 @@ def derived_counts(runs) -> dict[str, Counter]:
                 if not e.get("agentId"):
                     c["signals"]["error"] += 1
             elif t == "tool.execution_complete":
-                c["tools"][(tool_names[d["toolCallId"]], "success" if d["success"] else "failure")] += 1
+                c["tools"][(tool_names[d["toolCallId"]], "failure" if cli_shows_failed(d) else "success")] += 1
             elif t == "user.message" and d.get("isAutopilotContinuation"):
                 c["nudges"][""] += 1
             elif t == "session.task_complete":
@@ -160,7 +161,9 @@ def test_counters_equal_the_cli_own_otel(cli_corpus, corpus_daemon):
                 tokens[(a["gen_ai.request.model"], "input")] += a.get("gen_ai.usage.input_tokens", 0)
                 tokens[(a["gen_ai.request.model"], "output")] += a.get("gen_ai.usage.output_tokens", 0)
             elif a.get("gen_ai.operation.name") == "execute_tool":
-                tools[(a["gen_ai.tool.name"], "failure" if span["status"]["code"] == 2 else "success")] += 1
+                # the CLI leaves a command that exited non-zero unset, with its process.exit.code: a failure here
+                failed = span["status"]["code"] == 2 or a.get("process.exit.code") not in (None, 0)
+                tools[(a["gen_ai.tool.name"], "failure" if failed else "success")] += 1
     assert Counter({m: v for (m, o), v in ours["llm"].items() if o == "success"}) == llm_ok
     assert ours["tools"] == tools
     assert Counter({k: v for k, v in ours["tokens"].items() if k[1] in ("input", "output")}) == tokens

@@ -341,3 +341,16 @@ def event_line(event_type: Any, timestamp: Any, event_id: Any, data: Any = None,
     """One event as a JSON line, any field of any type (for lines planted into a real log)."""
     return json.dumps({"type": event_type, "data": {} if data is None else data, "id": event_id,
                        "timestamp": timestamp, "parentId": None, **top}).encode()
+
+
+def cli_shows_failed(data: dict) -> bool:
+    """Does the CLI show this tool.execution_complete's call as failed (read from the raw event, as a test's own
+    oracle): ``success: false``, or a shell command that exited non-zero or timed out, which the CLI logs as a
+    success (``shellExecution.exitCode``, its telemetry's ``shell_error_category``) and shows as failed."""
+    if data.get("success") is False:
+        return True
+    code = (data.get("shellExecution") or {}).get("exitCode")
+    if code not in (None, 0):
+        return True
+    properties = (data.get("toolTelemetry") or {}).get("properties") or {}
+    return properties.get("shell_error_category") in ("command_nonzero_exit", "command_timeout")
