@@ -35,10 +35,12 @@ step .venv/bin/python -m pip install --quiet --disable-pip-version-check -r requ
 # What only the e2e layer (and a plain pytest run) needs, installed once the fast layers passed (lint, unit,
 # component need none of it): the Copilot CLI and ccusage from npm, the backends from their Go modules, Debian's
 # packages. It runs with the real home (its caches: npm's, Go's, the built backends), not the tests' one.
-real_env=(env "HOME=$HOME")
+real_env=(env)
+real_settings=("HOME=$HOME")
 for variable in XDG_CONFIG_HOME XDG_CACHE_HOME XDG_DATA_HOME XDG_STATE_HOME; do
-    if [ -n "${!variable+set}" ]; then real_env+=("$variable=${!variable}"); else real_env+=(-u "$variable"); fi
+    if [ -n "${!variable+set}" ]; then real_settings+=("$variable=${!variable}"); else real_env+=(-u "$variable"); fi
 done
+real_env+=("${real_settings[@]}")  # env takes its -u options before the settings
 heavy_setup() {
     [ -z "${heavy_done:-}" ] || return 0
     heavy_done=1
