@@ -111,7 +111,8 @@ def rig(tmp_path):
         yield Rig(tmp_path, home, jaeger, relay, gateway, daemon)
 
 
-def once(held: Counter) -> list:
+def held_twice(held: Counter) -> list:
+    """The spans Jaeger got more than one copy of."""
     return [span for span, copies in held.items() if copies > 1]
 
 
@@ -127,7 +128,7 @@ def test_a_sigkill_inside_the_batch_window_loses_nothing_acknowledged(rig):
     assert acknowledged > 0 and not rig.in_jaeger({t for t, _ in rig.expected()})
     rig.relay.mend()
     rig.restart_gateway()
-    assert once(rig.all_arrive()) == []
+    assert held_twice(rig.all_arrive()) == []
 
 
 def test_sigkills_at_random_points_of_a_burst_lose_nothing(rig):
@@ -141,7 +142,7 @@ def test_sigkills_at_random_points_of_a_burst_lose_nothing(rig):
         rig.gateway.kill()
         rig.restart_gateway()
     held = rig.all_arrive()
-    duplicates = once(held)
+    duplicates = held_twice(held)
     # at most the requests in flight at the six kills: one batch (2048 spans at most) each
     assert len(duplicates) <= 6 * 2048, len(duplicates)
     print(f"duplicates after six kills: {len(duplicates)} of {len(held)} spans")
@@ -167,7 +168,7 @@ def test_jaeger_unreachable_then_kills_during_start_and_queue_compaction_lose_no
     rig.restart_gateway()
     rig.relay.mend()
     held = rig.all_arrive()
-    assert once(held) == []
+    assert held_twice(held) == []
 
 
 def small_disk(rig: Rig, folder: Path, size: str, **variables: str) -> Path:
@@ -197,7 +198,7 @@ def test_a_full_queue_refuses_and_the_daemon_keeps_the_rest(rig, tmp_path):
         rig.gateway.kill()
         rig.restart_gateway()
         rig.relay.mend()
-        assert once(rig.all_arrive(timeout=240)) == []
+        assert held_twice(rig.all_arrive(timeout=240)) == []
     finally:
         rig.gateway.stop()
         subprocess.run(["umount", "-l", str(disk)], check=False)
@@ -244,7 +245,7 @@ def test_a_graceful_gateway_restart_while_jaeger_is_unreachable_loses_nothing(ri
     rig.gateway.stop()
     rig.restart_gateway()
     rig.relay.mend()
-    assert once(rig.all_arrive()) == []
+    assert held_twice(rig.all_arrive()) == []
 
 
 def test_jaeger_unreachable_longer_than_the_longest_backoff_loses_nothing(rig):
@@ -260,4 +261,4 @@ def test_jaeger_unreachable_longer_than_the_longest_backoff_loses_nothing(rig):
     assert "Exporting failed. Dropping data" not in rig.gateway.log_path.read_text()
     rig.relay.mend()
     held = rig.all_arrive(timeout=90)
-    assert once(held) == []
+    assert held_twice(held) == []
