@@ -18,7 +18,7 @@ cd "$(dirname "$0")/.."
 
 cache=${COPILOT_OTEL_BACKENDS:-${XDG_CACHE_HOME:-$HOME/.cache}/copilot-otel/backends}
 bin=$cache/bin
-mkdir -p "$bin"
+[ -d "$bin" ] || mkdir -p "$bin"
 export GOFLAGS="-buildvcs=false -trimpath -mod=readonly" GOTOOLCHAIN=local CGO_ENABLED=0
 check_only=0
 [ "${1:-}" != --check ] || check_only=1
@@ -53,7 +53,8 @@ build() {
         rmdir "$folder.tmp" 2>/dev/null || true
         echo "built $output in $((SECONDS - started)) s" >&2
     fi
-    ln -sfn "$folder/$output" "$bin/$output"
+    # --check touches nothing: the link is made (or moved) only when it does not point there yet
+    [ "$(readlink "$bin/$output" 2>/dev/null)" = "$folder/$output" ] || ln -sfn "$folder/$output" "$bin/$output"
 }
 
 command -v go >/dev/null 2>&1 || { echo "backend build failed: no go command (Go 1.26 is needed)" >&2; exit 1; }
