@@ -153,6 +153,11 @@ def test_rewrites_truncations_and_appends_never_send_one_span_id_with_two_conten
         assert not twice, f"span ids sent with two contents: {twice}"
 
 
+def edit_counted(samples):
+    """The samples, once they count a rewrite as an edit (None before)."""
+    return samples if value(samples, "copilot_otel_log_generations_total", how="edited") >= 1 else None
+
+
 @pytest.mark.parametrize("how", ["overwrite", "new_file"])
 def test_a_session_abandoned_then_rewritten_is_a_new_generation(tmp_path, how):
     """Half a log read, its CLI gone mid-turn: what it left open is sent as incomplete. The log is then written
@@ -171,7 +176,8 @@ def test_a_session_abandoned_then_rewritten_is_a_new_generation(tmp_path, how):
                    what="the abandoned session's open spans, sent as incomplete")
         writer.rewrite(1, 1.0, how)
         wait_until(lambda: caught_up(daemon, writer.path), what="the rewritten log read")
-        samples = daemon.scrape()
+        # the generation is counted once the rewrite is read: wait for the count, not for a fixed time
+        samples = wait_until(lambda: edit_counted(daemon.scrape()), timeout=20, what="the rewrite counted as an edit")
     contents = contents_by_span_id(traces)
     twice = {span_id: sorted(found) for span_id, found in contents.items() if len(found) > 1}
     assert not twice, f"span ids sent with two contents: {twice}"
@@ -192,7 +198,8 @@ def test_a_rewrite_in_place_while_the_daemon_reads_is_a_new_generation_said_once
         assert before, "the first half's finished spans"
         writer.rewrite(1, 1.0, "overwrite")
         wait_until(lambda: caught_up(daemon, writer.path), what="the rewritten log read")
-        samples = daemon.scrape()
+        # the generation is counted once the rewrite is read: wait for the count, not for a fixed time
+        samples = wait_until(lambda: edit_counted(daemon.scrape()), timeout=20, what="the rewrite counted as an edit")
         # The queue is empty once the daemon caught up: the trace file holds everything it sent.
     contents = contents_by_span_id(traces)
     assert all(len(found) == 1 for found in contents.values())
