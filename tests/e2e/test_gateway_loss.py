@@ -204,11 +204,13 @@ def test_a_full_queue_refuses_and_the_daemon_keeps_the_rest(rig, tmp_path):
         subprocess.run(["umount", "-l", str(disk)], check=False)
 
 
-def test_a_full_queue_disk_loses_spans_the_gateway_acknowledged(rig, tmp_path):
+def test_a_full_queue_disk_refuses_and_the_daemon_still_hands_everything_over(rig, tmp_path):
     """What the queue limit is there to prevent, measured on the real Collector: its queue's disk (1 MiB) fills
-    before the queue does. It refuses what it cannot write (the daemon keeps that), but after a SIGKILL and a
-    restart spans it had acknowledged never arrive: the Collector's persistent queue does not survive a full
-    disk whole (docs/reliability.md). If a Collector release fixes this, this test fails: update the docs."""
+    before the queue does. It refuses what it cannot write; the daemon counts the refusals, keeps those spans and
+    sends them again until the gateway takes every one. What the gateway had acknowledged may still never reach
+    Jaeger after a SIGKILL and a restart on the full disk: its persistent queue does not always survive a full disk
+    whole. How much varies from run to run (none, 512 or 1,024 of 4,250 in ours), so it is printed, not asserted;
+    docs/reliability.md says so."""
     disk = small_disk(rig, tmp_path / "disk", "1m")
     try:
         rig.relay.cut()
@@ -216,6 +218,7 @@ def test_a_full_queue_disk_loses_spans_the_gateway_acknowledged(rig, tmp_path):
         expected = rig.expected()
         wait_until(lambda: value(rig.daemon.scrape(), "copilot_otel_spans_failed_total") > 0, timeout=90,
                    interval=0.25, what="the gateway to refuse once its disk is full")
+        assert rig.acknowledged() < sum(expected.values())
         rig.gateway.kill()
         rig.restart_gateway()
         rig.relay.mend()
@@ -224,9 +227,11 @@ def test_a_full_queue_disk_loses_spans_the_gateway_acknowledged(rig, tmp_path):
                    and value(rig.daemon.scrape(), "copilot_otel_export_queue_spans") == 0, timeout=180,
                    interval=0.5, what="the daemon to hand over every span")
         time.sleep(5)  # what the restarted gateway's queue still holds goes out
-        lost = set(expected) - set(rig.in_jaeger(traces))
-        print(f"lost with a full queue disk: {len(lost)} of {sum(expected.values())} spans")
-        assert lost
+        held = rig.in_jaeger(traces)
+        assert set(held) <= set(expected), "Jaeger holds spans the logs do not make"
+        lost = set(expected) - set(held)
+        print(f"lost with a full queue disk: {len(lost)} of {sum(expected.values())} spans, "
+              f"{len(held_twice(held))} arrived twice")
     finally:
         rig.gateway.stop()
         subprocess.run(["umount", "-l", str(disk)], check=False)
