@@ -51,3 +51,34 @@ class DeferredCollection:
         if self._since is not None:
             self._since = None
             gc.enable()
+
+
+class ReaderCollection:
+    """The collector of a process whose daemon reader owns it: what start-up built, and once the history is read
+    its objects, live as long as the process, so they are frozen out of the collector's reach (keeping full
+    collections, 100-400 ms with 10,000 sessions, off scrapes); while the reader reads, collections wait."""
+
+    def __init__(self, deferred: DeferredCollection | None = None) -> None:
+        self.deferred = deferred or DeferredCollection()
+        self._history = True  # the history is not read yet
+
+    def start(self) -> None:
+        """Before the first read: freeze what start-up built."""
+        gc.collect()
+        gc.freeze()
+
+    def reading(self, busy: bool) -> None:
+        """Before a pass that reads (``busy``): collections wait."""
+        self.deferred.reading(busy)
+
+    def rested(self, *, more: bool, read: bool) -> None:
+        """After a pass: ``more`` waits to be read at once; the first pass that ``read`` nothing freezes the history."""
+        self.deferred.reading(more)
+        if self._history and not read:
+            self._history = False
+            gc.collect()
+            gc.freeze()
+
+    def stop(self) -> None:
+        """The collector on again, if it waited."""
+        self.deferred.resume()

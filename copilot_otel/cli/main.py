@@ -6,6 +6,7 @@ import logging
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 import orjson
@@ -34,6 +35,11 @@ from ..base.safe_text import safe, safe_json, safe_lines
 from ..base.safe_text import say as _say
 from ..base.strictmodes import check_output_file, check_state_dir
 from ..vocab import SESSION_STATES
+
+if TYPE_CHECKING:  # each command imports what it uses when it runs
+    from ..catalog.snapshot import SessionReader
+    from ..catalog.status import SessionStatus
+    from ..source.liveness import StuckPolicy
 
 EXIT_OK = 0
 EXIT_EXPORT_FAILED = 1
@@ -192,25 +198,29 @@ def inspect(session, log_level, json, follow, **options) -> None:
     for args in warnings:
         logging.getLogger("copilot_otel.snapshot").warning(*args)
     reader.warn = logging.getLogger("copilot_otel.snapshot").warning
-    policy = config.stuck_policy
     try:
-        if follow:
-            from rich.console import Console
-            from .live_tree import follow_session
-
-            follow_session(reader, policy=policy, console=Console())
-        elif as_json:
-            from .layout import to_json
-
-            document = orjson.dumps(to_json(reader.snapshot(policy=policy)), option=orjson.OPT_INDENT_2)
-            click.echo(safe_json(document).decode())
-        else:
-            from rich.console import Console
-            from .tree import build_tree
-
-            Console().print(build_tree(reader.snapshot(policy=policy)))
+        _show_session(reader, config.stuck_policy, follow=follow, as_json=as_json)
     except UnreadableLog as exc:
         _fail(str(exc), EXIT_EXPORT_FAILED)
+
+
+def _show_session(reader: SessionReader, policy: StuckPolicy, *, follow: bool, as_json: bool) -> None:
+    """`inspect`'s output: the tree redrawn while the session runs, one JSON object, or the tree once."""
+    if follow:
+        from rich.console import Console
+        from .live_tree import follow_session
+
+        follow_session(reader, policy=policy, console=Console())
+    elif as_json:
+        from .layout import to_json
+
+        document = orjson.dumps(to_json(reader.snapshot(policy=policy)), option=orjson.OPT_INDENT_2)
+        click.echo(safe_json(document).decode())
+    else:
+        from rich.console import Console
+        from .tree import build_tree
+
+        Console().print(build_tree(reader.snapshot(policy=policy)))
 
 
 INSPECT_CONTENT_CHARS = 200  # tool arguments and task summaries on one terminal line
@@ -256,7 +266,7 @@ def sessions(state, repository, since, json, from_files, log_level, **options) -
     its Unix socket there) when there is one, else from the session logs. Whatever listens on
     --metrics-address is never asked (anyone may take the port); if a stranger holds it, this says so.
     """
-    from .listing import from_daemon, from_files as read_files, parse_since, render, select
+    from .listing import from_daemon, parse_since, render, select
     from ..source.sources import SESSION_STATE, SourceError
 
     states, as_json = state, json
@@ -272,20 +282,13 @@ def sessions(state, repository, since, json, from_files, log_level, **options) -
                                                                  address=config.metrics_address)
     if why is not None:
         click.echo(f"copilot-otel: {why}; reading the session logs", err=True)
-    unreadable = []
+    unreadable: list[tuple[str, str]] = []
     if statuses is None:
-        cache_file: Path | None = config.summary_cache
         try:
-            check_state_dir(config.state_dir, strict=not config.no_strict_modes)
-        except ConfigError as exc:  # a listing needs no cache: list without it, neither read nor written
-            _say(f"not using the summary cache: {exc}")
-            cache_file = None
-        try:
-            listing = read_files(root, policy=config.stuck_policy, cache_file=cache_file, since=since_time)
+            statuses, unreadable = _sessions_from_files(config, root, since_time)
         except SourceError as exc:
             _fail(str(exc))
             return
-        statuses, unreadable = listing.statuses, listing.unreadable
     elif options.get("stuck_after") is not None or options.get("stuck_after_tool") is not None:
         statuses = [status.under(config.stuck_policy) for status in statuses]  # the thresholds given, not the daemon's
     if config.hide_names:
@@ -302,6 +305,22 @@ def sessions(state, repository, since, json, from_files, log_level, **options) -
         render(chosen, Console())
     else:
         click.echo(safe("no sessions" + (" match" if states or repository or since else f" under {root}")), err=True)
+
+
+def _sessions_from_files(config: Config, root: Path,
+                         since: float) -> tuple[list[SessionStatus], list[tuple[str, str]]]:
+    """`sessions` without a daemon: (every session's status, the logs that cannot be read and why), read from the
+    logs under ``root`` with the summary cache when the state folder can keep it; raises SourceError."""
+    from .listing import from_files as read_files
+
+    cache_file: Path | None = config.summary_cache
+    try:
+        check_state_dir(config.state_dir, strict=not config.no_strict_modes)
+    except ConfigError as exc:  # a listing needs no cache: list without it, neither read nor written
+        _say(f"not using the summary cache: {exc}")
+        cache_file = None
+    listing = read_files(root, policy=config.stuck_policy, cache_file=cache_file, since=since)
+    return listing.statuses, listing.unreadable
 
 
 @main.command()

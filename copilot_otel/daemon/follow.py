@@ -177,15 +177,23 @@ class Follower(Struct):
         The result says whether the file is gone, unreadable, restarted or had nothing new.
         """
         delivered = max(self.floor_line, self.tail.line)
-        renewed = False
         result = self.tail.read(max_bytes=READ_BYTES)
         if result.gone or result.error:
             return result
         if result.copied:
             log.info("%s is another file now, holding the bytes already read (a copy moved over it); read on, "
                      "nothing counted again", self.path)
-        if result.restarted:
-            out.restarts[result.restarted] = out.restarts.get(result.restarted, 0) + 1
+        renewed = self._restart(result, out, delivered) if result.restarted else False
+        if result.items:
+            self._drive(result, out, warn)
+        if renewed:
+            self.commit_now = self._generation_row()
+        return result
+
+    def _restart(self, result: ReadResult, out: Outputs, delivered: int) -> bool:
+        """The file restarted (truncated, replaced, edited): a new generation, read from its start (True)."""
+        assert result.restarted is not None
+        out.restarts[result.restarted] = out.restarts.get(result.restarted, 0) + 1
         if result.restarted == EDITED and result.lines >= delivered:
             # The same ids would carry the rewritten content: a new generation. What the old one left open is not
             # ended (it was never exported; the rewrite holds its lines, under the new generation's ids).
@@ -196,9 +204,7 @@ class Follower(Struct):
             self.model = self.new_model()
             self.floor_line = delivered
             self.floor_from = self.history_line = 0  # what it held before, history or not, is not sent now
-            self.whole = True
-            renewed = True
-        elif result.restarted:
+        else:
             # An edit that left fewer lines than were read (an older copy put back, lines deleted) is a truncation:
             # which of its lines were delivered cannot be told.
             how = "replaced by a shorter copy of itself" if result.restarted == EDITED else result.restarted
@@ -208,40 +214,39 @@ class Follower(Struct):
             self.model = self.new_model()
             self.floor_line = self.floor_from = self.history_line = 0  # another log now: its history is not ours
             self.settle_at_floor = False
-            self.whole = True
-            renewed = True
-        if result.items:
-            start, log_start = len(out.spans), len(out.logs)
-            items = result.items
-            if self.floor_from:  # backfilling: the history is delivered now, the lines after it were before
-                sent = _below(items, self.floor_from)
-                self.reader.drive(items[:sent], out, warn=warn)
-                self._ahead(items[:sent], out)
-                items = items[sent:]
-                if self.tail.line >= self.floor_from:
-                    self.floor_from = self.history_line = 0
-            cut = _below(items, self.floor_line)
-            if self.settle_at_floor:
-                before, items = items[:cut], items[cut:]
-                self.reader.drive(before, out, warn=warn, floor=_floor(before, len(before)))
-                cut = 0
-                if items:
-                    self.settle_at_floor = False
-                    if not self.live_model.quiescent:
-                        self.live_model.finish()  # delivered when it happened: nothing to export again
-            self.reader.drive(items, out, warn=warn, floor=_floor(items, cut))
-            self._salt(out, start)
-            self._salt_logs(out, log_start)
-            self._ahead(items[cut:], out)
-            self.abandoned_at = None
-            self.last_read = self.seen_at = time.monotonic()
-            if self.history:
-                age = time.time() - self.live_model.last_event_ns / 1e9
-                self.seen_at -= max(0.0, age)
-                self.history = result.more  # a backlog read on: still history
-        if renewed:
-            self.commit_now = self._generation_row()
-        return result
+        self.whole = True
+        return True
+
+    def _drive(self, result: ReadResult, out: Outputs, warn: Warn) -> None:
+        """Drive the model with the lines read into ``out``: the floor's lines settle it, exporting nothing again."""
+        start, log_start = len(out.spans), len(out.logs)
+        items = result.items
+        if self.floor_from:  # backfilling: the history is delivered now, the lines after it were before
+            sent = _below(items, self.floor_from)
+            self.reader.drive(items[:sent], out, warn=warn)
+            self._ahead(items[:sent], out)
+            items = items[sent:]
+            if self.tail.line >= self.floor_from:
+                self.floor_from = self.history_line = 0
+        cut = _below(items, self.floor_line)
+        if self.settle_at_floor:
+            before, items = items[:cut], items[cut:]
+            self.reader.drive(before, out, warn=warn, floor=_floor(before, len(before)))
+            cut = 0
+            if items:
+                self.settle_at_floor = False
+                if not self.live_model.quiescent:
+                    self.live_model.finish()  # delivered when it happened: nothing to export again
+        self.reader.drive(items, out, warn=warn, floor=_floor(items, cut))
+        self._salt(out, start)
+        self._salt_logs(out, log_start)
+        self._ahead(items[cut:], out)
+        self.abandoned_at = None
+        self.last_read = self.seen_at = time.monotonic()
+        if self.history:
+            age = time.time() - self.live_model.last_event_ns / 1e9
+            self.seen_at -= max(0.0, age)
+            self.history = result.more  # a backlog read on: still history
 
     def _generation_row(self) -> FilePosition | None:
         """The position of a new generation before any of its spans is delivered: read from the first line again,

@@ -62,14 +62,7 @@ def run_daemon(config: Config) -> int:
     log.info("following %s; metrics on %s/metrics, sessions on %s; traces to %s", daemon.root, endpoint.base,
              endpoint.shown_url(), daemon.sink.description)
     endpoint.say_url()
-    pusher: MetricsPusher | None = None
-    if config.metrics_otlp is not None:  # OTEL_METRICS_EXPORTER=otlp (the OTel SDK is imported only then)
-        from ..export.otlp_metrics import start_pushing
-
-        pusher = start_pushing(config.metrics_otlp, daemon.metrics.registry, daemon.metrics.genai,
-                               resource=daemon.resource, on_result=daemon.metrics.metrics_pushed,
-                               starts=daemon.metrics.resumed_starts)
-        daemon.metrics_push = pusher
+    pusher = _start_push(config, daemon)
     try:
         daemon.run()
     finally:
@@ -78,6 +71,19 @@ def run_daemon(config: Config) -> int:
             pusher.stop(timeout=FINAL_PUSH_TIMEOUT)
     log.info("stopped")
     return 0
+
+
+def _start_push(config: Config, daemon: Daemon) -> MetricsPusher | None:
+    """The OTLP metrics push, started (OTEL_METRICS_EXPORTER=otlp: the OTel SDK is imported only then), or None."""
+    if config.metrics_otlp is None:
+        return None
+    from ..export.otlp_metrics import start_pushing
+
+    pusher = start_pushing(config.metrics_otlp, daemon.metrics.registry, daemon.metrics.genai,
+                           resource=daemon.resource, on_result=daemon.metrics.metrics_pushed,
+                           starts=daemon.metrics.resumed_starts)
+    daemon.metrics_push = pusher
+    return pusher
 
 
 def _import_aiohttp_without_ca_bundle() -> None:

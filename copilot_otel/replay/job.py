@@ -105,16 +105,40 @@ def replay_logs(files: list[Path], sink: SpanSink, config: Config, *, workers: i
                 interactive: bool = False) -> Outcome:
     """Send every log's spans through ``sink``, continuing an interrupted replay of the same logs to the
     same destination unless ``restart``; never raises for a delivery problem: the Outcome says."""
-    settings = f"{config.model.capture_content}:{config.model.content_max_chars}"
-    if config.model.logs:  # what a replay without log records delivered is not done for one with them
-        settings += ":logs"
     # A file keeps what was written to it: its ledger is the file's (whatever the logs), kept once complete, and
     # started anew only when the file is (new or emptied) or with --restart. An OTLP backend's is the replay's.
     into_file = isinstance(sink, FileSink)
-    ledger = _open_ledger(Ledger.path_for(config.state_dir, sink.description, () if into_file else files, settings),
-                          restart or (isinstance(sink, FileSink) and sink.fresh))
+    ledger = _ledger_of(files, sink, config, restart)
     progress = ledger.load() if ledger is not None else {}
     identities = {str(path): identity_of(path) for path in files}
+    todo = _todo(files, progress)
+    outcome = Outcome(ReplayStats(metrics=[] if keep_metrics else None), len(files), before=len(files) - len(todo),
+                      again=isinstance(sink, FileSink) and restart and not sink.fresh)
+    _say_before(outcome, sink.description, into_file)
+    started = time.monotonic()
+    with _progress(interactive) as bar:
+        sender, logs, dead_letter = _send(todo, sink, config, outcome, bar, started, ledger=ledger,
+                                          identities=identities, workers=workers, rate=rate,
+                                          give_up_after=give_up_after, keep_metrics=keep_metrics)
+    _conclude(outcome, files, todo, sender, logs, dead_letter, started)
+    if ledger is not None:
+        ledger.close(remove=not outcome.undelivered and not into_file)
+    return outcome
+
+
+def _ledger_of(files: list[Path], sink: SpanSink, config: Config, restart: bool) -> Ledger | None:
+    """The ledger of a replay of ``files`` into ``sink`` with these settings (a fresh one with ``restart`` or a new
+    or emptied file)."""
+    settings = f"{config.model.capture_content}:{config.model.content_max_chars}"
+    if config.model.logs:  # what a replay without log records delivered is not done for one with them
+        settings += ":logs"
+    into_file = isinstance(sink, FileSink)
+    return _open_ledger(Ledger.path_for(config.state_dir, sink.description, () if into_file else files, settings),
+                        restart or (isinstance(sink, FileSink) and sink.fresh))
+
+
+def _todo(files: list[Path], progress: dict) -> list[tuple[Path, int]]:
+    """The logs left to send, each with the spans of it delivered before (the ledger's ``progress``)."""
     todo: list[tuple[Path, int]] = []
     for path in files:
         known = progress.get(str(path))
@@ -122,53 +146,66 @@ def replay_logs(files: list[Path], sink: SpanSink, config: Config, *, workers: i
             todo.append((path, 0))
         elif not known.done:
             todo.append((path, known.sent))
-    outcome = Outcome(ReplayStats(metrics=[] if keep_metrics else None), len(files), before=len(files) - len(todo),
-                      again=isinstance(sink, FileSink) and restart and not sink.fresh)
+    return todo
+
+
+def _say_before(outcome: Outcome, destination: str, into_file: bool) -> None:
+    """Say what an earlier run delivered (left out now), or that --restart writes a file's spans again."""
     if outcome.again:
         log.warning("--restart: %s holds spans already; every session is written again after them (the same ids: "
-                    "a backend keeps one of each, a reader of the file sees each twice)", sink.description)
+                    "a backend keeps one of each, a reader of the file sees each twice)", destination)
     if outcome.before and into_file:
         log.info("%d of %d sessions were written to %s before and are left out (--restart writes them again)",
-                 outcome.before, len(files), sink.description)
+                 outcome.before, outcome.total, destination)
     elif outcome.before:
         log.info("continuing an interrupted replay: %d of %d sessions were delivered before", outcome.before,
-                 len(files))
-    started = time.monotonic()
-    with _progress(interactive) as bar:
-        task = bar.add_task("replaying", total=len(todo), spans=0, rate=0)
+                 outcome.total)
 
-        def delivered(batch: Batch) -> None:
-            elapsed = max(time.monotonic() - started, 1e-6)
-            bar.update(task, advance=sum(1 for _p, _n, last in batch.parts if last), description="replaying",
-                       spans=sender.spans, rate=f"{sender.spans / elapsed:.0f}")
 
-        def waiting(_reason: str, seconds: float) -> None:
-            bar.update(task, description=f"refused, retry {seconds:.0f}s")
+def _send(todo: list[tuple[Path, int]], sink: SpanSink, config: Config, outcome: Outcome, bar, started: float, *,
+          ledger: Ledger | None, identities: dict, workers: int | None, rate: float, give_up_after: float,
+          keep_metrics: bool) -> tuple[ReplaySender, LogSender | None, DeadLetter]:
+    """Send ``todo`` with progress on ``bar``; how it failed goes in ``outcome``. (sender, log sender, dead letters)."""
+    task = bar.add_task("replaying", total=len(todo), spans=0, rate=0)
 
-        dead_letter = DeadLetter(config.state_dir / DEAD_LETTER_FILE, OtlpJsonEncoder(resource_of(config)))
-        sender = ReplaySender(ledger=ledger, identities=identities, sent={str(p): s for p, s in todo}, rate=rate,
-                              give_up_after=give_up_after, refused=dead_letter.add, on_delivered=delivered,
-                              on_waiting=waiting)
-        batch = min(BATCH, max(1, int(rate))) if rate > 0 else BATCH
-        logs = log_sender(config, give_up_after)
-        try:
-            outcome.stats = replay_files(todo, sink, options=config.model, max_line_bytes=config.max_line_bytes,
-                                         workers=workers, keep_metrics=keep_metrics, batch=batch, send=sender,
-                                         max_request_bytes=config.max_request_bytes, unreadable=outcome.unreadable,
-                                         send_logs=logs)
-        except OSError as exc:  # the dead-letter file could not be written
-            outcome.code = EXIT_FAILED
-            outcome.reason = f"export failed: cannot keep refused spans in {dead_letter.path}: {exc.strerror or exc}"
-        except GaveUp as exc:
-            outcome.code, outcome.reason = EXIT_FAILED, f"export failed, gave up: {exc}"
-        except WorkerError as exc:
-            outcome.code, outcome.reason = EXIT_FAILED, f"export failed: {exc}"
-        except KeyboardInterrupt:
-            outcome.code, outcome.reason = EXIT_INTERRUPTED, "interrupted"
-        finally:
-            dead_letter.close()
-            if logs is not None:
-                logs.sink.shutdown()
+    def delivered(batch: Batch) -> None:
+        elapsed = max(time.monotonic() - started, 1e-6)
+        bar.update(task, advance=sum(1 for _p, _n, last in batch.parts if last), description="replaying",
+                   spans=sender.spans, rate=f"{sender.spans / elapsed:.0f}")
+
+    def waiting(_reason: str, seconds: float) -> None:
+        bar.update(task, description=f"refused, retry {seconds:.0f}s")
+
+    dead_letter = DeadLetter(config.state_dir / DEAD_LETTER_FILE, OtlpJsonEncoder(resource_of(config)))
+    sender = ReplaySender(ledger=ledger, identities=identities, sent={str(p): s for p, s in todo}, rate=rate,
+                          give_up_after=give_up_after, refused=dead_letter.add, on_delivered=delivered,
+                          on_waiting=waiting)
+    batch = min(BATCH, max(1, int(rate))) if rate > 0 else BATCH
+    logs = log_sender(config, give_up_after)
+    try:
+        outcome.stats = replay_files(todo, sink, options=config.model, max_line_bytes=config.max_line_bytes,
+                                     workers=workers, keep_metrics=keep_metrics, batch=batch, send=sender,
+                                     max_request_bytes=config.max_request_bytes, unreadable=outcome.unreadable,
+                                     send_logs=logs)
+    except OSError as exc:  # the dead-letter file could not be written
+        outcome.code = EXIT_FAILED
+        outcome.reason = f"export failed: cannot keep refused spans in {dead_letter.path}: {exc.strerror or exc}"
+    except GaveUp as exc:
+        outcome.code, outcome.reason = EXIT_FAILED, f"export failed, gave up: {exc}"
+    except WorkerError as exc:
+        outcome.code, outcome.reason = EXIT_FAILED, f"export failed: {exc}"
+    except KeyboardInterrupt:
+        outcome.code, outcome.reason = EXIT_INTERRUPTED, "interrupted"
+    finally:
+        dead_letter.close()
+        if logs is not None:
+            logs.sink.shutdown()
+    return sender, logs, dead_letter
+
+
+def _conclude(outcome: Outcome, files: list[Path], todo: list[tuple[Path, int]], sender: ReplaySender,
+              logs: LogSender | None, dead_letter: DeadLetter, started: float) -> None:
+    """The figures of a replay that ran, what it left undelivered, and its exit code and reason."""
     outcome.delivered, outcome.retries, outcome.completed = sender.spans, sender.retries, len(sender.done)
     outcome.logs = logs.sent if logs is not None else 0
     outcome.seconds = time.monotonic() - started
@@ -184,9 +221,6 @@ def replay_logs(files: list[Path], sink: SpanSink, config: Config, *, workers: i
         outcome.code, outcome.reason = EXIT_FAILED, dropped_reason(outcome.stats)
     if logs is not None and logs.lost and outcome.code == EXIT_OK:
         outcome.code, outcome.reason = EXIT_FAILED, lost_logs_reason(logs)
-    if ledger is not None:
-        ledger.close(remove=not outcome.undelivered and not into_file)
-    return outcome
 
 
 def log_sender(config: Config, give_up_after: float) -> LogSender | None:

@@ -268,44 +268,60 @@ def replay_files(files: Sequence[Item], sink: SpanSink, *, options: ModelOptions
     job = ShardJob(options, max_line_bytes, encoder, keep_metrics, max_request_bytes, batch)
     shards = plan_shards(files, shard_files, shard_bytes)
     count = min(default_workers(len(files)) if workers is None else workers, len(shards))
-    stats = ReplayStats(metrics=[] if keep_metrics else None)
-    send = send or RetryingSender(refused, retry_for)
-
-    def logs_of(part: ReplayStats) -> None:
-        records = part.take_logs()
-        if records and send_logs is not None:
-            send_logs(records)
-
-    def stream(shard: Shard, callback: Callable[[Path], None] | None) -> None:
-        part = ReplayStats(metrics=[] if keep_metrics else None, logs=[] if options.logs else None)
-        for one in job.batches(shard.files, part, callback, unreadable=unreadable):
-            logs_of(part)
-            send(one, sink, part)
-        stats.add(part)
-
+    out = _Delivery(job, sink, send or RetryingSender(refused, retry_for), send_logs, unreadable,
+                    keep_metrics=keep_metrics, logs=options.logs)
     if count <= 1:
         for shard in shards:
-            stream(shard, on_file)
-        return stats
+            out.stream(shard, on_file)
+        return out.stats
     with WorkerPool(count) as pool:
         log.debug("replaying %d files in %d worker processes (%s)", len(files), count, pool.start_method)
         for shard, result in zip(shards, pool.map(job, shards)):
             if result.in_parent:
-                stream(shard, None)
+                out.stream(shard, None)
             else:
-                logs_of(result.stats)
-                for one in result.batches:
-                    send(one, sink, result.stats)
-                stats.add(result.stats)
-                if unreadable is not None:
-                    unreadable.extend(result.unreadable)
-                else:
-                    for path, reason in result.unreadable:
-                        log.warning("cannot read %s: %s", path, reason)
+                out.made(result)
             if on_file is not None:
                 for item in shard.files:
                     on_file(_path_skip(item)[0])
-    return stats
+    return out.stats
+
+
+class _Delivery:
+    """Sends the batches of the shards, in order, through one sink (each batch's log records before its spans);
+    sums their figures in ``stats``."""
+
+    def __init__(self, job: ShardJob, sink: SpanSink, send: SendBatch,
+                 send_logs: Callable[[list[LogRecord]], None] | None, unreadable: list[tuple[str, str]] | None, *,
+                 keep_metrics: bool, logs: bool) -> None:
+        self.job, self.sink, self.send, self.send_logs = job, sink, send, send_logs
+        self.unreadable, self.keep_metrics, self.logs = unreadable, keep_metrics, logs
+        self.stats = ReplayStats(metrics=[] if keep_metrics else None)
+
+    def stream(self, shard: Shard, callback: Callable[[Path], None] | None) -> None:
+        """Make the shard's batches in this process, sending each as it is made."""
+        part = ReplayStats(metrics=[] if self.keep_metrics else None, logs=[] if self.logs else None)
+        for one in self.job.batches(shard.files, part, callback, unreadable=self.unreadable):
+            self._logs_of(part)
+            self.send(one, self.sink, part)
+        self.stats.add(part)
+
+    def made(self, result: ShardResult) -> None:
+        """Send the batches a worker process made of a shard."""
+        self._logs_of(result.stats)
+        for one in result.batches:
+            self.send(one, self.sink, result.stats)
+        self.stats.add(result.stats)
+        if self.unreadable is not None:
+            self.unreadable.extend(result.unreadable)
+        else:
+            for path, reason in result.unreadable:
+                log.warning("cannot read %s: %s", path, reason)
+
+    def _logs_of(self, part: ReplayStats) -> None:
+        records = part.take_logs()
+        if records and self.send_logs is not None:
+            self.send_logs(records)
 
 
 def stream_session_id(lines: list[bytes]) -> str:

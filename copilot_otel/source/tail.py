@@ -282,95 +282,130 @@ class FileTail:
         return ReadResult(items, restarted, copied, lines, more=more)
 
     def _read_lines(self, handle, max_bytes: int) -> tuple[list[Event | DecodeError], bool]:
-        items: list[Event | DecodeError] = []
-        limit = self.max_line_bytes
-        keep = self.keep
-        start = offset = self.offset  # where the line being read starts
-        number = self.line
-        pending = b""  # the start of that line, read without its newline so far
-        skipping = self.scanned is not None  # inside a line already known to be too long
-        skipped = 0
-        position = offset
-        line_crc = self.crc  # CRC-32 of the bytes before ``offset``
-        running = line_crc  # ... and of every byte read so far (None once a hole was jumped over)
-        if self.scanned is not None:
-            position = _next_data(handle.fileno(), self.scanned)  # holes hold no newline: jump over them
-            skipped = position - offset
-            running = self._scanned_crc if position == self.scanned else None
-        handle.seek(position)
+        lines, position = self._lines_from(handle)
         before, self._before = self._before, None
         # The bytes this read saw, from the checked window on: the next window is made of them, not read again after
         # (a rewrite in between would then go unseen).
         fits = before is not None and before[0] + len(before[1]) == position
         recent = _Recent(*before) if fits and before is not None else _Recent(position)
+        start = lines.offset  # where the read's first line starts
         consumed = 0
         more = False
         while True:
             # Stop between lines once the budget is spent; a line not yet too long is finished first
             # when it is the read's first, so that every read makes progress.
-            if consumed >= max_bytes and (skipping or not pending or offset > start):
+            if consumed >= max_bytes and (lines.skipping or not lines.pending or lines.offset > start):
                 more = True
                 break
             chunk = handle.read(CHUNK)
             if not chunk:
                 break
             consumed += len(chunk)
-            newline = chunk.rfind(b"\n")
-            if running is None:
-                line_crc = None if newline >= 0 else line_crc
-            elif newline >= 0:
-                line_crc = crc32(memoryview(chunk)[:newline + 1], running)
-                running = crc32(memoryview(chunk)[newline + 1:], line_crc)
-            else:
-                running = crc32(chunk, running)
-            # One find (memchr) per line: bytes.split tests every byte in a loop, 5 instructions a byte (issue 25).
-            find = chunk.find
-            pause = PAUSE
-            begin = 0
-            while (end := find(b"\n", begin)) >= 0:
-                if not pending and not skipping and (end == begin or chunk[begin] in _SPACE):
-                    run = _BLANK_RUN.match(chunk, begin)
-                    if run is not None:  # blank lines: numbered, never decoded, skipped all at once
-                        number += chunk.count(b"\n", begin, run.end())
-                        offset += run.end() - begin
-                        begin = run.end()
-                        continue
-                piece = chunk[begin:end]
-                begin = end + 1
-                number += 1
-                if pause.renders:  # a /metrics render runs: let it run alone (pause.py)
-                    pause.wait()
-                if skipping:
-                    size = skipped + len(piece)
-                    items.append(DecodeError(TOO_LONG, f"line of {size} bytes exceeds the {limit}-byte limit",
-                                             offset, number))
-                    skipping, skipped = False, 0
-                else:
-                    raw = pending + piece if pending else piece
-                    pending = b""
-                    size = len(raw)
-                    if raw.endswith(b"\r"):
-                        raw = raw[:-1]
-                    if raw and not raw.isspace():  # not strip(): that copies the line
-                        items.append(decode_line(raw, offset=offset, line=number, max_bytes=limit, keep=keep))
-                offset += size + 1
-            recent.add(chunk, offset - WINDOW_BYTES)
-            rest = chunk[begin:]  # after the chunk's last newline: the start of the next line
-            if skipping:
-                skipped += len(rest)
-            elif len(pending) + len(rest) > limit:
-                skipping, skipped, pending = True, len(pending) + len(rest), b""
-            else:
-                pending += rest
-        # Only complete lines count: a partial last line is read again, whole, next time; an over-long
-        # one is not: how far it was scanned is kept.
-        self.offset, self.line, self.crc = offset, number, line_crc
+            lines.sum(chunk)
+            begin = lines.split(chunk)
+            recent.add(chunk, lines.offset - WINDOW_BYTES)
+            lines.carry(chunk[begin:])  # after the chunk's last newline: the start of the next line
+        self._lines_read(lines, recent)
+        return lines.items, more
+
+    def _lines_from(self, handle) -> tuple[_Lines, int]:
+        """A read's state at the position, and where in the file it goes on (past a hole an over-long line holds)."""
+        lines = _Lines(self.max_line_bytes, self.keep, self.offset, self.line, self.crc)
+        position = self.offset
+        if self.scanned is not None:  # inside a line already known to be too long
+            position = _next_data(handle.fileno(), self.scanned)  # holes hold no newline: jump over them
+            lines.skipping, lines.skipped = True, position - self.offset
+            lines.running = self._scanned_crc if position == self.scanned else None
+        handle.seek(position)
+        return lines, position
+
+    def _lines_read(self, lines: _Lines, recent: _Recent) -> None:
+        """Keep where a read stopped. Only complete lines count: a partial last line is read again, whole, next
+        time; an over-long one is not: how far it was scanned is kept."""
+        offset = lines.offset
+        self.offset, self.line, self.crc = offset, lines.number, lines.line_crc
         if offset and (self.window is None or self.window[1] != offset):
             found = recent.window(offset)
             self.window = None if found is None else (found[0], offset, found[1])
-        self.scanned = offset + skipped if skipping else None
-        self._scanned_crc = running if skipping else None
-        return items, more
+        self.scanned = offset + lines.skipped if lines.skipping else None
+        self._scanned_crc = lines.running if lines.skipping else None
+
+
+class _Lines:
+    """One read's lines, decoded chunk after chunk: where the line being read starts, its number, its start read
+    so far, and the CRC-32s of the bytes before it and of every byte read."""
+
+    __slots__ = ("items", "keep", "limit", "line_crc", "number", "offset", "pending", "running", "skipped",
+                 "skipping")
+
+    def __init__(self, limit: int, keep: frozenset[bytes] | None, offset: int, number: int, crc: int | None) -> None:
+        self.items: list[Event | DecodeError] = []
+        self.limit, self.keep = limit, keep
+        self.offset = offset  # where the line being read starts
+        self.number = number
+        self.pending = b""  # the start of that line, read without its newline so far
+        self.skipping = False  # inside a line already known to be too long
+        self.skipped = 0
+        self.line_crc = crc  # CRC-32 of the bytes before ``offset``
+        self.running = crc  # ... and of every byte read so far (None once a hole was jumped over)
+
+    def sum(self, chunk: bytes) -> None:
+        """Continue the CRC-32s over the next chunk read."""
+        newline = chunk.rfind(b"\n")
+        if self.running is None:
+            self.line_crc = None if newline >= 0 else self.line_crc
+        elif newline >= 0:
+            self.line_crc = crc32(memoryview(chunk)[:newline + 1], self.running)
+            self.running = crc32(memoryview(chunk)[newline + 1:], self.line_crc)
+        else:
+            self.running = crc32(chunk, self.running)
+
+    def split(self, chunk: bytes) -> int:
+        """Decode the lines that end in ``chunk`` (the first one begun in chunks before); where the last ends."""
+        items, limit, keep = self.items, self.limit, self.keep
+        offset, number, pending, skipping, skipped = self.offset, self.number, self.pending, self.skipping, self.skipped
+        # One find (memchr) per line: bytes.split tests every byte in a loop, 5 instructions a byte (issue 25).
+        find = chunk.find
+        pause = PAUSE
+        begin = 0
+        while (end := find(b"\n", begin)) >= 0:
+            if not pending and not skipping and (end == begin or chunk[begin] in _SPACE):
+                run = _BLANK_RUN.match(chunk, begin)
+                if run is not None:  # blank lines: numbered, never decoded, skipped all at once
+                    number += chunk.count(b"\n", begin, run.end())
+                    offset += run.end() - begin
+                    begin = run.end()
+                    continue
+            piece = chunk[begin:end]
+            begin = end + 1
+            number += 1
+            if pause.renders:  # a /metrics render runs: let it run alone (pause.py)
+                pause.wait()
+            if skipping:
+                size = skipped + len(piece)
+                items.append(DecodeError(TOO_LONG, f"line of {size} bytes exceeds the {limit}-byte limit",
+                                         offset, number))
+                skipping, skipped = False, 0
+            else:
+                raw = pending + piece if pending else piece
+                pending = b""
+                size = len(raw)
+                if raw.endswith(b"\r"):
+                    raw = raw[:-1]
+                if raw and not raw.isspace():  # not strip(): that copies the line
+                    items.append(decode_line(raw, offset=offset, line=number, max_bytes=limit, keep=keep))
+            offset += size + 1
+        self.offset, self.number, self.pending, self.skipping, self.skipped = offset, number, pending, skipping, skipped
+        return begin
+
+    def carry(self, rest: bytes) -> None:
+        """Keep the start of the next line (``rest``), or how long it is once it is too long."""
+        if self.skipping:
+            self.skipped += len(rest)
+        elif len(self.pending) + len(rest) > self.limit:
+            self.skipping, self.skipped, self.pending = True, len(self.pending) + len(rest), b""
+        else:
+            self.pending += rest
 
 
 class _Recent:
