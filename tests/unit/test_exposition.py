@@ -10,6 +10,8 @@ from prometheus_client import CollectorRegistry, Counter, Enum, Gauge, Histogram
 from prometheus_client.core import (CounterMetricFamily, Exemplar, GaugeHistogramMetricFamily, GaugeMetricFamily,
                                     StateSetMetricFamily)
 from prometheus_client.exposition import choose_encoder
+from prometheus_client.metrics_core import Metric
+from prometheus_client.samples import Exemplar as ExemplarRecord, Sample
 
 from copilot_otel.export.metrics import LiveSession, Metrics
 from copilot_otel.web.exposition import CachedExposition
@@ -82,6 +84,19 @@ def a_registry():
         enum.state("ab"[r % 2])
 
     return registry, change
+
+
+def test_the_library_internals_the_cache_keys_on_are_the_ones_it_was_written_for():
+    """exposition.py keys a line on every field of prometheus_client's Sample and Exemplar and copies a family
+    with its samples replaced: a release that adds a field or renames one fails here, by name, not by a stale
+    line in production (pyproject.toml pins prometheus-client below 0.27 for this)."""
+    assert Sample._fields == ("name", "labels", "value", "timestamp", "exemplar", "native_histogram"), (
+        f"prometheus_client's Sample is now {Sample._fields}: _sample_key in web/exposition.py must cover it")
+    assert ExemplarRecord._fields == ("labels", "value", "timestamp"), (
+        f"prometheus_client's Exemplar is now {ExemplarRecord._fields}: _sample_key in web/exposition.py must cover it")
+    family = Metric("things", "Things.", "counter")
+    assert set(vars(family)) == {"name", "documentation", "unit", "type", "samples"}, (
+        f"prometheus_client's Metric now holds {sorted(vars(family))}: CachedExposition's header key must cover it")
 
 
 @pytest.mark.parametrize("accept", ACCEPTS)
