@@ -8,6 +8,7 @@ import json
 import re
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import copilot_otel
@@ -90,3 +91,13 @@ def test_the_shipped_image_tags_are_the_package_version():
             tags.setdefault("".join(tag), []).append(path.relative_to(ROOT).as_posix())
     assert sum(len(paths) for paths in tags.values()) >= 4  # the manifests and docs/deploy.md
     assert set(tags) == {copilot_otel.__version__}, tags
+
+
+def test_the_classifiers_name_the_pythons_the_tests_run_on():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    lock_python = re.search(r"--python-version (3\.\d+)", (ROOT / "scripts" / "lock.sh").read_text()).group(1)
+    others = re.search(r"^other_pythons=\(([^)]*)\)", (ROOT / "scripts" / "test.sh").read_text(), re.M).group(1)
+    tested = [lock_python, *others.split()]
+    prefix = "Programming Language :: Python :: 3."
+    assert [c.removeprefix(prefix[:-2]) for c in project["classifiers"] if c.startswith(prefix)] == tested
+    assert project["requires-python"] == f">={lock_python}"
