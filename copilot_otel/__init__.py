@@ -3,6 +3,10 @@
 The library's surface is ``attach`` and ``attach_async`` (copilot_otel.sdk): they are imported on first use, so
 ``import copilot_otel`` loads neither the SDK layer nor the daemon or the web server; type checkers see their
 real signatures.
+
+Public modules are this one, ``copilot_otel.sdk`` and ``copilot_otel.version``: each has an ``__all__``, and
+only the names in it are public. Every other module is internal and may change without notice
+(docs/contributing.md).
 """
 
 from __future__ import annotations

@@ -18,12 +18,14 @@ import logging
 import threading
 from pathlib import Path
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from msgspec.structs import replace
 from prometheus_client import CollectorRegistry, Counter
 
-from .config import Config, OtlpSettings
+from .config import Config
+from .base.parsing import ConfigError
+from .export.otlp_settings import OtlpSettings
 from .decode.lines import decode_object
 from .decode.events import DecodeError
 from .export.queue import ExportQueue
@@ -35,6 +37,23 @@ from .export.sinks import make_sink
 from .export.contract import RecordSink, SpanSink
 from .model.logs import LogRecord
 from .vocab import IDLE
+
+if TYPE_CHECKING:
+    from .web.server import MetricsServer
+
+# The public names; the configuration and sink types are here because attach() takes them (their own modules are
+# internal: docs/contributing.md).
+__all__ = [
+    "Attachment",
+    "Config",
+    "ConfigError",
+    "LogRecord",
+    "OtlpSettings",
+    "RecordSink",
+    "SpanSink",
+    "attach",
+    "attach_async",
+]
 
 log = logging.getLogger(__name__)
 
@@ -185,7 +204,7 @@ class Attachment:
     def __enter__(self) -> Attachment:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.detach()
 
 
@@ -226,9 +245,16 @@ def attach(session: Any, *, config: Config | None = None, traces_file: str | Pat
                       owns_log_sink=owns_log_sink)
 
 
-async def attach_async(session: Any, **options: Any) -> Attachment:
+async def attach_async(session: Any, *, config: Config | None = None, traces_file: str | Path | None = None,
+                       otlp: OtlpSettings | None = None, sink: SpanSink | None = None,
+                       registry: CollectorRegistry | None = None, capture_content: bool | None = None,
+                       content_max_chars: int | None = None, metrics_address: tuple[str, int] | None = None,
+                       max_buffered_spans: int | None = None,
+                       log_sink: RecordSink[LogRecord] | None = None) -> Attachment:
     """``attach``, then catch up on what the session said before (its session.start included)."""
-    handle = attach(session, **options)
+    handle = attach(session, config=config, traces_file=traces_file, otlp=otlp, sink=sink, registry=registry,
+                    capture_content=capture_content, content_max_chars=content_max_chars,
+                    metrics_address=metrics_address, max_buffered_spans=max_buffered_spans, log_sink=log_sink)
     try:
         await handle.catch_up()
     except Exception:  # history is a bonus; live events flow regardless
@@ -236,10 +262,11 @@ async def attach_async(session: Any, **options: Any) -> Attachment:
     return handle
 
 
-_servers: dict[tuple[str, int], Any] = {}
+_servers: dict[tuple[str, int], MetricsServer] = {}
 
 
-def serve_metrics(registry: CollectorRegistry, address: tuple[str, int], *, allowed_hosts: tuple[str, ...] = ()):
+def serve_metrics(registry: CollectorRegistry, address: tuple[str, int], *,
+                  allowed_hosts: tuple[str, ...] = ()) -> MetricsServer:
     """Serve /metrics and /healthz for the library's registry (once per address); like the daemon's, they answer
     only a Host that is localhost, an IP address or one of ``allowed_hosts`` (COPILOT_OTEL_ALLOWED_HOST)."""
     from .web.server import MetricsServer

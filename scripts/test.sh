@@ -6,10 +6,15 @@
 #   (its package.json), the OpenTelemetry Collector, Jaeger and Prometheus 3 built from their Go modules
 #   (scripts/backends.sh), Prometheus 2, Alertmanager, systemd-analyze and Chromium (the web view's browser tests
 #   drive it with Playwright) from Debian's packages; and tests/e2e. Each layer's time is printed, and the total
-#   against the targets (unit + component < 30 s, all < 6 min).
+#   against the targets (unit + component < 30 s, all < 6 min). The fast layers (lint, unit, component) run
+#   first and need none of npm, Go or apt; when one fails, the later layers are skipped. unit + component report
+#   their line coverage of copilot_otel by room (pytest-cov; TEST_COVERAGE=off: not measured). The layer
+#   "pythons" then runs unit + component again on Python 3.12 and 3.13 (what pyproject.toml's classifiers
+#   name besides 3.11), in .venv-3.12 and .venv-3.13 with the same pinned packages, both at once; a version this
+#   machine lacks is skipped with a line saying so.
 #
 #   scripts/test.sh                  every layer (extra pytest options go to the pytest ones: scripts/test.sh -q -x)
-#   scripts/test.sh unit component   only these layers (lint: only ruff and mypy)
+#   scripts/test.sh unit component   only these layers (lint: only ruff and mypy; pythons: 3.12 and 3.13)
 #   scripts/test.sh tests/e2e/test_view.py -k token   anything else: one pytest run with these arguments
 # TEST_WORKERS=N: processes for the e2e layer (default 4, pytest-xdist; 0 runs every layer in this process). The
 # layer mostly waits on processes: 268 s of CPU in 516 s with 2 workers, 308 s in 278 s with 4, on 2 cores.
@@ -72,6 +77,50 @@ heavy_setup() {
     fi
     home_before=$(home_listing)
 }
+# The other Pythons the package supports: unit and component run on each too (the layer "pythons"), in a venv of
+# its own with the same pinned packages as .venv.
+other_pythons=(3.12 3.13)
+find_python() {  # the interpreter of Python $1 (3.12): pyenv's newest release of it, else one on PATH
+    local candidate
+    for candidate in $(ls -d "${PYENV_ROOT:-$HOME/.pyenv}"/versions/"$1".*/bin/python"$1" 2>/dev/null | sort -V -r) \
+                     $(command -v "python$1"); do
+        [ "$("$candidate" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)" != "$1" ] \
+            || { echo "$candidate"; return 0; }
+    done
+    return 1
+}
+pythons=()
+for version in "${other_pythons[@]}"; do
+    if python=$(find_python "$version"); then pythons+=("$version=$python"); fi
+done
+# Their venvs (.venv-3.12, .venv-3.13: created once, then brought to requirements-test.lock's pins) are built in
+# the background, both at once, from when the fast layers passed: pip mostly waits on the network (a fresh venv:
+# minutes of wall, ~25 s of CPU), so the e2e layer runs meanwhile. pip runs with the tests' home (no cache kept).
+pythons_start() {
+    [ -z "${pythons_pid:-}" ] && [[ " ${layers[*]} " == *" pythons "* ]] && [ ${#pythons[@]} -gt 0 ] || return 0
+    local entry
+    (
+        for entry in "${pythons[@]}"; do
+            (
+                venv=.venv-${entry%%=*}
+                [ -x "$venv/bin/python" ] || "${entry#*=}" -m venv "$venv"
+                "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-cache-dir --upgrade pip
+                "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-cache-dir \
+                    -r requirements-test.lock -e '.[test]'
+            ) &
+        done
+        code=0
+        for entry in "${pythons[@]}"; do wait -n || code=1; done
+        exit $code
+    ) >"$run_home/pythons-setup.log" 2>&1 &
+    pythons_pid=$!
+}
+pythons_wait() {
+    wait "$pythons_pid" && return 0
+    echo "setup failed: the venvs of Python ${pythons[*]%%=*}" >&2
+    tail -n 40 "$run_home/pythons-setup.log" >&2
+    return 1
+}
 # The tests leave the real home as they found it: HOME and the XDG folders point at one temporary folder for
 # the whole run (tests/support/home.py; the Copilot CLI unpacks its ~235 MB package there once per run), and
 # the run fails if anything changed in the real home's top level or in the folders programs write to (setup,
@@ -101,7 +150,7 @@ layers=()
 options=()
 for arg in "$@"; do
     case "$arg" in
-        lint|unit|component|e2e) layers+=("$arg") ;;
+        lint|unit|component|pythons|e2e) layers+=("$arg") ;;
         -*) options+=("$arg") ;;
         *) failed=0; heavy_setup; code=0; .venv/bin/python -m pytest "$@" || code=$?
            [ "$failed" -eq 0 ] || [ "$code" -ne 0 ] || code=1
@@ -109,7 +158,7 @@ for arg in "$@"; do
            exit "$code" ;;
     esac
 done
-[ ${#layers[@]} -gt 0 ] || layers=(lint unit component e2e)
+[ ${#layers[@]} -gt 0 ] || layers=(lint unit component e2e pythons)
 
 # The lint layer: both linters run, so that one run shows every finding; either one's finding fails it.
 lint() {
@@ -119,18 +168,66 @@ lint() {
     return $rc
 }
 
+# The layer "pythons": unit and component on each other Python at once, one pytest worker each (2 cores); each
+# run's last line is shown, all of it when it failed.
+pythons_layer() {
+    local entry version pids=() rc=0 i
+    for entry in "${pythons[@]}"; do
+        version=${entry%%=*}
+        .venv-"$version"/bin/python -m pytest tests/unit tests/component -p no:cacheprovider "${parallel[@]}" \
+            "${options[@]}" >"$run_home/pytest-$version.log" 2>&1 &
+        pids+=($!)
+    done
+    for i in "${!pids[@]}"; do
+        version=${pythons[$i]%%=*}
+        if wait "${pids[$i]}"; then
+            echo "Python $version: $(tail -n 1 "$run_home/pytest-$version.log")"
+        else
+            rc=1
+            cat "$run_home/pytest-$version.log"
+            echo "Python $version: FAILED (above)"
+        fi
+    done
+    return $rc
+}
+
+# Line coverage of copilot_otel by unit + component (both add to one data file), printed after the layers.
+coverage_file=$run_home/coverage.data
+coverage=()
+[ "${TEST_COVERAGE:-on}" = off ] || coverage=(--cov=copilot_otel --cov-report= --cov-append)
+
 workers=${TEST_WORKERS:-4}
 ms() { local t=${1/./}; echo $((10#$t)); }  # "12.345" (seconds) -> 12345
 seconds() { printf '%d.%d' $(($1 / 1000)) $(($1 % 1000 / 100)); }
 declare -A wall cpu code
-failed=0
+failed=0 fast_failed=0
 exec 3>&2 4>&1
 TIMEFORMAT='%3R %3U %3S'
 for layer in "${layers[@]}"; do
+    if [ "$fast_failed" -ne 0 ] && { [ "$layer" = pythons ] || [ "$layer" = e2e ]; }; then
+        echo "== $layer: skipped (a fast layer failed: lint, unit or component)"
+        code[$layer]=skipped
+        continue
+    fi
+    [ "$layer" != e2e ] && [ "$layer" != pythons ] || pythons_start
     [ "$layer" != e2e ] || heavy_setup
     if [ "$layer" = lint ]; then
         echo "== lint (ruff check ., mypy)"
         run=(lint)
+    elif [ "$layer" = pythons ]; then
+        for version in "${other_pythons[@]}"; do
+            [[ " ${pythons[*]} " == *" $version="* ]] \
+                || echo "== Python $version: skipped: no python$version on this machine (pyenv or PATH)"
+        done
+        if [ ${#pythons[@]} -eq 0 ]; then code[$layer]=skipped; continue; fi
+        waited=$SECONDS
+        if ! pythons_wait; then wall[$layer]=0 cpu[$layer]=0 code[$layer]=1; failed=1; continue; fi
+        waited=$((SECONDS - waited))
+        [ "$waited" -eq 0 ] || echo "== pythons: waited $waited s for the venvs to be ready"
+        parallel=()
+        [ "$workers" -eq 0 ] || parallel=(-n 1)
+        echo "== pythons (tests/unit tests/component on Python ${pythons[*]%%=*})"
+        run=(pythons_layer)
     else
         parallel=()
         # e2e mostly waits on processes: four workers (pytest-xdist), each running whole test files.
@@ -141,6 +238,7 @@ for layer in "${layers[@]}"; do
         fi
         echo "== $layer (tests/$layer)"
         run=(.venv/bin/python -m pytest "tests/$layer" "${parallel[@]}" "${options[@]}")
+        [ "$layer" = e2e ] || run=(env COVERAGE_FILE="$coverage_file" "${run[@]}" "${coverage[@]}")
     fi
     code[$layer]=0
     timing=$( { time "${run[@]}" >&4 2>&3; } 2>&1 ) || code[$layer]=$?
@@ -148,12 +246,23 @@ for layer in "${layers[@]}"; do
     wall[$layer]=$(ms "$real")
     cpu[$layer]=$(( $(ms "$user") + $(ms "$sys") ))
     [ "${code[$layer]}" -eq 0 ] || failed=1
+    [ "${code[$layer]}" -eq 0 ] || [ "$layer" = e2e ] || [ "$layer" = pythons ] || fast_failed=1
 done
+
+if [ -f "$coverage_file" ]; then
+    echo
+    echo "line coverage of copilot_otel by unit + component (those of them run):"
+    .venv/bin/python scripts/coverage_rooms.py "$coverage_file" || failed=1
+fi
 
 echo
 printf '%-10s %8s %8s  %s\n' layer wall cpu result
 total=0
 for layer in "${layers[@]}"; do
+    if [ "${code[$layer]:-skipped}" = skipped ]; then
+        printf '%-10s %8s %8s  %s\n' "$layer" - - skipped
+        continue
+    fi
     result=passed
     if [ "${code[$layer]}" -ne 0 ]; then
         result="FAILED (pytest exit ${code[$layer]})"; [ "$layer" != lint ] || result="FAILED (findings above)"
