@@ -22,29 +22,29 @@ from typing import TYPE_CHECKING, Any
 
 from msgspec.structs import replace
 
-from ..export.checkpoint import Checkpoint, CheckpointError, FilePosition, StateLock
+from ..state.checkpoint import Checkpoint, CheckpointError, FilePosition, StateLock
 from ..config import Config
-from ..export.deadletter import FILE_NAME as DEAD_LETTER_FILE
-from ..export.deadletter import DeadLetter
+from ..delivery.deadletter import FILE_NAME as DEAD_LETTER_FILE
+from ..delivery.deadletter import DeadLetter
 from ..source.discover import Discoverer, Tree
-from ..export.queue import ExportQueue
-from ..export.lanes import SharedCheckpoint
+from ..delivery.queue import ExportQueue
+from ..state.lanes import SharedCheckpoint
 from .follow import Follower
 from ..source.liveness import ABANDON, ABANDONED_RETENTION, DORMANT, Liveness, live_state, lock_pids, pid_alive, verdict
 from ..base.collector import DeferredCollection
 from ..base.logs import RateLimitedLog, ReportedOnce
-from ..export.metrics import Metrics
+from ..metrics.registry import Metrics
 from .moves import Moves
 from .notices import SessionNotices
-from ..export.otlp_json import OtlpJsonEncoder
+from ..otlp.json_encoder import OtlpJsonEncoder
 from ..model.pipeline import Outputs
 from ..model.logs import LogRecord
 from ..model.records import SpanRecord
 from ..catalog.published import Published
 from .readout import Readout
-from ..export.resource import resource_attributes
-from ..export.sinks import make_sink
-from ..export.contract import RecordSink, SpanSink
+from ..otlp.resource import resource_attributes
+from ..delivery.sinks import make_sink
+from ..otlp.contract import RecordSink, SpanSink
 from ..source.sources import SESSION_STATE
 from ..source import trust
 from ..base.regular import NOT_REGULAR
@@ -52,7 +52,7 @@ from ..model.summary import SessionSummary
 from ..vocab import END_INCOMPLETE, END_SHUTDOWN
 
 if TYPE_CHECKING:  # the OTel SDK is imported only when the push is on
-    from ..export.otlp_metrics import MetricsPusher
+    from ..metrics.otlp_push import MetricsPusher
 
 log = logging.getLogger(__name__)
 
@@ -118,7 +118,7 @@ class Daemon:
         # The session's events as log records (OTEL_LOGS_EXPORTER=otlp): a queue of their own, so that either
         # backend failing holds back only its own signal; the checkpoint moves once both delivered (lanes.py).
         if log_sink is None and config.logs_otlp is not None:
-            from ..export.otlp_logs import OtlpLogSink
+            from ..delivery.otlp_logs import OtlpLogSink
 
             log_sink = OtlpLogSink(config.logs_otlp, resource=self.resource,
                                    max_request_bytes=config.max_request_bytes)

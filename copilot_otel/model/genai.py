@@ -1,5 +1,5 @@
 """The GenAI semantic-convention instruments the Copilot CLI's own OTel exports: what each is, and the
-updates one closed span makes to them (pure: the session model makes them; export/genai_metrics.py adds them
+updates one closed span makes to them (pure: the session model makes them; metrics/genai.py adds them
 up for the OTLP metrics push).
 
 Same names, units, attributes and bucket bounds as the CLI 1.0.102 writes them (its native export, in

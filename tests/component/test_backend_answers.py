@@ -11,12 +11,12 @@ import grpc
 import pytest
 
 from copilot_otel.config import OtlpSettings
-from copilot_otel.export.otlp_metrics import OtlpMetricExporter, metrics_data
-from copilot_otel.export.otlp_sink import OtlpSink
-from copilot_otel.export.metrics import Metrics
+from copilot_otel.metrics.otlp_push import OtlpMetricExporter, metrics_data
+from copilot_otel.delivery.otlp_spans import OtlpSink
+from copilot_otel.metrics.registry import Metrics
 from copilot_otel.model.records import SpanRecord
-from copilot_otel.export.resource import build_resource
-from copilot_otel.export.sinks import ExportError, Receipt, RejectedError
+from copilot_otel.otlp.resource import build_resource
+from copilot_otel.delivery.sinks import ExportError, Receipt, RejectedError
 from opentelemetry.sdk.metrics.export import MetricExportResult
 from tests.support.otlp_receiver import OtlpReceiver
 from tests.support.backends import AnsweringGrpc, HangingGrpc

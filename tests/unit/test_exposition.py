@@ -11,7 +11,7 @@ from prometheus_client.core import (CounterMetricFamily, Exemplar, GaugeHistogra
                                     StateSetMetricFamily)
 from prometheus_client.exposition import choose_encoder
 
-from copilot_otel.export.metrics import LiveSession, Metrics
+from copilot_otel.metrics.registry import LiveSession, Metrics
 from copilot_otel.web.exposition import CachedExposition
 
 ACCEPTS = [

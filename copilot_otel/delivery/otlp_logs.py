@@ -1,8 +1,8 @@
 """Log records out over OTLP (gRPC or HTTP/protobuf), one ExportLogsServiceRequest per call.
 
 The records are encoded straight into the opentelemetry-proto messages (the SDK's log encoder wants its own
-log objects, which are not ours to build), and sent by the transport the spans use (otlp_transport.py), so
-that an answer means the same for both signals (otlp_answers.py). What a record holds: model/logs.py.
+log objects, which are not ours to build), and sent by the transport the spans use (otlp/transport.py), so
+that an answer means the same for both signals (otlp/answers.py). What a record holds: model/logs.py.
 """
 
 from __future__ import annotations
@@ -14,12 +14,12 @@ from typing import Any
 from ..base.logs import RateLimitedLog
 from ..model.logs import SEVERITY_TEXT, LogRecord
 from ..version import __version__
-from .contract import Receipt, RejectedError
-from .limits import DEFAULT_MAX_REQUEST_BYTES, clamp_time, clean_attributes
-from .otlp_answers import Signal
-from .otlp_json import SCOPE_NAME
-from .otlp_settings import ENV_OTLP_LOGS_ENDPOINT, OtlpSettings
-from .otlp_transport import make_transport
+from ..otlp.contract import Receipt, RejectedError
+from ..otlp.limits import DEFAULT_MAX_REQUEST_BYTES, clamp_time, clean_attributes
+from ..otlp.answers import Signal
+from ..otlp.json_encoder import SCOPE_NAME
+from ..otlp.settings import ENV_OTLP_LOGS_ENDPOINT, OtlpSettings
+from ..otlp.transport import make_transport
 
 log = logging.getLogger(__name__)
 

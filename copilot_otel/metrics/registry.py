@@ -22,11 +22,11 @@ from prometheus_client.process_collector import ProcessCollector
 
 from ..base.pause import PAUSE
 from ..version import __version__
-from .limits import DEFAULT_MAX_LABEL_VALUES
+from ..otlp.limits import DEFAULT_MAX_LABEL_VALUES
 from ..decode.lines import INTERNAL_ERROR, REASONS
 from .decimals import DecimalTotals
-from .genai_metrics import GenAi, GenAiMetrics
-from .limits import MAX_NAME_CHARS, OTHER, cut_name
+from .genai import GenAi, GenAiMetrics
+from ..otlp.limits import MAX_NAME_CHARS, OTHER, cut_name
 from .totals import Resumed, baselines, decode, snapshot
 from ..model.records import MetricUpdate
 from ..source.identity import EDITED, REPLACED, TRUNCATED

@@ -1,11 +1,11 @@
 """OTLP over gRPC or HTTP/protobuf: spans out, one request per call, and what the backend's answer means.
 
 The spans are encoded by the OpenTelemetry SDK's own encoder (``encode_spans``); the request is
-sent by otlp_transport.py rather than by the SDK's exporters because the export queue must know
+sent by otlp/transport.py rather than by the SDK's exporters because the export queue must know
 *why* a request failed (those exporters only log it and return FAILURE), they retry on their own
 for up to their whole timeout, they measure a request's size only after deciding to send it, they
 count any 2xx (even a 3xx) as a delivery, and their HTTP timeout applies to each socket operation,
-not to the request. What each answer means: otlp_answers.py.
+not to the request. What each answer means: otlp/answers.py.
 """
 
 from __future__ import annotations
@@ -20,16 +20,16 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
 from ..version import __version__
-from .limits import DEFAULT_MAX_REQUEST_BYTES
-from .otlp_settings import ENV_OTLP_TRACES_ENDPOINT, OtlpSettings
-from .limits import clean
+from ..otlp.limits import DEFAULT_MAX_REQUEST_BYTES
+from ..otlp.settings import ENV_OTLP_TRACES_ENDPOINT, OtlpSettings
+from ..otlp.limits import clean
 from ..base.logs import RateLimitedLog
-from .otlp_answers import Signal
-from .otlp_json import SCOPE_NAME
-from .otlp_transport import make_transport
+from ..otlp.answers import Signal
+from ..otlp.json_encoder import SCOPE_NAME
+from ..otlp.transport import make_transport
 from ..model.records import KIND_CLIENT, STATUS_ERROR, STATUS_OK, SpanRecord
-from .resource import build_resource
-from .contract import Receipt, RejectedError
+from ..otlp.resource import build_resource
+from ..otlp.contract import Receipt, RejectedError
 
 log = logging.getLogger(__name__)
 
