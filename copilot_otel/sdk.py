@@ -27,7 +27,8 @@ from .config import Config, OtlpSettings
 from .decode.lines import decode_object
 from .decode.events import DecodeError
 from .delivery.queue import ExportQueue
-from .metrics.registry import LiveSession, Metrics
+from .metrics.collectors import LiveSession
+from .metrics.registry import Metrics
 from .model.pipeline import Outputs, drive, finish
 from .model.sessions import SessionModel
 from .otlp.resource import resource_of

@@ -36,7 +36,7 @@ from ..base.redact import redact, redact_url
 from ..version import __version__
 from ..otlp.settings import ENV_OTLP_METRICS_ENDPOINT, OtlpSettings
 from .genai import GenAiMetrics
-from .registry import SPAN_ID, TRACE_ID
+from .labels import SPAN_ID, TRACE_ID
 from ..otlp.answers import Signal
 from ..otlp.json_encoder import SCOPE_NAME
 from ..otlp.retry import Backoff, RetryPolicy
@@ -147,7 +147,7 @@ def _numbers(samples: Iterable[Any], name: str, start_ns: int, now_ns: int) -> l
 
 
 def _exemplars(sample: Any) -> list[Exemplar]:
-    """A sample's exemplar (metrics.exemplar_labels: the span it was measured on) as an OTLP exemplar."""
+    """A sample's exemplar (labels.exemplar_labels: the span it was measured on) as an OTLP exemplar."""
     found = sample.exemplar
     if found is None:
         return []

@@ -11,7 +11,8 @@ from prometheus_client.core import (CounterMetricFamily, Exemplar, GaugeHistogra
                                     StateSetMetricFamily)
 from prometheus_client.exposition import choose_encoder
 
-from copilot_otel.metrics.registry import LiveSession, Metrics
+from copilot_otel.metrics.collectors import LiveSession
+from copilot_otel.metrics.registry import Metrics
 from copilot_otel.web.exposition import CachedExposition
 
 ACCEPTS = [

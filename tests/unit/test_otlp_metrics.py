@@ -9,7 +9,8 @@ from opentelemetry.sdk.metrics.export import Gauge, Histogram, MetricExporter, M
 from opentelemetry.sdk.resources import Resource
 
 from copilot_otel.config import Config, ConfigError, OtlpSettings
-from copilot_otel.metrics.registry import LLM_BUCKETS, Metrics
+from copilot_otel.metrics.families import LLM_BUCKETS
+from copilot_otel.metrics.registry import Metrics
 from copilot_otel.metrics.otlp_push import MetricsPusher, metrics_data
 from copilot_otel.model.records import MetricUpdate
 from copilot_otel.vocab import Metric
