@@ -43,7 +43,7 @@ JOIN_AFTER_ABORT = 5.0  # seconds for the exporter thread to end once its reques
 
 
 class Committer(Protocol):
-    """Where delivered positions are committed: the Checkpoint, or one lane of a shared one (lanes.py)."""
+    """Where delivered positions are committed: the Checkpoint, or one lane of a shared one (state/lanes.py)."""
 
     def commit(self, positions: list[FilePosition], totals: bytes | None = None) -> None: ...
 

@@ -1,1 +1,0 @@
-"""The metrics: the Prometheus registry, the GenAI instruments, budgets, resumed totals and the OTLP push."""
