@@ -13,7 +13,8 @@ from tests.support.daemon import DaemonProcess
 from tests.support.net import free_port, wait_until
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "cli" / "1.0.102"
-WARNING = re.compile(r"^(\S+ \S+) WARNING copilot_otel\.export\.queue: .*UNAVAILABLE.*; retrying in ([\d.]+) s$", re.M)
+WARNING = re.compile(r"^(\S+ \S+) WARNING copilot_otel\.delivery\.queue: .*UNAVAILABLE.*; retrying in ([\d.]+) s$",
+                     re.M)
 
 
 def real_home(home: Path) -> Path:
