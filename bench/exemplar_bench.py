@@ -28,8 +28,8 @@ from prometheus_client import generate_latest  # noqa: E402
 from prometheus_client.openmetrics.exposition import generate_latest as openmetrics  # noqa: E402
 
 from copilot_otel.decode.lines import decode_line  # noqa: E402
-from copilot_otel.export.genai_metrics import GenAi  # noqa: E402
-from copilot_otel.export.metrics import Metrics, disable_created_series  # noqa: E402
+from copilot_otel.metrics.genai import GenAi  # noqa: E402
+from copilot_otel.metrics.registry import Metrics, disable_created_series  # noqa: E402
 from copilot_otel.model.pipeline import Outputs, drive, finish  # noqa: E402
 from copilot_otel.model.sessions import SessionModel  # noqa: E402
 

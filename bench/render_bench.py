@@ -1,7 +1,7 @@
 """What one /metrics render costs during the tool flood (issue 25): prometheus_client's encoders against
 copilot_otel.web.exposition.CachedExposition, in the Prometheus text format and OpenMetrics.
 
-The registry is the daemon's own (export/metrics.py) as the flood leaves it: 100 tool names at the label
+The registry is the daemon's own (metrics/registry.py) as the flood leaves it: 100 tool names at the label
 cap plus `other`, each with a counter and a histogram carrying exemplars; between two renders only the
 `other` series change, as they do while the flood is read. Prints the instructions per render (valgrind's
 callgrind, the difference between --renders + 1 renders and one, so the start-up and the first render are
@@ -30,7 +30,7 @@ def render(encoder_kind: str, accept: str, renders: int) -> None:
     """In this process: fill the registry, then render ``renders`` times, the `other` series changed before each."""
     from prometheus_client.exposition import choose_encoder
 
-    from copilot_otel.export.metrics import Metrics, disable_created_series
+    from copilot_otel.metrics.registry import Metrics, disable_created_series
     from copilot_otel.web.exposition import CachedExposition
 
     disable_created_series()

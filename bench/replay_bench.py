@@ -35,10 +35,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import DEFAULT_SOURCE, bytecode_env, copilot_otel_bin, machine, median
 from corpus import synthesize
 
-from copilot_otel.export.otlp_json import OtlpJsonEncoder
+from copilot_otel.otlp.json_encoder import OtlpJsonEncoder
 from copilot_otel.replay.runner import BATCH, ReplayStats, default_workers, replay_files, replay_session, resolve
-from copilot_otel.export.resource import resource_attributes
-from copilot_otel.export.sinks import FileSink
+from copilot_otel.otlp.resource import resource_attributes
+from copilot_otel.delivery.sinks import FileSink
 from copilot_otel.source.sources import session_id_of
 from copilot_otel.source.tail import read_all
 
@@ -84,7 +84,7 @@ def timed_command(argv: list[str], env: dict[str, str] | None = None) -> float:
 
 def import_time(env: dict[str, str] | None = None) -> float:
     """Wall time of a fresh interpreter that imports what `replay` imports, and exits."""
-    code = "import copilot_otel.cli.main, copilot_otel.replay.runner, copilot_otel.export.sinks"
+    code = "import copilot_otel.cli.main, copilot_otel.replay.runner, copilot_otel.delivery.sinks"
     started = time.perf_counter()
     subprocess.run([sys.executable, "-c", code], check=True, env=env)
     return time.perf_counter() - started

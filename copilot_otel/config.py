@@ -13,8 +13,8 @@ from urllib.parse import urlparse
 from msgspec import Struct, field
 from msgspec.structs import force_setattr
 
-from .export.otlp_settings import OtlpSettings
-from .export.limits import DEFAULT_MAX_LABEL_VALUES, DEFAULT_MAX_REQUEST_BYTES, MIN_MAX_REQUEST_BYTES
+from .otlp.settings import OtlpSettings
+from .otlp.limits import DEFAULT_MAX_LABEL_VALUES, DEFAULT_MAX_REQUEST_BYTES, MIN_MAX_REQUEST_BYTES
 from .base.parsing import ConfigError  # every front end catches it from here
 from .base.parsing import parse_bool as _parse_bool
 from .base.parsing import DURATION_HINT, duration_seconds
@@ -23,7 +23,7 @@ from .base.parsing import parse_int as _parse_int
 from .base.parsing import parse_path as _parse_path
 from .source.liveness import StuckPolicy
 from .model.options import DEFAULT_CONTENT_MAX_CHARS, ModelOptions  # read from here too
-from .export.rotation import Rotation
+from .delivery.rotation import Rotation
 
 # Our own variables: every flag --some-flag is COPILOT_OTEL_SOME_FLAG.
 ENV_PREFIX = "COPILOT_OTEL_"
@@ -128,7 +128,7 @@ class Config(Struct, frozen=True):
 
     def __post_init__(self) -> None:
         if self.budgets_file is not None and not self.budgets:
-            from .export.budgets import load_budgets
+            from .metrics.budgets import load_budgets
 
             force_setattr(self, "budgets", load_budgets(self.budgets_file))
         force_setattr(self, "allowed_hosts", check_allowed_hosts(self.allowed_hosts))

@@ -25,16 +25,17 @@ from prometheus_client import CollectorRegistry, Counter
 
 from .config import Config
 from .base.parsing import ConfigError
-from .export.otlp_settings import OtlpSettings
+from .otlp.settings import OtlpSettings
 from .decode.lines import decode_object
 from .decode.events import DecodeError
-from .export.queue import ExportQueue
-from .export.metrics import LiveSession, Metrics
+from .delivery.queue import ExportQueue
+from .metrics.collectors import LiveSession
+from .metrics.registry import Metrics
 from .model.pipeline import Outputs, drive, finish
 from .model.sessions import SessionModel
-from .export.resource import resource_of
-from .export.sinks import make_sink
-from .export.contract import RecordSink, SpanSink
+from .otlp.resource import resource_of
+from .delivery.sinks import make_sink
+from .otlp.contract import RecordSink, SpanSink
 from .model.logs import LogRecord
 from .vocab import IDLE
 
@@ -234,7 +235,7 @@ def attach(session: Any, *, config: Config | None = None, traces_file: str | Pat
                          resource=resource_of(config))
     owns_log_sink = log_sink is None
     if log_sink is None and config.logs_otlp is not None:
-        from .export.otlp_logs import OtlpLogSink
+        from .delivery.otlp_logs import OtlpLogSink
 
         log_sink = OtlpLogSink(config.logs_otlp, resource=resource_of(config),
                                max_request_bytes=config.max_request_bytes)

@@ -1,7 +1,7 @@
 """The words every stage shares: live states, interaction ends, signals, outcomes and metric keys.
 
 The label values here are a contract (docs/metrics.md): dashboards and alert rules match on
-them. The session model emits them and metrics.py declares the series that carry them, so
+them. The session model emits them and metrics/registry.py declares the series that carry them, so
 each is spelled once, here.
 """
 
@@ -64,7 +64,7 @@ USER_REQUESTS = ("permission", "user_input", "elicitation", "exit_plan_mode")
 
 
 class Metric(enum.Enum):
-    """A session metric the model updates; the value is its Prometheus name (metrics.py declares it)."""
+    """A session metric the model updates; the value is its Prometheus name (metrics/registry.py declares it)."""
 
     SESSIONS_STARTED = "copilot_sessions_started"
     TURNS = "copilot_turns"

@@ -121,8 +121,8 @@ def replay(paths, log_level, metrics_file, workers, rate, give_up_after, restart
     from ..replay.ledger import LedgerBusy
     from ..replay.runner import SourceError, resolve
     from ..replay.job import METRICS_REFUSED, replay_logs, replay_stdin, report, write_metrics
-    from ..export.resource import resource_of
-    from ..export.sinks import make_sink
+    from ..otlp.resource import resource_of
+    from ..delivery.sinks import make_sink
     from ..base.workers import one_run_collector
 
     one_run_collector()
@@ -423,7 +423,7 @@ def run(log_level, poll, rescan_interval, from_end, backfill, idle_quiet, max_bu
     on its Unix socket in the state folder.
     """
     from ..daemon.service import run_daemon
-    from ..export.metrics import disable_created_series
+    from ..metrics.registry import disable_created_series
 
     disable_created_series()
     _setup_logging(log_level)

@@ -12,7 +12,7 @@ import os
 import time
 from pathlib import Path
 
-from ..export.metrics import Metrics
+from ..metrics.registry import Metrics
 from ..source import trust
 from ..source.tail import FileTail
 

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from msgspec.structs import replace
 
-from ..export.checkpoint import Checkpoint, StateLock
+from ..state.checkpoint import Checkpoint, StateLock
 from ..config import Config
 from ..source.discover import Discoverer, Tree
 from .admission import Admission
@@ -31,7 +31,7 @@ from .history import History
 from ..source.liveness import ABANDON, ABANDONED_RETENTION, DORMANT, Liveness, live_state, lock_pids, pid_alive, verdict
 from ..base.collector import ReaderCollection
 from ..base.logs import RateLimitedLog, ReportedOnce
-from ..export.metrics import Metrics
+from ..metrics.registry import Metrics
 from .moves import Moves
 from .notices import SessionNotices
 from .outbox import Outbox
@@ -40,8 +40,8 @@ from ..model.logs import LogRecord
 from ..catalog.published import Published
 from .readout import Readout
 from .rounds import Rounds
-from ..export.resource import resource_attributes
-from ..export.contract import RecordSink, SpanSink
+from ..otlp.resource import resource_attributes
+from ..otlp.contract import RecordSink, SpanSink
 from ..source.sources import SESSION_STATE
 from ..source import trust
 from ..base.regular import NOT_REGULAR
@@ -49,7 +49,7 @@ from ..model.summary import SessionSummary
 from ..vocab import END_INCOMPLETE, END_SHUTDOWN
 
 if TYPE_CHECKING:  # the OTel SDK is imported only when the push is on
-    from ..export.otlp_metrics import MetricsPusher
+    from ..metrics.otlp_push import MetricsPusher
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +120,7 @@ class Daemon:
     def _init_reading(self, config: Config) -> None:
         """Where the reader resumes, and what it reads or leaves out."""
         self._restored = self.checkpoint.load()
-        # The session metrics resume at the totals committed with these positions (export/totals.py).
+        # The session metrics resume at the totals committed with these positions (metrics/totals.py).
         resumed = self.metrics.resume(self.checkpoint.load_totals())
         if resumed:
             log.info("resumed %d metric samples from the checkpoint", resumed)

@@ -7,15 +7,15 @@ from __future__ import annotations
 import logging
 
 from ..config import Config
-from ..export.checkpoint import Checkpoint
-from ..export.contract import RecordSink, SpanSink
-from ..export.deadletter import FILE_NAME as DEAD_LETTER_FILE
-from ..export.deadletter import DeadLetter
-from ..export.lanes import SharedCheckpoint
-from ..export.metrics import Metrics
-from ..export.otlp_json import OtlpJsonEncoder
-from ..export.queue import ExportQueue
-from ..export.sinks import make_sink
+from ..state.checkpoint import Checkpoint
+from ..otlp.contract import RecordSink, SpanSink
+from ..delivery.deadletter import FILE_NAME as DEAD_LETTER_FILE
+from ..delivery.deadletter import DeadLetter
+from ..state.lanes import SharedCheckpoint
+from ..metrics.registry import Metrics
+from ..otlp.json_encoder import OtlpJsonEncoder
+from ..delivery.queue import ExportQueue
+from ..delivery.sinks import make_sink
 from ..model.logs import LogRecord
 from .readout import Readout
 
@@ -47,7 +47,7 @@ class ExportSide:
         # The session's events as log records (OTEL_LOGS_EXPORTER=otlp): a queue of their own, so that either
         # backend failing holds back only its own signal; the checkpoint moves once both delivered (lanes.py).
         if log_sink is None and config.logs_otlp is not None:
-            from ..export.otlp_logs import OtlpLogSink
+            from ..delivery.otlp_logs import OtlpLogSink
 
             log_sink = OtlpLogSink(config.logs_otlp, resource=resource, max_request_bytes=config.max_request_bytes)
         self.log_sink = log_sink

@@ -25,7 +25,7 @@ from pathlib import Path
 from msgspec import Struct, field
 from msgspec.structs import replace
 
-from ..export.checkpoint import FilePosition
+from ..state.checkpoint import FilePosition
 from ..model.options import ModelOptions
 from ..decode.lines import decode_line
 from ..base.display import duration

@@ -16,7 +16,7 @@ from pathlib import Path
 from collections.abc import Mapping
 from typing import Protocol, TypeVar
 
-from ..export.checkpoint import FilePosition
+from ..state.checkpoint import FilePosition
 from ..source.sources import session_id_of
 from ..source.tail import FileTail
 

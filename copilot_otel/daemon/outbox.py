@@ -12,8 +12,8 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 
-from ..export.checkpoint import Checkpoint, CheckpointError, FilePosition
-from ..export.metrics import Metrics
+from ..state.checkpoint import Checkpoint, CheckpointError, FilePosition
+from ..metrics.registry import Metrics
 from ..model.logs import LogRecord
 from ..model.pipeline import Outputs
 from ..model.records import SpanRecord
@@ -21,7 +21,7 @@ from .exports import ExportSide
 
 log = logging.getLogger("copilot_otel.daemon.daemon")  # its lines read as the daemon's, as before
 
-# Seconds between two snapshots of the metric totals committed with the checkpoint (export/totals.py): one costs a
+# Seconds between two snapshots of the metric totals committed with the checkpoint (metrics/totals.py): one costs a
 # collect of the session metrics (8 ms with 10 tools, 76 ms with 100, on a loaded 2-core machine); positions read in
 # between wait for the next one (a restart then re-reads up to this much).
 TOTALS_EVERY = 1.0

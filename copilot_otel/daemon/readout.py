@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable
 
 from ..source.liveness import Liveness, StuckPolicy, live_state, pid_alive
-from ..export.metrics import LiveSession
+from ..metrics.collectors import LiveSession
 from ..vocab import WAITING_TOOL, WORKING
 
 

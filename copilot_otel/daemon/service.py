@@ -10,12 +10,12 @@ import sqlite3
 import sys
 from typing import TYPE_CHECKING
 
-from ..export.checkpoint import CheckpointError
+from ..state.checkpoint import CheckpointError
 from ..config import Config, ConfigError
 from .daemon import Daemon
 
 if TYPE_CHECKING:  # the OTel SDK is imported only when the push is on
-    from ..export.otlp_metrics import MetricsPusher
+    from ..metrics.otlp_push import MetricsPusher
 
 log = logging.getLogger("copilot_otel.daemon")  # its lines read as the daemon's, as before
 
@@ -77,7 +77,7 @@ def _start_push(config: Config, daemon: Daemon) -> MetricsPusher | None:
     """The OTLP metrics push, started (OTEL_METRICS_EXPORTER=otlp: the OTel SDK is imported only then), or None."""
     if config.metrics_otlp is None:
         return None
-    from ..export.otlp_metrics import start_pushing
+    from ..metrics.otlp_push import start_pushing
 
     pusher = start_pushing(config.metrics_otlp, daemon.metrics.registry, daemon.metrics.genai,
                            resource=daemon.resource, on_result=daemon.metrics.metrics_pushed,

@@ -1,5 +1,5 @@
 """The GenAI semantic-convention instruments the Copilot CLI's own OTel exports: what each is, and the
-updates one closed span makes to them (pure: the session model makes them; export/genai_metrics.py adds them
+updates one closed span makes to them (pure: the session model makes them; metrics/genai.py adds them
 up for the OTLP metrics push).
 
 Same names, units, attributes and bucket bounds as the CLI 1.0.102 writes them (its native export, in
@@ -35,7 +35,7 @@ _CALL_KEYS = (A.GEN_AI_OPERATION_NAME, A.GEN_AI_PROVIDER_NAME, A.GEN_AI_REQUEST_
 _AGENT_KEYS = (A.GEN_AI_AGENT_NAME, A.ERROR_TYPE)
 _TOOL_KEYS = (A.GEN_AI_TOOL_NAME, A.GEN_AI_TOOL_TYPE, A.GEN_AI_AGENT_NAME, A.ERROR_TYPE)
 MAX_KNOWN = 10_000  # label tuples remembered as they came (past that, each update is capped again)
-# Attributes whose values the model or the log chooses: capped as the Prometheus labels are (metrics.LabelCap).
+# Attributes whose values the model or the log chooses: capped as the Prometheus labels are (labels.LabelCap).
 CAPPED = {A.GEN_AI_REQUEST_MODEL: "model", A.GEN_AI_RESPONSE_MODEL: "model", A.GEN_AI_TOOL_NAME: "tool",
           A.GEN_AI_AGENT_NAME: "agent", A.ERROR_TYPE: "error_type", A.GEN_AI_PROVIDER_NAME: "provider"}
 

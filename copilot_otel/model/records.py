@@ -74,7 +74,7 @@ def shown(value: Any) -> str:
 class MetricUpdate(Struct, frozen=True):
     """Add ``value`` to a counter, or observe it in a histogram (``metric`` says which).
 
-    ``labels`` are the label values in the order metrics.py declares the metric's labels; ``exemplar`` is the
+    ``labels`` are the label values in the order metrics/registry.py declares the metric's labels; ``exemplar`` is the
     (trace id, span id) of the span it measures, which the exposition links the series to.
     """
 

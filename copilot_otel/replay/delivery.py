@@ -20,12 +20,12 @@ from collections.abc import Callable
 
 from .batches import Batch, ReplayStats
 from ..config import DEFAULT_GIVE_UP_AFTER
-from ..export.queue import send_in_parts
+from ..delivery.queue import send_in_parts
 from .ledger import Ledger
 from ..model.records import SpanRecord
-from ..export.contract import EncodingSink, ExportError, Receipt, RecordSink, SpanSink
+from ..otlp.contract import EncodingSink, ExportError, Receipt, RecordSink, SpanSink
 from ..model.logs import LogRecord
-from ..export.retry import Backoff, RetryPolicy, retry_wait_reason
+from ..otlp.retry import Backoff, RetryPolicy, retry_wait_reason
 
 log = logging.getLogger(__name__)
 

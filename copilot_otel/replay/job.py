@@ -17,18 +17,18 @@ from collections.abc import Iterator
 from msgspec import Struct, field
 
 from ..config import Config
-from ..export.deadletter import FILE_NAME as DEAD_LETTER_FILE
-from ..export.deadletter import DeadLetter
+from ..delivery.deadletter import FILE_NAME as DEAD_LETTER_FILE
+from ..delivery.deadletter import DeadLetter
 from .delivery import GaveUp, LogSender, ReplaySender
 from .ledger import Ledger, identity_of, same_log
-from ..export.otlp_json import OtlpJsonEncoder
+from ..otlp.json_encoder import OtlpJsonEncoder
 from ..base.private import write_private
 from .batches import Batch, ReplayStats
 from .runner import BATCH, replay_files, replay_stream
-from ..export.resource import build_resource, resource_of
+from ..otlp.resource import build_resource, resource_of
 from ..base.safe_text import say as _say
-from ..export.sinks import FileSink
-from ..export.contract import ExportError, SpanSink
+from ..delivery.sinks import FileSink
+from ..otlp.contract import ExportError, SpanSink
 from ..source.sources import session_id_of
 from ..base.workers import WorkerError
 
@@ -227,7 +227,7 @@ def log_sender(config: Config, give_up_after: float) -> LogSender | None:
     """Where the replay's log records go (OTEL_LOGS_EXPORTER=otlp), or None: they are not exported."""
     if config.logs_otlp is None:
         return None
-    from ..export.otlp_logs import OtlpLogSink
+    from ..delivery.otlp_logs import OtlpLogSink
 
     return LogSender(OtlpLogSink(config.logs_otlp, resource=resource_of(config),
                                  max_request_bytes=config.max_request_bytes), give_up_after)
@@ -334,7 +334,7 @@ def write_metrics(stats: ReplayStats, config: Config, metrics_file: Path | None)
     from prometheus_client import generate_latest
     from prometheus_client.openmetrics.exposition import ALLOWUTF8
 
-    from ..export.metrics import Metrics, disable_created_series
+    from ..metrics.registry import Metrics, disable_created_series
     from ..model.pipeline import Outputs
 
     disable_created_series()
@@ -347,7 +347,7 @@ def write_metrics(stats: ReplayStats, config: Config, metrics_file: Path | None)
         write_private(metrics_file, generate_latest(metrics.registry, ALLOWUTF8), mode=TEXTFILE_MODE)
     if config.metrics_otlp is None:
         return True
-    from ..export.otlp_metrics import MetricsPusher, make_exporter  # the OTel SDK: only to push
+    from ..metrics.otlp_push import MetricsPusher, make_exporter  # the OTel SDK: only to push
 
     pusher = MetricsPusher(metrics.registry, make_exporter(config.metrics_otlp), build_resource(resource_of(config)),
                            genai=metrics.genai)

@@ -25,12 +25,12 @@ from .ledger import content_identity
 from ..logreader import LogReader
 from .batches import Batch, ReplayStats
 from .delivery import RetryingSender, SendBatch
-from ..export.otlp_json import OtlpJsonEncoder
+from ..otlp.json_encoder import OtlpJsonEncoder
 from ..model.pipeline import Outputs, drive, finish
 from ..model.logs import LogRecord
 from ..model.records import SpanRecord
 from ..model.sessions import SessionModel
-from ..export.contract import EncodingSink, SpanSink
+from ..otlp.contract import EncodingSink, SpanSink
 from ..source.sources import EVENTS_FILE, SESSION_STATE, SourceError, find_event_files, resolve, session_id_of
 from ..base.workers import MAX_WORKERS, WorkerPool, available_cpus
 

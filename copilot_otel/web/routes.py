@@ -27,7 +27,7 @@ from aiohttp import web
 
 from ..catalog.board import STATE_ORDER, Board, page, row_json
 from ..base.redact import redact
-from ..export.budgets import progress
+from ..metrics.budgets import progress
 from .overview import Source
 from .server import SERVER
 from .waterfall import PAGE_SPANS, Page, TraceCache

@@ -11,16 +11,18 @@ import grpc
 import pytest
 
 from copilot_otel.config import OtlpSettings
-from copilot_otel.export.otlp_metrics import OtlpMetricExporter, metrics_data
-from copilot_otel.export.otlp_sink import OtlpSink
-from copilot_otel.export.metrics import Metrics
+from copilot_otel.metrics.otlp_push import OtlpMetricExporter, metrics_data
+from copilot_otel.delivery.otlp_logs import OtlpLogSink
+from copilot_otel.delivery.otlp_spans import OtlpSink
+from copilot_otel.metrics.registry import Metrics
+from copilot_otel.model.logs import LogRecord
 from copilot_otel.model.records import SpanRecord
-from copilot_otel.export.resource import build_resource
-from copilot_otel.export.sinks import ExportError, Receipt, RejectedError
+from copilot_otel.otlp.resource import build_resource
+from copilot_otel.delivery.sinks import ExportError, Receipt, RejectedError
 from opentelemetry.sdk.metrics.export import MetricExportResult
 from tests.support.otlp_receiver import OtlpReceiver
 from tests.support.backends import AnsweringGrpc, HangingGrpc
-from tests.support.liars import LIES, ODD_BUT_TRUE, Answer, LyingBackend, Silent
+from tests.support.liars import LIES, ODD_BUT_TRUE, Answer, LyingBackend, Silent, partial_success
 from tests.support.tls import self_signed
 
 SPANS = [SpanRecord(7, n, None, f"span {n}", 1, 10, 20, {"n": n}) for n in range(1, 4)]
@@ -93,6 +95,27 @@ def test_a_partial_success_is_a_delivery_of_the_rest_with_the_count_and_the_mess
         got = export(http(backend.base))
         assert backend.requests == 1 and len(receiver.wait_for_spans(3, timeout=10)) == 3
     assert got == Receipt(2, "2 spans older than the retention")
+
+
+@pytest.mark.parametrize("signal", ["spans", "log records"])
+def test_both_sinks_say_what_an_accepted_request_dropped_and_its_warning(signal, caplog):
+    """A partial success is a delivery that each sink (spans, log records) says with its count and that the
+    backend does not say which; a warning on an accepted request is said too."""
+    records = SPANS if signal == "spans" else [LogRecord(1_000_000_000 + n, "copilot.test", 9, {"n": n})
+                                               for n in range(3)]
+    got = []
+    for rejected, message in ((2, "too old"), (0, "slow down")):
+        with LyingBackend(Answer(200, "application/x-protobuf", partial_success(rejected, message))) as backend:
+            settings = OtlpSettings(backend.base, "http/protobuf", timeout=5)
+            sink = OtlpSink(settings) if signal == "spans" else OtlpLogSink(settings, resource={})
+            try:
+                got.append(sink.export(records))
+            finally:
+                sink.shutdown()
+    assert got == [Receipt(2, "too old"), Receipt(0, "slow down")]
+    said = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert any(f"dropped 2 of its 3 {signal} (it does not say which): too old" in line for line in said), said
+    assert any("accepted a request with a warning: slow down" in line for line in said), said
 
 
 def test_an_error_body_is_quoted_safely():

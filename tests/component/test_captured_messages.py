@@ -19,7 +19,7 @@ import jsonschema
 import pytest
 
 from copilot_otel.config import ModelOptions
-from copilot_otel.export.sinks import MemorySink
+from copilot_otel.delivery.sinks import MemorySink
 from copilot_otel.model import attrs as A
 from copilot_otel.source.sources import resolve
 from copilot_otel.replay.runner import replay_files

@@ -20,7 +20,7 @@ import pytest
 
 from copilot_otel.config import Config
 from copilot_otel.daemon.daemon import Daemon
-from copilot_otel.export.sinks import MemorySink
+from copilot_otel.delivery.sinks import MemorySink
 from copilot_otel.model.attrs import COPILOT_RUNNING
 from tests.support.files import append, new_session
 from tests.support.inprocess import InProcessDaemon

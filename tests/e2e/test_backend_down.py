@@ -13,7 +13,8 @@ from tests.support.daemon import DaemonProcess
 from tests.support.net import free_port, wait_until
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "cli" / "1.0.102"
-WARNING = re.compile(r"^(\S+ \S+) WARNING copilot_otel\.export\.queue: .*UNAVAILABLE.*; retrying in ([\d.]+) s$", re.M)
+WARNING = re.compile(r"^(\S+ \S+) WARNING copilot_otel\.delivery\.queue: .*UNAVAILABLE.*; retrying in ([\d.]+) s$",
+                     re.M)
 
 
 def real_home(home: Path) -> Path:
@@ -45,7 +46,7 @@ def test_a_down_backend_is_retried_after_the_delay_each_warning_announces_and_si
         code = daemon.stop()
         stopped_in = time.monotonic() - started
     seen = warnings(daemon.log_text())
-    # full jitter: the k-th wait is drawn below a ceiling that doubles from 0.5 s (export/retry.py)
+    # full jitter: the k-th wait is drawn below a ceiling that doubles from 0.5 s (otlp/retry.py)
     assert all(0 <= delay <= 0.5 * 2 ** k + 0.05 for k, (_when, delay) in enumerate(seen[:3])), seen
     for (when, delay), (after, _next) in pairwise(seen):
         # the message rounds the wait to 0.1 s ("retrying in 0.2 s" for 0.15 s) and log stamps to the millisecond

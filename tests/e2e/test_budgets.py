@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from copilot_otel.export.budgets import Budget, month_start_ns, progress
+from copilot_otel.metrics.budgets import Budget, month_start_ns, progress
 from copilot_otel.model.summary import SessionSummary
 from tests.support.browser import screenshot
 from tests.support.commands import run_copilot_otel

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from copilot_otel.replay.runner import replay_files
-from copilot_otel.export.sinks import MemorySink
+from copilot_otel.delivery.sinks import MemorySink
 from copilot_otel.source.sources import resolve
 from copilot_otel.vocab import Metric
 from tests.support import aio

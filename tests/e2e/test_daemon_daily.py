@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from copilot_otel.export.rotation import backups_of
+from copilot_otel.delivery.rotation import backups_of
 from tests.support.copilot_cli import prompt_for
 from tests.support.daemon import AS_NOBODY, DaemonProcess, cannot_run_as_nobody
 from tests.support.net import wait_until

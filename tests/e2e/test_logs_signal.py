@@ -218,7 +218,7 @@ def test_attach_exports_a_live_sessions_records_linked_to_its_spans(cli, provide
 
     from copilot_otel import attach
     from copilot_otel.config import Config
-    from copilot_otel.export.otlp_settings import OtlpSettings
+    from copilot_otel.otlp.settings import OtlpSettings
     from tests.support import aio
     from tests.support.copilot_cli import MODEL, prompt_for
 

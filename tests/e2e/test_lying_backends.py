@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from copilot_otel.replay.runner import replay_files
-from copilot_otel.export.sinks import MemorySink
+from copilot_otel.delivery.sinks import MemorySink
 from tests.support.otlp_receiver import OtlpReceiver
 from tests.support.backends import HangingGrpc
 from tests.support.commands import run_replay

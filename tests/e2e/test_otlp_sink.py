@@ -1,4 +1,4 @@
-"""otlp_sink.py on real sockets: what each backend answer means (retry later, too large, refused for
+"""delivery/otlp_spans.py on real sockets: what each backend answer means (retry later, too large, refused for
 good), and the daemon against a backend that refuses one span: it is dead-lettered, the rest arrives."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ import grpc
 import pytest
 
 from copilot_otel.config import OtlpSettings
-from copilot_otel.export.otlp_sink import OtlpSink
+from copilot_otel.delivery.otlp_spans import OtlpSink
 from copilot_otel.model.records import SpanRecord
-from copilot_otel.export.sinks import ExportError, RejectedError
+from copilot_otel.delivery.sinks import ExportError, RejectedError
 from tests.support.otlp_receiver import OtlpReceiver
 from tests.support.backends import AnsweringGrpc, AnsweringHttp, StrictBackend
 from tests.support.daemon import DaemonProcess

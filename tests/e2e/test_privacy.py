@@ -29,7 +29,7 @@ import pytest
 
 from copilot_otel.config import ModelOptions
 from copilot_otel.replay.runner import replay_files
-from copilot_otel.export.sinks import MemorySink
+from copilot_otel.delivery.sinks import MemorySink
 from copilot_otel.source.workspace import read_name
 from tests.support.copilot_cli import CliRun, prompt_for
 from tests.support.provider import echo_secret_answer
@@ -398,7 +398,7 @@ def test_otlp_headers_never_in_daemon_log(planted, tmp_path, unused_port):
         for daemon, _token in runs.values():
             daemon.start()
         for daemon, _token in runs.values():
-            wait_until(lambda daemon=daemon: "copilot_otel.export.queue" in daemon.log_text(), timeout=30,
+            wait_until(lambda daemon=daemon: "copilot_otel.delivery.queue" in daemon.log_text(), timeout=30,
                        what="our export warning")
     finally:
         for daemon, _token in runs.values():

@@ -21,7 +21,7 @@ import pytest
 
 from copilot_otel.model import attrs as A
 from copilot_otel.replay.runner import find_event_files, replay_files, resolve
-from copilot_otel.export.sinks import MemorySink
+from copilot_otel.delivery.sinks import MemorySink
 from copilot_otel.base.workers import WorkerError
 from tests.support.copilot_cli import CORPUS_SCENARIOS, prompt_for
 from tests.support.commands import run_inspect, run_replay

@@ -15,7 +15,7 @@ import pytest
 
 from copilot_otel.config import ModelOptions
 from copilot_otel.replay.runner import replay_files
-from copilot_otel.export.sinks import MemorySink
+from copilot_otel.delivery.sinks import MemorySink
 from copilot_otel.web.waterfall import PAGE_SPANS
 from copilot_otel.web.routes import MAX_STREAMS
 from tests.support.copilot_cli import prompt_for

@@ -8,7 +8,7 @@ import sqlite3
 
 import pytest
 
-from copilot_otel.export.checkpoint import Checkpoint, CheckpointError, FilePosition, StateLock
+from copilot_otel.state.checkpoint import Checkpoint, CheckpointError, FilePosition, StateLock
 from copilot_otel.source.tail import FileIdentity
 
 
@@ -87,7 +87,7 @@ def test_a_corrupt_checkpoint_is_set_aside(tmp_path, caplog):
     db = tmp_path / "checkpoint.sqlite"
     garbage = b"this is not a database" * 100
     db.write_bytes(garbage)
-    caplog.set_level(logging.WARNING, logger="copilot_otel.export.checkpoint")
+    caplog.set_level(logging.WARNING, logger="copilot_otel.state.checkpoint")
     checkpoint = Checkpoint(db)
     try:
         assert checkpoint.load() == {}

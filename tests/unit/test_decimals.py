@@ -1,4 +1,4 @@
-"""Decimal counters (export/decimals.py): AI credits and premium requests land on their rounded sums."""
+"""Decimal counters (metrics/decimals.py): AI credits and premium requests land on their rounded sums."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, Counter, generate_latest
 
-from copilot_otel.export.decimals import DIGITS, DecimalTotals
+from copilot_otel.metrics.decimals import DIGITS, DecimalTotals
 
 
 @settings(max_examples=200)

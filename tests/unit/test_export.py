@@ -9,13 +9,13 @@ import time
 import orjson
 import pytest
 
-from copilot_otel.export.checkpoint import FilePosition
-from copilot_otel.export.deadletter import DeadLetter
-from copilot_otel.export.retry import RetryPolicy
-from copilot_otel.export.queue import ExportQueue
-from copilot_otel.export.otlp_json import OtlpJsonEncoder
+from copilot_otel.state.checkpoint import FilePosition
+from copilot_otel.delivery.deadletter import DeadLetter
+from copilot_otel.otlp.retry import RetryPolicy
+from copilot_otel.delivery.queue import ExportQueue
+from copilot_otel.otlp.json_encoder import OtlpJsonEncoder
 from copilot_otel.model.records import SpanRecord
-from copilot_otel.export.sinks import ExportError, MemorySink, RejectedError
+from copilot_otel.delivery.sinks import ExportError, MemorySink, RejectedError
 from copilot_otel.source.tail import FileIdentity
 from tests.support.net import wait_until
 

@@ -13,7 +13,8 @@ from prometheus_client.exposition import choose_encoder
 from prometheus_client.metrics_core import Metric
 from prometheus_client.samples import Exemplar as ExemplarRecord, Sample
 
-from copilot_otel.export.metrics import LiveSession, Metrics
+from copilot_otel.metrics.collectors import LiveSession
+from copilot_otel.metrics.registry import Metrics
 from copilot_otel.web.exposition import CachedExposition
 
 ACCEPTS = [

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from msgspec.structs import replace
 
-from copilot_otel.export.checkpoint import Checkpoint
+from copilot_otel.state.checkpoint import Checkpoint
 from copilot_otel.config import DEFAULT_MAX_LINE_BYTES, ModelOptions
 from copilot_otel.daemon.follow import Follower
 from copilot_otel.source.identity import EDITED, REPLACED, TRUNCATED, crc32, first_event_id, prefix_crc

@@ -1,4 +1,4 @@
-"""metrics.py: metric updates and pipeline outputs applied to a private registry, read back with
+"""metrics/registry.py: metric updates and pipeline outputs applied to a private registry, read back with
 registry.get_sample_value; bounded event-type labels; the live sessions collector."""
 
 from __future__ import annotations
@@ -14,8 +14,10 @@ from prometheus_client.openmetrics.exposition import generate_latest as openmetr
 
 from copilot_otel import __version__
 from copilot_otel.decode.lines import NOT_JSON, REASONS
-from copilot_otel.export.genai_metrics import GenAi
-from copilot_otel.export.metrics import MAX_EVENT_TYPES, LiveSession, Metrics
+from copilot_otel.metrics.genai import GenAi
+from copilot_otel.metrics.collectors import LiveSession
+from copilot_otel.metrics.families import MAX_EVENT_TYPES
+from copilot_otel.metrics.registry import Metrics
 from copilot_otel.model.pipeline import Outputs, drive, finish
 from copilot_otel.model.records import MetricUpdate
 from copilot_otel.model.sessions import SessionModel

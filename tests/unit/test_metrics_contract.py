@@ -10,11 +10,12 @@ import pytest
 
 from copilot_otel.decode import lines as decode
 from copilot_otel import vocab
-from copilot_otel.export.budgets import Budget
-from copilot_otel.export.metrics import LiveSession, Metrics
+from copilot_otel.metrics.budgets import Budget
+from copilot_otel.metrics.collectors import LiveSession
+from copilot_otel.metrics.registry import Metrics
 from copilot_otel.model.pipeline import Outputs, drive, finish
 from copilot_otel.model.sessions import SessionModel
-from copilot_otel.export.resource import resource_attributes
+from copilot_otel.otlp.resource import resource_attributes
 from tests.support.contract import DocumentedMetric, documented_metrics
 from tests.support.events import SessionLog
 

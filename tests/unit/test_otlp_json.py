@@ -1,4 +1,4 @@
-"""export/otlp_json.py: the encoder writes, piece by piece, what orjson writes for the request as one object."""
+"""otlp/json_encoder.py: the encoder writes, piece by piece, what orjson writes for the request as one object."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from copilot_otel.export.limits import clean
-from copilot_otel.export.otlp_json import SCOPE_NAME, SCOPE_VERSION, OtlpJsonEncoder, _any_value
+from copilot_otel.otlp.limits import clean
+from copilot_otel.otlp.json_encoder import SCOPE_NAME, SCOPE_VERSION, OtlpJsonEncoder, _any_value
 from copilot_otel.model.records import SpanEvent, SpanRecord
 
 _SCALAR = (st.text(max_size=6) | st.integers(-2**70, 2**70) | st.floats() | st.booleans()

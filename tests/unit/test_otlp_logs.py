@@ -1,4 +1,4 @@
-"""otlp_logs.py and the logs settings: what turns the logs signal on, and the request a log record becomes."""
+"""delivery/otlp_logs.py and the logs settings: what turns the logs signal on, and the request a log record becomes."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import pytest
 
 from copilot_otel.base.parsing import ConfigError
 from copilot_otel.config import Config
-from copilot_otel.export.otlp_logs import encode_logs
-from copilot_otel.export.otlp_settings import OtlpSettings
+from copilot_otel.delivery.otlp_logs import encode_logs
+from copilot_otel.otlp.settings import OtlpSettings
 from copilot_otel.model.logs import SEVERITY_ERROR, LogRecord
 
 

@@ -1,4 +1,4 @@
-"""otlp_metrics.py and its configuration: the registry as OpenTelemetry metrics data (sums, gauges,
+"""metrics/otlp_push.py and its configuration: the registry as OpenTelemetry metrics data (sums, gauges,
 histograms with per-bucket counts), OTEL_METRICS_EXPORTER and the OTLP metrics variables, and a
 push that fails without raising."""
 
@@ -9,8 +9,9 @@ from opentelemetry.sdk.metrics.export import Gauge, Histogram, MetricExporter, M
 from opentelemetry.sdk.resources import Resource
 
 from copilot_otel.config import Config, ConfigError, OtlpSettings
-from copilot_otel.export.metrics import LLM_BUCKETS, Metrics
-from copilot_otel.export.otlp_metrics import MetricsPusher, metrics_data
+from copilot_otel.metrics.families import LLM_BUCKETS
+from copilot_otel.metrics.registry import Metrics
+from copilot_otel.metrics.otlp_push import MetricsPusher, metrics_data
 from copilot_otel.model.records import MetricUpdate
 from copilot_otel.vocab import Metric
 
@@ -125,8 +126,8 @@ def test_the_push_on_the_wire_holds_no_nan():
 
     from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 
-    from copilot_otel.export.genai_metrics import GenAi
-    from copilot_otel.export.otlp_metrics import OtlpMetricExporter
+    from copilot_otel.metrics.genai import GenAi
+    from copilot_otel.metrics.otlp_push import OtlpMetricExporter
     from tests.support.backends import MetricsHttp
 
     metrics = Metrics(process=False)

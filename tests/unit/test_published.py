@@ -6,7 +6,7 @@ import pytest
 
 from copilot_otel.config import Config
 from copilot_otel.daemon.daemon import Daemon
-from copilot_otel.export.sinks import MemorySink
+from copilot_otel.delivery.sinks import MemorySink
 from tests.support.events import SessionLog
 from tests.support.files import append, new_session
 from tests.support.net import wait_until

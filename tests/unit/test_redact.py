@@ -54,7 +54,7 @@ def test_ordinary_text_is_left_alone():
                                       "http://alice:s3cret@[::1/x?api_key=s3cret"])
 def test_a_malformed_endpoint_is_refused_without_its_credentials(endpoint):
     from copilot_otel.base.parsing import ConfigError
-    from copilot_otel.export.otlp_settings import OtlpSettings
+    from copilot_otel.otlp.settings import OtlpSettings
 
     with pytest.raises(ConfigError) as refused:
         OtlpSettings.from_env({"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint})

@@ -1,4 +1,4 @@
-"""copilot_otel.export.resource: the SDK's resource, the machine as the SDK's detectors name it, and an instance id
+"""copilot_otel.otlp.resource: the SDK's resource, the machine as the SDK's detectors name it, and an instance id
 kept in the state folder; the user's OTEL_RESOURCE_ATTRIBUTES and OTEL_SERVICE_NAME win over all of it."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 from opentelemetry.sdk.resources import OsResourceDetector, ProcessResourceDetector, Resource, _HostResourceDetector
 
 from copilot_otel import __version__
-from copilot_otel.export.resource import INSTANCE_FILE, _from_sdk, instance_id, machine_attributes, resource_attributes
+from copilot_otel.otlp.resource import INSTANCE_FILE, _from_sdk, instance_id, machine_attributes, resource_attributes
 
 CASES = [
     {},

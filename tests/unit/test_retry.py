@@ -12,12 +12,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from copilot_otel.export.contract import ExportError
-from copilot_otel.export.otlp_answers import HttpAnswer, Signal, grpc_error, http_answer
-from copilot_otel.export.otlp_settings import OtlpSettings
-from copilot_otel.export.otlp_sink import OtlpSink
-from copilot_otel.export.queue import ExportQueue
-from copilot_otel.export.retry import Backoff, RetryPolicy, retry_after_seconds, retry_info_seconds
+from copilot_otel.otlp.contract import ExportError
+from copilot_otel.otlp.answers import HttpAnswer, Signal, grpc_error, http_answer
+from copilot_otel.otlp.settings import OtlpSettings
+from copilot_otel.delivery.otlp_spans import OtlpSink
+from copilot_otel.delivery.queue import ExportQueue
+from copilot_otel.otlp.retry import Backoff, RetryPolicy, retry_after_seconds, retry_info_seconds
 from copilot_otel.model.records import SpanRecord
 from tests.support.net import wait_until
 from tests.support.otlp_receiver import OtlpReceiver
@@ -111,7 +111,7 @@ def test_fifty_exporters_that_lost_the_same_gateway_do_not_come_back_in_step(cap
     0.9 s"): the times the retries reach the gate also carry the machine's scheduling, which on a loaded machine
     bunches threads that were due apart."""
     policy = RetryPolicy(initial=2.0, maximum=30.0)
-    caplog.set_level(logging.WARNING, logger="copilot_otel.export.queue")
+    caplog.set_level(logging.WARNING, logger="copilot_otel.delivery.queue")
     with OtlpReceiver() as receiver, ThrottlingGate(receiver, http_status=503, retry_after=None) as gate:
         gate.refuse_for(3600)
         settings = OtlpSettings(endpoint=gate.http_base, protocol="http/protobuf", timeout=5.0)
@@ -151,8 +151,8 @@ def test_a_refused_metrics_push_is_retried_as_the_policy_says(retry_after, expec
     delay given, a jittered first backoff (below 0.5 s); once a push goes through, the interval again."""
     from prometheus_client import CollectorRegistry, Counter as PromCounter
 
-    from copilot_otel.export.otlp_metrics import MetricsPusher, make_exporter
-    from copilot_otel.export.resource import build_resource
+    from copilot_otel.metrics.otlp_push import MetricsPusher, make_exporter
+    from copilot_otel.otlp.resource import build_resource
 
     registry = CollectorRegistry()
     PromCounter("copilot_turns", "turns", registry=registry).inc()

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from copilot_otel.export.checkpoint import Checkpoint, CheckpointError, FilePosition
+from copilot_otel.state.checkpoint import Checkpoint, CheckpointError, FilePosition
 from copilot_otel.replay.ledger import Ledger, LedgerBusy
 from copilot_otel.source.identity import FileIdentity
 
@@ -82,7 +82,7 @@ def test_the_checkpoint_refuses_each_damaged_file_as_it_is_then_sets_it_aside(tm
     with pytest.raises(CheckpointError, match=r"is damaged .* move it aside"):
         Checkpoint(path, start_afresh=False)
     assert path.read_bytes() == before and not list(tmp_path.glob("*.corrupt-*"))
-    caplog.set_level(logging.WARNING, logger="copilot_otel.export.checkpoint")
+    caplog.set_level(logging.WARNING, logger="copilot_otel.state.checkpoint")
     store = Checkpoint(path)
     try:
         assert store.load() == {}

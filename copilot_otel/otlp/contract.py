@@ -14,7 +14,7 @@ from typing import Protocol, TypeVar, runtime_checkable
 from msgspec import Struct
 
 from ..model.records import SpanRecord
-from .otlp_json import OtlpJsonEncoder
+from .json_encoder import OtlpJsonEncoder
 
 
 class ExportError(RuntimeError):

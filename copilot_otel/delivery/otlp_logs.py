@@ -1,27 +1,22 @@
 """Log records out over OTLP (gRPC or HTTP/protobuf), one ExportLogsServiceRequest per call.
 
 The records are encoded straight into the opentelemetry-proto messages (the SDK's log encoder wants its own
-log objects, which are not ours to build), and sent by the transport the spans use (otlp_transport.py), so
-that an answer means the same for both signals (otlp_answers.py). What a record holds: model/logs.py.
+log objects, which are not ours to build), and sent by the transport the spans use (otlp/transport.py), so
+that an answer means the same for both signals (otlp/answers.py). What a record holds: model/logs.py.
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..base.logs import RateLimitedLog
 from ..model.logs import SEVERITY_TEXT, LogRecord
 from ..version import __version__
-from .contract import Receipt, RejectedError
-from .limits import DEFAULT_MAX_REQUEST_BYTES, clamp_time, clean_attributes
-from .otlp_answers import Signal
-from .otlp_json import SCOPE_NAME
-from .otlp_settings import ENV_OTLP_LOGS_ENDPOINT, OtlpSettings
-from .otlp_transport import make_transport
-
-log = logging.getLogger(__name__)
+from .otlp_request import OtlpRequestSink
+from ..otlp.limits import DEFAULT_MAX_REQUEST_BYTES, clamp_time, clean_attributes
+from ..otlp.answers import Signal
+from ..otlp.json_encoder import SCOPE_NAME
+from ..otlp.settings import ENV_OTLP_LOGS_ENDPOINT, OtlpSettings
 
 
 def logs_signal() -> Signal:
@@ -79,44 +74,17 @@ def encode_logs(records: Sequence[LogRecord], resource: Mapping[str, Any]) -> An
     return request
 
 
-class OtlpLogSink:
+class OtlpLogSink(OtlpRequestSink[LogRecord]):
     """Sends log records over OTLP gRPC or HTTP/protobuf, one request of at most ``max_request_bytes`` per call;
     the export queue (queue.py) retries and splits as it does for spans."""
 
+    noun = "log records"
+
     def __init__(self, settings: OtlpSettings, *, resource: Mapping[str, Any],
                  max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES) -> None:
-        if not settings.endpoint:
-            raise ValueError("OtlpLogSink needs an endpoint")
+        super().__init__(settings, logs_signal(), max_request_bytes=max_request_bytes)
         self._resource = dict(resource)
-        self.max_request_bytes = max_request_bytes
-        self._transport = make_transport(settings, logs_signal())
-        self.description = self._transport.description
-        self._said = RateLimitedLog(log, burst=5, what="partial successes")
 
-    def export(self, records: Sequence[LogRecord]) -> Receipt:
-        """Send one request; what the backend dropped of it, or raise ExportError (retry later) or RejectedError."""
-        if not records:
-            return Receipt()
-        try:
-            payload = encode_logs(records, self._resource).SerializeToString()
-        except Exception as exc:  # noqa: BLE001 - a value protobuf refuses: it can never go
-            raise RejectedError(f"cannot encode {len(records)} log record(s) for OTLP: {exc}") from None
-        if len(payload) > self.max_request_bytes:
-            raise RejectedError(f"a request of {len(payload)} bytes is over the {self.max_request_bytes}-byte "
-                                "budget (--max-request-bytes)", too_large=True)
-        receipt = self._transport.send(payload)
-        if receipt.rejected:
-            self._said.warning("%s accepted a request but dropped %d of its %d log records: %s", self.description,
-                               receipt.rejected, len(records), receipt.message or "no reason given")
-        return receipt
-
-    def abort(self) -> None:
-        """End the request in flight now (it fails with an ExportError)."""
-        self._transport.abort()
-
-    def sync(self) -> None:
-        """Nothing is buffered here."""
-
-    def shutdown(self) -> None:
-        """Close the channel or session."""
-        self._transport.close()
+    def encode(self, records: Sequence[LogRecord]) -> bytes:
+        """The ExportLogsServiceRequest of ``records``, serialized."""
+        return encode_logs(records, self._resource).SerializeToString()

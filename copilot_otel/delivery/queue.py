@@ -28,11 +28,11 @@ from msgspec import Struct, field
 
 from ..base.pause import PAUSE
 from ..base.redact import redact
-from .checkpoint import FilePosition
+from ..state.checkpoint import FilePosition
 from .deadletter import DeadLetter
 from ..model.records import SpanRecord
-from .retry import Backoff, RetryPolicy, retry_wait_reason
-from .contract import ExportError, Receipt, RecordSink, RejectedError
+from ..otlp.retry import Backoff, RetryPolicy, retry_wait_reason
+from ..otlp.contract import ExportError, Receipt, RecordSink, RejectedError
 
 R = TypeVar("R")  # what a queue carries: SpanRecord, or model.logs.LogRecord
 
@@ -43,7 +43,7 @@ JOIN_AFTER_ABORT = 5.0  # seconds for the exporter thread to end once its reques
 
 
 class Committer(Protocol):
-    """Where delivered positions are committed: the Checkpoint, or one lane of a shared one (lanes.py)."""
+    """Where delivered positions are committed: the Checkpoint, or one lane of a shared one (state/lanes.py)."""
 
     def commit(self, positions: list[FilePosition], totals: bytes | None = None) -> None: ...
 

@@ -7,9 +7,9 @@ the same bounds. Names stay the Prometheus ones (a counter without its ``_total`
 or Mimir OTLP endpoint adds back), so the dashboards and alert rules in deploy/ work on pushed
 metrics too. ``target_info`` is not sent: the resource itself carries that identity. A series' exemplar (the
 span of its latest update, one per histogram bucket) goes with its data point. The GenAI semantic-convention
-instruments the CLI's own OTel exports (genai_metrics.py) go with them, under the CLI's names.
+instruments the CLI's own OTel exports (metrics/genai.py) go with them, under the CLI's names.
 
-The data is encoded by the SDK's encoder and sent by otlp_transport.py, as the traces are: the SDK's
+The data is encoded by the SDK's encoder and sent by otlp/transport.py, as the traces are: the SDK's
 exporters count any 2xx (and 3xx) as a delivery and their HTTP timeout bounds each socket operation,
 not the push, so a backend that trickles its answer held a push (and the daemon's stop) for good.
 """
@@ -34,13 +34,13 @@ from prometheus_client import CollectorRegistry
 
 from ..base.redact import redact, redact_url
 from ..version import __version__
-from .otlp_settings import ENV_OTLP_METRICS_ENDPOINT, OtlpSettings
-from .genai_metrics import GenAiMetrics
-from .metrics import SPAN_ID, TRACE_ID
-from .otlp_answers import Signal
-from .otlp_json import SCOPE_NAME
-from .retry import Backoff, RetryPolicy
-from .contract import ExportError
+from ..otlp.settings import ENV_OTLP_METRICS_ENDPOINT, OtlpSettings
+from .genai import GenAiMetrics
+from .labels import SPAN_ID, TRACE_ID
+from ..otlp.answers import Signal
+from ..otlp.json_encoder import SCOPE_NAME
+from ..otlp.retry import Backoff, RetryPolicy
+from ..otlp.contract import ExportError
 
 log = logging.getLogger(__name__)
 
@@ -68,14 +68,14 @@ def metrics_signal() -> Signal:
 
 
 class OtlpMetricExporter(MetricExporter):
-    """The SDK's MetricExporter over otlp_transport.py: one request per push, within the OTLP timeout, a
+    """The SDK's MetricExporter over otlp/transport.py: one request per push, within the OTLP timeout, a
     delivery only when the backend's answer is one. ``last_error`` says why the last push failed."""
 
     def __init__(self, settings: OtlpSettings) -> None:
         super().__init__()
         from opentelemetry.exporter.otlp.proto.common.metrics_encoder import encode_metrics
 
-        from .otlp_transport import make_transport
+        from ..otlp.transport import make_transport
 
         self._encode = encode_metrics
         self._transport = make_transport(settings, metrics_signal())
@@ -147,7 +147,7 @@ def _numbers(samples: Iterable[Any], name: str, start_ns: int, now_ns: int) -> l
 
 
 def _exemplars(sample: Any) -> list[Exemplar]:
-    """A sample's exemplar (metrics.exemplar_labels: the span it was measured on) as an OTLP exemplar."""
+    """A sample's exemplar (labels.exemplar_labels: the span it was measured on) as an OTLP exemplar."""
     found = sample.exemplar
     if found is None:
         return []
@@ -289,7 +289,7 @@ def start_pushing(settings: OtlpSettings, registry: CollectorRegistry, genai: Ge
                   starts: Callable[[], Mapping[str, int]] = dict) -> MetricsPusher:
     """A started pusher of ``registry`` (and the GenAI instruments) to where the settings say
     (OTEL_METRICS_EXPORTER=otlp), under ``resource`` (the attributes every span carries)."""
-    from .resource import build_resource
+    from ..otlp.resource import build_resource
 
     pusher = MetricsPusher(registry, make_exporter(settings), build_resource(resource), genai=genai,
                            on_result=on_result, starts=starts)

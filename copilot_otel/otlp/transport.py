@@ -24,8 +24,8 @@ from msgspec.structs import replace
 from ..base.redact import redact_url
 from ..base.regular import read_regular
 from ..version import __version__
-from .otlp_settings import ENV_OTLP_ENDPOINT, OtlpSettings
-from .otlp_answers import (MAX_ANSWER_BYTES, PROTOBUF, HttpAnswer, Signal, grpc_error, http_answer, quote,
+from .settings import ENV_OTLP_ENDPOINT, OtlpSettings
+from .answers import (MAX_ANSWER_BYTES, PROTOBUF, HttpAnswer, Signal, grpc_error, http_answer, quote,
                            receipt_of)
 from .contract import ExportError, Receipt
 from .retry import RETRY_INFO, retry_info_seconds

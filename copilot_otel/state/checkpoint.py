@@ -54,7 +54,7 @@ CREATE TABLE IF NOT EXISTS files (
 """
 # Facts about the checkpoint itself: first_start, when it was made (Unix time; 0 for one an older version made).
 META_SCHEMA = "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value REAL NOT NULL)"
-# The session metrics' totals as of the positions committed with them (totals.py): one row.
+# The session metrics' totals as of the positions committed with them (metrics/totals.py): one row.
 TOTALS_SCHEMA = "CREATE TABLE IF NOT EXISTS totals (id INTEGER PRIMARY KEY CHECK (id = 0), data BLOB NOT NULL)"
 # Columns added since the first schema, and how to add each to an older checkpoint.
 _ADDED = {

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 from ..base.linefile import LineFile
 from ..base.private import private_dir
-from .otlp_json import OtlpJsonEncoder
+from ..otlp.json_encoder import OtlpJsonEncoder
 from ..model.records import SpanRecord
 
 log = logging.getLogger(__name__)

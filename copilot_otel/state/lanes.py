@@ -1,6 +1,6 @@
 """Two export queues behind one checkpoint: the spans' and the log records'.
 
-Each queue (queue.py) delivers on its own thread, retries with its own backoff and commits what it delivered,
+Each queue (delivery/queue.py) delivers on its own thread, retries with its own backoff and commits what it delivered,
 so a logs backend that is down never holds the spans back, nor the other way round. Each commits here, to its
 own lane; a file's position (and the metric totals that go with it) reaches the SQLite checkpoint only once
 *both* lanes delivered everything queued before it. A restart then reads again from where the slower signal

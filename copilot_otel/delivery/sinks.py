@@ -1,4 +1,4 @@
-"""The sinks: an OTLP JSON lines file, OTLP over gRPC or HTTP (otlp_sink.py), or memory; the contract is contract.py."""
+"""The sinks: an OTLP JSON lines file, OTLP over gRPC or HTTP (otlp_spans.py), or memory; see otlp/contract.py."""
 
 from __future__ import annotations
 
@@ -9,15 +9,15 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..base.parsing import ConfigError
-from .limits import DEFAULT_MAX_REQUEST_BYTES
-from .otlp_settings import OtlpSettings
+from ..otlp.limits import DEFAULT_MAX_REQUEST_BYTES
+from ..otlp.settings import OtlpSettings
 from ..base.linefile import FileBusy
-from .otlp_json import OtlpJsonEncoder
+from ..otlp.json_encoder import OtlpJsonEncoder
 from ..base.private import private_dir
 from ..model.records import SpanRecord
-from .resource import resource_attributes
+from ..otlp.resource import resource_attributes
 from .rotation import RotatingFile, Rotation
-from .contract import ExportError, Receipt, RejectedError, SpanSink  # noqa: F401 (read from here too)
+from ..otlp.contract import ExportError, Receipt, RejectedError, SpanSink  # noqa: F401 (read from here too)
 from ..base.strictmodes import UnsafePath, check_folder
 
 log = logging.getLogger(__name__)
@@ -107,8 +107,8 @@ def make_sink(*, traces_file: Path | None, otlp: OtlpSettings, default_file: Pat
         return FileSink(traces_file, max_request_bytes=max_request_bytes, rotation=rotation, strict=strict,
                         resource=resource)
     if otlp.endpoint:
-        from .otlp_sink import OtlpSink  # gRPC and protobuf load only when OTLP is used
-        from .resource import build_resource
+        from .otlp_spans import OtlpSink  # gRPC and protobuf load only when OTLP is used
+        from ..otlp.resource import build_resource
 
         return OtlpSink(otlp, max_request_bytes=max_request_bytes,
                         resource=build_resource(resource) if resource is not None else None)

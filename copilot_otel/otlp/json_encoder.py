@@ -1,6 +1,6 @@
 """Pure encoding: span records -> OTLP JSON lines (the OpenTelemetry Collector file exporter's format).
 
-No I/O here: sinks.py writes what this encodes. An encoder is plain data, so a replay worker
+No I/O here: delivery/sinks.py writes what this encodes. An encoder is plain data, so a replay worker
 process can be handed one.
 """
 
