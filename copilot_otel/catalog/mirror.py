@@ -3,8 +3,8 @@
 :class:`QuickSession` follows the model (sessions.py, interactions.py, tools.py, calls.py) step by step, keeping
 only what ``SessionModel.summary()`` reads: the running interaction and how it would end, each agent's open turn,
 the tools, sub-agents and requests running, and the tally. Spans stand in as plain objects, compared by identity
-as the model compares its spans. Amounts are counted with the model's own CreditBook and CodeChanges, and the
-CLI-version layer is the model's Normalizer. A step this does not mirror raises :class:`Unsure`.
+as the model compares its spans. Amounts are counted with the model's own CallCounts (its CreditBook with it) and
+CodeChanges, and the CLI-version layer is the model's Normalizer. A step this does not mirror raises :class:`Unsure`.
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ from ..decode.payloads import (SessionFacts, SubagentEnd, SubagentStart, ToolEnd
                                as_num, as_str, request_id, requested_tools, user_request)
 from ..model.attrs import USAGE_TOKENS
 from ..model.changes import CodeChanges
-from ..model.credits import CreditBook
+from ..model.counts import CallCounts
 from ..model.openwork import Outbox, Totals
 from ..model.summary import SessionSummary, Tally, make_summary
-from ..model.usage import CALLS, PREMIUM, TOKEN_INDEX
+from ..model.usage import CALLS
 from ..vocab import (END_ERROR, END_IDLE, END_INCOMPLETE, END_SHUTDOWN, END_TASK_COMPLETE, IDLE, INCOMPLETE,
                      SUCCESS, UNKNOWN_MODEL, USER_REQUESTS, WAITING_TOOL, WAITING_USER, WORKING)
 
@@ -77,12 +77,9 @@ class QuickSession:
         self.ended: str | None = None
         self.tally = Tally()
         out = Outbox(keep_metrics=False)
-        self.credits = CreditBook(out, self.tally)
+        self.counts = CallCounts(out, self.tally)
+        self.credits = self.counts.credits
         self.changes = CodeChanges(out, self.tally)
-        self.premium: dict[str, float] = {}  # model -> premium requests counted so far
-        self.process_premium: dict[str, float] = {}  # the same, since the session's last start or resume
-        self.tokens: dict[tuple[str, str], int] = {}  # (model, type) -> tokens counted so far
-        self.process_tokens: dict[tuple[str, str], int] = {}
         self.normalize = Normalizer()
         self.seen: set[int] = set()  # hashes of event ids
         self.current: _Interaction | None = None
@@ -252,14 +249,8 @@ class QuickSession:
     def _on_session_start(self, event: Event) -> None:
         self.facts = self.facts.merged(SessionFacts.of(event))
         if event.type != "session.start":
-            self._new_process()
+            self.counts.new_process()
             self.changes.new_process()
-
-    def _new_process(self) -> None:
-        """CallBook.new_process: the totals the next shutdown writes count from here (CLIs up to 1.0.50)."""
-        self.process_tokens.clear()
-        self.process_premium.clear()
-        self.credits.new_process()
 
     def _on_model_change(self, event: Event) -> None:
         model = as_str(event.data.get("newModel")) or as_str(event.data.get("model"))
@@ -339,26 +330,14 @@ class QuickSession:
         if fields.get("initiator") == "user" and cost > 0:
             if nudge:
                 tally.nudge_premium_requests += cost
-            self._count_premium(model, cost)
+            self.counts.count_premium(model, cost)
         self.credits.call(usage, model, Totals(), nudge=nudge)
         if turn is not None:
             turn.llm_calls += 1
             turn.truncated = fields.get("finishReason") == "length"
         for label, value in tokens.items():
             if value > 0:
-                self._count_tokens(model, label, value)
-
-    def _count_premium(self, model: str, value: float) -> None:
-        self.tally.add(model, PREMIUM, value)
-        self.premium[model] = self.premium.get(model, 0.0) + value
-        self.process_premium[model] = self.process_premium.get(model, 0.0) + value
-
-    def _count_tokens(self, model: str, label: str, value: int) -> None:
-        if label in TOKEN_INDEX:
-            self.tally.add(model, TOKEN_INDEX[label], value)
-        key = (model, label)
-        self.tokens[key] = self.tokens.get(key, 0) + value
-        self.process_tokens[key] = self.process_tokens.get(key, 0) + value
+                self.counts.count_tokens(model, label, value)
 
     def _on_usage_checkpoint(self, event: Event) -> None:
         self.credits.checkpoint(event.data)
@@ -450,38 +429,14 @@ class QuickSession:
     def _on_shutdown(self, event: Event) -> None:
         metrics = event.data.get("modelMetrics")
         cumulative = self.normalize.cumulative_totals
-        self._reconcile(metrics, cumulative=cumulative, tokens=self.normalize.synthesizes_calls)
+        self.counts.reconcile(metrics, cumulative=cumulative, tokens=self.normalize.synthesizes_calls)
         self.credits.shutdown(metrics, cumulative=cumulative)
         self.changes.shutdown(event.data, cumulative=cumulative, model=self.facts.model or UNKNOWN_MODEL)
-        self._new_process()
+        self.counts.new_process()
         self.changes.new_process()
         if (how := self.confirmable_end) is not None:
             self._end(how)
         self._close_everything(END_SHUTDOWN)
-
-    def _reconcile(self, model_metrics: Any, *, cumulative: bool, tokens: bool) -> None:
-        """What the totals hold beyond what the calls told: premium requests, and tokens when the CLI logs no usage
-        per call (CallBook.reconcile)."""
-        if not isinstance(model_metrics, dict):
-            return
-        for model, metrics in model_metrics.items():
-            if not isinstance(model, str) or not isinstance(metrics, dict):
-                continue
-            requests = metrics.get("requests")
-            cost = as_num(requests.get("cost")) if isinstance(requests, dict) else 0.0
-            missing = cost - (self.premium if cumulative else self.process_premium).get(model, 0.0)
-            if missing > 1e-9:
-                self._count_premium(model, missing)
-            usage = metrics.get("usage")
-            if not tokens or not isinstance(usage, dict):
-                continue
-            counted = self.tokens if cumulative else self.process_tokens
-            for key, _attr, label in USAGE_TOKENS:
-                total = usage.get(key)
-                if isinstance(total, int) and not isinstance(total, bool):
-                    missing_tokens = total - counted.get((model, label), 0)
-                    if missing_tokens > 0:
-                        self._count_tokens(model, label, missing_tokens)
 
 
 _ANSWER_KEYS = ("turnId", "interactionId", "model")  # an assistant.message with none of them answers no turn

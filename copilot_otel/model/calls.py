@@ -12,11 +12,11 @@ from . import attrs as A
 from . import spanattrs
 from ..decode.events import Event
 from .records import KIND_CLIENT, span_id_for
-from .credits import CreditBook
+from .counts import CallCounts
 from .messages import Transcript
 from .openwork import Agent, OpenSpan, Outbox, Turn
 from .summary import Tally
-from .usage import CALLS, PREMIUM, TOKEN_INDEX
+from .usage import CALLS
 from ..decode.payloads import Usage, as_num, as_str
 from ..vocab import END_ABORTED, ERROR, SUCCESS, UNKNOWN_MODEL, Metric
 
@@ -33,11 +33,8 @@ class CallBook:
         self._unmatched: dict[str, dict[str, int]] = {}
         # agent id -> [model, accounted] of the call in flight (headless stream: model.call_start .. _finished)
         self._in_flight: dict[str | None, list] = {}
-        self.tokens: dict[tuple[str, str], int] = {}  # (model, type) -> tokens counted so far
-        self.process_tokens: dict[tuple[str, str], int] = {}  # the same, since the session's last start or resume
-        self.premium: dict[str, float] = {}  # model -> premium requests counted so far
-        self.process_premium: dict[str, float] = {}  # the same, since the session's last start or resume
-        self.credits = CreditBook(out, tally)
+        self.counts = CallCounts(out, tally)
+        self.credits = self.counts.credits
 
     def first_report(self, event: Event, usage: Usage) -> bool:
         """A usage report: True unless it is the other source's report of a call already told."""
@@ -108,7 +105,7 @@ class CallBook:
                 if nudge:
                     tally.nudge_premium_requests += cost
                     self.out.count(Metric.AUTOPILOT_PREMIUM_REQUESTS, model, value=cost, span=span)
-                self._count_premium(model, cost, span)
+                self.counts.count_premium(model, cost, span)
             self.credits.call(usage, model, totals, nudge=nudge, span=span)
             ttft = usage.fields.get("timeToFirstTokenMs")
             if isinstance(ttft, (int, float)) and not isinstance(ttft, bool) and ttft >= 0:
@@ -124,7 +121,7 @@ class CallBook:
         self.out.count(Metric.LLM_CALL_DURATION, model, value=max(duration_ms, 0.0) / 1000.0, span=span)
         for label, value in tokens.items():
             if value > 0:
-                self._count_tokens(model, label, value, span)
+                self.counts.count_tokens(model, label, value, span)
 
     def cut_off(self, abort: Event, turns: list[tuple[Agent, Turn]], model: str | None) -> None:
         """The user's abort: a turn of ``turns`` with no call reported and no tool asked for had its LLM call in
@@ -135,50 +132,3 @@ class CallBook:
             end_ns = turn.end_ns or abort.timestamp_ns
             usage = Usage.known(model, (end_ns - turn.span.start_ns) / 1e6)
             self.record(abort, usage, agent, turn.span, model, error=END_ABORTED, end_ns=end_ns)
-
-    def _count_premium(self, model: str, value: float, span: OpenSpan | None = None) -> None:
-        self.tally.add(model, PREMIUM, value)
-        self.premium[model] = self.premium.get(model, 0.0) + value
-        self.process_premium[model] = self.process_premium.get(model, 0.0) + value
-        self.out.count(Metric.PREMIUM_REQUESTS, model, value=value, span=span)
-
-    def _count_tokens(self, model: str, label: str, value: int, span: OpenSpan | None = None) -> None:
-        """Tokens told by a call or, beyond what the calls told, by the session's totals: into the summary
-        and the metrics alike."""
-        if label in TOKEN_INDEX:
-            self.tally.add(model, TOKEN_INDEX[label], value)
-        key = (model, label)
-        self.tokens[key] = self.tokens.get(key, 0) + value
-        self.process_tokens[key] = self.process_tokens.get(key, 0) + value
-        self.out.count(Metric.TOKENS, model, label, value=value, span=span)
-
-    def reconcile(self, model_metrics: object, *, cumulative: bool, tokens: bool) -> None:
-        """Count what a session's totals (session.shutdown ``modelMetrics``) hold beyond what the calls
-        told: premium requests (``requests.cost``) always, and tokens when ``tokens`` (CLIs that log no
-        usage per call). The totals are of the whole session (``cumulative``) or of the ending process."""
-        if not isinstance(model_metrics, dict):
-            return
-        for model, metrics in model_metrics.items():
-            if not isinstance(model, str) or not isinstance(metrics, dict):
-                continue
-            requests = metrics.get("requests")
-            cost = as_num(requests.get("cost")) if isinstance(requests, dict) else 0.0
-            missing = cost - (self.premium if cumulative else self.process_premium).get(model, 0.0)
-            if missing > 1e-9:  # costs are multipliers such as 0.33: sums are not exact
-                self._count_premium(model, missing)
-            usage = metrics.get("usage")
-            if not tokens or not isinstance(usage, dict):
-                continue
-            counted = self.tokens if cumulative else self.process_tokens
-            for key, _attr, label in A.USAGE_TOKENS:
-                total = usage.get(key)
-                if isinstance(total, int) and not isinstance(total, bool):
-                    missing = total - counted.get((model, label), 0)
-                    if missing > 0:
-                        self._count_tokens(model, label, missing)
-
-    def new_process(self) -> None:
-        """A session.start or resume: the totals the next shutdown writes count from here (per-process CLIs)."""
-        self.process_tokens.clear()
-        self.process_premium.clear()
-        self.credits.new_process()

@@ -287,7 +287,7 @@ class SessionModel:
         if event.type == "session.start":
             self._out.count(Metric.SESSIONS_STARTED)
         else:  # a new process: the totals it will write start from here
-            self._calls.new_process()
+            self._calls.counts.new_process()
             self._changes.new_process()
 
     def _on_model_change(self, event: Event) -> None:
@@ -367,11 +367,11 @@ class SessionModel:
     def _on_shutdown(self, event: Event) -> None:
         cumulative = self._normalize.cumulative_totals
         # Per-call premium requests (and, on CLIs that log no usage per call, tokens) are checked against the totals.
-        self._calls.reconcile(event.data.get("modelMetrics"), cumulative=cumulative,
-                              tokens=self._normalize.synthesizes_calls)
+        self._calls.counts.reconcile(event.data.get("modelMetrics"), cumulative=cumulative,
+                                     tokens=self._normalize.synthesizes_calls)
         self._calls.credits.shutdown(event.data.get("modelMetrics"), cumulative=cumulative)
         self._changes.shutdown(event.data, cumulative=cumulative, model=self.model or UNKNOWN_MODEL)
-        self._calls.new_process()  # a resume starts a new process
+        self._calls.counts.new_process()  # a resume starts a new process
         self._changes.new_process()
         if (how := self.confirmable_end) is not None:
             self._end(how)
