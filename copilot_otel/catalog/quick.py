@@ -21,7 +21,7 @@ from pathlib import Path
 
 from ..base.regular import open_regular
 from ..decode.events import Event
-from ..decode.lines import decode_kept, decode_line
+from ..decode.lines import decode_kept, decode_line, is_utf8, skim_at
 from ..model.sessions import HANDLED_TYPES, READ_TYPES
 from ..model.summary import SessionSummary
 from .mirror import MIRRORED, QuickSession
@@ -62,22 +62,27 @@ def quick_summary(path: Path, session_id: str, max_line_bytes: int) -> tuple[Ses
         return None  # the model's tail reads CR-ended lines its own way, and rejects lines with NUL bytes
     session = QuickSession(session_id)
     rejected: list[tuple[int, str]] = []
-    offset = 0
+    utf8 = is_utf8(data)  # once for the file: the lines only skimmed are then not decoded one by one
     number = 0
     feed = session.feed
-    lines = data.split(b"\n")
-    lines.pop()  # after the last newline: a partial line the tail holds until it is complete (or nothing)
+    find = data.find
+    startswith = data.startswith
+    start = 0
+    last = data.rfind(b"\n")  # after it: a partial line the tail holds until it is complete (or nothing)
     try:
-        for raw in lines:
+        while start <= last:
+            end = find(b"\n", start)
             number += 1
-            kind = raw[9:raw.find(b'"', 9)]
-            if kind not in KNOWN or not raw.startswith(_HEAD) or len(raw) > max_line_bytes:
+            stop = find(b'"', start + 9, end)
+            if stop < 0 or data[start + 9:stop] not in KNOWN or not startswith(_HEAD, start) \
+                    or end - start > max_line_bytes:
                 return None  # blank, another shape, another type, too long: read by the model
-            if kind in READ_TYPES:
-                item = decode_kept(raw, offset=offset, line=number)
-            else:
-                item = decode_line(raw, offset=offset, line=number, keep=READ_TYPES)
-            offset += len(raw) + 1
+            if data[start + 9:stop] in READ_TYPES:
+                item = decode_kept(data[start:end], offset=start, line=number)
+            else:  # skimmed where it lies; a line skim cannot vouch for is decoded as the model decodes it
+                item = skim_at(data, start, end, READ_TYPES, offset=start, line=number, utf8=utf8) or \
+                    decode_line(data[start:end], offset=start, line=number, keep=READ_TYPES)
+            start = end + 1
             if type(item) is Event:
                 feed(item)
             else:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import codecs
 import re
 from datetime import datetime, UTC
 from functools import lru_cache
@@ -128,35 +129,74 @@ def skim(raw: bytes, keep: frozenset[bytes], *, offset: int = -1, line: int = 0)
     for NUL bytes and for UTF-8, not parsed in full. None means: parse it in full (another type,
     another shape, a bad tail or timestamp: the full parse then says exactly what is wrong).
     """
-    if not raw.startswith(_HEAD):
+    return skim_at(raw, 0, len(raw), keep, offset=offset, line=line)
+
+
+def skim_at(buf: bytes, start: int, end: int, keep: frozenset[bytes], *, offset: int = -1, line: int = 0,
+            utf8: bool = False) -> Event | None:
+    """skim of the line ``buf[start:end]``, read where it lies (a reader that holds a whole file copies no line
+    it only skims). ``utf8``: the caller has checked that ``buf`` is UTF-8 (:func:`is_utf8`)."""
+    if not buf.startswith(_HEAD, start, end):
         return None
-    end = raw.find(b'"', 9)
-    if end < 0:
+    stop = buf.find(b'"', start + 9, end)
+    if stop < 0:
         return None
-    kind_bytes = raw[9:end]
-    if kind_bytes in keep or not raw.startswith(_DATA, end) or b"\\" in kind_bytes:
+    kind_bytes = buf[start + 9:stop]
+    if kind_bytes in keep or not buf.startswith(_DATA, stop, end) or b"\\" in kind_bytes:
         return None  # a type with an escape in it is parsed in full, to read it as JSON does
     kind = kind_bytes.decode("utf-8", "replace")
-    window = max(0, len(raw) - _TAIL_WINDOW)
+    window = max(start, end - _TAIL_WINDOW)
     # The tail is matched where it starts: at the last ',"id":"' (none of its values holds a quote), not searched
     # for at each of the window's 400 positions.
-    at = raw.rfind(_ID, window)
-    tail = _TAIL.match(raw, at) if at >= 0 else None
-    if tail is None or b"\x00" in raw or not kind:
+    at = buf.rfind(_ID, window, end)
+    tail = _TAIL.match(buf, at, end) if at >= 0 else None
+    if tail is None or buf.find(b"\x00", start, end) >= 0 or not kind:
         return None
-    if not raw.isascii():  # ASCII is UTF-8; only other text is decoded to check it
-        try:
-            raw.decode("utf-8")
-        except UnicodeDecodeError:
-            return None
+    if not utf8:
+        raw = buf if start == 0 and end == len(buf) else buf[start:end]
+        if not raw.isascii():  # ASCII is UTF-8; only other text is decoded to check it
+            try:
+                raw.decode("utf-8")
+            except UnicodeDecodeError:
+                return None
     timestamp = parse_timestamp(tail.group(2).decode())
     if timestamp is None:
         return None
-    agent = _agent_before(raw, at, window) or tail.group(3)
+    agent = _agent_before(buf, at, window) or tail.group(3)
     if agent is _ESCAPED:
         return None
     return Event(kind, timestamp, tail.group(1).decode(), NO_DATA, None, agent.decode() if agent else None, False,
                  offset, line)
+
+
+_UTF8_BLOCK = 4096
+
+
+def is_utf8(data: bytes) -> bool:
+    """Is ``data`` UTF-8, as ``data.decode("utf-8")`` would say, without decoding its ASCII blocks: text with a
+    few other characters (a prompt's dash or arrow) is checked at the cost of its ASCII test (decoding it whole
+    builds a string of four bytes a character)."""
+    if data.isascii():
+        return True
+    decoder = None
+    for at in range(0, len(data), _UTF8_BLOCK):
+        block = data[at:at + _UTF8_BLOCK]
+        if decoder is None:
+            if block.isascii():
+                continue
+            decoder = codecs.getincrementaldecoder("utf-8")()
+        try:
+            decoder.decode(block)
+        except UnicodeDecodeError:
+            return False
+        if not decoder.getstate()[0]:  # no character left open across the block's end
+            decoder = None
+    if decoder is not None:
+        try:
+            decoder.decode(b"", True)  # a character cut off at the end
+        except UnicodeDecodeError:
+            return False
+    return True
 
 
 def _agent_before(raw: bytes, at: int, window: int) -> bytes | None:

@@ -97,6 +97,23 @@ def test_a_log_too_long_to_hold_whole_goes_to_the_model(monkeypatch: pytest.Monk
     assert quick_summary(log, "s1", LIMIT) is None
 
 
+def test_a_skimmed_line_is_checked_for_utf8_as_the_model_checks_it(tmp_path: Path) -> None:
+    """The file is checked for UTF-8 once, not each line it only skims: a system prompt with a byte that is no
+    UTF-8 is still one rejected line, as the model counts it, and one with characters across the check's blocks
+    is read."""
+    log = next(p for p in CLI_LOGS if "1.0.102/plain/" in str(p))
+    data = log.read_bytes()
+    prompt = data.index(b'{"type":"system.message"')
+    content = data.index(b'"content":"', prompt) + len(b'"content":"')
+    pad = b"x" * (-content % 4096 + 4094)  # the inserted bytes straddle the end of the check's block
+    for name, insert, rejected in (("bad", b"\xff\xfe", 1), ("good", "é→😀".encode(), 0)):
+        folder = tmp_path / name / "9f0c4a7e-0000-4000-8000-000000000002"
+        folder.mkdir(parents=True)
+        (folder / "events.jsonl").write_bytes(data[:content] + pad + insert + data[content:])
+        quick, model = both(folder / "events.jsonl")
+        assert quick is not None and quick == model and quick.rejected == rejected
+
+
 # ------------------------------------------------------------------ generated logs
 
 SOURCES = [p.read_bytes().splitlines(keepends=True) for p in CLI_LOGS + SITUATION_LOGS]
@@ -107,6 +124,8 @@ HOSTILE = [
     b'{"type":"session.usage_record","data":{"usage":{"model":"m","inputTokens":1e300,"cost":1,'
     b'"initiator":"user"}},' + STAMP,
     b'{"type":"user.message","data":{"content":"\xff\xfe"},' + STAMP,
+    b'{"type":"system.message","data":{"content":"\xff\xfe"},' + STAMP,
+    b'{"type":"system.message","data":{"content":"' + "é→😀".encode() * 900 + b'"},' + STAMP,
     b'{"type":"user.message","data":{"content":"a\x00b"},' + STAMP,
     b'{"type":"assistant.turn_start","data":{"turnId":"0"},' + STAMP.replace(b"}\n", b"}\r\n"),
     b'{"type":"session.warning","data":{"message":"' + b"x" * 5000 + b'"},' + STAMP,

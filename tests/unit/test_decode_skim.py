@@ -14,7 +14,7 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from copilot_otel.decode.lines import NO_DATA, decode_line
+from copilot_otel.decode.lines import _UTF8_BLOCK, NO_DATA, decode_line, is_utf8, skim, skim_at
 from copilot_otel.decode.events import DecodeError, Event
 from copilot_otel.model.options import ModelOptions
 from copilot_otel.model.sessions import CONTENT_TYPES, HANDLED_TYPES, READ_TYPES, read_types
@@ -114,3 +114,52 @@ def test_the_tail_and_its_agent_id_read_as_a_full_parse_does(agent, where, event
     raw = head + (agent_part if where == "before_id" else b"") + tail + (agent_part if where == "after_parent"
                                                                          else b"") + b"}"
     same_reading(raw)
+
+
+@settings(max_examples=300, deadline=None)
+@given(raw=st.sampled_from(REAL_LINES), before=st.sampled_from(REAL_LINES), after=st.sampled_from(REAL_LINES),
+       cut=st.integers(min_value=0, max_value=1 << 20), checked=st.booleans())
+def test_a_line_skimmed_where_it_lies_reads_as_the_line_alone(raw, before, after, cut, checked):
+    """skim_at of a line among others in one buffer (a whole log held in memory), whole or torn, with the
+    buffer's UTF-8 checked once or the line's own: the same event at the same place, or None, as skim of the
+    line alone."""
+    line = raw[:cut % (len(raw) + 1)]
+    buf = before + b"\n" + line + b"\n" + after
+    start = len(before) + 1
+    alone = skim(line, READ_TYPES, offset=start, line=2)
+    utf8 = checked and is_utf8(buf)
+    assert skim_at(buf, start, start + len(line), READ_TYPES, offset=start, line=2, utf8=utf8) == alone
+
+
+def _decodes(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+_PIECES = st.one_of(st.text(alphabet=st.characters(max_codepoint=127), max_size=3 * _UTF8_BLOCK).map(str.encode),
+                    st.text(min_size=1, max_size=3).map(lambda text: text.encode("utf-8", "surrogatepass")),
+                    st.binary(min_size=1, max_size=3))
+
+
+@settings(max_examples=300, deadline=None)
+@given(pieces=st.lists(_PIECES, max_size=8))
+def test_is_utf8_says_what_decoding_says(pieces):
+    """ASCII runs of any length, characters of every width (surrogates too) and stray bytes: is_utf8 says what
+    a strict decode says."""
+    data = b"".join(pieces)
+    assert is_utf8(data) is _decodes(data)
+
+
+def test_is_utf8_reads_characters_across_its_blocks():
+    """A character that straddles the end of a block, whole or cut, and a cut one at the very end."""
+    for char in ("é", "→", "😀"):
+        encoded = char.encode()
+        for at in range(_UTF8_BLOCK - 4, _UTF8_BLOCK + 1):
+            whole = b"a" * at + encoded + b"b" * 5
+            assert is_utf8(whole)
+            assert not is_utf8(b"a" * at + encoded[:-1] + b"b" * 5)
+            assert not is_utf8(b"a" * at + encoded[:-1])
+    assert not is_utf8(b"a" * _UTF8_BLOCK + b"\xed\xa0\x80")  # a surrogate, written as UTF-8
