@@ -129,6 +129,9 @@ def skim(raw: bytes, keep: frozenset[bytes], *, offset: int = -1, line: int = 0)
     for NUL bytes and for UTF-8, not parsed in full. None means: parse it in full (another type,
     another shape, a bad tail or timestamp: the full parse then says exactly what is wrong).
     """
+    stop = raw.find(b'"', 9)
+    if stop < 0 or raw[9:stop] in keep or not raw.startswith(_HEAD):
+        return None  # as skim_at answers, without its call: most lines a reader decodes are of a type it keeps
     return skim_at(raw, 0, len(raw), keep, offset=offset, line=line)
 
 
