@@ -28,6 +28,7 @@ from prometheus_client.parser import text_string_to_metric_families as parse_tex
 
 from copilot_otel.config import ConfigError
 from copilot_otel.web.server import SERVER, MetricsServer
+from tests.support.net import close_at_once
 
 OPENMETRICS = "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5"
 
@@ -120,7 +121,7 @@ def half_sent(server: MetricsServer, count: int, prefix: bytes = b"GET /metr",
 
 def close_all(sockets) -> None:
     for sock in sockets:
-        sock.close()
+        close_at_once(sock)
 
 
 def open_fds() -> int:

@@ -72,7 +72,8 @@ class InProcessDaemon:
     def wait_for_keys(self, expected: list, timeout: float = 20.0) -> list:
         """Wait until the exported spans are ``expected`` (as a set); return them all, duplicates too."""
         wanted = set(expected)
-        wait_until(lambda: set(self.keys()) >= wanted, timeout=timeout, what=f"{len(wanted)} spans")
+        wait_until(lambda: set(self.keys()) >= wanted, timeout=timeout, what=f"{len(wanted)} spans",
+                   seen=lambda: f"missing {sorted(wanted - set(self.keys()))}")
         got = self.keys()
         assert set(got) == wanted
         return got
