@@ -132,7 +132,7 @@ def _open_idle(port: int, count: int, held: list[socket.socket], stop: threading
         try:
             held.append(socket.create_connection((LOOPBACK, port), timeout=5))
         except OSError:
-            time.sleep(0.01)
+            time.sleep(0.01)  # refused: the flood goes on
 
 
 def test_connections_that_never_start_their_handshake_do_not_keep_a_tls_scraper_out(tmp_path):
@@ -197,7 +197,7 @@ def test_a_flood_of_blank_lines_holds_no_session_back_and_numbers_every_line(tmp
         while not stop.is_set() and writes[0] < 200:  # at most 200 MB, 20 s
             append(flood, blanks)
             writes[0] += 1
-            time.sleep(0.1)
+            time.sleep(0.1)  # the scenario: 10 MB/s
 
     with DaemonProcess(home, tmp_path / "state", traces_file=traces,
                        args=("--idle-quiet", "0.3", "--rescan-interval", "1")) as daemon:

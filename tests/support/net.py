@@ -54,7 +54,7 @@ def wait_until(predicate: Callable[[], T], timeout: float = 20.0, interval: floa
         if time.monotonic() > deadline:
             last = seen() if seen is not None else value
             raise AssertionError(f"timed out after {timeout} s waiting for {what or predicate}; last saw: {last!r}")
-        time.sleep(interval)
+        time.sleep(interval)  # the poll itself
 
 
 def wait_until_steady(read: Callable[[], T | None], *, polls: int = 3, timeout: float = 30.0, interval: float = 0.5,
