@@ -214,7 +214,8 @@ def test_every_dashboard_query_runs_against_real_data(corpus_daemon):
     cost_only = [t for t, e in empty if any(m in e for m in COST_METRICS)]
     # This daemon does not push its metrics over OTLP: tests/e2e/test_fleet.py runs daemons that do.
     push_only = [t for t, e in empty if "copilot_otel_metrics_push_" in e]
-    # The corpus calls no MCP server's tool: the mcp_tools situation's calls are counted in tests/e2e/test_today.py.
+    # The corpus calls no MCP server's tool: the mcp_tools situation's calls are counted in
+    # tests/component/test_today.py.
     mcp_only = [t for t, e in empty if "copilot_mcp_tool_calls_total" in e]
     assert [t for t, _ in empty if t not in live_only + cost_only + push_only + mcp_only] == []
 

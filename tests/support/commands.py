@@ -75,3 +75,17 @@ def start_view(home: Path, state: Path, log: Path, timeout: float = 60) -> tuple
 
     started = retry_taken_port(start, lambda: port_taken(log.read_text(errors="replace")), repick)
     return started, port
+
+
+def assert_one_clear_line(code: int, stderr: str, says=(), fix=()) -> str:
+    """Exit 2, one line on stderr naming the problem (every word of ``says``) and a fix (any word of ``fix``),
+    no traceback; return the line. For a refusal at start-up, run in a process or in this one."""
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert code == 2, f"exit {code}: {stderr[-2000:]}"
+    assert "Traceback" not in stderr, stderr[-3000:]
+    assert len(lines) == 1, f"{len(lines)} lines on stderr:\n{stderr[-2000:]}"
+    for word in says:
+        assert word in lines[0], f"{word!r} not in: {lines[0]}"
+    if fix:
+        assert any(word in lines[0] for word in fix), f"no hint ({' or '.join(fix)}) in: {lines[0]}"
+    return lines[0]
