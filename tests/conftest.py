@@ -5,7 +5,6 @@ import shutil
 import sys
 import tempfile
 import threading
-import time
 from pathlib import Path
 from collections.abc import Callable, Iterable
 
@@ -25,7 +24,7 @@ run_home.isolate()  # before any test runs a command: HOME and the XDG folders a
 
 from tests.support.copilot_cli import Corpus, CopilotCLI, CopilotCLIMissing, generate_corpus  # noqa: E402
 from tests.support.provider import ScriptedProvider  # noqa: E402
-from tests.support.net import free_port  # noqa: E402
+from tests.support.net import free_port, wait_until  # noqa: E402
 
 # ---------------------------------------------------------------------------------------
 # Three layers, by folder: `pytest -m unit` (or tests/unit) and so on; registered in pyproject.toml.
@@ -153,11 +152,9 @@ def no_leaked_threads():
     and the threads of session-scoped fixtures are not the test's."""
     before = set(threading.enumerate())
     yield
-    deadline = time.monotonic() + 5
-    while True:
+
+    def leaked() -> list[threading.Thread]:
         shared = {thread for threads in _SESSION_THREADS for thread in threads()}
-        leaked = [t for t in threading.enumerate() if t not in before and t not in shared and t.is_alive()]
-        if not leaked or time.monotonic() > deadline:
-            break
-        time.sleep(0.05)
-    assert not leaked, f"test leaked threads: {leaked}"
+        return [t for t in threading.enumerate() if t not in before and t not in shared and t.is_alive()]
+
+    wait_until(lambda: not leaked(), timeout=5, what="the test's threads to end", seen=leaked)

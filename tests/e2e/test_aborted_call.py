@@ -8,6 +8,7 @@ import signal
 import time
 
 from tests.support.copilot_cli import prompt_for
+from tests.support.net import wait_until
 from tests.support.commands import run_replay
 from tests.support.otlp_json import iso_ns, read_spans
 
@@ -16,10 +17,8 @@ def test_a_call_cut_off_by_the_user_is_a_chat_span_that_ended_aborted(cli, provi
     proc = cli.start(prompt_for("sit_slow", 30), home=tmp_path / "home", port=provider.port, cwd=tmp_path / "work",
                      otel_file=tmp_path / "otel.jsonl")
     try:
-        deadline = time.monotonic() + 90
-        while not (proc.events_path.exists() and b"assistant.turn_start" in proc.events_path.read_bytes()):
-            assert time.monotonic() < deadline, "the turn never started"
-            time.sleep(0.05)
+        wait_until(lambda: proc.events_path.exists() and b"assistant.turn_start" in proc.events_path.read_bytes(),
+                   timeout=90, what="the turn to start")
         time.sleep(1.0)  # the scenario, not a wait on a condition: Ctrl-C a second into a call held for 30 s
         proc.kill(signal.SIGINT, tools=False)
         run = proc.wait(timeout=60)

@@ -21,8 +21,8 @@ from copilot_otel.web.access import HOST_REFUSED, NEEDS_TOKEN, write_token_file
 from tests.support.commands import REPO, clean_env, run_copilot_otel
 from tests.support.daemon import DaemonProcess
 from tests.support.events import SessionLog
-from tests.support.net import LOOPBACK, free_port, wait_until
-from tests.support.nobody import as_nobody, serve_as_nobody, stop_child
+from tests.support.net import LOOPBACK, wait_until
+from tests.support.nobody import as_nobody, serve_as_nobody, serve_as_nobody_on_a_free_port, stop_child
 from tests.support.scrape import value
 
 SECRETS = ("secret-org/secret-repo", "secret-branch", "/home/alice/secret-project")
@@ -307,8 +307,7 @@ def test_a_port_squatter_gets_no_token_and_feeds_sessions_nothing(tmp_path):
     home, state = tmp_path / "home", tmp_path / "state"
     secret_session(home, "secret-session-3")
     rows, answer = _invented_rows(home, tmp_path)
-    port = free_port()
-    squatter = serve_as_nobody(_listen, _serve_invented(answer), port)
+    squatter, port = serve_as_nobody_on_a_free_port(_listen, _serve_invented(answer))
     try:
         started = run_copilot_otel("run", "--copilot-home", str(home), "--state-dir", str(state),
                                    "--metrics-address", f"{LOOPBACK}:{port}", timeout=60)

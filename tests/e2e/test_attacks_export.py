@@ -100,7 +100,7 @@ def test_requests_over_the_receivers_limit_are_split(tmp_path):
         env = grpc_env(receiver, OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT="true")
         with DaemonProcess(home, tmp_path / "state", env=env, args=args) as daemon:
             receiver.wait_for_spans(expected_count, timeout=120)
-            time.sleep(0.5)
+            time.sleep(0.5)  # anything sent twice would arrive now
             samples = daemon.scrape()
         got = receiver.spans()
         sizes = [request.ByteSize() for request in receiver.requests()]
@@ -190,7 +190,7 @@ def test_a_span_no_request_can_hold_is_dead_lettered_and_the_export_goes_on(tmp_
         names = names_of(receiver, "huge-argument")
         before_restart = len(receiver.spans())
         with DaemonProcess(home, state, env=env, args=args) as again:
-            time.sleep(2)
+            time.sleep(2)  # rescans after the restart: anything re-sent would arrive now
             samples = again.scrape()
         after_restart = len(receiver.spans())
     dead = state / "dead-letter.jsonl"
@@ -297,7 +297,7 @@ def test_checkpoint_positions_do_not_pile_up_while_the_backend_is_down(tmp_path)
                     log.add("session.info", {"n": n})
                     append(path, log.jsonl(shown))
                     if n % 100 == 0:
-                        time.sleep(0.01)
+                        time.sleep(0.01)  # the scenario: the log grows in bursts
                 daemon.wait_for_metric("copilot_otel_events_read_total", 3001, timeout=60, type="session.info")
                 after = positions(health(daemon))
             log.answer()

@@ -26,7 +26,7 @@ from tests.support.commands import run_replay
 from tests.support.daemon import DaemonProcess
 from tests.support.events import SessionLog
 from tests.support.files import append, new_session
-from tests.support.net import wait_until
+from tests.support.net import wait_until, wait_until_steady
 from tests.support.otlp_json import read_spans
 from tests.support.scrape import value
 from tests.support.spans import expected_keys, spans_now, wait_for_keys
@@ -71,17 +71,8 @@ def settled(daemon: DaemonProcess, traces: Path) -> tuple:
     def figures():
         return (value(daemon.scrape(), "copilot_sessions_started_total"), tokens(daemon), spans_now(traces))
 
-    previous = [None]
-
-    def still() -> tuple | None:
-        now = figures()
-        same, previous[0] = now == previous[0], now
-        if same:
-            return now
-        time.sleep(0.3)  # two scrapes apart: the reader turns every 0.2 s
-        return None
-
-    return wait_until(still, timeout=30, what="the daemon's figures to settle")
+    # two scrapes 0.3 s apart: the reader turns every 0.2 s
+    return wait_until_steady(figures, polls=2, timeout=30, interval=0.3, what="the daemon's figures to settle")
 
 
 def cp_mv(path: Path) -> None:

@@ -18,7 +18,7 @@ from tests.support.daemon import DaemonProcess, one_session_daemon
 from tests.support.files import ended_session
 from tests.support.liars import Answer, LyingBackend
 from tests.support.net import LOOPBACK, free_port, wait_until
-from tests.support.nobody import as_nobody, serve_as_nobody, stop_child
+from tests.support.nobody import as_nobody, serve_as_nobody_on_a_free_port, stop_child
 
 TOKEN_HEADER = "X-Copilot-Otel-Token"
 
@@ -122,8 +122,7 @@ def test_a_server_of_another_user_on_another_port_gets_nothing_that_opens_the_vi
     page.goto(daemon.page_url())
     page.wait_for_selector('tr.session[data-id="token-session"]')
     assert page.evaluate("localStorage.getItem('copilot-otel-token')") == daemon.token
-    port = free_port()
-    child = serve_as_nobody(_listen, lambda server: _attacker((server, daemon.port)), port)
+    child, port = serve_as_nobody_on_a_free_port(_listen, lambda server: _attacker((server, daemon.port)))
     try:
         attack = browser.page()
         attack.goto(f"http://{LOOPBACK}:{port}/")
@@ -185,8 +184,7 @@ def test_a_page_of_another_site_cannot_log_the_owner_out_with_a_wrong_token(daem
     page = browser.page()
     page.goto(daemon.page_url())
     page.wait_for_selector('tr.session[data-id="token-session"]')
-    port = free_port()
-    child = serve_as_nobody(_listen, lambda server: _log_out_server((server, daemon.port)), port)
+    child, port = serve_as_nobody_on_a_free_port(_listen, lambda server: _log_out_server((server, daemon.port)))
     try:
         attacked = browser.page()
         attacked.goto(f"http://{LOOPBACK}:{port}/")

@@ -190,7 +190,7 @@ def test_the_cost_panels_and_alert_run_against_a_real_prometheus(edited, tmp_pat
         log.parent.mkdir()
         log.write_bytes(b"".join(lines[:first_shutdown + 1]))  # the first process, up to its shutdown
         wait_until(lambda: prometheus.query("copilot_code_lines_total > 0"), timeout=30, what="the first half")
-        time.sleep(1.5)
+        time.sleep(1.5)  # more 1 s scrapes of the first half before the rest
         with open(log, "ab") as handle:  # then the resumed process
             handle.write(b"".join(lines[first_shutdown + 1:]))
         autopilot = next((FIXTURES / "copilot_api_autopilot" / "session-state").iterdir())

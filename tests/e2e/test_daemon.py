@@ -106,7 +106,7 @@ def test_backend_down_then_back(cli_corpus, tmp_path):
             receiver.up()
             expected = expected_keys([path])
             receiver.wait_for_spans(len(expected), timeout=60)
-            time.sleep(0.5)
+            time.sleep(0.5)  # anything sent twice would arrive now
             assert sorted(key(s) for s in receiver.spans()) == expected
 
 
@@ -141,7 +141,7 @@ def test_backend_down_pauses_reading_instead_of_dropping(cli_corpus, tmp_path):
             assert 5 <= queued < len(expected) / 2
             receiver.up()
             receiver.wait_for_spans(len(expected), timeout=90)
-            time.sleep(0.5)
+            time.sleep(0.5)  # anything sent twice would arrive now
             assert sorted(key(s) for s in receiver.spans()) == expected
             wait_until(lambda: health() == (200, "ok"), what="health to recover")
 
@@ -162,7 +162,7 @@ def test_a_finished_session_resumed_later(cli_corpus, tmp_path):
         first.write_bytes(b"".join(lines[:first_end]))
         wait_for_keys(traces, expected_keys([first]))
         turns_before = value(daemon.scrape(), "copilot_turns_total", agent="main")
-        time.sleep(1)
+        time.sleep(1)  # the scenario: the resume comes in a later read than the shutdown
         append(path, b"".join(lines[first_end:]))
         got = wait_for_keys(traces, expected_keys([path]))
         assert len(got) == len(set(got)), "a span exported twice"
@@ -188,6 +188,6 @@ def test_sigterm_flushes_and_exits_promptly(cli_corpus, tmp_path):
     count = len(spans_now(traces))
     with DaemonProcess(home, state, traces_file=traces, args=FAST) as again:
         wait_until(lambda: value(again.scrape(), "copilot_otel_files_watched") == 1, what="the file")
-        time.sleep(0.5)
+        time.sleep(0.5)  # anything sent again would arrive now
     assert len(spans_now(traces)) == count
 

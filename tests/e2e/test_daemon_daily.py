@@ -48,7 +48,7 @@ def test_one_line_per_session_and_lag_only_while_one_works(cli, provider, cli_co
     with DaemonProcess(home, tmp_path / "state", traces_file=tmp_path / "t.jsonl", args=FAST,
                        log_level="info") as daemon:
         daemon.wait_for_metric("copilot_otel_files_watched", 3, timeout=30)
-        time.sleep(1.5)
+        time.sleep(1.5)  # rescans of a quiet home: nothing to log, no lag
         assert value(daemon.scrape(), "copilot_otel_lag_seconds") == 0
         assert " session " not in daemon.log_text()
         process = cli.start(prompt_for("sleep_tool", 4), home=home, port=provider.port, cwd=tmp_path / "work")
@@ -148,7 +148,7 @@ def test_no_library_warning_while_folders_churn(cli_corpus, tmp_path):
                 shutil.rmtree(folder.with_name(folder.name + "-moved"))
             elif n % 3 == 1:
                 shutil.rmtree(folder)
-        time.sleep(1.5)
+        time.sleep(1.5)  # rescans after the churn: anything it logs is written by now
         log = daemon.log_text()
     stray = [line for line in log.splitlines() if line.strip() and not re.match(r"\d{4}-\d\d-\d\d \d\d:", line)]
     assert "Warning" not in log and stray == [], stray[:5]

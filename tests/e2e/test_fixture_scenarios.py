@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import time
 import urllib.error
 import urllib.request
 from collections import Counter
@@ -25,6 +24,7 @@ from tests.support.copilot_cli import (
     descendants,
     prompt_for,
 )
+from tests.support.net import wait_until
 from tests.support.provider import (
     AUTOPILOT_NUDGES,
     CHILD_ECHO,
@@ -369,14 +369,14 @@ def test_kill_mid_tool_leaves_stale_lock(cli, provider, tmp_path):
     inuse.<pid>.lock behind; its orphaned tool processes are killed too."""
     proc = cli.start(prompt_for("sleep_tool", 30), home=tmp_path / "home", port=provider.port, cwd=tmp_path / "work")
     try:
-        deadline = time.monotonic() + 60
-        while not (proc.events_path.exists() and "tool.execution_start" in proc.events_path.read_text()):
-            assert proc.popen.poll() is None and time.monotonic() < deadline, "the tool never started"
-            time.sleep(0.05)
+        def started() -> bool:
+            assert proc.popen.poll() is None, "the CLI exited before its tool started"
+            return proc.events_path.exists() and "tool.execution_start" in proc.events_path.read_text()
+
+        wait_until(started, timeout=60, what="the tool to start")
         lock = proc.session_dir / f"inuse.{proc.pid}.lock"
         assert lock.read_text().strip() == str(proc.pid)
-        while not descendants(proc.pid):  # the bash tool process
-            time.sleep(0.05)
+        wait_until(lambda: descendants(proc.pid), timeout=30, what="the bash tool process")
         children = descendants(proc.pid)
     finally:
         proc.kill()
@@ -384,8 +384,10 @@ def test_kill_mid_tool_leaves_stale_lock(cli, provider, tmp_path):
     assert lock.exists()
     types = [json.loads(line)["type"] for line in proc.events_path.read_text().splitlines()]
     assert types[-1] == "tool.execution_start" and "session.shutdown" not in types
-    time.sleep(0.2)
-    assert not [p for p in children if os.path.exists(f"/proc/{p}") and _state(p) != "Z"]
+    def alive() -> list[int]:
+        return [p for p in children if os.path.exists(f"/proc/{p}") and _state(p) != "Z"]
+
+    wait_until(lambda: not alive(), timeout=10, what="the orphaned tool processes killed", seen=alive)
 
 
 def _state(pid: int) -> str:

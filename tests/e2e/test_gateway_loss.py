@@ -138,7 +138,7 @@ def test_sigkills_at_random_points_of_a_burst_lose_nothing(rig):
     rng = random.Random(41)
     for _ in range(6):
         rig.add_sessions(4)
-        time.sleep(rng.uniform(0.05, 1.5))
+        time.sleep(rng.uniform(0.05, 1.5))  # the scenario: a kill at a random moment
         rig.gateway.kill()
         rig.restart_gateway()
     held = rig.all_arrive()
@@ -163,7 +163,7 @@ def test_jaeger_unreachable_then_kills_during_start_and_queue_compaction_lose_no
     rig.gateway.kill()
     for delay in (0.0, 0.05, 0.2):
         rig.gateway.start_unready()
-        time.sleep(delay)
+        time.sleep(delay)  # the scenario: a kill this long into its start
         rig.gateway.kill()
     rig.restart_gateway()
     rig.relay.mend()
@@ -262,7 +262,7 @@ def test_jaeger_unreachable_longer_than_the_longest_backoff_loses_nothing(rig):
     expected = rig.expected()
     wait_until(lambda: rig.acknowledged() >= sum(expected.values()), timeout=60, interval=0.25,
                what="the gateway to acknowledge the burst")
-    time.sleep(35)
+    time.sleep(35)  # past the exporter's 30 s: a deadline would drop now
     assert "Exporting failed. Dropping data" not in rig.gateway.log_path.read_text()
     rig.relay.mend()
     held = rig.all_arrive(timeout=90)

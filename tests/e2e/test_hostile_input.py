@@ -407,7 +407,7 @@ def test_giant_line_is_skipped_without_reading_it_into_memory(cli_corpus, tmp_pa
         before = _peak_rss_kb(daemon.proc.pid)
         for _ in range(4):  # the daemon sees the line grow, with no newline yet
             append(path, piece)
-            time.sleep(0.3)
+            time.sleep(0.3)  # the scenario: the line grows over reads
         append(path, b'"}}\n' + b"".join(lines[cut:]))
         reference = tmp_path / "reference" / "giant-line"
         reference.mkdir(parents=True)
@@ -463,7 +463,7 @@ def test_symlinks_out_of_the_tree_and_fifos_are_not_followed(cli_corpus, tmp_pat
         # Outside files keep growing; several rescans pass.
         for name in ("folder", "file"):
             append(outside / name / "events.jsonl", b"\n")
-        time.sleep(1.5)
+        time.sleep(1.5)  # several rescans: nothing more is sent
         samples = daemon.scrape()
         assert spans_now(traces) == sorted(expected_keys([good]))
     log = daemon.log_text()

@@ -42,7 +42,7 @@ def _kill9_loop(tmp_path, paths, pieces: list[list[bytes]], *, kills: int, seed:
             if cursors[i] < len(pieces[i]):
                 append(paths[i], pieces[i][cursors[i]])
                 cursors[i] += 1
-                time.sleep(0.001)
+                time.sleep(0.001)  # the scenario: a log written in small pieces
         done.set()
 
     thread = threading.Thread(target=writer)
@@ -50,7 +50,7 @@ def _kill9_loop(tmp_path, paths, pieces: list[list[bytes]], *, kills: int, seed:
     thread.start()
     try:
         for _ in range(kills):
-            time.sleep(rng.uniform(0.3, 0.8))
+            time.sleep(rng.uniform(0.3, 0.8))  # the scenario: a kill at a random moment
             daemon.kill9()
             daemon = DaemonProcess(home, state, traces_file=traces, args=FAST).start()
         thread.join(timeout=180)

@@ -175,7 +175,7 @@ def test_the_daemon_keeps_its_checkpoint_behind_a_lying_backend_and_says_so(tmp_
         backend.honest()
         with DaemonProcess(home, state, env=http_env(backend.base), args=FAST):
             receiver.wait_for_spans(sum(expected.values()), timeout=30)
-            time.sleep(0.5)
+            time.sleep(0.5)  # anything sent twice would arrive now
         got = received(receiver)
     assert said.startswith("ok (trace export failing") and "is OTEL_EXPORTER_OTLP_ENDPOINT right?" in said
     assert got == expected

@@ -20,7 +20,7 @@ from tests.support.prometheus_harness import Prometheus
 from tests.support import aio
 from tests.support.daemon import DaemonProcess
 from tests.support.deploy import RULES, dashboard_queries, promtool, render_grafana_expr
-from tests.support.net import wait_until
+from tests.support.net import wait_until, wait_until_steady
 from tests.support.scrape import by_label, stalled, value
 from tests.support.model import label
 
@@ -127,7 +127,7 @@ def corpus_daemon(cli_corpus, tmp_path_factory):
             rests[log] = b"".join(lines[len(lines) // 2:])
         wait_until(lambda: prometheus.query(f"copilot_otel_files_watched == {len(rests)}"), timeout=30,
                    what="the first halves scraped")
-        time.sleep(1.5)
+        time.sleep(1.5)  # more 1 s scrapes of the first halves before the rest
         for log, rest in rests.items():
             with open(log, "ab") as handle:
                 handle.write(rest)
@@ -214,7 +214,8 @@ def test_every_dashboard_query_runs_against_real_data(corpus_daemon):
     cost_only = [t for t, e in empty if any(m in e for m in COST_METRICS)]
     # This daemon does not push its metrics over OTLP: tests/e2e/test_fleet.py runs daemons that do.
     push_only = [t for t, e in empty if "copilot_otel_metrics_push_" in e]
-    # The corpus calls no MCP server's tool: the mcp_tools situation's calls are counted in tests/e2e/test_today.py.
+    # The corpus calls no MCP server's tool: the mcp_tools situation's calls are counted in
+    # tests/component/test_today.py.
     mcp_only = [t for t, e in empty if "copilot_mcp_tool_calls_total" in e]
     assert [t for t, _ in empty if t not in live_only + cost_only + push_only + mcp_only] == []
 
@@ -257,13 +258,13 @@ def test_restart_counts_history_once(cli_corpus, tmp_path):
     with DaemonProcess(home, state, traces_file=tmp_path / "t.jsonl", args=args) as daemon:
         wait_until(lambda: value(daemon.scrape(), "copilot_otel_files_watched") == len(cli_corpus), what="files")
         wait_until(lambda: value(daemon.scrape(), "copilot_otel_checkpoint_commits_total"), what="a commit")
-        time.sleep(1)
-        first = scraped_counts(daemon.scrape())
+        first = wait_until_steady(lambda: scraped_counts(daemon.scrape()), polls=4, interval=0.3,
+                                  what="the counts to settle")
     assert first == derived_counts(cli_corpus.values())
     with DaemonProcess(home, state, traces_file=tmp_path / "t.jsonl", args=args) as daemon:
         wait_until(lambda: value(daemon.scrape(), "copilot_otel_files_watched") == len(cli_corpus), what="files")
-        time.sleep(1)
-        again = scraped_counts(daemon.scrape())
+        again = wait_until_steady(lambda: scraped_counts(daemon.scrape()), polls=4, interval=0.3,
+                                  what="the counts after the restart to settle")
     assert again == first
 
 

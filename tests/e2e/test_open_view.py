@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.commands import COMMAND, REPO, clean_env, run_copilot_otel
+from tests.support.commands import COMMAND, REPO, clean_env, start_view, run_copilot_otel
 from tests.support.daemon import one_session_daemon, view_token
 from tests.support.files import ended_session
 from tests.support.net import LOOPBACK, free_port, wait_until
@@ -149,14 +149,9 @@ def test_open_finds_a_running_view_and_a_bad_address_is_a_usage_error(tmp_path):
     token in the state folder; a malformed --metrics-address is a usage error (exit 2) for `open` as for
     `sessions`."""
     write_session(tmp_path / "home")
-    state, port = tmp_path / "state", free_port()
-    log = tmp_path / "view.log"
-    with open(log, "wb") as out:
-        view = subprocess.Popen([*COMMAND, "view", str(tmp_path / "home"), "--address", f"{LOOPBACK}:{port}",
-                                 "--state-dir", str(state)], stdin=subprocess.DEVNULL, stdout=out, stderr=out,
-                                env=clean_env(), cwd=REPO)
+    state, log = tmp_path / "state", tmp_path / "view.log"
+    view, port = start_view(tmp_path / "home", state, log)
     try:
-        wait_until(lambda: (state / f"web-{port}.json").exists(), timeout=60, what="the view's token file")
         printed = run_copilot_otel("open", "--print-url", "--state-dir", str(state))
         assert printed.returncode == 0, printed.stderr.decode() + log.read_text()
         assert printed.stdout.decode() == f"http://{LOOPBACK}:{port}/#token={view_token(state, port)}\n"

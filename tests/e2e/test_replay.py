@@ -28,6 +28,7 @@ from tests.support.commands import run_inspect, run_replay
 from tests.support.events import cli_shows_failed
 from tests.support.otlp_json import iso_ns, read_spans
 from tests.support.model import label
+from tests.support.net import wait_until
 
 @pytest.fixture(scope="module")
 def exported(cli_corpus, tmp_path_factory):
@@ -242,11 +243,9 @@ def test_an_aborted_loop(cli, provider, tmp_path):
     proc = cli.start(prompt_for("sleep_tool", 30), home=tmp_path / "home", port=provider.port, cwd=tmp_path / "work",
                      output_json=True)
     try:
-        deadline = time.monotonic() + 90
-        while not (proc.events_path.exists() and b"tool.execution_start" in proc.events_path.read_bytes()):
-            assert time.monotonic() < deadline, "the tool never started"
-            time.sleep(0.05)
-        time.sleep(0.3)
+        wait_until(lambda: proc.events_path.exists() and b"tool.execution_start" in proc.events_path.read_bytes(),
+                   timeout=90, what="the tool to start")
+        time.sleep(0.3)  # the scenario: Ctrl-C while the tool runs, not as it starts
         proc.kill(signal.SIGINT, tools=False)
         run = proc.wait(timeout=60)
     finally:

@@ -11,7 +11,7 @@ from pathlib import Path
 from tests.support.commands import run_replay
 from tests.support.daemon import DaemonProcess
 from tests.support.files import new_session
-from tests.support.net import wait_until
+from tests.support.net import wait_until, wait_until_steady
 from tests.support.prometheus_harness import Prometheus
 from tests.support.scrape import parse
 
@@ -33,6 +33,13 @@ def series(prometheus: Prometheus, expr: str) -> dict[tuple, float]:
     return {(r["metric"]["__name__"], tuple(sorted((k, v) for k, v in r["metric"].items()
                                                    if k not in ("__name__", "job", "instance")))): float(r["value"][1])
             for r in prometheus.query(expr)}
+
+
+def counters(samples: dict) -> dict:
+    """A scrape's samples of COUNTERS' series (the session counters): what settles once the daemon confirmed
+    what it read."""
+    return {key: number for key, number in samples.items()
+            if key[0].startswith("copilot_") and key[0].endswith("_total") and not key[0].startswith("copilot_otel_")}
 
 
 def counted_by_replay(tmp_path: Path, folder: Path) -> dict[tuple, float]:
@@ -64,7 +71,8 @@ def test_after_a_kill_every_series_is_back_at_its_value_and_increase_is_the_new_
             new_session(home, scenario).write_bytes(log_of(scenario))
         daemon.wait_for_metric("copilot_sessions_started_total", 2, timeout=30)
         daemon.wait_for_metric("copilot_otel_checkpoint_commits_total", 1, timeout=30)
-        time.sleep(1.0)  # the idle confirmations and their commit
+        wait_until_steady(lambda: counters(daemon.scrape()), polls=4, interval=0.3,
+                          what="the idle confirmations and their commit")
         settled, moment = daemon.scrape(), time.time() + SCRAPES
         wait_until(lambda: scraped_since(prometheus, moment), timeout=30, what="scrapes of the settled daemon")
         before = series(prometheus, COUNTERS)
@@ -81,7 +89,7 @@ def test_after_a_kill_every_series_is_back_at_its_value_and_increase_is_the_new_
         new = home / "session-state" / "new-after-restart"
         new_session(home, "new-after-restart").write_bytes(log_of("multi_turn"))
         daemon.wait_for_metric("copilot_sessions_started_total", 3, timeout=30)
-        time.sleep(1.0)
+        wait_until_steady(lambda: counters(daemon.scrape()), polls=4, interval=0.3, what="the new session's counts")
         moment = time.time() + SCRAPES
         wait_until(lambda: scraped_since(prometheus, moment), timeout=30, what="scrapes of the new session")
         after = series(prometheus, COUNTERS)

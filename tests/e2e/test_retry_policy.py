@@ -62,7 +62,7 @@ def refusing_once(gate: ThrottlingGate):
             if gate.refused:
                 gate.open()
                 return
-            time.sleep(0.01)
+            time.sleep(0.01)  # polls the gate (its own thread, ended by done)
 
     opener = threading.Thread(target=open_after_a_refusal, name="gate-opener")
     opener.start()
@@ -120,7 +120,7 @@ def test_resource_exhausted_with_retry_info_waits_the_delay_it_names(home, expec
         with refusing_once(gate):
             result = run_replay(str(home), "--state-dir", str(tmp_path), env=env_for(gate, "grpc"))
         receiver.wait_for_spans(sum(expected.values()), timeout=30)
-        time.sleep(0.5)
+        time.sleep(0.5)  # anything sent twice would arrive now
         got = Counter((s.trace_id, s.span_id) for s in receiver.spans())
     stderr = result.stderr.decode()
     assert result.returncode == 0, stderr

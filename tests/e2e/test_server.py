@@ -28,6 +28,7 @@ from prometheus_client.parser import text_string_to_metric_families as parse_tex
 
 from copilot_otel.config import ConfigError
 from copilot_otel.web.server import SERVER, MetricsServer
+from tests.support.net import close_at_once, wait_until
 
 OPENMETRICS = "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5"
 
@@ -110,7 +111,7 @@ def half_sent(server: MetricsServer, count: int, prefix: bytes = b"GET /metr",
     sockets = []
     for number in range(count):
         if pace and number % 10 == 9:
-            time.sleep(0.02)
+            time.sleep(0.02)  # pacing, as said above
         sock = socket.create_connection(server.address, timeout=5)
         if prefix:
             sock.sendall(prefix)
@@ -120,7 +121,7 @@ def half_sent(server: MetricsServer, count: int, prefix: bytes = b"GET /metr",
 
 def close_all(sockets) -> None:
     for sock in sockets:
-        sock.close()
+        close_at_once(sock)
 
 
 def open_fds() -> int:
@@ -230,7 +231,7 @@ def test_scrapes_do_not_queue_behind_the_routes_work():
                 for _ in range(6)]
         for thread in busy:
             thread.start()
-        time.sleep(0.3)
+        time.sleep(0.3)  # the scenario: the workers busy when the scrape comes (nothing to observe them by)
         started = time.monotonic()
         status, _, body = request(server, "/metrics")
         took = time.monotonic() - started
@@ -251,7 +252,7 @@ class SlowCollector:
 
     def collect(self):
         self.calls += 1
-        time.sleep(self.delay)
+        time.sleep(self.delay)  # the thing under test: a slow collector
         return []
 
 
@@ -267,8 +268,8 @@ def test_slow_scrape_does_not_block_healthz_and_renders_are_shared():
                     for _ in range(5)]
         for thread in scrapers:
             thread.start()
-            time.sleep(0.02)
-        time.sleep(0.1)
+            time.sleep(0.02)  # the scenario: scrapes arriving one after another, into one slow collect
+        time.sleep(0.1)  # the scenario: all five in flight
         started = time.monotonic()
         assert request(server, "/healthz")[0] == 200
         assert time.monotonic() - started < 0.3
@@ -368,7 +369,7 @@ def test_request_head_size_is_capped():
             with pytest.raises(ConnectionError):
                 for number in range(25):
                     sock.sendall(b"X-Pad-%d: " % number + b"a" * 8000 + b"\r\n")
-                    time.sleep(0.02)
+                    time.sleep(0.02)  # the scenario: headers that come in over time
                 sock.recv(1)
                 sock.sendall(b"X: y\r\n")
                 raise AssertionError("still open after 200 kB of headers")
@@ -391,7 +392,7 @@ def healthz_within(server_port: int, seconds: float) -> float:
         finally:
             connection.close()
         assert time.monotonic() - started < seconds, f"/healthz did not answer within {seconds} s"
-        time.sleep(0.1)
+        time.sleep(0.1)  # a poll that measures how long the answer took (wait_until does not time it)
 
 
 def test_connection_cap_bounds_descriptors_and_keeps_health():
@@ -405,8 +406,9 @@ def test_connection_cap_bounds_descriptors_and_keeps_health():
         new = []
         try:
             new = half_sent(server, 100, prefix=b"", pace=True)
-            time.sleep(0.3)
-            assert all(closed_by_peer(sock, 0) for sock in old + new[:50])  # longest idle first
+            wait_until(lambda: all(closed_by_peer(sock, 0) for sock in old + new[:50]), timeout=10,
+                       what="the 100 longest idle closed",
+                       seen=lambda: sum(closed_by_peer(sock, 0) for sock in old + new))
             assert not any(closed_by_peer(sock, 0) for sock in new[50:])
             server_side = open_fds() - before - len(old) - len(new)
             assert server_side <= 50 + 5, server_side
@@ -421,7 +423,7 @@ def test_connection_cap_bounds_descriptors_and_keeps_health():
                 sock = socket.create_connection(server.address, timeout=5)
                 sock.sendall(b"GET /slow HTTP/1.1\r\nHost: localhost\r\n\r\n")
                 busy.append(sock)
-            time.sleep(0.3)
+            time.sleep(0.3)  # the scenario: 50 slow requests under way when the extra connection comes
             extra = socket.create_connection(server.address, timeout=5)
             busy.append(extra)
             assert closed_by_peer(extra, 2.0)  # every connection busy: refused
@@ -464,7 +466,7 @@ def test_a_flood_of_connections_never_exhausts_a_low_open_files_limit():
         most = 0
         for _ in range(20):
             most = max(most, len(os.listdir(f"/proc/{proc.pid}/fd")))
-            time.sleep(0.05)
+            time.sleep(0.05)  # sampling its descriptors over a second: the peak is what is measured
         healthz_within(port, 5.0)
         assert most < 256
     finally:
@@ -489,10 +491,9 @@ def test_client_that_does_not_read_is_cut_off():
         sock.connect(server.address)
         try:
             sock.sendall(b"GET /big HTTP/1.1\r\nHost: localhost\r\n\r\n")
-            deadline = time.monotonic() + 10
-            while errors(server.registry, "write_timeout") < 1:
-                assert time.monotonic() < deadline, "never cut off"
-                time.sleep(0.1)
+            wait_until(lambda: errors(server.registry, "write_timeout") >= 1, timeout=10, interval=0.1,
+                       what="the client that does not read cut off",
+                       seen=lambda: errors(server.registry, "write_timeout"))
         finally:
             sock.close()
         assert request(server, "/healthz")[0] == 200
@@ -513,8 +514,8 @@ def test_bad_requests_are_counted_not_logged_as_errors():
                 pass
             finally:
                 sock.close()
-        time.sleep(0.2)
-        assert errors(server.registry, "bad_request") >= 3
+        wait_until(lambda: errors(server.registry, "bad_request") >= 3, timeout=10, what="3 bad requests counted",
+                   seen=lambda: errors(server.registry, "bad_request"))
 
 
 def test_stop_with_open_connections_is_prompt_and_leaves_nothing():
@@ -530,7 +531,7 @@ def test_stop_with_open_connections_is_prompt_and_leaves_nothing():
         sockets.append(sock)
     try:
         assert request(server, "/metrics")[0] == 200
-        time.sleep(0.2)
+        time.sleep(0.2)  # the scenario: the slow requests under way when the server is stopped
         started = time.monotonic()
         server.stop()
         print(f"stop() took {time.monotonic() - started:.3f} s")

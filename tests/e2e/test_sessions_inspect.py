@@ -217,7 +217,7 @@ def test_inspect_of_a_running_session_and_follow(cli, provider, tmp_path):
         wait_until(lambda: process.events_path.exists() and b'"tool.execution_start"' in
                    process.events_path.read_bytes(), timeout=90, what="the tool to start")
         first = inspect(process.session_id, "--copilot-home", str(home)).stdout.decode()
-        time.sleep(1.5)
+        time.sleep(1.5)  # a clock that must advance: the duration grows between two looks
         second = inspect(process.session_id, "--copilot-home", str(home)).stdout.decode()
         assert "waiting_tool: waiting on tool bash" in first
         assert running_seconds(second) >= running_seconds(first) + 1

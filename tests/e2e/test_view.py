@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -21,11 +20,11 @@ from copilot_otel.web.routes import MAX_STREAMS
 from tests.support.copilot_cli import prompt_for
 from tests.support.biglog import grow
 from tests.support.browser import screenshot, view_url
-from tests.support.commands import COMMAND, REPO, clean_env
+from tests.support.commands import start_view
 from tests.support.daemon import DaemonProcess, complete_lines_spans, view_token
 from tests.support.events import SessionLog
 from tests.support.files import new_session
-from tests.support.net import LOOPBACK, free_port, wait_until
+from tests.support.net import LOOPBACK, wait_until
 from tests.support import viewclient as view_api
 from tests.support.viewclient import EventStream
 
@@ -239,17 +238,9 @@ def test_view_command_serves_replayed_history_without_a_daemon(browser, tmp_path
     and a session's waterfall with the spans replay makes."""
     home = tmp_path / "home"
     paths = [copy_session(scenario, home) for scenario in ("subagent", "plain", "failing_tool")]
-    port = free_port()
-    log = open(tmp_path / "view.log", "wb")  # noqa: SIM115 - the view's output, open while it runs
-    proc = subprocess.Popen([*COMMAND, "view", str(home), "--address", f"{LOOPBACK}:{port}", "--state-dir",
-                             str(tmp_path / "state")], cwd=REPO, env=clean_env(), stdout=log, stderr=log,
-                            stdin=subprocess.DEVNULL)
-    log.close()
+    proc, port = start_view(home, tmp_path / "state", tmp_path / "view.log", timeout=30)
     token_file = tmp_path / "state" / f"web-{port}.json"
     try:
-        wait_until(lambda: proc.poll() is not None or token_file.exists(), timeout=30,
-                   what="copilot-otel view to serve")
-        assert proc.poll() is None, (tmp_path / "view.log").read_text()
         page = browser.page()
         page.goto(view_url(port) + f"#token={view_token(tmp_path / 'state', port)}")
         page.wait_for_selector("tr.session")

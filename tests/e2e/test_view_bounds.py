@@ -116,7 +116,7 @@ def test_clients_that_never_read_cost_a_bounded_memory_and_are_cut(big):
         started, peak = time.monotonic(), 0.0
         while time.monotonic() - started < 3:
             peak = max(peak, memory(daemon.pid))
-            time.sleep(0.1)
+            time.sleep(0.1)  # sampling memory for 3 s: the peak is measured
         assert peak - before < CLIENTS * PER_CLIENT, f"{(peak - before) / 2**20:.0f} MiB for {CLIENTS} clients"
         wait_until(lambda: all(dropped_by_server(sock) for sock in streams), timeout=WRITE_TIMEOUT + 20,
                    what="every stream that does not read cut")
@@ -200,7 +200,7 @@ def test_the_sessions_stream_sends_a_page_only_when_it_changed(tmp_path):
         with EventStream(daemon.port, "/api/sessions/stream") as stream:
             _id, first = stream.message()
             turns = first["sessions"][0]["turns"]
-            time.sleep(1.0)
+            time.sleep(1.0)  # nothing is pushed within a second (MIN_PUSH 0.25 s)
             assert not answered(stream.sock)
             append(path, another_copy(real_log(), "more", _now()))
             _id, changed = stream.message(timeout=20)

@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from tests.support.net import LOOPBACK, free_ports, wait_until
+from tests.support.net import LOOPBACK, free_ports, port_taken, retry_taken_port, wait_until
 from tests.support.stack import backend
 
 BINARY = "otelcol-copilot"
@@ -35,14 +35,19 @@ class Collector:
     def __init__(self, folder: Path, *, grpc_port: int | None = None, http_port: int | None = None) -> None:
         self.folder = Path(folder)
         self.folder.mkdir(parents=True, exist_ok=True)
-        ports = free_ports(2)
-        self.grpc_port = grpc_port or ports[0]
-        self.http_port = http_port or ports[1]
+        self.chosen = (grpc_port, http_port)
+        self.pick_ports()
         self.logs_file = self.folder / "logs.jsonl"
         self.traces_file = self.folder / "traces.jsonl"
         self.config_file = self.folder / "otelcol.yaml"
         self.output = self.folder / "otelcol.out"
         self.proc: subprocess.Popen | None = None
+
+    def pick_ports(self) -> None:
+        """Free loopback ports for the receiver, where none were given."""
+        ports = free_ports(2)
+        self.grpc_port = self.chosen[0] or ports[0]
+        self.http_port = self.chosen[1] or ports[1]
 
     @property
     def grpc_endpoint(self) -> str:
@@ -83,12 +88,25 @@ service:
 """
 
     def start(self) -> Collector:
-        """Start it and wait until its receiver's ports answer."""
-        self.config_file.write_text(self.config())
-        with open(self.output, "ab") as out:
-            self.proc = subprocess.Popen([str(collector_binary()), "--config", str(self.config_file)],
-                                         stdin=subprocess.DEVNULL, stdout=out, stderr=out)
-        wait_until(self._ready, timeout=30, what=f"the Collector's receiver ({self.output})")
+        """Start it and wait until its receiver's ports answer (on new ones, the first time, if another process
+        took one it picked)."""
+        first, offset = self.proc is None, 0
+
+        def launch() -> None:
+            nonlocal offset
+            self.config_file.write_text(self.config())
+            offset = self.output.stat().st_size if self.output.exists() else 0
+            with open(self.output, "ab") as out:
+                self.proc = subprocess.Popen([str(collector_binary()), "--config", str(self.config_file)],
+                                             stdin=subprocess.DEVNULL, stdout=out, stderr=out)
+            wait_until(self._ready, timeout=30, what=f"the Collector's receiver ({self.output})")
+
+        def taken() -> bool:
+            exited = self.proc is not None and self.proc.poll() is not None
+            chose = self.chosen == (None, None)
+            return first and chose and exited and port_taken(self.output.read_bytes()[offset:].decode(errors="replace"))
+
+        retry_taken_port(launch, taken, self.pick_ports)
         return self
 
     def _ready(self) -> bool:

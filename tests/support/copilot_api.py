@@ -271,6 +271,6 @@ if __name__ == "__main__":  # manual probing: python -m tests.support.copilot_ap
         print(api.url, flush=True)
         try:
             while True:
-                time.sleep(3600)
+                time.sleep(3600)  # the scenario: an answer that never comes
         except KeyboardInterrupt:
             pass

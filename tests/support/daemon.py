@@ -14,7 +14,7 @@ import urllib.request
 from pathlib import Path
 
 from tests.support.commands import COMMAND, REPO, clean_env
-from tests.support.net import LOOPBACK, free_port, wait_until
+from tests.support.net import LOOPBACK, free_port, port_taken, retry_taken_port, wait_until
 from tests.support.scrape import Samples, fetch, parse, value
 from tests.support.viewclient import serving
 
@@ -81,16 +81,32 @@ class DaemonProcess:
         return argv
 
     def start(self, timeout: float = 20.0) -> DaemonProcess:
-        """Start it and wait until /healthz answers."""
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        log = open(self.log_path, "ab")  # noqa: SIM115 - the daemon's log, open while it runs
-        try:
-            self.started_at = time.monotonic()
-            self.proc = subprocess.Popen(self.argv(), env=clean_env(self.extra_env), stdin=subprocess.DEVNULL,
-                                         stdout=log, stderr=log, cwd=REPO)
-        finally:
-            log.close()
-        wait_until(self._ready, timeout=timeout, what=f"daemon /healthz (log: {self.log_text()[-2000:]})")
+        """Start it and wait until /healthz answers. On its first start, a port that another process took since
+        it was picked is picked anew (a restart keeps its port: scrapers know it)."""
+        first = self.proc is None
+        offset = [0]
+
+        def launch() -> None:
+            self.log_path.parent.mkdir(parents=True, exist_ok=True)
+            offset[0] = self.log_path.stat().st_size if self.log_path.exists() else 0
+            log = open(self.log_path, "ab")  # noqa: SIM115 - the daemon's log, open while it runs
+            try:
+                self.started_at = time.monotonic()
+                self.proc = subprocess.Popen(self.argv(), env=clean_env(self.extra_env), stdin=subprocess.DEVNULL,
+                                             stdout=log, stderr=log, cwd=REPO)
+            finally:
+                log.close()
+            wait_until(self._ready, timeout=timeout, what="daemon /healthz",
+                       seen=lambda: f"its log: {self.log_text()[-2000:]}")
+
+        def taken() -> bool:
+            exited = self.proc is not None and self.proc.poll() is not None
+            return first and exited and port_taken(self.log_path.read_bytes()[offset[0]:].decode(errors="replace"))
+
+        def repick() -> None:
+            self.port = free_port()
+
+        retry_taken_port(launch, taken, repick)
         serving(self.port, self.state_dir)
         return self
 
@@ -120,14 +136,19 @@ class DaemonProcess:
                         **labels: str) -> float:
         """Wait until sample ``name`` is at least ``at_least``; return the seconds since start()."""
 
+        last: list[object] = [None]
+
         def reached() -> bool:
             self._exited()
             try:
-                return value(self.scrape(timeout=30), name, **labels) >= at_least
-            except OSError:  # a scrape that timed out while the daemon is busy
+                got = value(self.scrape(timeout=30), name, **labels)
+            except OSError as error:  # a scrape that timed out while the daemon is busy
+                last[0] = error
                 return False
+            last[0] = got
+            return got >= at_least
 
-        wait_until(reached, timeout=timeout, interval=interval, what=f"{name} >= {at_least}")
+        wait_until(reached, timeout=timeout, interval=interval, what=f"{name} >= {at_least}", seen=lambda: last[0])
         return time.monotonic() - self.started_at
 
     def log_text(self) -> str:

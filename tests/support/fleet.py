@@ -165,6 +165,6 @@ class Alertmanager(ServerProcess):
                       "group_wait": "1s", "group_interval": "1s", "repeat_interval": "1h"},
             "receivers": [{"name": "webhook", "webhook_configs": [{"url": self.webhook_url}]}],
         }))
-        self._launch([binary, f"--config.file={config}", f"--storage.path={self.workdir / 'data'}",
-                      f"--web.listen-address={self.address}", "--cluster.listen-address="])
+        self._launch(lambda: [binary, f"--config.file={config}", f"--storage.path={self.workdir / 'data'}",
+                              f"--web.listen-address={self.address}", "--cluster.listen-address="])
         return self

@@ -7,16 +7,20 @@ sink. ``tests/support/daemon.py`` runs the real process where the process itself
 
 from __future__ import annotations
 
+import os
 import threading
 from pathlib import Path
 
+from click.testing import CliRunner, Result
 from prometheus_client import generate_latest
 
+from copilot_otel.cli.main import main
 from copilot_otel.config import Config
 from copilot_otel.daemon.daemon import Daemon
 from copilot_otel.otlp.limits import clean
 from copilot_otel.delivery.sinks import MemorySink
 from copilot_otel.model.attrs import COPILOT_RUNNING
+from tests.support.commands import SCRUBBED_PREFIXES, TEST_DEFAULTS
 from tests.support.net import wait_until
 from tests.support.scrape import Samples, parse
 from tests.support.spans import record_key
@@ -72,7 +76,16 @@ class InProcessDaemon:
     def wait_for_keys(self, expected: list, timeout: float = 20.0) -> list:
         """Wait until the exported spans are ``expected`` (as a set); return them all, duplicates too."""
         wanted = set(expected)
-        wait_until(lambda: set(self.keys()) >= wanted, timeout=timeout, what=f"{len(wanted)} spans")
+        wait_until(lambda: set(self.keys()) >= wanted, timeout=timeout, what=f"{len(wanted)} spans",
+                   seen=lambda: f"missing {sorted(wanted - set(self.keys()))}")
         got = self.keys()
         assert set(got) == wanted
         return got
+
+
+def run_command(*args: str, env: dict[str, str] | None = None, stdin: bytes | None = None) -> Result:
+    """``copilot-otel ARGS`` in this process (click's CliRunner), in the environment ``run_copilot_otel`` gives the
+    process: none of this one's OTEL_* and COPILOT_* variables, TEST_DEFAULTS, then ``env``; ``stdin`` its input.
+    What it logs goes to the logging of this process (pytest's), not to the result's stderr."""
+    scrubbed: dict[str, str | None] = {key: None for key in os.environ if key.startswith(SCRUBBED_PREFIXES)}
+    return CliRunner().invoke(main, list(args), env={**scrubbed, **TEST_DEFAULTS, **(env or {})}, input=stdin)

@@ -32,7 +32,7 @@ def call(name: str, args: dict) -> dict:
     if name == "fail":
         return {"content": [{"type": "text", "text": "the probe tool failed on purpose"}], "isError": True}
     if name == "slow":
-        time.sleep(SLOW_SECONDS)
+        time.sleep(SLOW_SECONDS)  # the thing under test: a slow MCP tool
         return {"content": [{"type": "text", "text": "slow done"}]}
     os._exit(3)  # crash: no answer, the pipe closes
 

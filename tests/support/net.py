@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import socket
+import struct
 import time
 import urllib.request
 from collections.abc import Callable
@@ -32,16 +34,27 @@ def free_port() -> int:
     return free_ports(1)[0]
 
 
-def wait_until(predicate: Callable[[], T], timeout: float = 20.0, interval: float = 0.05, what: str = "") -> T:
-    """Poll until ``predicate()`` is truthy; return its value, or fail naming ``what``."""
+def close_at_once(sock: socket.socket) -> None:
+    """Close ``sock`` with a reset (SO_LINGER 0), leaving no TIME_WAIT that holds a port for a minute: what a test
+    that opens thousands of connections does, so that test jobs beside it still find free ports."""
+    with contextlib.suppress(OSError):
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    sock.close()
+
+
+def wait_until(predicate: Callable[[], T], timeout: float = 20.0, interval: float = 0.05, what: str = "",
+               *, seen: Callable[[], object] | None = None) -> T:
+    """Poll until ``predicate()`` is truthy; return its value, or fail naming ``what`` and what it saw last:
+    ``seen()`` if given (what a yes/no predicate looked at), else the predicate's last value."""
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
         if value:
             return value
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what or predicate}")
-        time.sleep(interval)
+            last = seen() if seen is not None else value
+            raise AssertionError(f"timed out after {timeout} s waiting for {what or predicate}; last saw: {last!r}")
+        time.sleep(interval)  # the poll itself
 
 
 def wait_until_steady(read: Callable[[], T | None], *, polls: int = 3, timeout: float = 30.0, interval: float = 0.5,
@@ -55,8 +68,27 @@ def wait_until_steady(read: Callable[[], T | None], *, polls: int = 3, timeout: 
         seen[:] = [*seen[-(polls - 1):], value]
         return len(seen) == polls and value is not None and all(v == value for v in seen)
 
-    wait_until(steady, timeout=timeout, interval=interval, what=what)
+    wait_until(steady, timeout=timeout, interval=interval, what=what, seen=lambda: seen)
     return seen[-1]
+
+
+def port_taken(log: str) -> bool:
+    """A server's log says it could not listen: the port picked for it was taken by another process since."""
+    return "address already in use" in log.lower()
+
+
+def retry_taken_port(start: Callable[[], T], taken: Callable[[], bool], repick: Callable[[], None],
+                     attempts: int = 5) -> T:
+    """``start()`` a server on the ports picked for it; when that failed and ``taken()`` (it exited saying a
+    port is in use: another process took it between the pick and the bind), ``repick()`` and start again."""
+    for attempt in range(1, attempts + 1):
+        try:
+            return start()
+        except Exception:
+            if attempt == attempts or not taken():
+                raise
+            repick()
+    raise AssertionError("unreachable")
 
 
 def answers_ok(url: str, timeout: float = 1.0) -> bool:

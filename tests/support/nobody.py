@@ -15,6 +15,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from tests.support.net import free_port, port_taken, retry_taken_port
+
 NOBODY = 65534
 NOGROUP = 65534
 
@@ -93,6 +95,27 @@ def serve_as_nobody(setup: Callable[..., Any], serve: Callable[[Any], None], *ar
         stop_child(pid)
         raise AssertionError(f"the child as nobody did not start: {said.decode(errors='replace')}")
     return pid
+
+
+def serve_as_nobody_on_a_free_port(listen: Callable[[int], Any], serve: Callable[[Any], None]) -> tuple[int, int]:
+    """``serve_as_nobody(listen, serve, port)`` on a free loopback port, picked anew while another process takes
+    the one picked before the child binds it; (the child's pid, its port)."""
+    port = free_port()
+    failed = [""]
+
+    def start() -> int:
+        try:
+            return serve_as_nobody(listen, serve, port)
+        except AssertionError as error:
+            failed[0] = str(error)
+            raise
+
+    def repick() -> None:
+        nonlocal port
+        port = free_port()
+
+    pid = retry_taken_port(start, lambda: port_taken(failed[0]), repick)
+    return pid, port
 
 
 def stop_child(pid: int) -> None:

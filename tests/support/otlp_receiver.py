@@ -366,7 +366,7 @@ def _wait_all_threads_stopped(pid: int, timeout: float = 5.0) -> None:
             return
         if time.monotonic() > deadline:
             raise ReceiverError(f"rotel-agent (pid {pid}) did not stop: thread states {states}")
-        time.sleep(0.002)
+        time.sleep(0.002)  # a poll with its own deadline and error (the thread states seen)
 
 
 def _agent_env() -> dict[str, str]:
@@ -790,7 +790,7 @@ class OtlpReceiver(LoopbackEndpoints):
                 raise ReceiverError(
                     f"rotel-agent not listening after {self.startup_timeout}s:\n{self.log_text()[-2000:]}"
                 )
-            time.sleep(0.005)
+            time.sleep(0.005)  # a poll with its own deadline and error (the agent's log)
         self.startup_seconds = time.monotonic() - t0
         self.starts += 1
 

@@ -26,7 +26,7 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
-from tests.support.net import LOOPBACK, answers_ok, free_ports, wait_until
+from tests.support.net import LOOPBACK, answers_ok, free_ports, port_taken, retry_taken_port, wait_until
 
 PHOENIX = Path(sys.executable).parent / "phoenix"
 START_TIMEOUT = 600.0  # seconds: a 2-core machine that other test runs load can take minutes
@@ -48,19 +48,31 @@ class Phoenix:
             raise RuntimeError(f"no {PHOENIX}: install the test extra (pip install -e '.[test]'), "
                                "which pins arize-phoenix")
         self.workdir.mkdir(parents=True, exist_ok=True)
-        env = {key: value for key, value in os.environ.items() if not key.startswith(("PHOENIX_", "OTEL_"))}
-        env.update(PHOENIX_WORKING_DIR=str(self.workdir), PHOENIX_HOST=LOOPBACK, PHOENIX_PORT=str(self.port),
-                   PHOENIX_GRPC_PORT=str(self.grpc_port), PHOENIX_TELEMETRY_ENABLED="false")
-        log = open(self.workdir / "phoenix.log", "wb")
+        log_path = self.workdir / "phoenix.log"
         started = time.monotonic()
-        self._process = subprocess.Popen([str(PHOENIX), "serve"], env=env, stdout=log, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL, cwd=self.workdir, start_new_session=True)
-        log.close()
-        try:
-            wait_until(self._healthy, timeout=START_TIMEOUT, interval=0.5, what="Phoenix's /healthz")
-        except BaseException:
-            self.stop()
-            raise
+
+        def launch() -> None:
+            env = {key: value for key, value in os.environ.items() if not key.startswith(("PHOENIX_", "OTEL_"))}
+            env.update(PHOENIX_WORKING_DIR=str(self.workdir), PHOENIX_HOST=LOOPBACK, PHOENIX_PORT=str(self.port),
+                       PHOENIX_GRPC_PORT=str(self.grpc_port), PHOENIX_TELEMETRY_ENABLED="false")
+            log = open(log_path, "wb")  # noqa: SIM115 - the server's log, handed to it and closed here
+            self._process = subprocess.Popen([str(PHOENIX), "serve"], env=env, stdout=log, stderr=subprocess.STDOUT,
+                                             stdin=subprocess.DEVNULL, cwd=self.workdir, start_new_session=True)
+            log.close()
+            try:
+                wait_until(self._healthy, timeout=START_TIMEOUT, interval=0.5, what="Phoenix's /healthz")
+            except BaseException:
+                self.stop()
+                raise
+
+        def taken() -> bool:  # stop() has ended it; its log says why
+            return port_taken(log_path.read_text(errors="replace"))
+
+        def repick() -> None:
+            self.port, self.grpc_port = free_ports(2)
+            self.base = f"http://{LOOPBACK}:{self.port}"
+
+        retry_taken_port(launch, taken, repick)
         self.started_in = time.monotonic() - started
         return self
 

@@ -53,8 +53,9 @@ class Prometheus(ServerProcess):
         if self.alertmanagers:
             settings["alerting"] = {"alertmanagers": [{"static_configs": [{"targets": self.alertmanagers}]}]}
         config.write_text(json.dumps(settings))  # JSON is YAML
-        self._launch([binary, f"--config.file={config}", f"--storage.tsdb.path={self.workdir / 'data'}",
-                      f"--web.listen-address=127.0.0.1:{self.port}", "--storage.tsdb.retention.time=1h", *self.flags])
+        self._launch(lambda: [binary, f"--config.file={config}", f"--storage.tsdb.path={self.workdir / 'data'}",
+                              f"--web.listen-address=127.0.0.1:{self.port}", "--storage.tsdb.retention.time=1h",
+                              *self.flags])
         return self
 
     def query(self, expr: str) -> list[dict]:

@@ -498,7 +498,7 @@ def _sit_slow(c: Ctx) -> Reply:
     """The first LLM call is held <arg> seconds (default 5), then answers; a later call (after a
     message typed meanwhile) answers at once."""
     if c.step == 0:
-        time.sleep(float(c.arg or 5))
+        time.sleep(float(c.arg or 5))  # the scenario: a provider that takes this long
         return Reply(content="First answer, after a slow start.")
     return Reply(content="Done after a slow start.")
 
@@ -999,6 +999,6 @@ if __name__ == "__main__":  # manual probing: python tests/support/provider.py [
         print(p.base_url, flush=True)
         try:
             while True:
-                time.sleep(3600)
+                time.sleep(3600)  # the scenario: an answer that never comes
         except KeyboardInterrupt:
             pass

@@ -5,9 +5,10 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
-from tests.support.net import answers_ok, free_port, wait_until
+from tests.support.net import answers_ok, free_port, port_taken, retry_taken_port, wait_until
 
 
 class ServerProcess:
@@ -18,8 +19,12 @@ class ServerProcess:
 
     def __init__(self, workdir: Path) -> None:
         self.workdir = Path(workdir)
-        self.port = free_port()
         self.proc: subprocess.Popen | None = None
+        self.pick_ports()
+
+    def pick_ports(self) -> None:
+        """Pick free loopback ports for what it listens on (a subclass with more ports picks those too)."""
+        self.port = free_port()
 
     @property
     def url(self) -> str:
@@ -32,15 +37,29 @@ class ServerProcess:
     def start(self) -> ServerProcess:
         raise NotImplementedError
 
-    def _launch(self, argv: list[str], env: dict[str, str] | None = None) -> None:
-        """Start ``argv`` (``env``: its whole environment; default this one's), its output appended to the log."""
-        self.workdir.mkdir(parents=True, exist_ok=True)
-        log = open(self.log_path, "ab")  # noqa: SIM115 - the process's log, handed to it and closed here
-        try:
-            self.proc = subprocess.Popen(argv, stdout=log, stderr=log, stdin=subprocess.DEVNULL, env=env)
-        finally:
-            log.close()
-        wait_until(self._ready, timeout=30, what=f"{self.name} /-/ready")
+    def _launch(self, argv: Callable[[], list[str]], env: Callable[[], dict[str, str]] | None = None) -> None:
+        """Start ``argv()`` (``env()``: its whole environment; default this one's), its output appended to the log.
+        Both are called again with new ports when, on its first start, another process took one of them."""
+        first = self.proc is None
+        offset = 0
+
+        def launch() -> None:
+            nonlocal offset
+            self.workdir.mkdir(parents=True, exist_ok=True)
+            offset = self.log_path.stat().st_size if self.log_path.exists() else 0
+            log = open(self.log_path, "ab")  # noqa: SIM115 - the process's log, handed to it and closed here
+            try:
+                self.proc = subprocess.Popen(argv(), stdout=log, stderr=log, stdin=subprocess.DEVNULL,
+                                             env=env() if env else None)
+            finally:
+                log.close()
+            wait_until(self._ready, timeout=30, what=f"{self.name} /-/ready")
+
+        def taken() -> bool:
+            exited = self.proc is not None and self.proc.poll() is not None
+            return first and exited and port_taken(self.log_path.read_bytes()[offset:].decode(errors="replace"))
+
+        retry_taken_port(launch, taken, self.pick_ports)
 
     def _ready(self) -> bool:
         if self.proc.poll() is not None:

@@ -51,7 +51,7 @@ def wait_for_keys(traces: Path, expected: list, timeout: float = 20.0) -> list:
     """Wait until the set of exported spans equals ``expected``; return all exported (duplicates too)."""
     wanted = set(expected)
     wait_until(lambda: set(spans_now(traces)) >= wanted, timeout=timeout,
-               what=f"{len(wanted)} spans in {traces}")
+               what=f"{len(wanted)} spans in {traces}", seen=lambda: sorted(wanted - set(spans_now(traces))))
     got = spans_now(traces)
     assert set(got) == wanted
     return got

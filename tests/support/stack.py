@@ -83,17 +83,23 @@ class Gateway(ServerProcess):
     def __init__(self, workdir: Path, *, traces_to: str, metrics_to: str, queue_dir: Path | None = None,
                  config: Path = GATEWAY_CONFIG, env: dict[str, str] | None = None) -> None:
         super().__init__(workdir)  # self.port: the health_check extension
-        self.grpc_port, self.http_port, self.telemetry_port = free_ports(3)
         self.queue_dir = Path(queue_dir) if queue_dir else self.workdir / "queue"
         self.config = config
-        self.variables = {
-            "JAEGER_OTLP_ENDPOINT": traces_to, "PROMETHEUS_OTLP_ENDPOINT": metrics_to,
-            "GATEWAY_QUEUE_DIR": str(self.queue_dir),
+        self.variables = {"JAEGER_OTLP_ENDPOINT": traces_to, "PROMETHEUS_OTLP_ENDPOINT": metrics_to,
+                          "GATEWAY_QUEUE_DIR": str(self.queue_dir), **self._listening(), **(env or {})}
+
+    def pick_ports(self) -> None:
+        super().pick_ports()
+        self.grpc_port, self.http_port, self.telemetry_port = free_ports(3)
+        if hasattr(self, "variables"):  # picked anew after a port was taken
+            self.variables.update(self._listening())
+
+    def _listening(self) -> dict[str, str]:
+        return {
             "GATEWAY_OTLP_GRPC_ENDPOINT": f"{LOOPBACK}:{self.grpc_port}",
             "GATEWAY_OTLP_HTTP_ENDPOINT": f"{LOOPBACK}:{self.http_port}",
             "GATEWAY_HEALTH_ENDPOINT": f"{LOOPBACK}:{self.port}",
             "GATEWAY_TELEMETRY_HOST": LOOPBACK, "GATEWAY_TELEMETRY_PORT": str(self.telemetry_port),
-            **(env or {}),
         }
 
     @property
@@ -108,7 +114,7 @@ class Gateway(ServerProcess):
         return [str(backend("otelcol-copilot")), f"--config={self.config}"]
 
     def start(self) -> Gateway:
-        self._launch(self.argv(), env={**os.environ, **self.variables})
+        self._launch(self.argv, env=lambda: {**os.environ, **self.variables})
         return self
 
     def start_unready(self) -> None:
@@ -144,8 +150,11 @@ class Jaeger(ServerProcess):
 
     def __init__(self, workdir: Path, storage: str = "badger") -> None:
         super().__init__(workdir)  # self.port: jaeger_query's HTTP endpoint
-        self.otlp_grpc_port, self.otlp_http_port, self.query_grpc_port, self.health_port = free_ports(4)
         self.storage = storage
+
+    def pick_ports(self) -> None:
+        super().pick_ports()
+        self.otlp_grpc_port, self.otlp_http_port, self.query_grpc_port, self.health_port = free_ports(4)
 
     @property
     def otlp_endpoint(self) -> str:
@@ -178,11 +187,14 @@ class Jaeger(ServerProcess):
         return {"badger": {"directories": {"keys": data, "values": data}, "ephemeral": False, "ttl": {"spans": "2h"}}}
 
     def start(self) -> Jaeger:
+        self._launch(self._argv)
+        return self
+
+    def _argv(self) -> list[str]:
         config = self.workdir / "jaeger.yaml"
         self.workdir.mkdir(parents=True, exist_ok=True)
         config.write_text(json.dumps(self.settings()))
-        self._launch([str(backend("jaeger")), f"--config={config}"])
-        return self
+        return [str(backend("jaeger")), f"--config={config}"]
 
     def _ready(self) -> bool:
         if self.proc.poll() is not None:

@@ -65,13 +65,15 @@ class FlakySink(MemorySink):
 
 
 class GatedSink(MemorySink):
-    """Delivers only once the gate is open."""
+    """Delivers only once the gate is open; ``held`` is set once the exporter waits at the gate."""
 
     def __init__(self) -> None:
         super().__init__()
         self.gate = threading.Event()
+        self.held = threading.Event()
 
     def export(self, records) -> None:
+        self.held.set()
         self.gate.wait(10)
         super().export(records)
 
@@ -121,7 +123,7 @@ def test_a_marker_is_committed_only_after_the_spans_before_it(make_queue):
     queue.put([], (marker("/a", 100),))
     queue.put(spans(2, first=4))
     queue.put([], (marker("/a", 200),))
-    time.sleep(0.1)
+    assert sink.held.wait(5)
     assert checkpoint.commits == []  # the sink has delivered nothing yet
     sink.gate.set()
     assert queue.flush(5)
@@ -137,7 +139,7 @@ def test_the_latest_marker_of_a_file_wins_within_a_batch(make_queue):
     checkpoint = Checkpoint(sink)
     queue = make_queue(sink, checkpoint)
     queue.put(spans(1))  # holds the exporter while the rest queue up
-    time.sleep(0.05)
+    assert sink.held.wait(5)
     queue.put(spans(1, first=2))
     for offset in (10, 20, 30):
         queue.put([], (marker("/a", offset),))
@@ -346,7 +348,7 @@ def test_markers_waiting_behind_a_stuck_span_stay_one_per_file(make_queue):
     sink = GatedSink()
     queue = make_queue(sink)
     queue.put(spans(1))
-    time.sleep(0.05)  # the exporter holds it
+    assert sink.held.wait(5)  # the exporter holds it
     queue.put(spans(1, first=2))
     for n in range(5000):
         queue.put([], (marker(f"/{n % 3}", n),))

@@ -11,6 +11,7 @@ from copilot_otel.model.pipeline import Outputs, drive
 from copilot_otel.model.sessions import SessionModel
 from copilot_otel.source.tail import FileTail, read_all
 from tests.support.events import SessionLog
+from tests.support.net import wait_until
 
 HELD = 0.5  # how long the test watches a held reader stay where it is, s
 
@@ -28,13 +29,6 @@ def a_session(path):
     return path
 
 
-def wait_for(condition, timeout=30.0):
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.005)
-
-
 def test_drive_stops_at_its_next_event_while_a_render_runs(tmp_path):
     """drive, handed the daemon's pause, gives way to a render before its next event."""
     items = read_all(a_session(tmp_path / "events.jsonl"))
@@ -50,7 +44,7 @@ def test_drive_stops_at_its_next_event_while_a_render_runs(tmp_path):
                                                                                                      "pause": PAUSE})
     with PAUSE.rendering():
         reader.start()
-        wait_for(lambda: pulled)
+        wait_until(lambda: pulled, timeout=30, interval=0.005, what="drive to pull its first event")
         reader.join(HELD)
         assert reader.is_alive() and len(pulled) == 1 and not out.events  # held before applying the first event
     reader.join(30)

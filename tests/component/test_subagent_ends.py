@@ -1,5 +1,6 @@
 """A sub-agent's span ends at its own subagent.completed (issue 23 item 11), on the real CLI's logs: in
-parallel_subagents_stream the task call of p0 completes 3 ms before its sub-agent does; the span was cut to it."""
+parallel_subagents_stream the task call of p0 completes 3 ms before its sub-agent does; the span was cut to it.
+`replay` runs in this process over the stored logs."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.commands import run_replay
+from tests.support.inprocess import run_command
 from tests.support.otlp_json import read_spans
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"
@@ -28,8 +29,8 @@ def test_each_subagent_span_ends_at_its_completion_inside_its_task_call(log, tmp
     completed = {e["data"]["toolCallId"]: ns(e["timestamp"]) for e in events if e["type"] == "subagent.completed"
                  and not e["data"].get("cancelled")}
     traces = tmp_path / "t.jsonl"
-    result = run_replay(str(log), "--state-dir", str(tmp_path / "s"), "--traces-file", str(traces))
-    assert result.returncode == 0, result.stderr
+    result = run_command("replay", str(log), "--state-dir", str(tmp_path / "s"), "--traces-file", str(traces))
+    assert result.exit_code == 0, result.output
     spans = read_spans(traces)
     by_id = {s.span_id: s for s in spans}
     checked = 0

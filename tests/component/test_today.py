@@ -1,11 +1,12 @@
 """Today's CLI (tests/fixtures/situations: background_subagent, custom_agent, hooks, skill, mcp_tools,
-user_command, reasoning_tokens), read through `replay` and checked against the events and the CLI's own export."""
+user_command, reasoning_tokens), read through `replay` (in this process) and checked against the events and
+the CLI's own export."""
 
 from __future__ import annotations
 
 import pytest
 
-from tests.e2e.test_situations import by_op, check_nesting, replay, roots, session
+from tests.component.test_situations import by_op, check_nesting, replay, roots, session
 from tests.fixtures.situations import FIXTURES, Fixture
 from tests.support.otlp_json import iso_ns
 

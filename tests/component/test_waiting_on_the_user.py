@@ -1,6 +1,6 @@
 """A session waiting on a person (issue 23 item 8): it says on what, the wait is not the tool's run time, and it is
 never coloured as a fault. On the real CLI 1.0.102's log of a permission prompt (failing_tool: `view` of a path
-outside the folder asks for permission; offline, the CLI answered it itself)."""
+outside the folder asks for permission; offline, the CLI answered it itself), the commands run in this process."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import json
 from datetime import datetime
 from pathlib import Path
 
-from tests.support.commands import run_copilot_otel, run_replay
 from tests.support.files import EVENTS_FILE, new_session
+from tests.support.inprocess import run_command
 from tests.support.otlp_json import read_spans
 from tests.support.scrape import parse
 
@@ -39,9 +39,9 @@ def test_the_tool_span_carries_the_wait_on_the_person_and_its_duration_metric_le
     call_id = asked["data"]["permissionRequest"]["toolCallId"]
     waited_ms = (ns(answered["timestamp"]) - ns(asked["timestamp"])) / 1e6
     traces, metrics = tmp_path / "t.jsonl", tmp_path / "m.prom"
-    result = run_replay(str(FIXTURE), "--state-dir", str(tmp_path / "s"), "--traces-file", str(traces),
-                        "--metrics-file", str(metrics))
-    assert result.returncode == 0, result.stderr
+    result = run_command("replay", str(FIXTURE), "--state-dir", str(tmp_path / "s"), "--traces-file", str(traces),
+                         "--metrics-file", str(metrics))
+    assert result.exit_code == 0, result.output
     spans = read_spans(traces)
     (gated,) = [s for s in spans if s.attributes.get("gen_ai.tool.call.id") == call_id]
     assert abs(gated.attributes["github.copilot.tool.user_wait.duration"] - waited_ms / 1e3) < 1e-5 and waited_ms > 0
@@ -62,19 +62,19 @@ def test_a_session_waiting_on_a_permission_says_for_which_tool(tmp_path):
     home = tmp_path / "home"
     path = new_session(home, FIXTURE.name)
     path.write_text("".join(json.dumps(e) + "\n" for e in events()[:line]))
-    listed = run_copilot_otel("sessions", "--from-files", "--json", "--copilot-home", str(home), "--state-dir",
-                              str(tmp_path / "s"))
-    assert listed.returncode == 0, listed.stderr
+    listed = run_command("sessions", "--from-files", "--json", "--copilot-home", str(home), "--state-dir",
+                         str(tmp_path / "s"))
+    assert listed.exit_code == 0, listed.output
     (row,) = json.loads(listed.stdout)
     tool = next(e["data"]["toolName"] for e in events() if e["type"] == "tool.execution_start"
                 and e["data"]["toolCallId"] == asked["data"]["permissionRequest"]["toolCallId"])
     assert row["state"] == "waiting_user" and row["asking"] == f"permission for {tool}", row
     assert row["asking_since_ms"] == ns(asked["timestamp"]) // 1_000_000
-    text = run_copilot_otel("sessions", "--from-files", "--copilot-home", str(home), "--state-dir", str(tmp_path / "s"),
-                            env={"COLUMNS": "200"})
-    assert f"(asks permission for {tool})" in text.stdout.decode(), text.stdout
-    shown = run_copilot_otel("inspect", str(path), env={"COLUMNS": "200"})
-    assert f"asks the user for permission for {tool}" in shown.stdout.decode(), shown.stdout
+    text = run_command("sessions", "--from-files", "--copilot-home", str(home), "--state-dir", str(tmp_path / "s"),
+                       env={"COLUMNS": "200"})
+    assert f"(asks permission for {tool})" in text.stdout, text.output
+    shown = run_command("inspect", str(path), env={"COLUMNS": "200"})
+    assert f"asks the user for permission for {tool}" in shown.stdout, shown.output
 
 
 def test_waiting_on_the_user_is_not_coloured_as_a_fault():
