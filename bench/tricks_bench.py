@@ -83,8 +83,8 @@ TRICKS = [
     Trick("ReaderPause", "base/pause.py: the reader waits while a /metrics render runs", "base/pause.py",
           "", "\n\nclass _NoPause(ReaderPause):  # tricks_bench\n    @contextmanager\n"
               "    def rendering(self) -> Iterator[None]:\n        yield\n\n\nPAUSE = _NoPause()\n", ("flood",)),
-    Trick("DeferredCollection", "base/collector.py: gc off while the daemon's reader reads a backlog",
-          "base/collector.py", "", "\n\nDeferredCollection.reading = lambda self, busy: None  # type: ignore  "
+    Trick("DeferredCollection", "daemon/collector.py: gc off while the daemon's reader reads a backlog",
+          "daemon/collector.py", "", "\n\nDeferredCollection.reading = lambda self, busy: None  # type: ignore  "
           "# tricks_bench\n", ("flood", "backlog")),
 ]
 

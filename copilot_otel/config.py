@@ -224,7 +224,7 @@ class Config(Struct, frozen=True):
     @property
     def daemon_socket(self) -> Path:
         """The daemon's Unix socket, where the commands ask it (to this uid only)."""
-        from .base.owner import SOCKET_NAME
+        from .base.peers import SOCKET_NAME
 
         return self.state_dir / SOCKET_NAME
 

@@ -26,7 +26,7 @@ from msgspec.structs import fields, replace
 from ..config import DEFAULT_MAX_LINE_BYTES
 from ..model.options import ModelOptions
 from .history import summarize_log
-from ..base.private import private_dir, read_private, write_private
+from ..base.private_files import private_dir, read_private, write_private
 from ..source.sources import UnreadableLog, list_sessions, path_from_text, path_text
 from ..model.summary import SessionSummary
 from ..model.usage import INT64_MAX

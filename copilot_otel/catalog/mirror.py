@@ -20,7 +20,7 @@ from ..decode.payloads import (SessionFacts, SubagentEnd, SubagentStart, ToolEnd
 from ..model.attrs import USAGE_TOKENS
 from ..model.changes import CodeChanges
 from ..model.counts import CallCounts
-from ..model.openwork import Outbox, Totals
+from ..model.open_spans import Outbox, Totals
 from ..model.summary import SessionSummary, Tally, make_summary
 from ..model.usage import CALLS
 from ..vocab import (END_ERROR, END_IDLE, END_INCOMPLETE, END_SHUTDOWN, END_TASK_COMPLETE, IDLE, INCOMPLETE,

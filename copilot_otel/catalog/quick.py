@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ..base.regular import open_regular
+from ..base.regular_files import open_regular
 from ..decode.events import Event
 from ..decode.lines import decode_kept, decode_line, is_utf8, skim_at
 from ..model.sessions import HANDLED_TYPES, READ_TYPES

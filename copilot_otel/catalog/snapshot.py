@@ -23,7 +23,7 @@ from ..model.pipeline import Warn
 from ..model.records import SpanRecord
 from ..model.sessions import SessionModel
 from ..source.sources import UnreadableLog, session_id_of
-from ..model.openwork import InteractionSummary
+from ..model.open_spans import InteractionSummary
 from .status import SessionStatus, status_of
 from ..model.summary import SessionSummary
 from ..vocab import ABANDONED, ENDED

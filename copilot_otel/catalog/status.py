@@ -19,7 +19,7 @@ from msgspec.structs import replace
 from .board import Row, row_json
 from .history import history_liveness
 from ..source.liveness import Liveness, StuckPolicy, live_state, pid_alive, silence
-from .settle import settled
+from .settled import settled
 from ..model.summary import SessionSummary
 from ..vocab import ENDED, IDLE, STUCK, WAITING_TOOL, WORKING
 

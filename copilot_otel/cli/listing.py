@@ -26,7 +26,7 @@ from ..catalog.board import MAX_PAGE_SIZE, NO_REPOSITORY
 from ..catalog.cache import Catalog
 from ..base.display import ago, clock_time, count, where
 from ..model.summary import CREDITS_LEGEND, credits_noted, credits_text
-from ..base.owner import NotOurs, connect_own, describe_uid, listener_uid
+from ..base.peers import NotOurs, connect_own, describe_uid, listener_uid
 from ..source.liveness import StuckPolicy
 from ..base.parsing import DURATION_HINT, duration_seconds
 from ..base.safe_text import safe

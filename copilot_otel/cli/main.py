@@ -482,7 +482,7 @@ def open_view(print_url, **options) -> None:
     another user holds the port, nothing is opened.
     """
     from ..web.access import opener_file, read_token_file, token_file, with_token, write_opener
-    from ..base.owner import describe_uid, listener_uid
+    from ..base.peers import describe_uid, listener_uid
 
     try:
         config = build_config(exports=False, **options)
@@ -524,7 +524,7 @@ def open_view(print_url, **options) -> None:
 def _running_port(state_dir: Path, preferred: int) -> int | None:
     """The port of a server of yours that left its token in ``state_dir``: ``preferred`` (the daemon's) if it runs,
     else a `view` (its default port first, then the newest token file); None if none runs."""
-    from ..base.owner import listener_uid
+    from ..base.peers import listener_uid
 
     found = {}
     for path in Path(state_dir).glob("web-*.json"):

@@ -29,7 +29,7 @@ from .exports import ExportSide, daemon_metrics
 from .follow import Follower
 from .history import History
 from ..source.liveness import ABANDON, ABANDONED_RETENTION, DORMANT, Liveness, live_state, lock_pids, pid_alive, verdict
-from ..base.collector import ReaderCollection
+from .collector import ReaderCollection
 from ..base.logs import RateLimitedLog, ReportedOnce
 from ..metrics.registry import Metrics
 from .moves import Moves
@@ -38,13 +38,13 @@ from .outbox import Outbox
 from ..model.pipeline import Outputs
 from ..model.logs import LogRecord
 from ..catalog.published import Published
-from .readout import Readout
+from .scrape_view import Readout
 from .rounds import Rounds
 from ..otlp.resource import resource_attributes
 from ..otlp.contract import RecordSink, SpanSink
 from ..source.sources import SESSION_STATE
 from ..source import trust
-from ..base.regular import NOT_REGULAR
+from ..base.regular_files import NOT_REGULAR
 from ..model.summary import SessionSummary
 from ..vocab import END_INCOMPLETE, END_SHUTDOWN
 
@@ -94,7 +94,7 @@ class Daemon:
         self._init_reading(config)
         # the OTLP metrics pusher (OTEL_METRICS_EXPORTER=otlp): /healthz says its failures
         self.metrics_push: MetricsPusher | None = None
-        # own_gc: this daemon owns the process's garbage collector (base/collector.py).
+        # own_gc: this daemon owns the process's garbage collector (daemon/collector.py).
         self._collection = ReaderCollection() if own_gc else None
 
     def _init_sessions(self) -> None:

@@ -17,7 +17,7 @@ from ..otlp.json_encoder import OtlpJsonEncoder
 from ..delivery.queue import ExportQueue
 from ..delivery.sinks import make_sink
 from ..model.logs import LogRecord
-from .readout import Readout
+from .scrape_view import Readout
 
 log = logging.getLogger("copilot_otel.daemon.daemon")  # its lines read as the daemon's, as before
 

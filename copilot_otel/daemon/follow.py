@@ -30,7 +30,7 @@ from ..model.options import ModelOptions
 from ..decode.lines import decode_line
 from ..base.display import duration
 from ..base.pause import PAUSE
-from ..base.regular import open_regular
+from ..base.regular_files import open_regular
 from ..decode.events import DecodeError, Event
 from ..source.identity import EDITED
 from ..source.liveness import Liveness, locks_expected

@@ -14,8 +14,8 @@ import threading
 from pathlib import Path
 from collections.abc import Sequence
 
-from ..base.linefile import LineFile
-from ..base.private import private_dir
+from .linefile import LineFile
+from ..base.private_files import private_dir
 from ..otlp.json_encoder import OtlpJsonEncoder
 from ..model.records import SpanRecord
 

@@ -26,8 +26,8 @@ from collections.abc import Callable
 from msgspec import Struct
 import orjson
 
-from ..base.linefile import LineFile
-from ..base.private import read_private, write_private
+from .linefile import LineFile
+from ..base.private_files import read_private, write_private
 
 log = logging.getLogger(__name__)
 

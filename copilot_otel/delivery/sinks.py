@@ -11,9 +11,9 @@ from typing import Any
 from ..base.parsing import ConfigError
 from ..otlp.limits import DEFAULT_MAX_REQUEST_BYTES
 from ..otlp.settings import OtlpSettings
-from ..base.linefile import FileBusy
+from .linefile import FileBusy
 from ..otlp.json_encoder import OtlpJsonEncoder
-from ..base.private import private_dir
+from ..base.private_files import private_dir
 from ..model.records import SpanRecord
 from ..otlp.resource import resource_attributes
 from .rotation import RotatingFile, Rotation

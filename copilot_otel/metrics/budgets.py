@@ -29,7 +29,7 @@ from msgspec import Struct
 
 from ..base import boundedyaml
 from ..base.parsing import ConfigError
-from ..base.regular import read_config
+from ..base.regular_files import read_config
 from .decimals import DecimalTotals
 
 DEFAULT_WARN_AT = 0.8

@@ -14,7 +14,7 @@ from ..decode.events import Event
 from .records import KIND_CLIENT, span_id_for
 from .counts import CallCounts
 from .messages import Transcript
-from .openwork import Agent, OpenSpan, Outbox, Turn
+from .open_spans import Agent, OpenSpan, Outbox, Turn
 from .summary import Tally
 from .usage import CALLS
 from ..decode.payloads import Usage, as_num, as_str

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 from collections.abc import Mapping
 
-from .openwork import Outbox
+from .open_spans import Outbox
 from .summary import Tally
 from .usage import LINES_ADDED as ADDED, LINES_REMOVED as REMOVED
 from ..decode.payloads import as_int

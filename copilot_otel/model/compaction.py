@@ -11,7 +11,7 @@ from . import attrs as A
 from . import spanattrs
 from ..decode.events import Event
 from .records import KIND_CLIENT, KIND_INTERNAL, STATUS_OK, span_id_for, trace_id_for
-from .openwork import OpenSpan, Outbox
+from .open_spans import OpenSpan, Outbox
 from ..decode.payloads import as_str
 from ..vocab import CANCELLED, OUT_OF_ORDER, Metric
 

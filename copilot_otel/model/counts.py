@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from . import attrs as A
 from .credits import CreditBook
-from .openwork import OpenSpan, Outbox
+from .open_spans import OpenSpan, Outbox
 from .summary import Tally
 from .usage import PREMIUM, TOKEN_INDEX
 from ..decode.payloads import as_num

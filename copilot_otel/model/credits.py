@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .openwork import OpenSpan, Outbox, Totals
+from .open_spans import OpenSpan, Outbox, Totals
 from .summary import Tally
 from .usage import NANO_AIU
 from ..decode.payloads import Usage, as_str

@@ -16,7 +16,7 @@ from msgspec import Struct
 
 from . import attrs as A
 from ..decode.events import Event
-from .openwork import OpenSpan, Outbox
+from .open_spans import OpenSpan, Outbox
 from .records import KIND_INTERNAL, STATUS_OK, span_id_for, trace_id_for
 from .spanattrs import Capture
 from ..vocab import INCOMPLETE, OUT_OF_ORDER

@@ -10,7 +10,7 @@ from . import attrs as A
 from . import spanattrs
 from ..decode.events import Event
 from .records import KIND_INTERNAL, STATUS_OK, SpanEvent, SpanRecord, span_id_for, trace_id_for
-from .openwork import Agent, Interaction, InteractionSummary, OpenSpan, Outbox, Totals, Turn
+from .open_spans import Agent, Interaction, InteractionSummary, OpenSpan, Outbox, Totals, Turn
 from .summary import Tally
 from .messages import Transcript
 from .tools import ToolBook

@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Any, cast
 
 from . import attrs as A
-from .openwork import Talk
+from .open_spans import Talk
 from .records import SpanRecord
 from .spanattrs import Capture, to_json
 

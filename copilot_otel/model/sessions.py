@@ -27,7 +27,7 @@ from .options import ModelOptions
 from ..decode.lines import type_set
 from ..decode.events import Event
 from .records import SpanEvent, SpanRecord, Step
-from .openwork import InteractionSummary, Outbox
+from .open_spans import InteractionSummary, Outbox
 from .summary import SessionSummary, Tally, make_summary
 from .tools import ToolBook
 from ..decode.payloads import (SessionError, SessionFacts, SubagentEnd, SubagentStart, TaskComplete, ToolEnd,

@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 
 from . import attrs as A
-from .openwork import Totals
+from .open_spans import Totals
 from ..decode.payloads import SessionError, SessionFacts, Usage, as_num
 from ..vocab import COMPLETE, MAIN_AGENT, PARTIAL, UNAVAILABLE
 

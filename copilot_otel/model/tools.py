@@ -8,7 +8,7 @@ from ..decode.events import Event
 from .records import KIND_INTERNAL, STATUS_OK, SpanEvent, span_id_for, trace_id_for
 from .messages import Transcript, result_text
 from .spanattrs import Capture
-from .openwork import Agent, OpenSpan, Outbox
+from .open_spans import Agent, OpenSpan, Outbox
 from .summary import Tally
 from ..decode.payloads import SubagentEnd, SubagentStart, ToolEnd, ToolStart
 from ..vocab import CANCELLED, FAILURE, INCOMPLETE, OUT_OF_ORDER, SUCCESS, Metric

@@ -61,7 +61,7 @@ def machine_attributes() -> dict[str, Any]:
 def instance_id(state_dir: Path, *, strict: bool = True) -> str | None:
     """This state folder's service.instance.id: read from INSTANCE_FILE, or made (a new UUID) and kept there 0600.
     None, with a warning, when the folder cannot hold it (the resource then goes without)."""
-    from ..base.private import read_private, state_folder, write_new_private
+    from ..base.private_files import read_private, state_folder, write_new_private
 
     path = Path(state_dir) / INSTANCE_FILE
     try:

@@ -17,7 +17,7 @@ from msgspec import Struct
 
 from ..base.parsing import ConfigError, parse_bool
 from ..base.redact import redact, redact_url
-from ..base.regular import check_regular, reason
+from ..base.regular_files import check_regular, reason
 from ..base.structs import repr_without
 
 ENV_OTLP_ENDPOINT = "OTEL_EXPORTER_OTLP_ENDPOINT"

@@ -22,7 +22,7 @@ from urllib.parse import urlparse
 from msgspec.structs import replace
 
 from ..base.redact import redact_url
-from ..base.regular import read_regular
+from ..base.regular_files import read_regular
 from ..version import __version__
 from .settings import ENV_OTLP_ENDPOINT, OtlpSettings
 from .answers import (MAX_ANSWER_BYTES, PROTOBUF, HttpAnswer, Signal, grpc_error, http_answer, quote,

@@ -22,7 +22,7 @@ from ..delivery.deadletter import DeadLetter
 from .delivery import GaveUp, LogSender, ReplaySender
 from .ledger import Ledger, identity_of, same_log
 from ..otlp.json_encoder import OtlpJsonEncoder
-from ..base.private import write_private
+from ..base.private_files import write_private
 from .batches import Batch, ReplayStats
 from .runner import BATCH, replay_files, replay_stream
 from ..otlp.resource import build_resource, resource_of

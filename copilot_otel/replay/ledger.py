@@ -34,8 +34,8 @@ from msgspec import Struct
 
 from ..base import pidlock
 from ..base.hashes import blake2b
-from ..base.private import open_private, private_dir, touch_private
-from ..base.regular import open_regular
+from ..base.private_files import open_private, private_dir, touch_private
+from ..base.regular_files import open_regular
 from ..base.sqlitestore import busy, damaged, open_checked
 from ..source.identity import prefix_crc
 from ..source.sources import path_from_text, path_text

@@ -29,7 +29,7 @@ from .identity import (COPIED, EDITED, FINGERPRINT_BYTES, HEAD_BYTES, REPLACED, 
                        window_crc)
 from ..base.hashes import crc32
 from ..base.pause import PAUSE
-from ..base.regular import open_regular
+from ..base.regular_files import open_regular
 from .sources import UnreadableLog
 
 __all__ = ["CHUNK", "FileIdentity", "FileTail", "ReadResult", "Refused", "read_all"]

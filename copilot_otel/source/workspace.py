@@ -18,7 +18,7 @@ from msgspec.structs import replace
 
 from ..base import boundedyaml
 from ..base.logs import ReportedOnce
-from ..base.regular import read_regular, reason
+from ..base.regular_files import read_regular, reason
 from ..model.summary import SessionSummary
 
 FILE_NAME = "workspace.yaml"

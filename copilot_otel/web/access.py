@@ -36,8 +36,8 @@ import orjson
 from aiohttp import web
 
 from ..base.parsing import ConfigError
-from ..base.private import write_private
-from ..base.regular import open_regular
+from ..base.private_files import write_private
+from ..base.regular_files import open_regular
 from .logins import Busy, Logins, source_of
 from .webconfig import WebConfig
 

@@ -17,7 +17,7 @@ from prometheus_client import CollectorRegistry
 
 from .access import new_token, opener_file, token_file, with_token, write_token_file
 from ..config import Config
-from ..base.private import private_dir
+from ..base.private_files import private_dir
 from ..base.redact import hide
 from .server import MetricsServer
 from .webconfig import WebConfig, load_web_config

@@ -25,7 +25,7 @@ import socket
 from collections import deque
 from collections.abc import Awaitable, Callable, Hashable
 
-from ..base.owner import tcp_peer_uid
+from ..base.peers import tcp_peer_uid
 
 PER_SOURCE = 2  # checks one source may have waiting (the one being checked aside)
 REMEMBERED = 1024  # logins remembered as right, and as many as wrong

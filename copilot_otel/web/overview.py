@@ -24,7 +24,7 @@ from ..catalog.history import history_liveness, now_live, summarize_log
 from ..source.liveness import Liveness, StuckPolicy, live_state, pid_alive, silence
 from ..model.options import ModelOptions
 from ..catalog.published import Published
-from ..catalog.settle import settled
+from ..catalog.settled import settled
 from ..source.sources import SourceError, UnreadableLog
 from ..model.summary import SessionSummary
 

@@ -31,7 +31,7 @@ from .exposition import CachedExposition
 from ..config import ConfigError
 from .guard import Connections, LoopErrors, QuietLog, Workers, http_errors, raise_open_files_limit
 from ..base.pause import PAUSE
-from ..base.owner import bind_socket, peer_uid, port_holder, remove_socket
+from ..base.peers import bind_socket, peer_uid, port_holder, remove_socket
 from .webconfig import WebConfig
 
 log = logging.getLogger(__name__)

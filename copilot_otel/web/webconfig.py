@@ -20,7 +20,7 @@ from msgspec import Struct, field
 
 from ..base import boundedyaml
 from ..base.parsing import ConfigError
-from ..base.regular import check_regular, read_config, reason
+from ..base.regular_files import check_regular, read_config, reason
 
 TLS_VERSIONS = {"TLS10": ssl.TLSVersion.TLSv1, "TLS11": ssl.TLSVersion.TLSv1_1, "TLS12": ssl.TLSVersion.TLSv1_2,
                 "TLS13": ssl.TLSVersion.TLSv1_3}

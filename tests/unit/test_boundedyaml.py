@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from copilot_otel.base import boundedyaml
-from copilot_otel.base.regular import NotRegular, TooLarge, read_regular
+from copilot_otel.base.regular_files import NotRegular, TooLarge, read_regular
 
 
 def test_plain_documents_read_as_the_safe_loader_reads_them():

@@ -1,4 +1,4 @@
-"""base/collector.py: the cyclic collector is off while the reader reads, collects once every max_deferral
+"""daemon/collector.py: the cyclic collector is off while the reader reads, collects once every max_deferral
 meanwhile, and is on again when it rests (or left alone if someone else turned it off)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import weakref
 
 import pytest
 
-from copilot_otel.base.collector import DeferredCollection
+from copilot_otel.daemon.collector import DeferredCollection
 
 
 class Node:

@@ -1,5 +1,5 @@
 """Issue 23's pure parts, on logs the real CLI 1.0.102 wrote: a session summed up from its files as the daemon
-holds it (settle.py), its name (workspace.py), the repository / folder filter, thresholds applied to a daemon's
+holds it (settled.py), its name (workspace.py), the repository / folder filter, thresholds applied to a daemon's
 row, and durations measured as of the request."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from copilot_otel.config import ModelOptions
 from copilot_otel.cli.listing import place_matches
 from copilot_otel.source.liveness import StuckPolicy
 from copilot_otel.catalog.history import summarize_log
-from copilot_otel.catalog.settle import settled
+from copilot_otel.catalog.settled import settled
 from copilot_otel.catalog.status import SessionStatus
 from copilot_otel.vocab import END_INCOMPLETE, ENDED, IDLE, STUCK, WAITING_TOOL
 from copilot_otel.source.workspace import MAX_BYTES, MAX_NAME_CHARS, read_name

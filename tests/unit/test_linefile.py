@@ -7,7 +7,7 @@ import signal
 
 import pytest
 
-from copilot_otel.base.linefile import LineFile
+from copilot_otel.delivery.linefile import LineFile
 
 
 def test_a_torn_last_line_is_cut_off_when_the_file_is_opened(tmp_path):

@@ -13,7 +13,7 @@ import os
 import threading
 from pathlib import Path
 
-from .private import open_private
+from ..base.private_files import open_private
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ import stat
 import struct
 from pathlib import Path
 
-from .private import PRIVATE_FILE
+from .private_files import PRIVATE_FILE
 
 SOCKET_NAME = "daemon.sock"
 _PEERCRED = struct.Struct("3i")  # pid, uid, gid
