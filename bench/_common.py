@@ -17,6 +17,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from tests.support.daemon import DaemonProcess  # noqa: E402
+
 DEFAULT_SOURCE = Path("/tmp/corpus/home_all")
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 

@@ -24,8 +24,8 @@ import time
 from pathlib import Path
 
 import bcrypt
-
 from _common import DaemonProcess, median, percentile
+
 from tests.support.tls import make_ca, make_cert
 
 PASSWORD = "a long and correct password"

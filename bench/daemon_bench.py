@@ -30,15 +30,15 @@ import sys
 import tempfile
 import time
 import uuid
-from datetime import datetime, UTC
+from datetime import UTC, datetime
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (
     DEFAULT_SOURCE,
+    FileGrowth,
     add_daemon_options,
     bench_daemon,
-    FileGrowth,
     cpu_seconds,
     machine,
     median,
@@ -46,6 +46,7 @@ from _common import (
     rss_mb,
 )
 from corpus import _write, idle_template, make_idle, source_logs
+
 from tests.support.scrape import value
 
 

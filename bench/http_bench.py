@@ -31,8 +31,8 @@ import socket
 import sys
 import tempfile
 import time
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import add_daemon_options, bench_daemon, cpu_seconds, machine, median, percentile

@@ -22,8 +22,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from copilot_otel.source import identity, tail as tail_module
 from copilot_otel.model.sessions import READ_TYPES
+from copilot_otel.source import identity
+from copilot_otel.source import tail as tail_module
 from copilot_otel.source.tail import FileTail
 from tests.support.biglog import grow
 

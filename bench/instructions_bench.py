@@ -119,6 +119,7 @@ def startup(args, work: Path) -> None:
 def startup_instructions(args, work: Path) -> None:
     """Instructions of the daemon from its start until it follows --startup-folders idle folders (callgrind)."""
     from corpus import make_idle
+
     from tests.support.daemon import DaemonProcess
     from tests.support.scrape import value
     home = work / "startup-home"

@@ -35,10 +35,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import DEFAULT_SOURCE, bytecode_env, copilot_otel_bin, machine, median
 from corpus import synthesize
 
-from copilot_otel.otlp.json_encoder import OtlpJsonEncoder
-from copilot_otel.replay.runner import BATCH, ReplayStats, default_workers, replay_files, replay_session, resolve
-from copilot_otel.otlp.resource import resource_attributes
 from copilot_otel.delivery.sinks import FileSink
+from copilot_otel.otlp.json_encoder import OtlpJsonEncoder
+from copilot_otel.otlp.resource import resource_attributes
+from copilot_otel.replay.runner import BATCH, ReplayStats, default_workers, replay_files, replay_session, resolve
 from copilot_otel.source.sources import session_id_of
 from copilot_otel.source.tail import read_all
 

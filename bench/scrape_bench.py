@@ -29,7 +29,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from datetime import datetime, UTC
+from datetime import UTC, datetime
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -42,6 +42,7 @@ from _common import (
     percentile,
 )
 from corpus import EVENTS_FILE, SESSION_STATE, Template, make_idle, source_logs
+
 from tests.support.scrape import by_label, value
 
 OPENMETRICS = "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5"

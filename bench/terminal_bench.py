@@ -26,10 +26,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from rich.console import Console
 
-from copilot_otel import listing
 from copilot_otel.base.safe_text import SafeFormatter, safe
-from copilot_otel.catalog.status import SessionStatus
 from copilot_otel.base.strictmodes import check_folder
+from copilot_otel.catalog.status import SessionStatus
+from copilot_otel.cli import listing
 from copilot_otel.model.summary import SessionSummary
 
 CLEAN = "claude-sonnet-4.5 · octo-org/octo-repo@feature/otel-fixtures"

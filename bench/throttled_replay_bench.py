@@ -32,8 +32,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import DEFAULT_SOURCE, REPO
 from corpus import synthesize
 
-from tests.support.otlp_receiver import OtlpReceiver
 from tests.support.commands import COMMAND, clean_env
+from tests.support.otlp_receiver import OtlpReceiver
 from tests.support.throttling_receiver import ThrottlingGate
 
 

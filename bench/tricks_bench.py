@@ -218,8 +218,9 @@ def part_flood(args, work: Path, rows: list[Row]) -> None:
 
 
 def part_backlog(args, work: Path, rows: list[Row]) -> None:
-    from attack_bench import DAEMON_ARGS
     from _common import bench_daemon
+    from attack_bench import DAEMON_ARGS
+
     from tests.support.events import SessionLog
     from tests.support.files import append, new_session
     from tests.support.net import wait_until

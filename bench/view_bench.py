@@ -47,6 +47,7 @@ from _common import (
 )
 from corpus import EVENTS_FILE, SESSION_STATE, make_idle
 from scrape_bench import iso, make_live
+
 from tests.support.browser import Browser
 from tests.support.scrape import value
 

@@ -33,11 +33,12 @@ import sys
 import tempfile
 import threading
 import time
-from datetime import datetime, UTC
+from datetime import UTC, datetime
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import add_daemon_options, bench_daemon, cpu_seconds, machine, median, percentile
+
 from tests.support.biglog import another_copy, grow
 from tests.support.files import new_session
 from tests.support.net import LOOPBACK, wait_until

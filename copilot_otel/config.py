@@ -5,25 +5,28 @@ from __future__ import annotations
 import math
 import os
 import re
-from pathlib import Path
 from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
 from msgspec import Struct, field
 from msgspec.structs import force_setattr
 
-from .otlp.settings import OtlpSettings
-from .otlp.limits import DEFAULT_MAX_LABEL_VALUES, DEFAULT_MAX_REQUEST_BYTES, MIN_MAX_REQUEST_BYTES
-from .base.parsing import ConfigError  # every front end catches it from here
+from .base.parsing import (
+    DURATION_HINT,
+    ConfigError,  # every front end catches it from here
+    duration_seconds,
+)
 from .base.parsing import parse_bool as _parse_bool
-from .base.parsing import DURATION_HINT, duration_seconds
-from .base.parsing import parse_seconds as _parse_seconds
 from .base.parsing import parse_int as _parse_int
 from .base.parsing import parse_path as _parse_path
-from .source.liveness import StuckPolicy
-from .model.options import DEFAULT_CONTENT_MAX_CHARS, ModelOptions  # read from here too
+from .base.parsing import parse_seconds as _parse_seconds
 from .delivery.rotation import Rotation
+from .model.options import DEFAULT_CONTENT_MAX_CHARS, ModelOptions  # read from here too
+from .otlp.limits import DEFAULT_MAX_LABEL_VALUES, DEFAULT_MAX_REQUEST_BYTES, MIN_MAX_REQUEST_BYTES
+from .otlp.settings import OtlpSettings
+from .source.liveness import StuckPolicy
 
 # Our own variables: every flag --some-flag is COPILOT_OTEL_SOME_FLAG.
 ENV_PREFIX = "COPILOT_OTEL_"

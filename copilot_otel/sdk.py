@@ -16,27 +16,27 @@ from __future__ import annotations
 
 import logging
 import threading
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from msgspec.structs import replace
 from prometheus_client import CollectorRegistry, Counter
 
-from .config import Config
 from .base.parsing import ConfigError
-from .otlp.settings import OtlpSettings
-from .decode.lines import decode_object
+from .config import Config
 from .decode.events import DecodeError
+from .decode.lines import decode_object
 from .delivery.queue import ExportQueue
+from .delivery.sinks import make_sink
 from .metrics.collectors import LiveSession
 from .metrics.registry import Metrics
+from .model.logs import LogRecord
 from .model.pipeline import Outputs, drive, finish
 from .model.sessions import SessionModel
-from .otlp.resource import resource_of
-from .delivery.sinks import make_sink
 from .otlp.contract import RecordSink, SpanSink
-from .model.logs import LogRecord
+from .otlp.resource import resource_of
+from .otlp.settings import OtlpSettings
 from .vocab import IDLE
 
 if TYPE_CHECKING:

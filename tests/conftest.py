@@ -5,8 +5,8 @@ import shutil
 import sys
 import tempfile
 import threading
-from pathlib import Path
 from collections.abc import Callable, Iterable
+from pathlib import Path
 
 import pytest
 
@@ -22,9 +22,9 @@ from tests.support import home as run_home  # noqa: E402
 
 run_home.isolate()  # before any test runs a command: HOME and the XDG folders are the run's own (support/home.py)
 
-from tests.support.copilot_cli import Corpus, CopilotCLI, CopilotCLIMissing, generate_corpus  # noqa: E402
-from tests.support.provider import ScriptedProvider  # noqa: E402
+from tests.support.copilot_cli import CopilotCLI, CopilotCLIMissing, Corpus, generate_corpus  # noqa: E402
 from tests.support.net import free_port, wait_until  # noqa: E402
+from tests.support.provider import ScriptedProvider  # noqa: E402
 
 # ---------------------------------------------------------------------------------------
 # Three layers, by folder: `pytest -m unit` (or tests/unit) and so on; registered in pyproject.toml.

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import logging
 import time
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 
 log = logging.getLogger("copilot_otel")
 

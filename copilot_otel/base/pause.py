@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import threading
 import time
-from contextlib import contextmanager
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 MAX_WAIT = 1.0  # how long the renders may hold the reader, s, from the first of them
 

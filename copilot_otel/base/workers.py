@@ -14,8 +14,8 @@ import os
 import sys
 import threading
 from collections import deque
-from contextlib import contextmanager
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 # queue and signal, and these, are imported where a pool is made or a worker runs (where concurrent.futures has

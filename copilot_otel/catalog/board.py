@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from pathlib import Path
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import NamedTuple
 
 from msgspec import Struct

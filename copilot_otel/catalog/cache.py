@@ -23,14 +23,14 @@ import msgspec
 from msgspec import Meta, Struct, defstruct
 from msgspec.structs import fields, replace
 
+from ..base.private_files import private_dir, read_private, write_private
 from ..config import DEFAULT_MAX_LINE_BYTES
 from ..model.options import ModelOptions
-from .history import summarize_log
-from ..base.private_files import private_dir, read_private, write_private
-from ..source.sources import UnreadableLog, list_sessions, path_from_text, path_text
 from ..model.summary import SessionSummary
 from ..model.usage import INT64_MAX
+from ..source.sources import UnreadableLog, list_sessions, path_from_text, path_text
 from ..source.workspace import NameCache
+from .history import summarize_log
 
 log = logging.getLogger(__name__)
 
@@ -189,8 +189,8 @@ class Catalog:
         if len(paths) < PARALLEL_MIN or workers == 1:
             return job(paths)
         from ..base.workers import MAX_WORKERS, WorkerPool, available_cpus
-        from . import quick  # noqa: F401 - imported once here, forked workers start with it and the model
         from ..logreader import LogReader  # noqa: F401
+        from . import quick  # noqa: F401 - imported once here, forked workers start with it and the model
 
         count = workers or max(1, min(available_cpus(), MAX_WORKERS))
         shards = [paths[i:i + SHARD] for i in range(0, len(paths), SHARD)]

@@ -10,13 +10,12 @@ from pathlib import Path
 from msgspec.structs import replace
 
 from ..config import DEFAULT_MAX_LINE_BYTES
-from ..source.sources import session_id_of
-from ..source.liveness import ABANDONED_RETENTION, Liveness, lock_pids, locks_expected, pid_alive
 from ..decode.normalize import parse_version
 from ..model.options import ModelOptions
 from ..model.summary import SessionSummary
+from ..source.liveness import ABANDONED_RETENTION, Liveness, lock_pids, locks_expected, pid_alive
+from ..source.sources import session_id_of
 from ..vocab import IDLE
-
 
 REJECTED_KEPT = 5  # the first lines that could not be read are named in the summary (all are counted)
 

@@ -15,16 +15,42 @@ from msgspec.structs import replace
 
 from ..decode.events import Event
 from ..decode.normalize import Normalizer
-from ..decode.payloads import (SessionFacts, SubagentEnd, SubagentStart, ToolEnd, ToolStart, Usage, UserMessage,
-                               as_num, as_str, request_id, requested_tools, user_request)
+from ..decode.payloads import (
+    SessionFacts,
+    SubagentEnd,
+    SubagentStart,
+    ToolEnd,
+    ToolStart,
+    Usage,
+    UserMessage,
+    as_num,
+    as_str,
+    request_id,
+    requested_tools,
+    user_request,
+)
 from ..model.attrs import USAGE_TOKENS
 from ..model.changes import CodeChanges
 from ..model.counts import CallCounts
 from ..model.open_spans import Outbox, Totals
 from ..model.summary import SessionSummary, Tally, make_summary
 from ..model.usage import CALLS
-from ..vocab import (END_ERROR, END_IDLE, END_INCOMPLETE, END_SHUTDOWN, END_TASK_COMPLETE, IDLE, INCOMPLETE,
-                     SUCCESS, UNKNOWN_MODEL, USER_REQUESTS, WAITING_TOOL, WAITING_USER, WORKING)
+from ..vocab import (
+    END_ERROR,
+    END_IDLE,
+    END_INCOMPLETE,
+    END_SHUTDOWN,
+    END_TASK_COMPLETE,
+    IDLE,
+    INCOMPLETE,
+    SUCCESS,
+    UNKNOWN_MODEL,
+    USER_REQUESTS,
+    WAITING_TOOL,
+    WAITING_USER,
+    WORKING,
+)
+
 
 class _Turn:
     __slots__ = ("llm_calls", "requested_tools", "truncated", "turn_id")

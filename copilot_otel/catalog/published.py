@@ -7,14 +7,14 @@ generation agree.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
-from collections.abc import Mapping
 
 from msgspec import Struct, field
 
-from ..source.liveness import Liveness
 from ..model.summary import SessionSummary
+from ..source.liveness import Liveness
 
 
 class Published(Struct, frozen=True):

@@ -10,15 +10,15 @@ the same of a session: how its last interaction ended, and whether the session e
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 
 from msgspec.structs import replace
 
 from ..config import DEFAULT_IDLE_QUIET
-from ..source.liveness import ABANDONED_RETENTION, GRACE_SECONDS, lock_pids, locks_expected, pid_alive
 from ..decode.normalize import parse_version
 from ..model.summary import SessionSummary
+from ..source.liveness import ABANDONED_RETENTION, GRACE_SECONDS, lock_pids, locks_expected, pid_alive
 from ..vocab import END_INCOMPLETE, IDLE
 
 

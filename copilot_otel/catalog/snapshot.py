@@ -10,24 +10,24 @@ from __future__ import annotations
 
 import logging
 import time
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 
 from msgspec import Struct
 
 from ..config import DEFAULT_MAX_LINE_BYTES
-from ..model.options import ModelOptions
-from ..source.liveness import StuckPolicy, pid_alive
 from ..logreader import LogReader
+from ..model.open_spans import InteractionSummary
+from ..model.options import ModelOptions
 from ..model.pipeline import Warn
 from ..model.records import SpanRecord
 from ..model.sessions import SessionModel
-from ..source.sources import UnreadableLog, session_id_of
-from ..model.open_spans import InteractionSummary
-from .status import SessionStatus, status_of
 from ..model.summary import SessionSummary
-from ..vocab import ABANDONED, ENDED
+from ..source.liveness import StuckPolicy, pid_alive
+from ..source.sources import UnreadableLog, session_id_of
 from ..source.workspace import named
+from ..vocab import ABANDONED, ENDED
+from .status import SessionStatus, status_of
 
 log = logging.getLogger(__name__)
 

@@ -9,19 +9,19 @@ Its JSON form is a row of the web view's ``/api/sessions`` (``rows.row_json``), 
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from msgspec import Struct
 from msgspec.structs import replace
 
+from ..model.summary import SessionSummary
+from ..source.liveness import Liveness, StuckPolicy, live_state, pid_alive, silence
+from ..vocab import ENDED, IDLE, STUCK, WAITING_TOOL, WORKING
 from .board import Row, row_json
 from .history import history_liveness
-from ..source.liveness import Liveness, StuckPolicy, live_state, pid_alive, silence
 from .settled import settled
-from ..model.summary import SessionSummary
-from ..vocab import ENDED, IDLE, STUCK, WAITING_TOOL, WORKING
 
 _MS = 1_000_000
 

@@ -11,9 +11,9 @@ it used nothing. With no time window the totals are exactly the sessions' own (t
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime, tzinfo
 from typing import TYPE_CHECKING
-from collections.abc import Iterable
 
 from msgspec import Struct
 from msgspec.structs import astuple

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from ..base.parsing import DURATION_HINT, duration_seconds
 from ..config import (
     DEFAULT_CONTENT_MAX_CHARS,
     DEFAULT_MAX_LINE_BYTES,
@@ -20,7 +21,6 @@ from ..config import (
     MIN_MAX_REQUEST_BYTES,
     env_flag,
 )
-from ..base.parsing import DURATION_HINT, duration_seconds
 
 # Paths are checked where they are used, which says what is wrong in one line (click's check would add usage).
 PATH = click.Path(path_type=Path, readable=False)

@@ -10,11 +10,11 @@ from collections import defaultdict
 from msgspec import Struct
 from msgspec.structs import asdict
 
-from ..model import attrs as A
 from ..base.display import count, iso_time, plural
-from ..model.summary import CREDITS_UNKNOWN, credits_text
-from ..model.records import STATUS_ERROR, STATUS_OK, SpanRecord
 from ..catalog.snapshot import Snapshot
+from ..model import attrs as A
+from ..model.records import STATUS_ERROR, STATUS_OK, SpanRecord
+from ..model.summary import CREDITS_UNKNOWN, credits_text
 from ..vocab import INCOMPLETE
 
 

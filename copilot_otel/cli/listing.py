@@ -14,23 +14,23 @@ import logging
 import os
 import socket
 import time
+from collections.abc import Iterable
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
-from collections.abc import Iterable
 
-from msgspec import Struct
 import orjson
+from msgspec import Struct
 
+from ..base.display import ago, clock_time, count, where
+from ..base.parsing import DURATION_HINT, duration_seconds
+from ..base.peers import NotOurs, connect_own, describe_uid, listener_uid
+from ..base.safe_text import safe
 from ..catalog.board import MAX_PAGE_SIZE, NO_REPOSITORY
 from ..catalog.cache import Catalog
-from ..base.display import ago, clock_time, count, where
-from ..model.summary import CREDITS_LEGEND, credits_noted, credits_text
-from ..base.peers import NotOurs, connect_own, describe_uid, listener_uid
-from ..source.liveness import StuckPolicy
-from ..base.parsing import DURATION_HINT, duration_seconds
-from ..base.safe_text import safe
 from ..catalog.status import SessionStatus, status_of
+from ..model.summary import CREDITS_LEGEND, credits_noted, credits_text
+from ..source.liveness import StuckPolicy
 from ..vocab import ABANDONED, ENDED, STUCK, WAITING_TOOL, WAITING_USER, WORKING
 
 if TYPE_CHECKING:

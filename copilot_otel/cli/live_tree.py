@@ -9,8 +9,8 @@ from rich.live import Live
 from rich.segment import Segment
 from rich.text import Text
 
-from ..source.liveness import StuckPolicy
 from ..catalog.snapshot import SessionReader, Snapshot
+from ..source.liveness import StuckPolicy
 from .tree import build_tree
 
 REDRAW_SECONDS = 1.0

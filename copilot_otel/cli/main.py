@@ -12,7 +12,9 @@ import click
 import orjson
 from click.core import ParameterSource
 
-from ..version import __version__
+from ..base.safe_text import safe, safe_json, safe_lines
+from ..base.safe_text import say as _say
+from ..base.strictmodes import check_output_file, check_state_dir
 from ..config import (
     DEFAULT_CONTENT_MAX_CHARS,
     DEFAULT_GIVE_UP_AFTER,
@@ -28,13 +30,29 @@ from ..config import (
     ConfigError,
     parse_address,
 )
-from .flags import (BUDGETS_FILE, DURATION, COPILOT_HOME, HIDE_NAMES, LOG_LEVEL, MAX_LINE_BYTES, METRICS_ADDRESS, PATH,
-                    STATE_DIR, STRICT_MODES, TRACE_URL_HELP, WEB_VIEW_COST, access_options, export_options, option,
-                    reading_options, repository_option, stuck_options, Duration)
-from ..base.safe_text import safe, safe_json, safe_lines
-from ..base.safe_text import say as _say
-from ..base.strictmodes import check_output_file, check_state_dir
+from ..version import __version__
 from ..vocab import SESSION_STATES
+from .flags import (
+    BUDGETS_FILE,
+    COPILOT_HOME,
+    DURATION,
+    HIDE_NAMES,
+    LOG_LEVEL,
+    MAX_LINE_BYTES,
+    METRICS_ADDRESS,
+    PATH,
+    STATE_DIR,
+    STRICT_MODES,
+    TRACE_URL_HELP,
+    WEB_VIEW_COST,
+    Duration,
+    access_options,
+    export_options,
+    option,
+    reading_options,
+    repository_option,
+    stuck_options,
+)
 
 if TYPE_CHECKING:  # each command imports what it uses when it runs
     from ..catalog.snapshot import SessionReader
@@ -118,12 +136,12 @@ def replay(paths, log_level, metrics_file, workers, rate, give_up_after, restart
     A replay that stops (Ctrl-C, a crash, a backend that refused for too long) is continued by
     running the same command again: what was delivered is not sent twice.
     """
+    from ..base.workers import one_run_collector
+    from ..delivery.sinks import make_sink
+    from ..otlp.resource import resource_of
+    from ..replay.job import METRICS_REFUSED, replay_logs, replay_stdin, report, write_metrics
     from ..replay.ledger import LedgerBusy
     from ..replay.runner import SourceError, resolve
-    from ..replay.job import METRICS_REFUSED, replay_logs, replay_stdin, report, write_metrics
-    from ..otlp.resource import resource_of
-    from ..delivery.sinks import make_sink
-    from ..base.workers import one_run_collector
 
     one_run_collector()
     _setup_logging(log_level)
@@ -172,9 +190,9 @@ def inspect(session, log_level, json, follow, **options) -> None:
     a session folder or an events.jsonl. Tool arguments are shown only with
     OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true.
     """
+    from ..catalog.snapshot import SessionReader
     from ..config import capture_content_from_env
     from ..model.options import ModelOptions
-    from ..catalog.snapshot import SessionReader
     from ..source.sources import SourceError, UnreadableLog
 
     _setup_logging(log_level)
@@ -208,6 +226,7 @@ def _show_session(reader: SessionReader, policy: StuckPolicy, *, follow: bool, a
     """`inspect`'s output: the tree redrawn while the session runs, one JSON object, or the tree once."""
     if follow:
         from rich.console import Console
+
         from .live_tree import follow_session
 
         follow_session(reader, policy=policy, console=Console())
@@ -218,6 +237,7 @@ def _show_session(reader: SessionReader, policy: StuckPolicy, *, follow: bool, a
         click.echo(safe_json(document).decode())
     else:
         from rich.console import Console
+
         from .tree import build_tree
 
         Console().print(build_tree(reader.snapshot(policy=policy)))
@@ -266,8 +286,8 @@ def sessions(state, repository, since, json, from_files, log_level, **options) -
     its Unix socket there) when there is one, else from the session logs. Whatever listens on
     --metrics-address is never asked (anyone may take the port); if a stranger holds it, this says so.
     """
-    from .listing import from_daemon, parse_since, render, select
     from ..source.sources import SESSION_STATE, SourceError
+    from .listing import from_daemon, parse_since, render, select
 
     states, as_json = state, json
     _setup_logging(log_level)
@@ -349,8 +369,8 @@ def usage(by, group, since, until, tz, json, csv, log_level, **options) -> None:
     """
     import time
 
-    from .usage import build, parse_when, problems_text, to_csv, to_json, zone_of
     from ..source.sources import SESSION_STATE, SourceError
+    from .usage import build, parse_when, problems_text, to_csv, to_json, zone_of
 
     _setup_logging(log_level)
     if json and csv:
@@ -481,8 +501,8 @@ def open_view(print_url, **options) -> None:
     itself: another user can read every command line. The token goes only to a server of your own user: if
     another user holds the port, nothing is opened.
     """
-    from ..web.access import opener_file, read_token_file, token_file, with_token, write_opener
     from ..base.peers import describe_uid, listener_uid
+    from ..web.access import opener_file, read_token_file, token_file, with_token, write_opener
 
     try:
         config = build_config(exports=False, **options)

@@ -14,12 +14,12 @@ from rich.console import Group
 from rich.text import Text
 from rich.tree import Tree
 
-from ..model import attrs as A
 from ..base.display import clock_time, duration, plural, where
-from ..model.summary import PARTIAL_NOTE
-from ..model.records import STATUS_ERROR, SpanRecord
 from ..base.safe_text import safe
 from ..catalog.snapshot import Snapshot
+from ..model import attrs as A
+from ..model.records import STATUS_ERROR, SpanRecord
+from ..model.summary import PARTIAL_NOTE
 from ..vocab import ABANDONED, INCOMPLETE, STUCK, WAITING_TOOL, WAITING_USER, WORKING
 from .layout import Layout, Totals, to_json  # noqa: F401 (to_json: inspect's JSON, here as before)
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 import csv
 import io
 import re
-from datetime import date, datetime, time as day_time, timedelta, tzinfo
+from datetime import date, datetime, timedelta, tzinfo
+from datetime import time as day_time
 from pathlib import Path
 
 from msgspec import Struct
@@ -18,7 +19,7 @@ from msgspec import Struct
 from ..base.display import count, plural
 from ..base.parsing import DURATION_HINT, duration_seconds
 from ..base.safe_text import safe, spreadsheet_cell
-from ..catalog.usage import (AMOUNTS, NANO_AIU_PER_CREDIT, USD_PER_CREDIT, Row, total, usage_rows)
+from ..catalog.usage import AMOUNTS, NANO_AIU_PER_CREDIT, USD_PER_CREDIT, Row, total, usage_rows
 from ..source.liveness import StuckPolicy
 
 RATE_NOTE = (f"1 AI credit = ${USD_PER_CREDIT:.2f} (GitHub's billing rate); premium requests are what sessions "

@@ -12,41 +12,41 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from stat import S_ISREG
 from types import MappingProxyType
-from functools import partial
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from msgspec.structs import replace
 
-from ..state.checkpoint import Checkpoint, StateLock
+from ..base.logs import RateLimitedLog, ReportedOnce
+from ..base.regular_files import NOT_REGULAR
+from ..catalog.published import Published
 from ..config import Config
+from ..metrics.registry import Metrics
+from ..model.logs import LogRecord
+from ..model.pipeline import Outputs
+from ..model.summary import SessionSummary
+from ..otlp.contract import RecordSink, SpanSink
+from ..otlp.resource import resource_attributes
+from ..source import trust
 from ..source.discover import Discoverer, Tree
+from ..source.liveness import ABANDON, ABANDONED_RETENTION, DORMANT, Liveness, live_state, lock_pids, pid_alive, verdict
+from ..source.sources import SESSION_STATE
+from ..state.checkpoint import Checkpoint, StateLock
+from ..vocab import END_INCOMPLETE, END_SHUTDOWN
 from .admission import Admission
+from .collector import ReaderCollection
 from .exports import ExportSide, daemon_metrics
 from .follow import Follower
 from .history import History
-from ..source.liveness import ABANDON, ABANDONED_RETENTION, DORMANT, Liveness, live_state, lock_pids, pid_alive, verdict
-from .collector import ReaderCollection
-from ..base.logs import RateLimitedLog, ReportedOnce
-from ..metrics.registry import Metrics
 from .moves import Moves
 from .notices import SessionNotices
 from .outbox import Outbox
-from ..model.pipeline import Outputs
-from ..model.logs import LogRecord
-from ..catalog.published import Published
-from .scrape_view import Readout
 from .rounds import Rounds
-from ..otlp.resource import resource_attributes
-from ..otlp.contract import RecordSink, SpanSink
-from ..source.sources import SESSION_STATE
-from ..source import trust
-from ..base.regular_files import NOT_REGULAR
-from ..model.summary import SessionSummary
-from ..vocab import END_INCOMPLETE, END_SHUTDOWN
+from .scrape_view import Readout
 
 if TYPE_CHECKING:  # the OTel SDK is imported only when the push is on
     from ..metrics.otlp_push import MetricsPusher

@@ -7,16 +7,16 @@ from __future__ import annotations
 import logging
 
 from ..config import Config
-from ..state.checkpoint import Checkpoint
-from ..otlp.contract import RecordSink, SpanSink
 from ..delivery.deadletter import FILE_NAME as DEAD_LETTER_FILE
 from ..delivery.deadletter import DeadLetter
-from ..state.lanes import SharedCheckpoint
-from ..metrics.registry import Metrics
-from ..otlp.json_encoder import OtlpJsonEncoder
 from ..delivery.queue import ExportQueue
 from ..delivery.sinks import make_sink
+from ..metrics.registry import Metrics
 from ..model.logs import LogRecord
+from ..otlp.contract import RecordSink, SpanSink
+from ..otlp.json_encoder import OtlpJsonEncoder
+from ..state.checkpoint import Checkpoint
+from ..state.lanes import SharedCheckpoint
 from .scrape_view import Readout
 
 log = logging.getLogger("copilot_otel.daemon.daemon")  # its lines read as the daemon's, as before

@@ -25,25 +25,25 @@ from pathlib import Path
 from msgspec import Struct, field
 from msgspec.structs import replace
 
-from ..state.checkpoint import FilePosition
-from ..model.options import ModelOptions
-from ..decode.lines import decode_line
 from ..base.display import duration
 from ..base.pause import PAUSE
 from ..base.regular_files import open_regular
 from ..decode.events import DecodeError, Event
-from ..source.identity import EDITED
-from ..source.liveness import Liveness, locks_expected
-from ..logreader import LogReader
+from ..decode.lines import decode_line
 from ..decode.normalize import parse_version
+from ..logreader import LogReader
+from ..model.options import ModelOptions
 from ..model.pipeline import Outputs, Warn, finish
 from ..model.records import salted, salted_ids
 from ..model.sessions import READ_TYPES, SessionModel
-from ..source.sources import session_id_of
 from ..model.summary import SessionSummary
+from ..source.identity import EDITED
+from ..source.liveness import Liveness, locks_expected
+from ..source.sources import session_id_of
 from ..source.tail import CHUNK, FileTail, ReadResult
-from ..vocab import END_INCOMPLETE, IDLE
 from ..source.workspace import NameCache
+from ..state.checkpoint import FilePosition
+from ..vocab import END_INCOMPLETE, IDLE
 
 log = logging.getLogger(__name__)
 

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import logging
 import os
-from pathlib import Path
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Protocol, TypeVar
 
-from ..state.checkpoint import FilePosition
 from ..source.sources import session_id_of
 from ..source.tail import FileTail
+from ..state.checkpoint import FilePosition
 
 log = logging.getLogger(__name__)
 

@@ -12,13 +12,13 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from ..model import attrs as A
 from ..base.display import count, duration, plural, where
-from ..model.summary import credits_text
-from .follow import Follower
-from ..source.liveness import StuckPolicy
+from ..model import attrs as A
 from ..model.records import SpanRecord
+from ..model.summary import credits_text
+from ..source.liveness import StuckPolicy
 from ..vocab import STUCK
+from .follow import Follower
 
 log = logging.getLogger("copilot_otel.sessions")
 

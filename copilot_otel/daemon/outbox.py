@@ -12,11 +12,11 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 
-from ..state.checkpoint import Checkpoint, CheckpointError, FilePosition
 from ..metrics.registry import Metrics
 from ..model.logs import LogRecord
 from ..model.pipeline import Outputs
 from ..model.records import SpanRecord
+from ..state.checkpoint import Checkpoint, CheckpointError, FilePosition
 from .exports import ExportSide
 
 log = logging.getLogger("copilot_otel.daemon.daemon")  # its lines read as the daemon's, as before

@@ -6,8 +6,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from ..source.liveness import Liveness, StuckPolicy, live_state, pid_alive
 from ..metrics.collectors import LiveSession
+from ..source.liveness import Liveness, StuckPolicy, live_state, pid_alive
 from ..vocab import WAITING_TOOL, WORKING
 
 

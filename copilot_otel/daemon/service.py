@@ -10,8 +10,8 @@ import sqlite3
 import sys
 from typing import TYPE_CHECKING
 
-from ..state.checkpoint import CheckpointError
 from ..config import Config, ConfigError
+from ..state.checkpoint import CheckpointError
 from .daemon import Daemon
 
 if TYPE_CHECKING:  # the OTel SDK is imported only when the push is on

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import codecs
 import re
-from datetime import datetime, UTC
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
 from functools import lru_cache
 from types import MappingProxyType
-from collections.abc import Iterable, Mapping
 from typing import Any
 
 import msgspec

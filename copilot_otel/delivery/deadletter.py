@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import logging
 import threading
-from pathlib import Path
 from collections.abc import Sequence
+from pathlib import Path
 
-from .linefile import LineFile
 from ..base.private_files import private_dir
-from ..otlp.json_encoder import OtlpJsonEncoder
 from ..model.records import SpanRecord
+from ..otlp.json_encoder import OtlpJsonEncoder
+from .linefile import LineFile
 
 log = logging.getLogger(__name__)
 

@@ -11,12 +11,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..model.logs import SEVERITY_TEXT, LogRecord
-from ..version import __version__
-from .otlp_request import OtlpRequestSink
-from ..otlp.limits import DEFAULT_MAX_REQUEST_BYTES, clamp_time, clean_attributes
 from ..otlp.answers import Signal
 from ..otlp.json_encoder import SCOPE_NAME
+from ..otlp.limits import DEFAULT_MAX_REQUEST_BYTES, clamp_time, clean_attributes
 from ..otlp.settings import ENV_OTLP_LOGS_ENDPOINT, OtlpSettings
+from ..version import __version__
+from .otlp_request import OtlpRequestSink
 
 
 def logs_signal() -> Signal:

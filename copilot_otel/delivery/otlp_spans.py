@@ -18,14 +18,13 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
-from ..version import __version__
-from ..otlp.limits import DEFAULT_MAX_REQUEST_BYTES
-from ..otlp.settings import ENV_OTLP_TRACES_ENDPOINT, OtlpSettings
-from ..otlp.limits import clean
+from ..model.records import KIND_CLIENT, STATUS_ERROR, STATUS_OK, SpanRecord
 from ..otlp.answers import Signal
 from ..otlp.json_encoder import SCOPE_NAME
-from ..model.records import KIND_CLIENT, STATUS_ERROR, STATUS_OK, SpanRecord
+from ..otlp.limits import DEFAULT_MAX_REQUEST_BYTES, clean
 from ..otlp.resource import build_resource
+from ..otlp.settings import ENV_OTLP_TRACES_ENDPOINT, OtlpSettings
+from ..version import __version__
 from .otlp_request import OtlpRequestSink
 
 _SCOPE = InstrumentationScope(SCOPE_NAME, __version__)

@@ -28,11 +28,11 @@ from msgspec import Struct, field
 
 from ..base.pause import PAUSE
 from ..base.redact import redact
+from ..model.records import SpanRecord
+from ..otlp.contract import ExportError, Receipt, RecordSink, RejectedError
+from ..otlp.retry import Backoff, RetryPolicy, retry_wait_reason
 from ..state.checkpoint import FilePosition
 from .deadletter import DeadLetter
-from ..model.records import SpanRecord
-from ..otlp.retry import Backoff, RetryPolicy, retry_wait_reason
-from ..otlp.contract import ExportError, Receipt, RecordSink, RejectedError
 
 R = TypeVar("R")  # what a queue carries: SpanRecord, or model.logs.LogRecord
 

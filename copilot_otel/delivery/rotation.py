@@ -20,14 +20,14 @@ import os
 import re
 import stat
 import time
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 
-from msgspec import Struct
 import orjson
+from msgspec import Struct
 
-from .linefile import LineFile
 from ..base.private_files import read_private, write_private
+from .linefile import LineFile
 
 log = logging.getLogger(__name__)
 

@@ -4,21 +4,21 @@ from __future__ import annotations
 
 import logging
 import threading
-from pathlib import Path
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from ..base.parsing import ConfigError
+from ..base.private_files import private_dir
+from ..base.strictmodes import UnsafePath, check_folder
+from ..model.records import SpanRecord
+from ..otlp.contract import ExportError, Receipt, RejectedError, SpanSink  # noqa: F401 (read from here too)
+from ..otlp.json_encoder import OtlpJsonEncoder
 from ..otlp.limits import DEFAULT_MAX_REQUEST_BYTES
+from ..otlp.resource import resource_attributes
 from ..otlp.settings import OtlpSettings
 from .linefile import FileBusy
-from ..otlp.json_encoder import OtlpJsonEncoder
-from ..base.private_files import private_dir
-from ..model.records import SpanRecord
-from ..otlp.resource import resource_attributes
 from .rotation import RotatingFile, Rotation
-from ..otlp.contract import ExportError, Receipt, RejectedError, SpanSink  # noqa: F401 (read from here too)
-from ..base.strictmodes import UnsafePath, check_folder
 
 log = logging.getLogger(__name__)
 
@@ -107,8 +107,8 @@ def make_sink(*, traces_file: Path | None, otlp: OtlpSettings, default_file: Pat
         return FileSink(traces_file, max_request_bytes=max_request_bytes, rotation=rotation, strict=strict,
                         resource=resource)
     if otlp.endpoint:
-        from .otlp_spans import OtlpSink  # gRPC and protobuf load only when OTLP is used
         from ..otlp.resource import build_resource
+        from .otlp_spans import OtlpSink  # gRPC and protobuf load only when OTLP is used
 
         return OtlpSink(otlp, max_request_bytes=max_request_bytes,
                         resource=build_resource(resource) if resource is not None else None)

@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import fnmatch
 import re
-from datetime import datetime, UTC
-from pathlib import Path
 from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from msgspec import Struct

@@ -19,8 +19,8 @@ from .genai import GenAi, GenAiMetrics
 from .labels import CAPPED_POSITIONS, REPOSITORY, LabelCap, exemplar_labels
 
 if TYPE_CHECKING:
-    from .budgets import BudgetMeter
     from ..model.pipeline import Outputs
+    from .budgets import BudgetMeter
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from ..decode.lines import REASONS
 from ..otlp.limits import MAX_NAME_CHARS
 from ..source.identity import EDITED, REPLACED, TRUNCATED
-from ..vocab import (CLAMP_REASONS, INTERACTION_ENDS, LOG_REFUSALS, REPOSITORY_LABEL, SIGNALS, Metric)
+from ..vocab import CLAMP_REASONS, INTERACTION_ENDS, LOG_REFUSALS, REPOSITORY_LABEL, SIGNALS, Metric
 from .labels import AGENT, CAPPED_LABELS, MODEL, SERVER, TOOL
 
 TURN_BUCKETS = (0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600, 1200, 1800, 3600)

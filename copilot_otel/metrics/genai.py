@@ -15,8 +15,7 @@ from typing import Any
 from msgspec import Struct, field
 
 # the instruments, for the push and the tests (their definitions are the model's)
-from ..model.genai import (AGENT_BOUNDS, CALL_BOUNDS, CAPPED, INSTRUMENTS, MAX_KNOWN, GenAi,  # noqa: F401
-                           Instrument, updates)
+from ..model.genai import AGENT_BOUNDS, CALL_BOUNDS, CAPPED, INSTRUMENTS, MAX_KNOWN, GenAi, Instrument, updates  # noqa: F401
 from ..model.records import MetricUpdate
 
 
@@ -87,8 +86,14 @@ class GenAiMetrics:
     def data(self, start_ns: int, now_ns: int) -> list[Any]:
         """The instruments as OpenTelemetry metrics (cumulative since ``start_ns``), those with data."""
         from opentelemetry.sdk.metrics import Exemplar
-        from opentelemetry.sdk.metrics.export import (AggregationTemporality, Histogram, HistogramDataPoint,
-                                                      Metric, NumberDataPoint, Sum)
+        from opentelemetry.sdk.metrics.export import (
+            AggregationTemporality,
+            Histogram,
+            HistogramDataPoint,
+            Metric,
+            NumberDataPoint,
+            Sum,
+        )
 
         cumulative = AggregationTemporality.CUMULATIVE
         by_instrument: dict[GenAi, list[Any]] = {}

@@ -25,22 +25,33 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from opentelemetry.sdk.metrics import Exemplar
-from opentelemetry.sdk.metrics.export import (AggregationTemporality, Gauge, Histogram, HistogramDataPoint,
-                                              Metric, MetricExporter, MetricExportResult, MetricsData,
-                                              NumberDataPoint, ResourceMetrics, ScopeMetrics, Sum)
+from opentelemetry.sdk.metrics.export import (
+    AggregationTemporality,
+    Gauge,
+    Histogram,
+    HistogramDataPoint,
+    Metric,
+    MetricExporter,
+    MetricExportResult,
+    MetricsData,
+    NumberDataPoint,
+    ResourceMetrics,
+    ScopeMetrics,
+    Sum,
+)
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from prometheus_client import CollectorRegistry
 
 from ..base.redact import redact, redact_url
-from ..version import __version__
-from ..otlp.settings import ENV_OTLP_METRICS_ENDPOINT, OtlpSettings
-from .genai import GenAiMetrics
-from .labels import SPAN_ID, TRACE_ID
 from ..otlp.answers import Signal
+from ..otlp.contract import ExportError
 from ..otlp.json_encoder import SCOPE_NAME
 from ..otlp.retry import Backoff, RetryPolicy
-from ..otlp.contract import ExportError
+from ..otlp.settings import ENV_OTLP_METRICS_ENDPOINT, OtlpSettings
+from ..version import __version__
+from .genai import GenAiMetrics
+from .labels import SPAN_ID, TRACE_ID
 
 log = logging.getLogger(__name__)
 

@@ -15,8 +15,8 @@ from prometheus_client import CollectorRegistry, Gauge, Histogram
 from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 
-from ..otlp.limits import DEFAULT_MAX_LABEL_VALUES
 from ..model.records import MetricUpdate
+from ..otlp.limits import DEFAULT_MAX_LABEL_VALUES
 from ..version import __version__
 from ..vocab import Metric
 from .collectors import LiveSession, LiveSessionsCollector, TargetInfoCollector

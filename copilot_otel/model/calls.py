@@ -8,17 +8,17 @@ some providers reuse response ids.
 
 from __future__ import annotations
 
+from ..decode.events import Event
+from ..decode.payloads import Usage, as_num, as_str
+from ..vocab import END_ABORTED, ERROR, SUCCESS, UNKNOWN_MODEL, Metric
 from . import attrs as A
 from . import spanattrs
-from ..decode.events import Event
-from .records import KIND_CLIENT, span_id_for
 from .counts import CallCounts
 from .messages import Transcript
 from .open_spans import Agent, OpenSpan, Outbox, Turn
+from .records import KIND_CLIENT, span_id_for
 from .summary import Tally
 from .usage import CALLS
-from ..decode.payloads import Usage, as_num, as_str
-from ..vocab import END_ABORTED, ERROR, SUCCESS, UNKNOWN_MODEL, Metric
 
 
 class CallBook:

@@ -9,14 +9,15 @@ is not counted twice.
 
 from __future__ import annotations
 
-from typing import Any
 from collections.abc import Mapping
+from typing import Any
 
-from .open_spans import Outbox
-from .summary import Tally
-from .usage import LINES_ADDED as ADDED, LINES_REMOVED as REMOVED
 from ..decode.payloads import as_int
 from ..vocab import LINES_ADDED, LINES_REMOVED, Metric
+from .open_spans import Outbox
+from .summary import Tally
+from .usage import LINES_ADDED as ADDED
+from .usage import LINES_REMOVED as REMOVED
 
 _LINE_KEYS = (("linesAdded", LINES_ADDED, ADDED), ("linesRemoved", LINES_REMOVED, REMOVED))
 

@@ -7,13 +7,13 @@ and its tokens count under their own types (``compaction_input``, ...).
 
 from __future__ import annotations
 
-from . import attrs as A
-from . import spanattrs
 from ..decode.events import Event
-from .records import KIND_CLIENT, KIND_INTERNAL, STATUS_OK, span_id_for, trace_id_for
-from .open_spans import OpenSpan, Outbox
 from ..decode.payloads import as_str
 from ..vocab import CANCELLED, OUT_OF_ORDER, Metric
+from . import attrs as A
+from . import spanattrs
+from .open_spans import OpenSpan, Outbox
+from .records import KIND_CLIENT, KIND_INTERNAL, STATUS_OK, span_id_for, trace_id_for
 
 TOKEN_KEYS = (("inputTokens", "compaction_input"), ("outputTokens", "compaction_output"),
               ("cacheReadTokens", "compaction_cache_read"), ("cacheWriteTokens", "compaction_cache_write"))

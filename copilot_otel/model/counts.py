@@ -3,13 +3,13 @@ last start or resume, checked against the totals its shutdown writes."""
 
 from __future__ import annotations
 
+from ..decode.payloads import as_num
+from ..vocab import Metric
 from . import attrs as A
 from .credits import CreditBook
 from .open_spans import OpenSpan, Outbox
 from .summary import Tally
 from .usage import PREMIUM, TOKEN_INDEX
-from ..decode.payloads import as_num
-from ..vocab import Metric
 
 
 class CallCounts:

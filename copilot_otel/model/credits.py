@@ -10,11 +10,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ..decode.payloads import Usage, as_str
+from ..vocab import COMPLETE, PARTIAL, UNAVAILABLE, UNREPORTED, Metric
 from .open_spans import OpenSpan, Outbox, Totals
 from .summary import Tally
 from .usage import NANO_AIU
-from ..decode.payloads import Usage, as_str
-from ..vocab import COMPLETE, PARTIAL, UNAVAILABLE, UNREPORTED, Metric
 
 NANO_AIU_PER_CREDIT = 1_000_000_000
 

@@ -18,9 +18,9 @@ from typing import Any
 
 from msgspec import Struct
 
+from ..vocab import CANCELLED, END_ABORTED
 from . import attrs as A
 from .records import MetricUpdate, SpanRecord
-from ..vocab import CANCELLED, END_ABORTED
 
 TOKEN_MODALITY = "gen_ai.token.modality"
 UNKNOWN_MODALITY = "unknown"  # the logs say nothing of modality; the CLI says the same

@@ -14,12 +14,12 @@ from typing import Any
 
 from msgspec import Struct
 
-from . import attrs as A
 from ..decode.events import Event
+from ..vocab import INCOMPLETE, OUT_OF_ORDER
+from . import attrs as A
 from .open_spans import OpenSpan, Outbox
 from .records import KIND_INTERNAL, STATUS_OK, span_id_for, trace_id_for
 from .spanattrs import Capture
-from ..vocab import INCOMPLETE, OUT_OF_ORDER
 
 # Hooks that run on a prompt before its interaction starts: they belong to the interaction that follows.
 BEFORE_PROMPT = frozenset({"userPromptSubmitted", "userPromptTransformed"})

@@ -6,17 +6,29 @@ turns hold open, and closes them. Tools and sub-agents are kept by the ToolBook 
 
 from __future__ import annotations
 
+from ..decode.events import Event
+from ..decode.payloads import SessionError, SessionFacts, SubagentStart, TaskComplete, UserMessage
+from ..vocab import (
+    CANCELLED,
+    END_ABORTED,
+    END_ERROR,
+    END_IDLE,
+    END_INCOMPLETE,
+    END_TASK_COMPLETE,
+    INCOMPLETE,
+    LOOP_ENDS,
+    MAIN_AGENT,
+    OUT_OF_ORDER,
+    SIGNAL_IDLE,
+    Metric,
+)
 from . import attrs as A
 from . import spanattrs
-from ..decode.events import Event
-from .records import KIND_INTERNAL, STATUS_OK, SpanEvent, SpanRecord, span_id_for, trace_id_for
-from .open_spans import Agent, Interaction, InteractionSummary, OpenSpan, Outbox, Totals, Turn
-from .summary import Tally
 from .messages import Transcript
+from .open_spans import Agent, Interaction, InteractionSummary, OpenSpan, Outbox, Totals, Turn
+from .records import KIND_INTERNAL, STATUS_OK, SpanEvent, SpanRecord, span_id_for, trace_id_for
+from .summary import Tally
 from .tools import ToolBook
-from ..decode.payloads import SessionError, SessionFacts, SubagentStart, TaskComplete, UserMessage
-from ..vocab import (CANCELLED, END_ABORTED, END_ERROR, END_TASK_COMPLETE, END_IDLE, END_INCOMPLETE, INCOMPLETE,
-                     LOOP_ENDS, MAIN_AGENT, OUT_OF_ORDER, SIGNAL_IDLE, Metric)
 
 
 class AgentLoop:

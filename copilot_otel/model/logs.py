@@ -21,13 +21,12 @@ from typing import Any
 from msgspec import Struct
 from msgspec.structs import replace
 
+from ..decode.events import Event
+from ..decode.payloads import SessionError, ToolEnd, Usage, UserMessage, as_int, as_str, permission_result, user_request
+from ..vocab import USER_REQUESTS
 from . import attrs as A
 from .records import span_id_for
 from .spanattrs import Capture
-from ..decode.events import Event
-from ..decode.payloads import (SessionError, ToolEnd, Usage, UserMessage, as_int, as_str, permission_result,
-                               user_request)
-from ..vocab import USER_REQUESTS
 
 # Severity numbers of the OpenTelemetry log data model.
 SEVERITY_INFO = 9

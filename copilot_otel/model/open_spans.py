@@ -7,12 +7,22 @@ from typing import Any
 from msgspec import Struct, field
 from msgspec.structs import replace
 
-from . import attrs as A
 from ..decode.events import Event
-from .genai import updates as genai_updates
-from .records import (EMPTY_STEP, INT64_LIMIT, STATUS_ERROR, Anomaly, MetricUpdate, SpanEvent, SpanRecord, Step,
-                      clamped_value, shown)
 from ..vocab import ATTRIBUTED, CANCELLED, END_ABORTED, INCOMPLETE, OUT_OF_RANGE, Metric
+from . import attrs as A
+from .genai import updates as genai_updates
+from .records import (
+    EMPTY_STEP,
+    INT64_LIMIT,
+    STATUS_ERROR,
+    Anomaly,
+    MetricUpdate,
+    SpanEvent,
+    SpanRecord,
+    Step,
+    clamped_value,
+    shown,
+)
 
 # The status description of a span that failed without a message of its own, by error.type.
 _DESCRIPTIONS = {

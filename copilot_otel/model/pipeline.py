@@ -14,12 +14,12 @@ from typing import Protocol
 
 from msgspec import Struct, field
 
-from ..decode.lines import INTERNAL_ERROR, MAX_DEPTH
 from ..decode.events import DecodeError, Event
+from ..decode.lines import INTERNAL_ERROR, MAX_DEPTH
+from ..vocab import DUPLICATE_ID, END_INCOMPLETE, OUT_OF_RANGE, TOO_DEEP
 from .logs import LogRecord
 from .records import EMPTY_STEP, MetricUpdate, SpanRecord, Step
 from .sessions import SessionModel
-from ..vocab import DUPLICATE_ID, END_INCOMPLETE, OUT_OF_RANGE, TOO_DEEP
 
 log = logging.getLogger(__name__)
 

@@ -10,9 +10,49 @@ Tools and sub-agents are kept by :class:`~copilot_otel.model.tools.ToolBook`, LL
 
 from __future__ import annotations
 
-from msgspec.structs import replace
 from collections.abc import Callable
 
+from msgspec.structs import replace
+
+from ..decode.events import Event
+from ..decode.lines import type_set
+from ..decode.normalize import Normalizer
+from ..decode.payloads import (
+    SessionError,
+    SessionFacts,
+    SubagentEnd,
+    SubagentStart,
+    TaskComplete,
+    ToolEnd,
+    ToolStart,
+    Usage,
+    UserMessage,
+    as_str,
+    permission_result,
+    request_id,
+    requested_tools,
+    user_request,
+)
+from ..vocab import (
+    DUPLICATE_ID,
+    END_ABORTED,
+    END_IDLE,
+    END_INCOMPLETE,
+    END_SHUTDOWN,
+    ERROR,
+    IDLE,
+    INCOMPLETE,
+    OUT_OF_ORDER,
+    SIGNAL_ERROR,
+    SIGNAL_SHUTDOWN,
+    SIGNAL_TASK_COMPLETE,
+    UNKNOWN_MODEL,
+    USER_REQUESTS,
+    WAITING_TOOL,
+    WAITING_USER,
+    WORKING,
+    Metric,
+)
 from . import attrs as A
 from . import spanattrs
 from .calls import CallBook
@@ -22,20 +62,11 @@ from .hooks import HookBook
 from .interactions import AgentLoop
 from .logs import LOG_EVENT_TYPES, Context, EventLog
 from .messages import Transcript
-from ..decode.normalize import Normalizer
-from .options import ModelOptions
-from ..decode.lines import type_set
-from ..decode.events import Event
-from .records import SpanEvent, SpanRecord, Step
 from .open_spans import InteractionSummary, Outbox
+from .options import ModelOptions
+from .records import SpanEvent, SpanRecord, Step
 from .summary import SessionSummary, Tally, make_summary
 from .tools import ToolBook
-from ..decode.payloads import (SessionError, SessionFacts, SubagentEnd, SubagentStart, TaskComplete, ToolEnd,
-                               ToolStart, Usage, UserMessage, as_str, permission_result, request_id, requested_tools,
-                               user_request)
-from ..vocab import (DUPLICATE_ID, ERROR, OUT_OF_ORDER, END_ABORTED, END_IDLE, END_INCOMPLETE, END_SHUTDOWN, IDLE,
-                     INCOMPLETE, SIGNAL_ERROR, SIGNAL_SHUTDOWN, SIGNAL_TASK_COMPLETE, UNKNOWN_MODEL, USER_REQUESTS,
-                     WAITING_TOOL, WAITING_USER, WORKING, Metric)
 
 
 class SessionModel:

@@ -10,10 +10,10 @@ from typing import Any
 
 import orjson
 
-from . import attrs as A
-from .open_spans import Totals
 from ..decode.payloads import SessionError, SessionFacts, Usage, as_num
 from ..vocab import COMPLETE, MAIN_AGENT, PARTIAL, UNAVAILABLE
+from . import attrs as A
+from .open_spans import Totals
 
 # A BYOK provider's kind (usage.modelProvider, else usage.providerType) -> gen_ai.provider.name
 _BYOK_PROVIDERS = {"openai": "openai", "azure": "azure.ai.openai", "azure_openai": "azure.ai.openai",

@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-from . import attrs as A
-from . import spanattrs
 from ..decode.events import Event
-from .records import KIND_INTERNAL, STATUS_OK, SpanEvent, span_id_for, trace_id_for
-from .messages import Transcript, result_text
-from .spanattrs import Capture
-from .open_spans import Agent, OpenSpan, Outbox
-from .summary import Tally
 from ..decode.payloads import SubagentEnd, SubagentStart, ToolEnd, ToolStart
 from ..vocab import CANCELLED, FAILURE, INCOMPLETE, OUT_OF_ORDER, SUCCESS, Metric
+from . import attrs as A
+from . import spanattrs
+from .messages import Transcript, result_text
+from .open_spans import Agent, OpenSpan, Outbox
+from .records import KIND_INTERNAL, STATUS_OK, SpanEvent, span_id_for, trace_id_for
+from .spanattrs import Capture
+from .summary import Tally
 
 
 class ToolBook:

@@ -31,10 +31,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import orjson
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError
 from msgspec import Struct
-import orjson
 
 from .contract import ExportError, Receipt, RejectedError
 

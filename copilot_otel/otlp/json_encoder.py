@@ -11,9 +11,9 @@ from typing import Any
 
 import orjson
 
+from ..model.records import SpanRecord
 from ..version import __version__
 from .limits import clean
-from ..model.records import SpanRecord
 
 SCOPE_NAME = "copilot-otel"
 SCOPE_VERSION = __version__

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import math
 import os
-from pathlib import Path
 from collections.abc import Mapping
+from pathlib import Path
 from urllib.parse import urlparse
 
 from msgspec import Struct

@@ -24,11 +24,10 @@ from msgspec.structs import replace
 from ..base.redact import redact_url
 from ..base.regular_files import read_regular
 from ..version import __version__
-from .settings import ENV_OTLP_ENDPOINT, OtlpSettings
-from .answers import (MAX_ANSWER_BYTES, PROTOBUF, HttpAnswer, Signal, grpc_error, http_answer, quote,
-                           receipt_of)
+from .answers import MAX_ANSWER_BYTES, PROTOBUF, HttpAnswer, Signal, grpc_error, http_answer, quote, receipt_of
 from .contract import ExportError, Receipt
 from .retry import RETRY_INFO, retry_info_seconds
+from .settings import ENV_OTLP_ENDPOINT, OtlpSettings
 
 USER_AGENT = f"copilot-otel/{__version__}"
 CLOSE_WAIT = 2.0  # seconds for the HTTP session and its loop to close

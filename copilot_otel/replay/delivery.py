@@ -18,14 +18,14 @@ import random
 import time
 from collections.abc import Callable
 
-from .batches import Batch, ReplayStats
 from ..config import DEFAULT_GIVE_UP_AFTER
 from ..delivery.queue import send_in_parts
-from .ledger import Ledger
+from ..model.logs import LogRecord
 from ..model.records import SpanRecord
 from ..otlp.contract import EncodingSink, ExportError, Receipt, RecordSink, SpanSink
-from ..model.logs import LogRecord
 from ..otlp.retry import Backoff, RetryPolicy, retry_wait_reason
+from .batches import Batch, ReplayStats
+from .ledger import Ledger
 
 log = logging.getLogger(__name__)
 

@@ -10,27 +10,27 @@ import logging
 import sqlite3
 import sys
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from collections.abc import Iterator
 
 from msgspec import Struct, field
 
+from ..base.private_files import write_private
+from ..base.safe_text import say as _say
+from ..base.workers import WorkerError
 from ..config import Config
 from ..delivery.deadletter import FILE_NAME as DEAD_LETTER_FILE
 from ..delivery.deadletter import DeadLetter
-from .delivery import GaveUp, LogSender, ReplaySender
-from .ledger import Ledger, identity_of, same_log
-from ..otlp.json_encoder import OtlpJsonEncoder
-from ..base.private_files import write_private
-from .batches import Batch, ReplayStats
-from .runner import BATCH, replay_files, replay_stream
-from ..otlp.resource import build_resource, resource_of
-from ..base.safe_text import say as _say
 from ..delivery.sinks import FileSink
 from ..otlp.contract import ExportError, SpanSink
+from ..otlp.json_encoder import OtlpJsonEncoder
+from ..otlp.resource import build_resource, resource_of
 from ..source.sources import session_id_of
-from ..base.workers import WorkerError
+from .batches import Batch, ReplayStats
+from .delivery import GaveUp, LogSender, ReplaySender
+from .ledger import Ledger, identity_of, same_log
+from .runner import BATCH, replay_files, replay_stream
 
 log = logging.getLogger(__name__)
 
@@ -82,8 +82,14 @@ def _progress(interactive: bool) -> Iterator:
         yield _Quiet()
         return
     from rich.console import Console
-    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
-                               TimeRemainingColumn)
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
     with Progress(TextColumn("{task.description}"), BarColumn(bar_width=None), MofNCompleteColumn(),
                   TextColumn("sessions  {task.fields[spans]} spans  {task.fields[rate]}/s"),

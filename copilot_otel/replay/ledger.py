@@ -27,8 +27,8 @@ from __future__ import annotations
 import logging
 import os
 import sqlite3
-from pathlib import Path
 from collections.abc import Iterable
+from pathlib import Path
 
 from msgspec import Struct
 

@@ -10,29 +10,29 @@ shard is streamed by the parent instead, in its turn.
 from __future__ import annotations
 
 import logging
-from pathlib import Path
-from dataclasses import dataclass
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 
-from msgspec import Struct, field
 import orjson
+from msgspec import Struct, field
 
+from ..base.workers import MAX_WORKERS, WorkerPool, available_cpus
 from ..config import DEFAULT_MAX_LINE_BYTES, DEFAULT_MAX_REQUEST_BYTES
-from ..model.options import ModelOptions
-from ..decode.lines import decode_line
 from ..decode.events import DecodeError, Event
-from .ledger import content_identity
+from ..decode.lines import decode_line
 from ..logreader import LogReader
-from .batches import Batch, ReplayStats
-from .delivery import RetryingSender, SendBatch
-from ..otlp.json_encoder import OtlpJsonEncoder
-from ..model.pipeline import Outputs, drive, finish
 from ..model.logs import LogRecord
+from ..model.options import ModelOptions
+from ..model.pipeline import Outputs, drive, finish
 from ..model.records import SpanRecord
 from ..model.sessions import SessionModel
 from ..otlp.contract import EncodingSink, SpanSink
+from ..otlp.json_encoder import OtlpJsonEncoder
 from ..source.sources import EVENTS_FILE, SESSION_STATE, SourceError, find_event_files, resolve, session_id_of
-from ..base.workers import MAX_WORKERS, WorkerPool, available_cpus
+from .batches import Batch, ReplayStats
+from .delivery import RetryingSender, SendBatch
+from .ledger import content_identity
 
 log = logging.getLogger(__name__)
 

@@ -18,8 +18,8 @@ import os
 import threading
 import time
 import warnings
-from pathlib import Path
 from collections.abc import Callable, Iterable
+from pathlib import Path
 
 from watchdog.events import (
     DirCreatedEvent,
@@ -35,10 +35,10 @@ from watchdog.events import (
 from watchdog.observers import Observer
 from watchdog.observers.api import BaseObserver
 
+from ..base.logs import ReportedOnce
 from . import trust
 from .liveness import LOCK_PREFIX, LOCK_SUFFIX
 from .workspace import FILE_NAME as NAME_FILE
-from ..base.logs import ReportedOnce
 
 log = logging.getLogger(__name__)
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import os
 import time
-from pathlib import Path
 from collections.abc import Callable, Mapping
+from pathlib import Path
 
 from msgspec import Struct, field
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os
 import stat
-from pathlib import Path
 from collections.abc import Iterable
+from pathlib import Path
 
 EVENTS_FILE = "events.jsonl"
 SESSION_STATE = "session-state"

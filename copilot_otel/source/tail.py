@@ -22,14 +22,27 @@ from pathlib import Path
 from msgspec import Struct
 from msgspec.structs import replace
 
-from ..decode.lines import TOO_LONG, decode_line
-from ..decode.events import DecodeError, Event
-from .identity import (COPIED, EDITED, FINGERPRINT_BYTES, HEAD_BYTES, REPLACED, TRUNCATED, FileIdentity,
-                       WINDOW_BYTES, count_lines, fingerprint, first_event_id, prefix_crc, same_origin,
-                       window_crc)
 from ..base.hashes import crc32
 from ..base.pause import PAUSE
 from ..base.regular_files import open_regular
+from ..decode.events import DecodeError, Event
+from ..decode.lines import TOO_LONG, decode_line
+from .identity import (
+    COPIED,
+    EDITED,
+    FINGERPRINT_BYTES,
+    HEAD_BYTES,
+    REPLACED,
+    TRUNCATED,
+    WINDOW_BYTES,
+    FileIdentity,
+    count_lines,
+    fingerprint,
+    first_event_id,
+    prefix_crc,
+    same_origin,
+    window_crc,
+)
 from .sources import UnreadableLog
 
 __all__ = ["CHUNK", "FileIdentity", "FileTail", "ReadResult", "Refused", "read_all"]

@@ -23,13 +23,13 @@ from pathlib import Path
 
 from msgspec import Struct
 
-from ..base.parsing import ConfigError
-from ..source.identity import FileIdentity
 from ..base import pidlock
+from ..base.parsing import ConfigError
 from ..base.private_files import open_private, private_dir, state_folder, touch_private
 from ..base.sqlitestore import damaged, describe, open_checked
-from ..source.sources import path_from_text, path_text
 from ..base.strictmodes import UnsafePath, state_refusal
+from ..source.identity import FileIdentity
+from ..source.sources import path_from_text, path_text
 
 log = logging.getLogger(__name__)
 

@@ -29,8 +29,8 @@ import os
 import secrets
 import socket
 import stat
-from pathlib import Path
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 import orjson
 from aiohttp import web

@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import logging
 import sys
-from pathlib import Path
 from collections.abc import Callable, Iterable
+from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
-from .access import new_token, opener_file, token_file, with_token, write_token_file
-from ..config import Config
 from ..base.private_files import private_dir
 from ..base.redact import hide
+from ..config import Config
+from .access import new_token, opener_file, token_file, with_token, write_token_file
 from .server import MetricsServer
 from .webconfig import WebConfig, load_web_config
 

@@ -12,21 +12,21 @@ from __future__ import annotations
 
 import threading
 import time
-from pathlib import Path
 from collections.abc import Callable, Hashable
+from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from msgspec.structs import replace
 
 from ..catalog.board import Board, Live, make_board
-from ..config import DEFAULT_MAX_LINE_BYTES, Config
 from ..catalog.history import history_liveness, now_live, summarize_log
-from ..source.liveness import Liveness, StuckPolicy, live_state, pid_alive, silence
-from ..model.options import ModelOptions
 from ..catalog.published import Published
 from ..catalog.settled import settled
-from ..source.sources import SourceError, UnreadableLog
+from ..config import DEFAULT_MAX_LINE_BYTES, Config
+from ..model.options import ModelOptions
 from ..model.summary import SessionSummary
+from ..source.liveness import Liveness, StuckPolicy, live_state, pid_alive, silence
+from ..source.sources import SourceError, UnreadableLog
 
 if TYPE_CHECKING:
     from ..catalog.cache import Catalog

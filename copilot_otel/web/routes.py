@@ -17,21 +17,21 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Mapping
 from itertools import islice
 from pathlib import Path
-from collections.abc import Mapping
 from typing import Any
 
 import orjson
 from aiohttp import web
 
-from ..catalog.board import STATE_ORDER, Board, page, row_json
 from ..base.redact import redact
+from ..catalog.board import STATE_ORDER, Board, page, row_json
 from ..metrics.budgets import progress
 from .overview import Source
 from .server import SERVER
-from .waterfall import PAGE_SPANS, Page, TraceCache
 from .streams import CHUNK, Changes, EventStream, Pieces, Releaser, serve_stream
+from .waterfall import PAGE_SPANS, Page, TraceCache
 
 log = logging.getLogger(__name__)
 
@@ -310,9 +310,9 @@ def run_view(config, paths: list[Path]) -> int:
     from prometheus_client import CollectorRegistry
 
     from ..config import ConfigError
+    from ..source.sources import SourceError, resolve
     from .endpoint import Endpoint
     from .overview import HistorySessions
-    from ..source.sources import SourceError, resolve
 
     targets = paths or [config.copilot_home]
 

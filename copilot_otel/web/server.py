@@ -18,20 +18,20 @@ import logging
 import os
 import socket
 import threading
-from pathlib import Path
 from collections.abc import Callable, Iterable
+from pathlib import Path
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder, gzip_accepted
 
-from .access import Gate
-from ..base.redact import redact
-from .exposition import CachedExposition
-from ..config import ConfigError
-from .guard import Connections, LoopErrors, QuietLog, Workers, http_errors, raise_open_files_limit
 from ..base.pause import PAUSE
 from ..base.peers import bind_socket, peer_uid, port_holder, remove_socket
+from ..base.redact import redact
+from ..config import ConfigError
+from .access import Gate
+from .exposition import CachedExposition
+from .guard import Connections, LoopErrors, QuietLog, Workers, http_errors, raise_open_files_limit
 from .webconfig import WebConfig
 
 log = logging.getLogger(__name__)

@@ -19,17 +19,17 @@ import secrets
 import threading
 import time
 from collections import Counter, OrderedDict
-from pathlib import Path
 from collections.abc import Iterator
+from pathlib import Path
 
-from msgspec import Struct
 import orjson
+from msgspec import Struct
 
-from ..model import attrs as A
 from ..config import DEFAULT_MAX_LINE_BYTES
+from ..logreader import LogReader, quiet
+from ..model import attrs as A
 from ..model.options import ModelOptions
 from ..model.records import STATUS_ERROR, STATUS_OK, SpanRecord
-from ..logreader import LogReader, quiet
 
 READ_BYTES = 1 << 20  # per read (8 MiB of lines decoded at once held 60 MB more); a refresh reads to the end
 MAX_SESSIONS = 8  # traces kept at once besides those a live view follows

@@ -9,20 +9,20 @@ import time
 
 import grpc
 import pytest
+from opentelemetry.sdk.metrics.export import MetricExportResult
 
 from copilot_otel.config import OtlpSettings
-from copilot_otel.metrics.otlp_push import OtlpMetricExporter, metrics_data
 from copilot_otel.delivery.otlp_logs import OtlpLogSink
 from copilot_otel.delivery.otlp_spans import OtlpSink
+from copilot_otel.delivery.sinks import ExportError, Receipt, RejectedError
+from copilot_otel.metrics.otlp_push import OtlpMetricExporter, metrics_data
 from copilot_otel.metrics.registry import Metrics
 from copilot_otel.model.logs import LogRecord
 from copilot_otel.model.records import SpanRecord
 from copilot_otel.otlp.resource import build_resource
-from copilot_otel.delivery.sinks import ExportError, Receipt, RejectedError
-from opentelemetry.sdk.metrics.export import MetricExportResult
-from tests.support.otlp_receiver import OtlpReceiver
 from tests.support.backends import AnsweringGrpc, HangingGrpc
 from tests.support.liars import LIES, ODD_BUT_TRUE, Answer, LyingBackend, Silent, partial_success
+from tests.support.otlp_receiver import OtlpReceiver
 from tests.support.tls import self_signed
 
 SPANS = [SpanRecord(7, n, None, f"span {n}", 1, 10, 20, {"n": n}) for n in range(1, 4)]

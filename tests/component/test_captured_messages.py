@@ -21,8 +21,8 @@ import pytest
 from copilot_otel.config import ModelOptions
 from copilot_otel.delivery.sinks import MemorySink
 from copilot_otel.model import attrs as A
-from copilot_otel.source.sources import resolve
 from copilot_otel.replay.runner import replay_files
+from copilot_otel.source.sources import resolve
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 SCENARIOS = ("capture_subagent", "capture_failing_tool", "capture_autopilot")

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from copilot_otel.delivery.sinks import MemorySink
 from copilot_otel.model.records import STATUS_ERROR
 from copilot_otel.replay.runner import ReplayStats, replay_files
-from copilot_otel.delivery.sinks import MemorySink
 from copilot_otel.source.sources import resolve
 from copilot_otel.vocab import ATTRIBUTED, Metric
 from tests.support.provider import AUTOPILOT_NUDGES

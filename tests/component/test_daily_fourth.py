@@ -135,9 +135,9 @@ def test_usage_fits_a_terminal_and_is_whole_when_piped(tmp_path):
 def test_an_unreachable_http_endpoint_is_said_in_our_words(tmp_path):
     """A plain http:// endpoint where nothing listens (a port just closed on 127.0.0.1) or whose host has no
     address (.invalid never resolves): the export error names the place and what is wrong, no `ssl:default`."""
+    from copilot_otel.delivery.otlp_spans import traces_signal
     from copilot_otel.otlp.contract import ExportError
     from copilot_otel.otlp.settings import OtlpSettings
-    from copilot_otel.delivery.otlp_spans import traces_signal
     from copilot_otel.otlp.transport import HttpTransport
 
     with socket.socket() as closed:

@@ -20,10 +20,10 @@ import pytest
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
-from copilot_otel.decode.lines import REASONS, decode_line
-from copilot_otel.decode.events import DecodeError, Event
-from copilot_otel.metrics.genai import INSTRUMENTS
 from copilot_otel.config import ModelOptions
+from copilot_otel.decode.events import DecodeError, Event
+from copilot_otel.decode.lines import REASONS, decode_line
+from copilot_otel.metrics.genai import INSTRUMENTS
 from copilot_otel.model.records import MetricUpdate, SpanRecord, span_id_for
 from copilot_otel.model.sessions import HANDLED_TYPES, SessionModel
 from copilot_otel.vocab import IDLE, Metric

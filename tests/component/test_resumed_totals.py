@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from copilot_otel.metrics.registry import Metrics
 from copilot_otel.delivery.sinks import MemorySink
+from copilot_otel.metrics.registry import Metrics
 from tests.support.files import append, new_session
 from tests.support.inprocess import InProcessDaemon
 from tests.support.net import wait_until

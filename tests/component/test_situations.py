@@ -15,9 +15,9 @@ import pytest
 
 from tests.fixtures.situations import FIXTURES, Fixture
 from tests.support.inprocess import run_command
+from tests.support.model import label as span_label
 from tests.support.otlp_json import iso_ns, read_spans
 from tests.support.scrape import keyed
-from tests.support.model import label as span_label
 
 
 class _Said(logging.Handler):

@@ -23,8 +23,8 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule
 
-from copilot_otel.decode.lines import TOO_LONG
 from copilot_otel.decode.events import DecodeError, Event
+from copilot_otel.decode.lines import TOO_LONG
 from copilot_otel.source.tail import CHUNK, FileTail
 
 LIMIT = 512  # the tail's max_line_bytes: small, so over-long lines are cheap to write

@@ -7,9 +7,9 @@ from __future__ import annotations
 import signal
 import time
 
+from tests.support.commands import run_replay
 from tests.support.copilot_cli import prompt_for
 from tests.support.net import wait_until
-from tests.support.commands import run_replay
 from tests.support.otlp_json import iso_ns, read_spans
 
 

@@ -12,19 +12,19 @@ import re
 import sqlite3
 import subprocess
 import time
-from datetime import datetime, UTC
+from datetime import UTC, datetime
 from pathlib import Path
 
 import orjson
 import pytest
 
-from tests.support.otlp_receiver import OtlpReceiver
 from tests.support.biglog import grow
 from tests.support.commands import REPO, clean_env, run_copilot_otel
 from tests.support.daemon import DaemonProcess
 from tests.support.events import SessionLog
 from tests.support.files import append, new_session
 from tests.support.net import free_port, wait_until
+from tests.support.otlp_receiver import OtlpReceiver
 from tests.support.scrape import fetch, value
 from tests.support.spans import expected_keys, key, spans_now, wait_for_keys
 

@@ -17,7 +17,7 @@ import re
 import shutil
 import subprocess
 import time
-from datetime import datetime, timedelta, UTC
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest

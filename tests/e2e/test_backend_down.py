@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 import shutil
 import time
-from itertools import pairwise
 from datetime import datetime
+from itertools import pairwise
 from pathlib import Path
 
 from tests.support.daemon import DaemonProcess

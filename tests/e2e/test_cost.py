@@ -16,16 +16,16 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.commands import run_replay
 from tests.support.copilot_api import COPILOT_MODEL, MULTIPLIERS, CopilotApi
 from tests.support.copilot_cli import CliRun, prompt_for
-from tests.support.otlp_receiver import OtlpReceiver
-from tests.support.prometheus_harness import Prometheus
-from tests.support.provider import EDIT_FILE_NAME, EDIT_FILE_TEXT
-from tests.support.commands import run_replay
 from tests.support.daemon import DaemonProcess
 from tests.support.deploy import RULES, dashboard_queries, render_grafana_expr
 from tests.support.net import wait_until
 from tests.support.otlp_json import read_spans
+from tests.support.otlp_receiver import OtlpReceiver
+from tests.support.prometheus_harness import Prometheus
+from tests.support.provider import EDIT_FILE_NAME, EDIT_FILE_TEXT
 from tests.support.scrape import keyed, parse, value
 
 REMOTE = "https://github.com/octo-org/cost-repo.git"

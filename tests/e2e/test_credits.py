@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from copilot_otel.replay.runner import replay_files
 from copilot_otel.delivery.sinks import MemorySink
+from copilot_otel.replay.runner import replay_files
 from copilot_otel.source.sources import resolve
 from copilot_otel.vocab import Metric
 from tests.support import aio
@@ -267,10 +267,10 @@ def test_sdk_attach_counts_the_credits_the_stand_in_billed(cli, tmp_path):
     pytest.importorskip("copilot", reason="github-copilot-sdk is installed by the test command")
     import asyncio
 
-    from prometheus_client import CollectorRegistry
-
     from copilot import CopilotClient
     from copilot.session import PermissionHandler
+    from prometheus_client import CollectorRegistry
+
     from copilot_otel import attach_async
     from tests.support.copilot_api import COPILOT_MODEL, CopilotApi
     from tests.support.copilot_cli import prompt_for

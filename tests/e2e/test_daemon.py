@@ -14,14 +14,14 @@ import urllib.error
 import urllib.request
 
 from tests.support.copilot_cli import prompt_for
-from tests.support.otlp_receiver import OtlpReceiver
 from tests.support.daemon import DaemonProcess, complete_lines_spans
 from tests.support.files import append, new_session
+from tests.support.model import label
 from tests.support.net import wait_until
+from tests.support.otlp_receiver import OtlpReceiver
+from tests.support.provider import provider_marker
 from tests.support.scrape import value
 from tests.support.spans import expected_keys, key, spans_now, wait_for_keys
-from tests.support.model import label
-from tests.support.provider import provider_marker
 
 FAST = ("--idle-quiet", "0.3", "--rescan-interval", "1")
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import json
 
-from tests.support.copilot_cli import prompt_for
 from tests.support import viewclient as view_api
 from tests.support.commands import run_copilot_otel
+from tests.support.copilot_cli import prompt_for
 from tests.support.daemon import DaemonProcess, complete_lines_spans
 from tests.support.net import wait_until
 from tests.support.scrape import stalled, value

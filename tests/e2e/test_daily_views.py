@@ -214,8 +214,8 @@ def test_a_compaction_is_no_chat_call_in_any_view(tmp_path):
     GenAI conventions name one, and a compaction carries an operation of its own; `inspect` prints each
     compaction as one, with its tokens, and counts only the calls the usage records name as LLM calls."""
     from copilot_otel.config import ModelOptions
-    from copilot_otel.replay.runner import replay_files
     from copilot_otel.delivery.sinks import MemorySink
+    from copilot_otel.replay.runner import replay_files
 
     sink = MemorySink()
     replay_files(sorted(FIXTURES.rglob("events.jsonl")), sink, options=ModelOptions())

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.commands import COMMAND, REPO, clean_env, run_copilot_otel, run_replay
 from tests.support import viewclient
+from tests.support.commands import COMMAND, REPO, clean_env, run_copilot_otel, run_replay
 from tests.support.daemon import DaemonProcess
 from tests.support.files import EVENTS_FILE, SESSION_STATE
 from tests.support.net import free_port, wait_until

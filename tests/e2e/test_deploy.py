@@ -19,11 +19,11 @@ import yaml
 
 from tests.support.deploy import (
     CONTRACT,
-    MACHINE_JOIN,
     DASHBOARD,
     DEPLOY,
     DOCS,
     JOB,
+    MACHINE_JOIN,
     METRICS_PORT,
     check_promql_parses,
     dashboard_panels,
@@ -345,8 +345,8 @@ def test_every_shipped_scraper_and_probe_names_the_daemon_as_it_answers():
     """The daemon refuses a Host that is neither localhost, an IP address nor an --allowed-host name: compose's
     Prometheus scrapes it by its service name, which the compose file allows; the image's health check and the
     Kubernetes probes (no host set: the pod IP) and ServiceMonitors (pod IPs) use addresses."""
-    from copilot_otel.web.access import host_allowed
     from copilot_otel.config import check_allowed_hosts
+    from copilot_otel.web.access import host_allowed
 
     env = compose_services()["copilot-otel"]["environment"]
     allowed = check_allowed_hosts([env.get("COPILOT_OTEL_ALLOWED_HOST", "")])

@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.support.otlp_receiver import OtlpReceiver
-from tests.support.prometheus_harness import Prometheus
 from tests.support.daemon import DaemonProcess
 from tests.support.deploy import DEPLOY, dashboard_panels
 from tests.support.net import wait_until
 from tests.support.otlp_json import read_spans
+from tests.support.otlp_receiver import OtlpReceiver
+from tests.support.prometheus_harness import Prometheus
 from tests.support.scrape import value
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "cli" / "1.0.102"

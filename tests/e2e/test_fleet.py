@@ -23,8 +23,13 @@ import pytest
 
 from tests.support.commands import run_replay
 from tests.support.copilot_cli import prompt_for
-from tests.support.deploy import (dashboard_queries, git_repository, promql_metric_names, render_grafana_expr,
-                                  stuck_rules_for_the_test)
+from tests.support.deploy import (
+    dashboard_queries,
+    git_repository,
+    promql_metric_names,
+    render_grafana_expr,
+    stuck_rules_for_the_test,
+)
 from tests.support.fleet import Alertmanager, Machine, Pki, Webhook, can_name_machines
 from tests.support.net import wait_until
 from tests.support.otlp_json import read_spans

@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.otlp_receiver import OtlpReceiver
 from tests.support.commands import run_replay
 from tests.support.daemon import DaemonProcess
 from tests.support.net import wait_until
 from tests.support.otlp_json import read_spans
+from tests.support.otlp_receiver import OtlpReceiver
 from tests.support.scrape import value
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"

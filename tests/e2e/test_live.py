@@ -17,14 +17,13 @@ from collections import Counter
 import pytest
 from prometheus_client import CollectorRegistry
 
-from copilot_otel import attach
-from copilot_otel import attach_async
+from copilot_otel import attach, attach_async
+from copilot_otel.delivery.sinks import FileSink, MemorySink
 from copilot_otel.metrics.registry import Metrics
 from copilot_otel.replay.runner import ReplayStats, replay_session
 from copilot_otel.source.tail import read_all
-from copilot_otel.delivery.sinks import FileSink, MemorySink
-from tests.support.copilot_cli import MODEL, prompt_for
 from tests.support import aio
+from tests.support.copilot_cli import MODEL, prompt_for
 from tests.support.otlp_json import read_spans
 from tests.support.scrape import keyed
 

@@ -13,15 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from copilot_otel.replay.runner import replay_files
 from copilot_otel.delivery.sinks import MemorySink
-from tests.support.otlp_receiver import OtlpReceiver
+from copilot_otel.replay.runner import replay_files
 from tests.support.backends import HangingGrpc
 from tests.support.commands import run_replay
 from tests.support.daemon import DaemonProcess
 from tests.support.files import new_session
 from tests.support.liars import LIES, Answer, LyingBackend, Silent
 from tests.support.net import wait_until
+from tests.support.otlp_receiver import OtlpReceiver
 from tests.support.scrape import fetch, value
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "cli" / "1.0.102"

@@ -14,15 +14,15 @@ from collections import Counter
 
 import pytest
 
-from tests.support.events import cli_shows_failed
-from tests.support.copilot_cli import prompt_for
-from tests.support.prometheus_harness import Prometheus
 from tests.support import aio
+from tests.support.copilot_cli import prompt_for
 from tests.support.daemon import DaemonProcess
 from tests.support.deploy import RULES, dashboard_queries, promtool, render_grafana_expr
-from tests.support.net import wait_until, wait_until_steady
-from tests.support.scrape import by_label, stalled, value
+from tests.support.events import cli_shows_failed
 from tests.support.model import label
+from tests.support.net import wait_until, wait_until_steady
+from tests.support.prometheus_harness import Prometheus
+from tests.support.scrape import by_label, stalled, value
 
 FAST = ("--idle-quiet", "0.3", "--rescan-interval", "1")
 # Counted only with a Copilot subscription (premium requests, AI credits), when an agent changes code, or

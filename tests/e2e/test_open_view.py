@@ -13,12 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.commands import COMMAND, REPO, clean_env, start_view, run_copilot_otel
+from tests.support.commands import COMMAND, REPO, clean_env, run_copilot_otel, start_view
 from tests.support.daemon import one_session_daemon, view_token
 from tests.support.files import ended_session
 from tests.support.net import LOOPBACK, free_port, wait_until
 from tests.support.nobody import as_nobody
-
 
 SESSION = {"repository": "octo/repo", "branch": "main"}
 

@@ -8,14 +8,14 @@ import pytest
 
 from copilot_otel.config import OtlpSettings
 from copilot_otel.delivery.otlp_spans import OtlpSink
-from copilot_otel.model.records import SpanRecord
 from copilot_otel.delivery.sinks import ExportError, RejectedError
-from tests.support.otlp_receiver import OtlpReceiver
+from copilot_otel.model.records import SpanRecord
 from tests.support.backends import AnsweringGrpc, AnsweringHttp, StrictBackend
 from tests.support.daemon import DaemonProcess
 from tests.support.events import SessionLog
 from tests.support.files import new_session
 from tests.support.net import wait_until
+from tests.support.otlp_receiver import OtlpReceiver
 from tests.support.scrape import fetch
 from tests.support.spans import expected_keys, key
 

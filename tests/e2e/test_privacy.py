@@ -28,16 +28,16 @@ from pathlib import Path
 import pytest
 
 from copilot_otel.config import ModelOptions
-from copilot_otel.replay.runner import replay_files
 from copilot_otel.delivery.sinks import MemorySink
+from copilot_otel.replay.runner import replay_files
 from copilot_otel.source.workspace import read_name
-from tests.support.copilot_cli import CliRun, prompt_for
-from tests.support.provider import echo_secret_answer
 from tests.support.commands import run_replay
+from tests.support.copilot_cli import CliRun, prompt_for
 from tests.support.daemon import DaemonProcess, complete_lines_spans
 from tests.support.events import event_line
 from tests.support.net import wait_until
 from tests.support.otlp_json import read_spans
+from tests.support.provider import echo_secret_answer
 from tests.support.scrape import value
 from tests.support.spans import expected_keys, record_key, wait_for_keys
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 import shutil
-from datetime import datetime, timedelta, UTC
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest

@@ -19,16 +19,17 @@ from pathlib import Path
 
 import pytest
 
+from copilot_otel.base.workers import WorkerError
+from copilot_otel.delivery.sinks import MemorySink
 from copilot_otel.model import attrs as A
 from copilot_otel.replay.runner import find_event_files, replay_files, resolve
-from copilot_otel.delivery.sinks import MemorySink
-from copilot_otel.base.workers import WorkerError
-from tests.support.copilot_cli import CORPUS_SCENARIOS, prompt_for
 from tests.support.commands import run_inspect, run_replay
+from tests.support.copilot_cli import CORPUS_SCENARIOS, prompt_for
 from tests.support.events import cli_shows_failed
-from tests.support.otlp_json import iso_ns, read_spans
 from tests.support.model import label
 from tests.support.net import wait_until
+from tests.support.otlp_json import iso_ns, read_spans
+
 
 @pytest.fixture(scope="module")
 def exported(cli_corpus, tmp_path_factory):

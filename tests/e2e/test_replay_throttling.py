@@ -17,10 +17,10 @@ from pathlib import Path
 import grpc
 import pytest
 
-from tests.support.otlp_receiver import OtlpReceiver
 from tests.support.commands import COMMAND, REPO, clean_env, run_replay
 from tests.support.net import wait_until
 from tests.support.otlp_json import read_spans
+from tests.support.otlp_receiver import OtlpReceiver
 from tests.support.terminal import plain as strip_terminal_codes
 from tests.support.terminal import run_on_pty
 from tests.support.throttling_receiver import ThrottlingGate

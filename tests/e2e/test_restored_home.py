@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import shutil
 import time
-from datetime import datetime, timedelta, UTC
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from copilot_otel.decode.events import Event

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.copilot_cli import prompt_for
 from tests.support.commands import COMMAND, REPO, clean_env, run_copilot_otel, run_replay
+from tests.support.copilot_cli import prompt_for
 from tests.support.daemon import DaemonProcess
 from tests.support.net import wait_until
 from tests.support.otlp_json import read_spans

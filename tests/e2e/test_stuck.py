@@ -9,8 +9,8 @@ import json
 import re
 
 from tests.support.browser import screenshot
-from tests.support.copilot_cli import prompt_for
 from tests.support.commands import run_copilot_otel, run_inspect, run_replay
+from tests.support.copilot_cli import prompt_for
 from tests.support.daemon import DaemonProcess, complete_lines_spans
 from tests.support.net import wait_until
 from tests.support.otlp_json import iso_ns, read_spans

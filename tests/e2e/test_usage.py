@@ -10,7 +10,7 @@ import json
 import os
 import shutil
 import subprocess
-from datetime import datetime, UTC
+from datetime import UTC, datetime
 from pathlib import Path
 from zoneinfo import ZoneInfo
 

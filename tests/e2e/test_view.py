@@ -13,19 +13,19 @@ from pathlib import Path
 import pytest
 
 from copilot_otel.config import ModelOptions
-from copilot_otel.replay.runner import replay_files
 from copilot_otel.delivery.sinks import MemorySink
-from copilot_otel.web.waterfall import PAGE_SPANS
+from copilot_otel.replay.runner import replay_files
 from copilot_otel.web.routes import MAX_STREAMS
-from tests.support.copilot_cli import prompt_for
+from copilot_otel.web.waterfall import PAGE_SPANS
+from tests.support import viewclient as view_api
 from tests.support.biglog import grow
 from tests.support.browser import screenshot, view_url
 from tests.support.commands import start_view
+from tests.support.copilot_cli import prompt_for
 from tests.support.daemon import DaemonProcess, complete_lines_spans, view_token
 from tests.support.events import SessionLog
 from tests.support.files import new_session
 from tests.support.net import LOOPBACK, wait_until
-from tests.support import viewclient as view_api
 from tests.support.viewclient import EventStream
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "cli" / "1.0.102"

@@ -7,22 +7,22 @@ from __future__ import annotations
 import json
 import select
 import time
+from datetime import UTC
 from pathlib import Path
 
 import pytest
 
 from copilot_otel.config import ModelOptions
-from copilot_otel.replay.runner import replay_files
 from copilot_otel.delivery.sinks import MemorySink
-from copilot_otel.web.waterfall import PAGE_SPANS
+from copilot_otel.replay.runner import replay_files
 from copilot_otel.web.streams import WRITE_TIMEOUT
+from copilot_otel.web.waterfall import PAGE_SPANS
 from tests.support.biglog import another_copy, grow
 from tests.support.daemon import DaemonProcess
 from tests.support.files import append, new_session
 from tests.support.net import wait_until, wait_until_steady
 from tests.support.scrape import value
 from tests.support.viewclient import EventStream, get_json, send_get
-from datetime import UTC
 
 REAL = Path(__file__).resolve().parents[1] / "fixtures" / "cli" / "1.0.102" / "multi_turn"
 BIG_SPANS = 2 * PAGE_SPANS + 500  # three answers' worth

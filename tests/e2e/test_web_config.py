@@ -16,11 +16,11 @@ from pathlib import Path
 import bcrypt
 import pytest
 
-from tests.support.prometheus_harness import Prometheus
 from tests.support.commands import run_copilot_otel
 from tests.support.daemon import DaemonProcess, view_token
 from tests.support.files import ended_session
 from tests.support.net import LOOPBACK, wait_until
+from tests.support.prometheus_harness import Prometheus
 from tests.support.tls import make_ca, make_cert
 
 PASSWORD = "correct horse battery staple"

@@ -21,9 +21,9 @@ import signal
 import subprocess
 import time
 import uuid
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from collections.abc import Mapping, Sequence
 
 from tests.support.provider import MODEL, MULTI_VIEW_NAME, MULTI_VIEW_TEXT, marker  # conftest puts the repo on sys.path
 

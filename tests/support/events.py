@@ -29,11 +29,11 @@ name it with ``agent=``: they carry the top-level ``agentId`` and ``data.parentT
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta, UTC
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from copilot_otel.decode.lines import decode_line
 from copilot_otel.decode.events import DecodeError, Event
+from copilot_otel.decode.lines import decode_line
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 BASE_TIME = datetime(2026, 12, 3, 12, 0, 0, tzinfo=UTC)

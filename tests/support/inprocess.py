@@ -17,9 +17,9 @@ from prometheus_client import generate_latest
 from copilot_otel.cli.main import main
 from copilot_otel.config import Config
 from copilot_otel.daemon.daemon import Daemon
-from copilot_otel.otlp.limits import clean
 from copilot_otel.delivery.sinks import MemorySink
 from copilot_otel.model.attrs import COPILOT_RUNNING
+from copilot_otel.otlp.limits import clean
 from tests.support.commands import SCRUBBED_PREFIXES, TEST_DEFAULTS
 from tests.support.net import wait_until
 from tests.support.scrape import Samples, parse

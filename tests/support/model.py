@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 
-from copilot_otel.model import attrs as A
 from copilot_otel.decode.events import Event
+from copilot_otel.model import attrs as A
 from copilot_otel.model.records import Anomaly, MetricUpdate, SpanRecord, Step
 from copilot_otel.model.sessions import SessionModel
 from copilot_otel.vocab import Metric

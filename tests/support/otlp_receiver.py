@@ -67,10 +67,10 @@ import sysconfig
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Iterator
 from concurrent import futures
 from dataclasses import dataclass
 from pathlib import Path
-from collections.abc import Callable, Iterator
 from typing import Any
 
 import grpc

@@ -38,9 +38,9 @@ import json
 import re
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from collections.abc import Callable
 
 MODEL = "test-model"
 THREAD_PREFIX = "scripted-provider"  # names of the server's threads (serving + per request)

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from copilot_otel.otlp.limits import clean
-from copilot_otel.model.records import salted
-from copilot_otel.replay.runner import replay_files
 from copilot_otel.delivery.sinks import MemorySink
+from copilot_otel.model.records import salted
+from copilot_otel.otlp.limits import clean
+from copilot_otel.replay.runner import replay_files
 from tests.support.daemon import complete_lines_spans
 from tests.support.net import wait_until
 

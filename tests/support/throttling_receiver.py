@@ -19,10 +19,10 @@ A refused request stores nothing, so a client that retries it delivers each span
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from concurrent import futures
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -30,8 +30,8 @@ import grpc
 from google.rpc.error_details_pb2 import RetryInfo
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 
-from tests.support.otlp_receiver import LoopbackEndpoints, OtlpReceiver
 from tests.support.net import LOOPBACK
+from tests.support.otlp_receiver import LoopbackEndpoints, OtlpReceiver
 
 AT_CAPACITY = "Server is at capacity"
 

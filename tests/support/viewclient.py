@@ -16,7 +16,6 @@ from pathlib import Path
 
 from tests.support.net import LOOPBACK
 
-
 _STATE_DIRS: dict[int, Path] = {}
 
 

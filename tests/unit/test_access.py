@@ -7,8 +7,8 @@ import os
 
 import pytest
 
-from copilot_otel.web.access import host_allowed, read_token_file, token_file, write_token_file
 from copilot_otel.config import Config, ConfigError, check_allowed_hosts
+from copilot_otel.web.access import host_allowed, read_token_file, token_file, write_token_file
 from copilot_otel.web.webconfig import load_web_config
 
 

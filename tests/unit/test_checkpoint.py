@@ -8,8 +8,8 @@ import sqlite3
 
 import pytest
 
-from copilot_otel.state.checkpoint import Checkpoint, CheckpointError, FilePosition, StateLock
 from copilot_otel.source.tail import FileIdentity
+from copilot_otel.state.checkpoint import Checkpoint, CheckpointError, FilePosition, StateLock
 
 
 def position(path: str, offset: int, *, inode: int = 11, resume: int | None = None) -> FilePosition:

@@ -7,10 +7,22 @@ from pathlib import Path
 
 import pytest
 
-from copilot_otel.config import (DEFAULT_CONTENT_MAX_CHARS, DEFAULT_IDLE_QUIET, DEFAULT_MAX_BUFFERED_SPANS,
-                                 DEFAULT_MAX_LINE_BYTES, DEFAULT_METRICS_HOST, DEFAULT_METRICS_PORT,
-                                 DEFAULT_RESCAN_INTERVAL, DEFAULT_STUCK_AFTER, Config, ConfigError, ModelOptions,
-                                 OtlpSettings, env_flag, parse_address)
+from copilot_otel.config import (
+    DEFAULT_CONTENT_MAX_CHARS,
+    DEFAULT_IDLE_QUIET,
+    DEFAULT_MAX_BUFFERED_SPANS,
+    DEFAULT_MAX_LINE_BYTES,
+    DEFAULT_METRICS_HOST,
+    DEFAULT_METRICS_PORT,
+    DEFAULT_RESCAN_INTERVAL,
+    DEFAULT_STUCK_AFTER,
+    Config,
+    ConfigError,
+    ModelOptions,
+    OtlpSettings,
+    env_flag,
+    parse_address,
+)
 
 
 @pytest.fixture

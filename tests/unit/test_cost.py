@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from copilot_otel.model import attrs as A
 from copilot_otel.config import ModelOptions
+from copilot_otel.model import attrs as A
 from copilot_otel.model.records import STATUS_ERROR
 from copilot_otel.model.sessions import SessionModel
-from copilot_otel.vocab import (ATTRIBUTED, END_ERROR, END_IDLE, END_INCOMPLETE, LINES_ADDED, LINES_REMOVED,
-                                Metric)
+from copilot_otel.vocab import ATTRIBUTED, END_ERROR, END_IDLE, END_INCOMPLETE, LINES_ADDED, LINES_REMOVED, Metric
 from tests.support.events import MODEL, SessionLog
 from tests.support.model import feed
 

@@ -14,14 +14,14 @@ from msgspec.structs import replace
 
 from copilot_otel.catalog.board import Row, page, row_json
 from copilot_otel.catalog.cache import Catalog
-from copilot_otel.config import ModelOptions
-from copilot_otel.cli.listing import place_matches
-from copilot_otel.source.liveness import StuckPolicy
 from copilot_otel.catalog.history import summarize_log
 from copilot_otel.catalog.settled import settled
 from copilot_otel.catalog.status import SessionStatus
-from copilot_otel.vocab import END_INCOMPLETE, ENDED, IDLE, STUCK, WAITING_TOOL
+from copilot_otel.cli.listing import place_matches
+from copilot_otel.config import ModelOptions
+from copilot_otel.source.liveness import StuckPolicy
 from copilot_otel.source.workspace import MAX_BYTES, MAX_NAME_CHARS, read_name
+from copilot_otel.vocab import END_INCOMPLETE, ENDED, IDLE, STUCK, WAITING_TOOL
 from copilot_otel.web.overview import HistorySessions
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"

@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime, UTC
+from datetime import UTC, datetime
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from copilot_otel.decode import lines as decode
-from copilot_otel.decode.lines import decode_line, decode_object, parse_timestamp
 from copilot_otel.decode.events import DecodeError, Event
+from copilot_otel.decode.lines import decode_line, decode_object, parse_timestamp
 from tests.support.events import SessionLog, event_line
 
 TS = "2026-12-03T12:01:45.787Z"

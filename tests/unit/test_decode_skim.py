@@ -14,8 +14,8 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from copilot_otel.decode.lines import _UTF8_BLOCK, NO_DATA, decode_line, is_utf8, skim, skim_at
 from copilot_otel.decode.events import DecodeError, Event
+from copilot_otel.decode.lines import _UTF8_BLOCK, NO_DATA, decode_line, is_utf8, skim, skim_at
 from copilot_otel.model.options import ModelOptions
 from copilot_otel.model.sessions import CONTENT_TYPES, HANDLED_TYPES, READ_TYPES, read_types
 

@@ -8,10 +8,10 @@ from collections import Counter
 
 import pytest
 
+from copilot_otel.delivery.sinks import ExportError, MemorySink
 from copilot_otel.replay.delivery import GaveUp, RateLimit, ReplaySender
 from copilot_otel.replay.ledger import Ledger, Progress, identity_of
 from copilot_otel.replay.runner import replay_files
-from copilot_otel.delivery.sinks import ExportError, MemorySink
 from tests.support.events import SessionLog
 
 

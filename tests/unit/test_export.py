@@ -9,14 +9,14 @@ import time
 import orjson
 import pytest
 
-from copilot_otel.state.checkpoint import FilePosition
 from copilot_otel.delivery.deadletter import DeadLetter
-from copilot_otel.otlp.retry import RetryPolicy
 from copilot_otel.delivery.queue import ExportQueue
-from copilot_otel.otlp.json_encoder import OtlpJsonEncoder
-from copilot_otel.model.records import SpanRecord
 from copilot_otel.delivery.sinks import ExportError, MemorySink, RejectedError
+from copilot_otel.model.records import SpanRecord
+from copilot_otel.otlp.json_encoder import OtlpJsonEncoder
+from copilot_otel.otlp.retry import RetryPolicy
 from copilot_otel.source.tail import FileIdentity
+from copilot_otel.state.checkpoint import FilePosition
 from tests.support.net import wait_until
 
 EXPORT_THREAD = "copilot-otel-export"

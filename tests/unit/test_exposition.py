@@ -7,11 +7,17 @@ import math
 
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Enum, Gauge, Histogram, Info, Summary
-from prometheus_client.core import (CounterMetricFamily, Exemplar, GaugeHistogramMetricFamily, GaugeMetricFamily,
-                                    StateSetMetricFamily)
+from prometheus_client.core import (
+    CounterMetricFamily,
+    Exemplar,
+    GaugeHistogramMetricFamily,
+    GaugeMetricFamily,
+    StateSetMetricFamily,
+)
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.metrics_core import Metric
-from prometheus_client.samples import Exemplar as ExemplarRecord, Sample
+from prometheus_client.samples import Exemplar as ExemplarRecord
+from prometheus_client.samples import Sample
 
 from copilot_otel.metrics.collectors import LiveSession
 from copilot_otel.metrics.registry import Metrics

@@ -3,19 +3,19 @@ after a restart, skipping history, and the checkpoint position it offers."""
 
 from __future__ import annotations
 
+from datetime import UTC
 from pathlib import Path
 
 import pytest
 
-from copilot_otel.model import attrs as A
 from copilot_otel.config import DEFAULT_MAX_LINE_BYTES, ModelOptions
 from copilot_otel.daemon.follow import Follower
+from copilot_otel.model import attrs as A
 from copilot_otel.model.pipeline import Outputs
 from copilot_otel.vocab import END_INCOMPLETE, IDLE, INCOMPLETE, WAITING_TOOL, Metric
 from tests.support.events import MODEL, SessionLog
 from tests.support.files import append
 from tests.support.model import label
-from datetime import UTC
 
 SID = "session-1"
 ROOT = "invoke_agent copilot"
@@ -316,8 +316,8 @@ def test_silence_is_counted_from_arrival_except_for_a_log_written_before_the_dae
     """seen_at: the monotonic time a read found new events; for history (a log written before the daemon
     started) that time less the last event's age, never more than now (a log stamped ahead is measured from
     its arrival)."""
-    from datetime import datetime, timedelta
     import time
+    from datetime import datetime, timedelta
 
     for age, history, expected in ((1000.0, False, 0.0), (1000.0, True, 1000.0), (-7200.0, True, 0.0)):
         log = SessionLog(SID, start=datetime.now(UTC) - timedelta(seconds=age))

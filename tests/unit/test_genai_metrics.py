@@ -3,9 +3,9 @@ OTLP data points with the CLI's bounds, min and max, capped names and an exempla
 
 from __future__ import annotations
 
-from copilot_otel.model import attrs as A
 from copilot_otel.metrics.genai import AGENT_BOUNDS, CALL_BOUNDS, GenAi, GenAiMetrics, updates
 from copilot_otel.metrics.registry import Metrics
+from copilot_otel.model import attrs as A
 from copilot_otel.model.pipeline import Outputs, drive, finish
 from copilot_otel.model.records import SpanRecord
 from copilot_otel.model.sessions import SessionModel

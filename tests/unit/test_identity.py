@@ -13,14 +13,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from msgspec.structs import replace
 
-from copilot_otel.state.checkpoint import Checkpoint
 from copilot_otel.config import DEFAULT_MAX_LINE_BYTES, ModelOptions
 from copilot_otel.daemon.follow import Follower
-from copilot_otel.source.identity import EDITED, REPLACED, TRUNCATED, crc32, first_event_id, prefix_crc
 from copilot_otel.daemon.moves import Moves
 from copilot_otel.model.pipeline import Outputs
 from copilot_otel.model.records import salted
+from copilot_otel.source.identity import EDITED, REPLACED, TRUNCATED, crc32, first_event_id, prefix_crc
 from copilot_otel.source.tail import FileTail
+from copilot_otel.state.checkpoint import Checkpoint
 from copilot_otel.vocab import Metric
 from tests.support.events import SessionLog
 from tests.support.files import append

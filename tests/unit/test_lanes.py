@@ -7,9 +7,9 @@ import sqlite3
 
 import pytest
 
+from copilot_otel.source.tail import FileIdentity
 from copilot_otel.state.checkpoint import Checkpoint, CheckpointError, FilePosition
 from copilot_otel.state.lanes import SharedCheckpoint
-from copilot_otel.source.tail import FileIdentity
 
 SPANS, LOGS = 0, 1
 

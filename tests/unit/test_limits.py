@@ -8,11 +8,11 @@ import orjson
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from copilot_otel.model import attrs as A
-from copilot_otel.otlp.limits import INT64_MAX, INT64_MIN, MAX_ATTRIBUTE_CHARS, MAX_NAME_CHARS, MAX_TIME_NS, clean
-from copilot_otel.otlp.json_encoder import OtlpJsonEncoder
 from copilot_otel.delivery.otlp_spans import to_readable_span
+from copilot_otel.model import attrs as A
 from copilot_otel.model.records import STATUS_ERROR, SpanEvent, SpanRecord
+from copilot_otel.otlp.json_encoder import OtlpJsonEncoder
+from copilot_otel.otlp.limits import INT64_MAX, INT64_MIN, MAX_ATTRIBUTE_CHARS, MAX_NAME_CHARS, MAX_TIME_NS, clean
 from copilot_otel.otlp.resource import build_resource
 
 SECRET = "ghp_" + "s3cr3t" * 40

@@ -6,9 +6,20 @@ import os
 
 import pytest
 
-from copilot_otel.source.liveness import (ABANDON, ABANDONED_RETENTION, DORMANT, DORMANT_AFTER, GRACE_SECONDS, Liveness,
-                                   StuckPolicy, live_state, locks_expected, lock_pids, pid_alive,
-                                   verdict)
+from copilot_otel.source.liveness import (
+    ABANDON,
+    ABANDONED_RETENTION,
+    DORMANT,
+    DORMANT_AFTER,
+    GRACE_SECONDS,
+    Liveness,
+    StuckPolicy,
+    live_state,
+    lock_pids,
+    locks_expected,
+    pid_alive,
+    verdict,
+)
 from copilot_otel.vocab import ABANDONED, IDLE, STUCK, WAITING_TOOL, WAITING_USER, WORKING
 
 NOW = 1_800_000_000.0

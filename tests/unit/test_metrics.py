@@ -14,15 +14,15 @@ from prometheus_client.openmetrics.exposition import generate_latest as openmetr
 
 from copilot_otel import __version__
 from copilot_otel.decode.lines import NOT_JSON, REASONS
-from copilot_otel.metrics.genai import GenAi
 from copilot_otel.metrics.collectors import LiveSession
 from copilot_otel.metrics.families import MAX_EVENT_TYPES
+from copilot_otel.metrics.genai import GenAi
 from copilot_otel.metrics.registry import Metrics
 from copilot_otel.model.pipeline import Outputs, drive, finish
 from copilot_otel.model.records import MetricUpdate
 from copilot_otel.model.sessions import SessionModel
 from copilot_otel.source.tail import read_all
-from copilot_otel.vocab import (ABANDONED, IDLE, SIGNALS, STATES, STUCK, WAITING_TOOL, WORKING, Metric)
+from copilot_otel.vocab import ABANDONED, IDLE, SIGNALS, STATES, STUCK, WAITING_TOOL, WORKING, Metric
 from tests.support.events import MODEL, SessionLog
 
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from copilot_otel.decode import lines as decode
 from copilot_otel import vocab
+from copilot_otel.decode import lines as decode
 from copilot_otel.metrics.budgets import Budget
 from copilot_otel.metrics.collectors import LiveSession
 from copilot_otel.metrics.registry import Metrics

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 from google.rpc.status_pb2 import Status
 
-from copilot_otel.otlp.answers import HttpAnswer, MAX_ANSWER_BYTES, grpc_error, http_answer, quote
-from copilot_otel.metrics.otlp_push import metrics_signal
 from copilot_otel.delivery.otlp_spans import traces_signal
 from copilot_otel.delivery.sinks import ExportError, Receipt, RejectedError
+from copilot_otel.metrics.otlp_push import metrics_signal
+from copilot_otel.otlp.answers import MAX_ANSWER_BYTES, HttpAnswer, grpc_error, http_answer, quote
 from tests.support.liars import partial_success
 
 TRACES = traces_signal()

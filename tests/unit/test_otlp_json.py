@@ -6,9 +6,9 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from copilot_otel.otlp.limits import clean
-from copilot_otel.otlp.json_encoder import SCOPE_NAME, SCOPE_VERSION, OtlpJsonEncoder, _any_value
 from copilot_otel.model.records import SpanEvent, SpanRecord
+from copilot_otel.otlp.json_encoder import SCOPE_NAME, SCOPE_VERSION, OtlpJsonEncoder, _any_value
+from copilot_otel.otlp.limits import clean
 
 _SCALAR = (st.text(max_size=6) | st.integers(-2**70, 2**70) | st.floats() | st.booleans()
            | st.sampled_from([1e16, 1e-7, 1.5e300, -0.0, 100.0]))

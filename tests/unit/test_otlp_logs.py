@@ -7,8 +7,8 @@ import pytest
 from copilot_otel.base.parsing import ConfigError
 from copilot_otel.config import Config
 from copilot_otel.delivery.otlp_logs import encode_logs
-from copilot_otel.otlp.settings import OtlpSettings
 from copilot_otel.model.logs import SEVERITY_ERROR, LogRecord
+from copilot_otel.otlp.settings import OtlpSettings
 
 
 def test_logs_are_off_unless_otel_logs_exporter_names_otlp():

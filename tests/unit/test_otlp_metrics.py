@@ -10,8 +10,8 @@ from opentelemetry.sdk.resources import Resource
 
 from copilot_otel.config import Config, ConfigError, OtlpSettings
 from copilot_otel.metrics.families import LLM_BUCKETS
-from copilot_otel.metrics.registry import Metrics
 from copilot_otel.metrics.otlp_push import MetricsPusher, metrics_data
+from copilot_otel.metrics.registry import Metrics
 from copilot_otel.model.records import MetricUpdate
 from copilot_otel.vocab import Metric
 

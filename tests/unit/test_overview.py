@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
+from copilot_otel.catalog.board import STATE_ORDER, Live, make_board, page
 from copilot_otel.catalog.cache import Catalog
 from copilot_otel.config import Config, ModelOptions
 from copilot_otel.daemon.daemon import Daemon
-from copilot_otel.source.liveness import StuckPolicy
-from copilot_otel.catalog.board import STATE_ORDER, Live, make_board, page
-from copilot_otel.web.overview import DaemonSessions, HistorySessions
 from copilot_otel.delivery.sinks import MemorySink
+from copilot_otel.source.liveness import StuckPolicy
 from copilot_otel.vocab import ABANDONED, ENDED, IDLE, STUCK, WAITING_TOOL, WAITING_USER, WORKING
+from copilot_otel.web.overview import DaemonSessions, HistorySessions
 from tests.support.events import BASE_TIME, SessionLog
 from tests.support.files import new_session
 

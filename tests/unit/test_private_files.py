@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from copilot_otel.base.private_files import open_private, private_dir, touch_private, write_private
-from copilot_otel.delivery.rotation import RotatingFile, Rotation, backup_name, backups_of, manifest_of
 from copilot_otel.base.strictmodes import UnsafePath, check_folder
+from copilot_otel.delivery.rotation import RotatingFile, Rotation, backup_name, backups_of, manifest_of
 
 
 @contextmanager

@@ -12,13 +12,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from copilot_otel.otlp.contract import ExportError
-from copilot_otel.otlp.answers import HttpAnswer, Signal, grpc_error, http_answer
-from copilot_otel.otlp.settings import OtlpSettings
 from copilot_otel.delivery.otlp_spans import OtlpSink
 from copilot_otel.delivery.queue import ExportQueue
-from copilot_otel.otlp.retry import Backoff, RetryPolicy, retry_after_seconds, retry_info_seconds
 from copilot_otel.model.records import SpanRecord
+from copilot_otel.otlp.answers import HttpAnswer, Signal, grpc_error, http_answer
+from copilot_otel.otlp.contract import ExportError
+from copilot_otel.otlp.retry import Backoff, RetryPolicy, retry_after_seconds, retry_info_seconds
+from copilot_otel.otlp.settings import OtlpSettings
 from tests.support.net import wait_until
 from tests.support.otlp_receiver import OtlpReceiver
 from tests.support.throttling_receiver import ThrottlingGate
@@ -149,7 +149,8 @@ def test_a_refused_metrics_push_is_retried_as_the_policy_says(retry_after, expec
     """The OTLP metrics push follows the same policy: refused with Retry-After 1 s, the next push goes in 1 s, not at
     the next interval; 999999 s is capped at 300 s (a longer wait than the interval, as the backend asked); with no
     delay given, a jittered first backoff (below 0.5 s); once a push goes through, the interval again."""
-    from prometheus_client import CollectorRegistry, Counter as PromCounter
+    from prometheus_client import CollectorRegistry
+    from prometheus_client import Counter as PromCounter
 
     from copilot_otel.metrics.otlp_push import MetricsPusher, make_exporter
     from copilot_otel.otlp.resource import build_resource

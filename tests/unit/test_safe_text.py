@@ -17,13 +17,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from rich.console import Console
 
-from copilot_otel.config import ModelOptions
-from copilot_otel.cli.listing import render
 from copilot_otel.base.safe_text import SafeFormatter, safe, safe_json, spreadsheet_cell, unsafe
 from copilot_otel.catalog.snapshot import SessionReader
 from copilot_otel.catalog.status import SessionStatus
-from copilot_otel.model.summary import SessionSummary
+from copilot_otel.cli.listing import render
 from copilot_otel.cli.tree import build_tree
+from copilot_otel.config import ModelOptions
+from copilot_otel.model.summary import SessionSummary
 from copilot_otel.source.liveness import StuckPolicy
 from tests.support.events import SessionLog
 

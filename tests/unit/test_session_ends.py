@@ -7,10 +7,28 @@ from __future__ import annotations
 from copilot_otel.model import attrs as A
 from copilot_otel.model.records import STATUS_ERROR, STATUS_OK, STATUS_UNSET
 from copilot_otel.model.sessions import SessionModel
-from copilot_otel.vocab import (CANCELLED, DUPLICATE_ID, END_ABORTED, END_ERROR, END_IDLE, END_INCOMPLETE,
-                                END_SHUTDOWN, END_TASK_COMPLETE, ERROR, IDLE, INCOMPLETE, OUT_OF_ORDER, SIGNAL_ERROR,
-                                SIGNAL_IDLE, SIGNAL_SHUTDOWN, SIGNAL_TASK_COMPLETE, WAITING_TOOL, WAITING_USER, WORKING,
-                                Metric)
+from copilot_otel.vocab import (
+    CANCELLED,
+    DUPLICATE_ID,
+    END_ABORTED,
+    END_ERROR,
+    END_IDLE,
+    END_INCOMPLETE,
+    END_SHUTDOWN,
+    END_TASK_COMPLETE,
+    ERROR,
+    IDLE,
+    INCOMPLETE,
+    OUT_OF_ORDER,
+    SIGNAL_ERROR,
+    SIGNAL_IDLE,
+    SIGNAL_SHUTDOWN,
+    SIGNAL_TASK_COMPLETE,
+    WAITING_TOOL,
+    WAITING_USER,
+    WORKING,
+    Metric,
+)
 from tests.support.events import MODEL, SessionLog
 from tests.support.model import feed, label
 

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import json
 
-from copilot_otel.model import attrs as A
 from copilot_otel.config import ModelOptions
+from copilot_otel.model import attrs as A
 from copilot_otel.model.records import KIND_CLIENT, STATUS_ERROR, STATUS_OK, STATUS_UNSET, span_id_for, trace_id_for
 from copilot_otel.model.sessions import SessionModel
-from copilot_otel.vocab import (END_IDLE, ERROR, FAILURE, MAIN_AGENT, SIGNAL_IDLE, SIGNAL_SHUTDOWN, SUCCESS,
-                                Metric)
+from copilot_otel.vocab import END_IDLE, ERROR, FAILURE, MAIN_AGENT, SIGNAL_IDLE, SIGNAL_SHUTDOWN, SUCCESS, Metric
 from tests.support.events import MODEL, SessionLog
 from tests.support.model import feed, label
 

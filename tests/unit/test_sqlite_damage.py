@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from copilot_otel.state.checkpoint import Checkpoint, CheckpointError, FilePosition
 from copilot_otel.replay.ledger import Ledger, LedgerBusy
 from copilot_otel.source.identity import FileIdentity
+from copilot_otel.state.checkpoint import Checkpoint, CheckpointError, FilePosition
 
 ROWS = 300  # enough rows to span many pages: a cut in the middle of the file cuts one
 

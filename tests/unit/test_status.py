@@ -11,14 +11,14 @@ import pytest
 from msgspec.structs import replace
 
 from copilot_otel.catalog.cache import Catalog
+from copilot_otel.catalog.status import ENDED, SessionStatus, status_of
+from copilot_otel.cli.listing import parse_since, select
 from copilot_otel.config import ModelOptions
 from copilot_otel.daemon.follow import Follower
-from copilot_otel.source.liveness import ABANDONED_RETENTION, StuckPolicy, lock_pids
-from copilot_otel.cli.listing import parse_since, select
 from copilot_otel.model.pipeline import Outputs
 from copilot_otel.model.sessions import SessionModel
+from copilot_otel.source.liveness import ABANDONED_RETENTION, StuckPolicy, lock_pids
 from copilot_otel.source.sources import SourceError, find_session
-from copilot_otel.catalog.status import ENDED, SessionStatus, status_of
 from copilot_otel.vocab import ABANDONED, IDLE, STUCK, WAITING_TOOL
 from tests.support.events import SessionLog
 

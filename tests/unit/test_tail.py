@@ -6,9 +6,9 @@ import os
 
 import orjson
 
-from copilot_otel.source import tail as tail_module
-from copilot_otel.decode.lines import TOO_LONG
 from copilot_otel.decode.events import DecodeError, Event
+from copilot_otel.decode.lines import TOO_LONG
+from copilot_otel.source import tail as tail_module
 from copilot_otel.source.tail import FileTail, read_all
 from tests.support.events import SessionLog
 from tests.support.files import append

@@ -75,11 +75,11 @@ def test_the_help_says_the_bounds_the_code_keeps():
     """`run --help` and `view --help` say what one client can cost with the figures the code uses."""
     from click.testing import CliRunner
 
+    from copilot_otel.cli.main import main
     from copilot_otel.web import server
     from copilot_otel.web import streams as webio
-    from copilot_otel.cli.main import main
-    from copilot_otel.web.waterfall import MAX_BYTES, PAGE_BYTES, PAGE_SPANS
     from copilot_otel.web.routes import MAX_STREAMS
+    from copilot_otel.web.waterfall import MAX_BYTES, PAGE_BYTES, PAGE_SPANS
 
     figures = (f"{PAGE_SPANS:,} spans", f"{PAGE_BYTES >> 20} MiB of JSON", f"{MAX_BYTES >> 20} MiB of spans held",
                f"{MAX_STREAMS} live views",
