@@ -158,3 +158,11 @@ def no_leaked_threads():
         return [t for t in threading.enumerate() if t not in before and t not in shared and t.is_alive()]
 
     wait_until(lambda: not leaked(), timeout=5, what="the test's threads to end", seen=leaked)
+
+
+@pytest.fixture
+def blocked(tmp_path) -> Path:
+    """A regular file: any directory 'inside' it can be neither created nor written, even by root."""
+    path = tmp_path / "a-file"
+    path.write_text("not a directory\n")
+    return path

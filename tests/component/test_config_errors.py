@@ -136,14 +136,6 @@ def test_inspect_is_not_broken_by_a_bad_otlp_setting(session):
 # ------------------------------------------------------------------------ unwritable places
 
 
-@pytest.fixture
-def blocked(tmp_path) -> Path:
-    """A regular file: any directory 'inside' it can be neither created nor written, even by root."""
-    path = tmp_path / "a-file"
-    path.write_text("not a directory\n")
-    return path
-
-
 def test_replay_with_state_dir_not_writable(blocked, session):
     """replay's default trace file lives in the state directory: if that cannot be written,
     one line naming it and --state-dir (or --traces-file), exit 2."""

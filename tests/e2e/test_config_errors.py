@@ -44,14 +44,6 @@ def test_port_in_use(tmp_path):
 # ------------------------------------------------------------------------ unwritable places
 
 
-@pytest.fixture
-def blocked(tmp_path) -> Path:
-    """A regular file: any directory 'inside' it can be neither created nor written, even by root."""
-    path = tmp_path / "a-file"
-    path.write_text("not a directory\n")
-    return path
-
-
 def test_run_with_state_dir_not_writable(blocked, tmp_path):
     """A state directory that cannot be created or written: one line naming it and --state-dir."""
     result = run_copilot_otel("run", "--copilot-home", str(tmp_path / "home"), "--state-dir", str(blocked / "state"),
