@@ -44,7 +44,8 @@ DOCUMENTS = st.tuples(st.lists(LINES, max_size=6), st.booleans()).map(
     lambda parts: "\n".join(parts[0]) + ("\n" if parts[1] else ""))
 
 
-@settings(max_examples=3000, deadline=None)
+# 1,000 documents a run (22 s of the unit layer's CPU at 3,000 on a loaded machine); each CI run draws new ones.
+@settings(max_examples=1000, deadline=None)
 @given(DOCUMENTS)
 def test_a_simple_document_gives_the_name_the_yaml_parser_gives(text):
     data = text.encode("utf-8", "surrogatepass")
@@ -60,7 +61,7 @@ CLI_LINES = st.tuples(KEYS, st.sampled_from(["{}", "'{}'", '"{}"']), PLAIN).map(
 CLI_DOCUMENTS = st.lists(CLI_LINES, min_size=1, max_size=5).map(lambda lines: "\n".join(lines) + "\n")
 
 
-@settings(max_examples=3000, deadline=None)
+@settings(max_examples=1000, deadline=None)
 @given(CLI_DOCUMENTS)
 def test_a_document_shaped_as_the_cli_writes_gives_the_name_the_yaml_parser_gives(text):
     test_a_simple_document_gives_the_name_the_yaml_parser_gives.hypothesis.inner_test(text)
