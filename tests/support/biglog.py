@@ -45,7 +45,10 @@ def grow(events: bytes, target_bytes: int) -> bytes:
             text = match.group()
             return text[:-1] + suffix + b'"' if text.startswith(b'"') else text + suffix
 
-        chunk = _TIME.sub(lambda m, shift=shift: _moved(m, shift), _TOKEN.sub(token, body))
+        def moved(match: re.Match, shift: timedelta = shift) -> bytes:
+            return _moved(match, shift)
+
+        chunk = _TIME.sub(moved, _TOKEN.sub(token, body))
         out.append(chunk)
         size += len(chunk)
     return b"".join(out)

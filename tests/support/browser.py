@@ -10,13 +10,17 @@ import contextlib
 import os
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tests.support.net import LOOPBACK
+
+if TYPE_CHECKING:  # playwright is imported where a browser starts
+    from playwright.sync_api import Page, ViewportSize
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-VIEWPORT = {"width": 1280, "height": 760}
+VIEWPORT: ViewportSize = {"width": 1280, "height": 760}
 # Screenshots go to COPILOT_OTEL_SCREENSHOTS, else to one fresh temp dir per run (made on first use).
 _screenshots: list[Path] = []
 
@@ -48,12 +52,14 @@ class Browser:
             raise
         self.context.set_default_timeout(15_000)
 
-    def page(self):
+    def page(self) -> Page:
         """A new tab; its uncaught script errors land in ``page.errors`` (tests assert there are none)."""
         page = self.context.new_page()
         self._pages.append(page)
-        page.errors = []
-        page.on("pageerror", lambda error: page.errors.append(str(error)))
+        errors: list[str] = []
+        # tests read them as page.errors: an attribute of ours on Playwright's Page, which does not declare it
+        page.errors = errors  # type: ignore[attr-defined]
+        page.on("pageerror", lambda error: errors.append(str(error)))
         return page
 
     def close_pages(self) -> None:

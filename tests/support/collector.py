@@ -189,7 +189,7 @@ def log_records(path: Path) -> list[LogLine]:
     """The log records of an OTLP JSON lines file (a line not yet whole is left for later)."""
     if not path.exists():
         return []
-    records = []
+    records: list[LogLine] = []
     for line in path.read_bytes().splitlines(keepends=True):
         if not line.endswith(b"\n"):
             break

@@ -67,7 +67,8 @@ def copilot_usage(model: str, usage: Usage) -> dict:
     details = [{"token_type": t, "token_count": n, "batch_size": 1, "cost_per_batch": NANO_AIU_PER_TOKEN[t],
                 "model": model}
                for t, n in counts.items() if n > 0]
-    return {"total_nano_aiu": sum(d["token_count"] * d["cost_per_batch"] for d in details), "token_details": details}
+    return {"total_nano_aiu": sum(n * NANO_AIU_PER_TOKEN[t] for t, n in counts.items() if n > 0),
+            "token_details": details}
 
 
 def model_entry(model_id: str, name: str, vendor: str, family: str, multiplier: float) -> dict:
@@ -128,20 +129,24 @@ class ApiRequest:
 
 
 class _ApiHandler(_Handler):
-    server: object
+    @property
+    def _api(self) -> CopilotApi:
+        owner = self.server.owner
+        assert isinstance(owner, CopilotApi)  # _ApiHandler serves only CopilotApi (its handler_class)
+        return owner
 
     def end_headers(self) -> None:
         # Every GitHub response carries a request id; CLIs treat an error without one as a
         # proxy or firewall in the way and give up (0.0.400: "does not appear to originate
         # from GitHub").
-        self.send_header("X-GitHub-Request-Id", "0000:STANDIN:%04X" % (len(self.server.owner.requests) & 0xFFFF))
+        self.send_header("X-GitHub-Request-Id", "0000:STANDIN:%04X" % (len(self._api.requests) & 0xFFFF))
         super().end_headers()
 
     def _log(self, proxied: bool = False, body: dict | None = None, status: int = 0) -> ApiRequest:
         headers = {k.lower(): (v if k.lower() in _LOGGED_VALUES else "<set>") for k, v in self.headers.items()}
         entry = ApiRequest(self.command, self.path, headers, sorted(body) if isinstance(body, dict) else [], proxied,
                            status)
-        self.server.owner._log_request(entry)
+        self._api._log_request(entry)
         return entry
 
     def _refuse_proxy(self) -> None:

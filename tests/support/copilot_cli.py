@@ -24,6 +24,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from tests.support.provider import MODEL, MULTI_VIEW_NAME, MULTI_VIEW_TEXT, marker  # conftest puts the repo on sys.path
 
@@ -382,7 +383,7 @@ def run_spec(cli: CopilotCLI, spec: CorpusSpec, root: Path, port: int, timeout: 
     home, cwd = base / "home", base / "work"
     _prepare_cwd(cwd)
     arg = str(cwd) if spec.arg_is_cwd else spec.arg
-    common = dict(home=home, port=port, cwd=cwd, output_json=True, otel_file=base / "otel.jsonl",
+    common: dict[str, Any] = dict(home=home, port=port, cwd=cwd, output_json=True, otel_file=base / "otel.jsonl",
                   autopilot=spec.autopilot)
     if spec.resume_scenario:
         first = cli.run(

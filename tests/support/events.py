@@ -137,7 +137,7 @@ class SessionLog:
         items = self.decoded()
         bad = [item for item in items if isinstance(item, DecodeError)]
         assert not bad, f"lines that are no events: {bad}"
-        return items
+        return [item for item in items if isinstance(item, Event)]
 
     # ------------------------------------------------------------ the session
 
@@ -290,7 +290,8 @@ class SessionLog:
                  premium: dict[str, float] | None = None, nano_aiu: dict[str, int] | None = None) -> dict[str, Any]:
         """session.shutdown with its code changes (lines added, removed; files) and, per model, the
         premium requests it totals (``modelMetrics[model].requests.cost``) and AI credits (``totalNanoAiu``)."""
-        metrics = {model: {"requests": {"count": 1, "cost": cost}} for model, cost in (premium or {}).items()}
+        metrics: dict[str, dict[str, Any]] = {model: {"requests": {"count": 1, "cost": cost}}
+                                              for model, cost in (premium or {}).items()}
         for model, total in (nano_aiu or {}).items():
             metrics.setdefault(model, {"requests": {"count": 1, "cost": 0.0}})["totalNanoAiu"] = total
         return self.add("session.shutdown", {

@@ -32,7 +32,12 @@ def isolate(environ=os.environ) -> Path:
         home = Path(tempfile.mkdtemp(prefix="copilot-otel-test-home-"))
         environ[RUN_HOME] = str(home)
         creator = os.getpid()  # forked children inherit the atexit hook: only the maker removes the folder
-        atexit.register(lambda: os.getpid() == creator and shutil.rmtree(home, ignore_errors=True))
+
+        def remove() -> None:
+            if os.getpid() == creator:
+                shutil.rmtree(home, ignore_errors=True)
+
+        atexit.register(remove)
     environ["HOME"] = str(home)
     for variable, below in XDG_FOLDERS.items():
         environ[variable] = str(home / below)

@@ -55,18 +55,21 @@ class InProcessDaemon:
         return self
 
     def __exit__(self, *exc_info) -> None:
+        assert self.daemon is not None and self._thread is not None  # set by __enter__
         self.daemon.request_stop()
         self._thread.join(30)
         assert not self._thread.is_alive(), "the in-process daemon did not stop within 30 s"
 
     def scrape(self) -> Samples:
         """What /metrics would show now."""
+        assert self.daemon is not None, "scrape() inside the with block"
         return parse(generate_latest(self.daemon.metrics.registry).decode())
 
     def keys(self) -> list:
         """The keys of every span exported so far, sorted, duplicates kept (as an encoding sink writes them); a
         stuck session's snapshot of an open span (github.copilot.running: the fixtures' events are days old, so
         an open tool is stuck at once) is left out once its final span has come, as spans.spans_now does."""
+        assert self.sink is not None, "keys() reads the memory sink (none with a traces_file setting)"
         with self.sink._lock:
             records = list(self.sink.records)
         final = {record.span_id for record in records if not record.attributes.get(COPILOT_RUNNING)}

@@ -69,7 +69,9 @@ def wait_until_steady(read: Callable[[], T | None], *, polls: int = 3, timeout: 
         return len(seen) == polls and value is not None and all(v == value for v in seen)
 
     wait_until(steady, timeout=timeout, interval=interval, what=what, seen=lambda: seen)
-    return seen[-1]
+    value = seen[-1]
+    assert value is not None  # steady() holds only for a value
+    return value
 
 
 def port_taken(log: str) -> bool:

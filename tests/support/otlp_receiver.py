@@ -273,6 +273,7 @@ def metrics_from_request(request: metrics_service_pb2.ExportMetricsServiceReques
         for sm in rm.scope_metrics:
             for m in sm.metrics:
                 kind = m.WhichOneof("data")
+                assert kind is not None, f"metric {m.name} has no data"
                 data = getattr(m, kind)
                 points = tuple(
                     ReceivedPoint(_decode_attributes(p.attributes), count=p.count, sum=p.sum,
@@ -822,6 +823,7 @@ class _PortTaken(ReceiverError):
 
 if __name__ == "__main__":  # manual check: python tests/support/otlp_receiver.py
     with OtlpReceiver() as rx:
+        assert rx.startup_seconds is not None  # set by the start
         print(f"rotel-agent pid={rx.pid} grpc={rx.grpc_endpoint} http={rx.http_endpoint} "
               f"sink=127.0.0.1:{rx.sink_port} startup={rx.startup_seconds * 1000:.1f} ms")
         sys.stdout.flush()

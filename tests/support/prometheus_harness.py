@@ -7,6 +7,7 @@ import json
 import time
 import urllib.parse
 import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
 
 from tests.support.deploy import require_tool
@@ -18,9 +19,9 @@ class Prometheus(ServerProcess):
 
     name = "prometheus"
 
-    def __init__(self, workdir: Path, targets: list[str], *, rule_files: list[Path] = (), job: str = "copilot-otel",
-                 scrape: dict | None = None, extra_jobs: list[dict] = (), flags: tuple[str, ...] = (),
-                 external_labels: dict | None = None, alertmanagers: list[str] = (), binary: Path | None = None,
+    def __init__(self, workdir: Path, targets: list[str], *, rule_files: Sequence[Path] = (), job: str = "copilot-otel",
+                 scrape: dict | None = None, extra_jobs: Sequence[dict] = (), flags: tuple[str, ...] = (),
+                 external_labels: dict | None = None, alertmanagers: Sequence[str] = (), binary: Path | None = None,
                  settings: dict | None = None):
         """``scrape``: more settings of the job (scheme, tls_config, basic_auth...); ``extra_jobs``: whole jobs;
         ``flags``: more command-line flags (e.g. ``--enable-feature=exemplar-storage``); ``external_labels``: the

@@ -41,6 +41,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Self
 
 MODEL = "test-model"
 THREAD_PREFIX = "scripted-provider"  # names of the server's threads (serving + per request)
@@ -111,7 +112,7 @@ class Usage:
     reasoning_tokens: int = 0  # part of completion_tokens, as OpenAI counts them
 
     def as_openai(self) -> dict:
-        u = {
+        u: dict[str, Any] = {
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens,
             "total_tokens": self.prompt_tokens + self.completion_tokens,
@@ -652,7 +653,7 @@ def _sit_reasoning(c: Ctx) -> Reply:
 def analyse(body: dict) -> Ctx | None:
     """Find the scenario and progress of a chat-completions request (None: no marker)."""
     msgs = body.get("messages") or []
-    start = None
+    start = 0
     found = None
     interaction = 0
     for i, m in enumerate(msgs):
@@ -927,7 +928,7 @@ class ScriptedProvider:
         self.served: list[Served] = []
 
     # lifecycle -----------------------------------------------------------------------
-    def start(self) -> ScriptedProvider:
+    def start(self) -> Self:
         if self._server is not None:
             return self
         server = _Server(self._addr, self.handler_class)
@@ -956,7 +957,7 @@ class ScriptedProvider:
         with self._lock:
             return [t for t in (self._thread, *self._requests) if t is not None]
 
-    def __enter__(self) -> ScriptedProvider:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc) -> None:

@@ -62,6 +62,7 @@ class ServerProcess:
         retry_taken_port(launch, taken, self.pick_ports)
 
     def _ready(self) -> bool:
+        assert self.proc is not None  # called after the launch
         if self.proc.poll() is not None:
             raise AssertionError(f"{self.name} exited: {self.log_path.read_text()[-2000:]}")
         return answers_ok(f"{self.url}/-/ready")

@@ -124,6 +124,7 @@ class Gateway(ServerProcess):
                                          stderr=log, stdin=subprocess.DEVNULL)
 
     def _ready(self) -> bool:
+        assert self.proc is not None  # called after the launch
         if self.proc.poll() is not None:
             raise AssertionError(f"the gateway exited: {self.log_path.read_text()[-3000:]}")
         return answers_ok(f"{self.url}/")  # health_check: 200 once every pipeline runs
@@ -197,6 +198,7 @@ class Jaeger(ServerProcess):
         return [str(backend("jaeger")), f"--config={config}"]
 
     def _ready(self) -> bool:
+        assert self.proc is not None  # called after the launch
         if self.proc.poll() is not None:
             raise AssertionError(f"jaeger exited: {self.log_path.read_text()[-3000:]}")
         return answers_ok(f"{self.url}/api/services")

@@ -149,7 +149,8 @@ class ThrottlingGate(LoopbackEndpoints):
         if self._http is not None:
             self._http.shutdown()
             self._http.server_close()
-            self._http_thread.join(timeout=5)
+            if self._http_thread is not None:
+                self._http_thread.join(timeout=5)
         if self._grpc is not None:
             self._grpc.stop(grace=None).wait()
         if self._channel is not None:
