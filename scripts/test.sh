@@ -7,8 +7,8 @@
 #   (scripts/backends.sh), Prometheus 2, Alertmanager, systemd-analyze and Chromium (the web view's browser tests
 #   drive it with Playwright) from Debian's packages; and tests/e2e. Each layer's time is printed, and the total
 #   against the targets (unit + component < 30 s, all < 6 min). The fast layers (lint, unit, component) run
-#   first and need none of npm, Go or apt; when one fails, the later layers are skipped. unit + component report
-#   their line coverage of copilot_otel by room (pytest-cov; TEST_COVERAGE=off: not measured). The layer
+#   first and need none of npm, Go or apt; when one fails, the later layers are skipped. unit + component's line
+#   coverage of copilot_otel is printed by room (pytest-cov, on 3.12's run below; TEST_COVERAGE=off: not). The layer
 #   "pythons" then runs unit + component again on Python 3.12 and 3.13 (what pyproject.toml's classifiers
 #   name besides 3.11), in .venv-3.12 and .venv-3.13 with the same pinned packages, both at once; a version this
 #   machine lacks is skipped with a line saying so.
@@ -174,8 +174,11 @@ pythons_layer() {
     local entry version pids=() rc=0 i
     for entry in "${pythons[@]}"; do
         version=${entry%%=*}
-        .venv-"$version"/bin/python -m pytest tests/unit tests/component -p no:cacheprovider "${parallel[@]}" \
-            "${options[@]}" >"$run_home/pytest-$version.log" 2>&1 &
+        measure=(env)
+        [ "$coverage_on" != "$version" ] || measure=(env COVERAGE_FILE="$coverage_file" COVERAGE_CORE=sysmon)
+        "${measure[@]}" .venv-"$version"/bin/python -m pytest tests/unit tests/component -p no:cacheprovider \
+            "${parallel[@]}" "${options[@]}" $([ "$coverage_on" != "$version" ] || echo "${coverage[@]}") \
+            >"$run_home/pytest-$version.log" 2>&1 &
         pids+=($!)
     done
     for i in "${!pids[@]}"; do
@@ -191,10 +194,19 @@ pythons_layer() {
     return $rc
 }
 
-# Line coverage of copilot_otel by unit + component (both add to one data file), printed after the layers.
+# Line coverage of copilot_otel by unit + component (both add to one data file), printed after the layers. It is
+# measured where it costs least: on Python 3.12's run of the layer "pythons", through sys.monitoring
+# (COVERAGE_CORE=sysmon: about a tenth more CPU, where 3.11's tracer added half to the fast layers); without that
+# run (no 3.12, or only some layers asked for), on the unit and component layers.
 coverage_file=$run_home/coverage.data
 coverage=()
 [ "${TEST_COVERAGE:-on}" = off ] || coverage=(--cov=copilot_otel --cov-report= --cov-append)
+coverage_on=fast
+if [ ${#coverage[@]} -gt 0 ] && [[ " ${layers[*]} " == *" pythons "* ]] && [[ " ${pythons[*]} " == *" 3.12="* ]]
+then
+    coverage_on=3.12
+fi
+[ ${#coverage[@]} -gt 0 ] || coverage_on=none
 
 workers=${TEST_WORKERS:-4}
 ms() { local t=${1/./}; echo $((10#$t)); }  # "12.345" (seconds) -> 12345
@@ -238,7 +250,7 @@ for layer in "${layers[@]}"; do
         fi
         echo "== $layer (tests/$layer)"
         run=(.venv/bin/python -m pytest "tests/$layer" "${parallel[@]}" "${options[@]}")
-        [ "$layer" = e2e ] || run=(env COVERAGE_FILE="$coverage_file" "${run[@]}" "${coverage[@]}")
+        [ "$layer" = e2e ] || [ "$coverage_on" != fast ] || run=(env COVERAGE_FILE="$coverage_file" "${run[@]}" "${coverage[@]}")
     fi
     code[$layer]=0
     timing=$( { time "${run[@]}" >&4 2>&3; } 2>&1 ) || code[$layer]=$?
@@ -251,7 +263,8 @@ done
 
 if [ -f "$coverage_file" ]; then
     echo
-    echo "line coverage of copilot_otel by unit + component (those of them run):"
+    where="Python 3.11"; [ "$coverage_on" = fast ] || where="Python $coverage_on"
+    echo "line coverage of copilot_otel by unit + component (those of them run, on $where):"
     .venv/bin/python scripts/coverage_rooms.py "$coverage_file" || failed=1
 fi
 
