@@ -168,18 +168,24 @@ def follower_of(path: Path, **kwargs) -> Follower:
     return Follower.start(path, ModelOptions(), max_line_bytes=DEFAULT_MAX_LINE_BYTES, **kwargs)
 
 
-def test_an_edited_log_counts_and_exports_only_what_follows_what_was_delivered(tmp_path):
-    """An edit that changes the token counts of lines already read: nothing of them counted or exported again;
-    lines appended after are, under the ids of a new generation (the unedited log's spans, salted once): no span id
-    already sent comes again, with the edited content or any other."""
+def followed(tmp_path: Path, out: Outputs | None = None) -> tuple[Path, SessionLog, Follower]:
+    """A session's log written whole in its folder and read once by a follower (into ``out``)."""
     folder = tmp_path / "s-1"
     folder.mkdir()
     path = folder / "events.jsonl"
     log = session()
     path.write_bytes(log.jsonl())
     follower = follower_of(path)
+    follower.read(Outputs() if out is None else out, warn=lambda *a: None)
+    return path, log, follower
+
+
+def test_an_edited_log_counts_and_exports_only_what_follows_what_was_delivered(tmp_path):
+    """An edit that changes the token counts of lines already read: nothing of them counted or exported again;
+    lines appended after are, under the ids of a new generation (the unedited log's spans, salted once): no span id
+    already sent comes again, with the edited content or any other."""
     first = Outputs()
-    follower.read(first, warn=lambda *a: None)
+    path, log, follower = followed(tmp_path, first)
     old = len(log.entries)
     log.user("again")
     log.answer()
@@ -208,13 +214,7 @@ def test_a_new_generations_row_is_committed_first_and_a_rewrite_after_it_is_yet_
     first line, the floor kept, the bytes read so far checked); a stale position queued before it cannot take
     the row back to the old generation. A daemon killed then, whose log is rewritten again while it is stopped,
     restarts from that row and finds the second rewrite: generation 2, never generation 1 again."""
-    folder = tmp_path / "s-1"
-    folder.mkdir()
-    path = folder / "events.jsonl"
-    log = session()
-    path.write_bytes(log.jsonl())
-    follower = follower_of(path)
-    follower.read(Outputs(), warn=lambda *a: None)
+    path, log, follower = followed(tmp_path)
     stale = follower.marker()
     checkpoint = Checkpoint(tmp_path / "state" / "checkpoint.sqlite")
     moved_over(path, log.jsonl().replace(b'"inputTokens":4700', b'"inputTokens":4701'))
@@ -305,13 +305,7 @@ def test_a_checkpoint_of_an_older_version_gains_the_new_columns(tmp_path):
 def test_an_older_shorter_copy_put_back_is_a_new_generation(tmp_path):
     """The same log with fewer lines than were read, in another file (an older copy restored): which of its
     lines were delivered cannot be told, so it is read as a truncation is, a new generation."""
-    folder = tmp_path / "s-1"
-    folder.mkdir()
-    path = folder / "events.jsonl"
-    log = session()
-    path.write_bytes(log.jsonl())
-    follower = follower_of(path)
-    follower.read(Outputs(), warn=lambda *a: None)
+    path, log, follower = followed(tmp_path)
     moved_over(path, log.jsonl(0, 3))
     out = Outputs()
     result = follower.read(out, warn=lambda *a: None)
