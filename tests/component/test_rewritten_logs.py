@@ -100,7 +100,8 @@ def caught_up(daemon: InProcessDaemon, path: Path) -> bool:
     data, st_now = path.read_bytes(), os.stat(path)
     tail = follower.tail if follower is not None else None
     return (tail is not None and tail.identity is not None and tail.identity.inode == st_now.st_ino
-            and tail.size == len(data) and tail.offset == data.rfind(b"\n") + 1 and daemon.daemon.queue.depth == 0)
+            and tail.size == len(data) and tail.offset == data.rfind(b"\n") + 1 and daemon.daemon.outbox.waiting == 0
+            and daemon.daemon.queue.flush(0))  # nothing queued, nothing in flight: written to the trace file
 
 
 def settled_dead(daemon: InProcessDaemon, path: Path) -> bool:
