@@ -98,6 +98,8 @@ def _json_escaped(match: re.Match) -> str:
 
 def safe_json(document: bytes) -> bytes:
     """JSON (orjson's) with the characters a terminal would act on written as ``\\uXXXX``: the same values."""
+    if document.isascii() and b"\x7f" not in document:
+        return document  # every character it escapes is DEL or beyond ASCII: checked in C, not by the pattern
     text = document.decode()
     pattern = _unsafe_in_json()
     return pattern.sub(_json_escaped, text).encode() if pattern.search(text) else document

@@ -24,6 +24,7 @@ from .history import history_liveness
 from .settled import settled
 
 _MS = 1_000_000
+_NO_PATH = Path()  # row_json reads no path: one Path for all rows, not one parsed per row
 
 
 class SessionStatus(Struct, frozen=True):
@@ -47,7 +48,7 @@ class SessionStatus(Struct, frozen=True):
 
     def to_json(self, *, now: float | None = None) -> dict[str, Any]:
         """The session as a row of /api/sessions (``now``: the clock its stalled_since_ms counts back from)."""
-        return row_json(Row(0, 0, self.session_id, Path(self.path or ""), self.summary, self.state,
+        return row_json(Row(0, 0, self.session_id, _NO_PATH, self.summary, self.state,
                             self.stalled_seconds, self.silent_seconds, self.activity), now=now)
 
     def nameless(self) -> SessionStatus:
@@ -91,8 +92,9 @@ def status_of(summary: SessionSummary, path: Path, *, policy: StuckPolicy, now: 
     files, whether it died mid-turn), its silence measured from the last event's timestamp."""
     now = time.time() if now is None else now
     if liveness is None:  # read from the files: named by the daemon's record of the log, summed up as it would be
-        liveness = history_liveness(Path(path), summary)
-        summary = settled(summary, Path(path).parent, now=now, alive=alive)
+        path = path if isinstance(path, Path) else Path(path)
+        liveness = history_liveness(path, summary)
+        summary = settled(summary, path.parent, now=now, alive=alive)
     live = live_state(liveness, now=now, policy=policy, alive=alive, monotonic=monotonic)
     if live is None:
         return SessionStatus(summary, ENDED, 0.0, str(path))
