@@ -1,6 +1,7 @@
 """The daemon: wiring, scheduling, health and shutdown. Discover -> follow -> pipeline -> export / metrics.
 
-One reader thread (``run``) owns every session model. After each pass it publishes one frozen
+One reader thread (``run``) owns every session model and the table of sessions (table.py). Each pass reads what
+changed, does the housekeeping (housekeeping.py), hands the outputs to the export side, then publishes one frozen
 :class:`~copilot_otel.catalog.published.Published` (a Liveness per live session, every summary), swapped
 whole; the scrape and web threads read only that, never a model.
 """
@@ -13,11 +14,9 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from functools import partial
 from pathlib import Path
 from stat import S_ISREG
-from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from msgspec.structs import replace
 
@@ -28,25 +27,25 @@ from ..config import Config
 from ..metrics.registry import Metrics
 from ..model.logs import LogRecord
 from ..model.pipeline import Outputs
-from ..model.summary import SessionSummary
 from ..otlp.contract import RecordSink, SpanSink
 from ..otlp.resource import resource_attributes
 from ..source import trust
 from ..source.discover import Discoverer, Tree
-from ..source.liveness import ABANDON, ABANDONED_RETENTION, DORMANT, Liveness, live_state, lock_pids, pid_alive, verdict
+from ..source.liveness import ABANDONED_RETENTION, lock_pids
 from ..source.sources import SESSION_STATE
 from ..state.checkpoint import Checkpoint, StateLock
-from ..vocab import END_INCOMPLETE, END_SHUTDOWN
 from .admission import Admission
 from .collector import ReaderCollection
 from .exports import ExportSide, daemon_metrics
 from .follow import Follower
 from .history import History
+from .housekeeping import Housekeeping
 from .moves import Moves
 from .notices import SessionNotices
 from .outbox import Outbox
 from .rounds import Rounds
 from .scrape_view import Readout
+from .table import SessionTable
 
 if TYPE_CHECKING:  # the OTel SDK is imported only when the push is on
     from ..metrics.otlp_push import MetricsPusher
@@ -56,7 +55,6 @@ log = logging.getLogger(__name__)
 # The backlog is read only while fewer spans than this wait for export: what a new session sends is queued behind
 # at most these (a few seconds of export at most), not behind the whole history read at start.
 BACKLOG_LEAD = 4096
-LIVENESS_EVERY = 1.0
 
 
 class Daemon:
@@ -71,7 +69,9 @@ class Daemon:
         self.root = config.copilot_home / SESSION_STATE
         self.clock = clock
         self.policy = config.stuck_policy
-        self.readout = Readout(self.policy, liveness=lambda: self.published.liveness, clock=clock)
+        self.table = SessionTable()
+        self.sessions = self.table.followers
+        self.readout = Readout(self.policy, liveness=lambda: self.table.published.liveness, clock=clock)
         # One daemon per checkpoint (raises CheckpointError); a state folder others could change is refused.
         self.lock = StateLock(config.state_dir, strict=not config.no_strict_modes)
         self.lock.acquire()
@@ -89,33 +89,15 @@ class Daemon:
         self.metrics.files_watched.set_function(lambda: len(self.sessions))
         self.metrics.export_queue.set_function(lambda: self.outbox.waiting)
         self.discoverer = Discoverer(self.root, poll=config.poll, rescan_interval=config.rescan_interval,
-                                     live=lambda: self._open.keys())
-        self._init_sessions()
+                                     live=lambda: self.table.open.keys())
+        self.notices = SessionNotices(self.policy)
         self._init_reading(config)
+        self.housekeeping = Housekeeping(config, self.table, self.notices, self.outbox, self.rounds, clock=clock,
+                                         deliver=self._deliver)
         # the OTLP metrics pusher (OTEL_METRICS_EXPORTER=otlp): /healthz says its failures
         self.metrics_push: MetricsPusher | None = None
         # own_gc: this daemon owns the process's garbage collector (daemon/collector.py).
         self._collection = ReaderCollection() if own_gc else None
-
-    def _init_sessions(self) -> None:
-        """The followed sessions, and what the reader publishes of them."""
-        self.sessions: dict[Path, Follower] = {}
-        # The sessions whose state can change without a new event (an idle loop to confirm, a process
-        # that may die) or that a scrape reports. Housekeeping and scrapes visit only these, so
-        # thousands of finished sessions cost nothing between their writes.
-        self._open: dict[Path, Follower] = {}
-        self._abandoned: dict[Path, Follower] = {}
-        # The reader's own copies, published in ``self.published`` after each pass: the live sessions, every
-        # known session at a glance (kept when its model is compacted away), and the logs whose summary counts
-        # only what followed the checkpoint it resumed from.
-        self._liveness: dict[Path, Liveness] = {}
-        self._summaries: dict[Path, SessionSummary] = {}
-        self._partial: set[Path] = set()
-        self._changed = False  # a summary or the set of logs changed since the last publication
-        self.published = Published()  # what other threads read: replaced whole, never changed
-        self.notices = SessionNotices(self.policy)
-        # The generation a deleted log would start again at, were it written anew.
-        self._generations: dict[Path, int] = {}
 
     def _init_reading(self, config: Config) -> None:
         """Where the reader resumes, and what it reads or leaves out."""
@@ -137,7 +119,11 @@ class Daemon:
         self.rounds = Rounds()
         self._bad_lines = RateLimitedLog(log)
         self._last_loop = time.monotonic()
-        self._next_liveness = 0.0
+
+    @property
+    def published(self) -> Published:
+        """What the reader published after its last pass (the only thing other threads read)."""
+        return self.table.published
 
     # ------------------------------------------------------------ lifecycle
 
@@ -198,9 +184,9 @@ class Daemon:
                          stopping=self._stop.is_set)
         for folder in lock_dirs:
             self._locks_changed(folder)
-        self._housekeeping()
+        self.housekeeping.run()
         self.outbox.send()
-        self._publish()
+        self.table.publish()
         self.history.say()
         if self._collection is not None:  # a backlog: the next pass reads at once
             self._collection.rested(more=bool(self.rounds.backlog), read=bool(queue))
@@ -217,18 +203,8 @@ class Daemon:
         if follower is not None:
             follower.pids = lock_pids(folder)
             if follower.model is not None and follower.model.ended is None:
-                self._watch(follower)  # a CLI took it up again
-            self._rename(follower)
-
-    def _publish(self) -> None:
-        """Swap in what other threads read: the sessions' liveness every pass, summaries when one changed (a copy)."""
-        liveness, before = tuple(self._liveness.values()), self.published
-        if self._changed or len(liveness) != len(before.liveness):
-            self._changed = False
-            self.published = Published(before.generation + 1, liveness, MappingProxyType(dict(self._summaries)),
-                                       frozenset(self._partial))
-        else:
-            self.published = replace(before, liveness=liveness)
+                self.housekeeping.watch(follower)  # a CLI took it up again
+            self.table.rename(follower)
 
     # ------------------------------------------------------------ reading
 
@@ -259,7 +235,8 @@ class Daemon:
                 self._move(moved, path, first_id)
                 return moved
         follower = Follower.start(path, self.config.model, max_line_bytes=self.config.max_line_bytes,
-                                  restored=restored, within=self._root_real, generation=self._generations.pop(path, 0),
+                                  restored=restored, within=self._root_real,
+                                  generation=self.table.generations.pop(path, 0),
                                   backfill=self.config.backfill, **self.history.of(path, st))
         if restored is not None and restored.resume_offset == restored.offset \
                 and self.clock() - st.st_mtime < ABANDONED_RETENTION:
@@ -280,18 +257,12 @@ class Daemon:
         open spans are left as they are (they may be another user's); were it the user's again, a new
         generation."""
         path = follower.path
-        self.sessions.pop(path, None)
-        self._open.pop(path, None)
-        self._abandoned.pop(path, None)
-        self._liveness.pop(path, None)
-        self._summaries.pop(path, None)
-        self._partial.discard(path)
+        self.table.remove(path)
         self.rounds.drop(path)
         self.admission.disown(path, follower.tail)
         self.moves.forget(path)
-        self._generations[path] = follower.generation + 1
+        self.table.generations[path] = follower.generation + 1
         self.notices.forget(follower, "its log is not yours")
-        self._changed = True
 
     def _commit_first(self, follower: Follower) -> None:
         """A backfill or a new generation began: its position is committed before its spans are queued (Outbox.send)."""
@@ -305,17 +276,10 @@ class Daemon:
         log.info("%s moved to %s; following it there as the same session %s", old, path, follower.session_id)
         follower.move(path)
         self.moves.moved(first_id, old, path)
-        by_path: tuple[dict[Path, Any], ...] = (self.sessions, self._open, self._abandoned, self._liveness,
-                                                self._summaries)
-        for keyed in by_path:
-            if old in keyed:
-                keyed[path] = keyed.pop(old)
+        self.table.move(old, path)
         self.admission.moved(old, path, follower.tail)
-        if old in self._partial:
-            self._partial.symmetric_difference_update((old, path))
         self.rounds.moved(old, path)
         self.notices.moved(old, path)
-        self._changed = True
         marker = follower.marker()
         if marker is not None:  # the row moves to the new path once what is queued before it is exported
             self.outbox.marker(marker)
@@ -345,80 +309,39 @@ class Daemon:
             self.moves.note(follower.tail.identity.first_id, path)
         cut_off = None
         if result.items:
-            self._abandoned.pop(path, None)
+            self.table.abandoned.pop(path, None)
             if follower.live_model.ended is None:  # learn the pid of a process that writes it (a finished one has none)
-                self._alive(follower)
+                self.housekeeping.alive(follower)
             cut_off = None if result.more else follower.close_at_floor()
             if cut_off is not None:
-                self._found_abandoned(follower, cut_off)
+                self.housekeeping.found_abandoned(follower, cut_off)
         if result.items or result.restarted or result.copied:  # copied: the position's new identity
             self._deliver(follower, out)
-        if cut_off is not None:  # what it was doing when it died stays in its summary, as _abandon keeps it
-            self._summaries[path] = replace(self._summaries[path], waiting_on=cut_off.waiting_on,
-                                            waiting_since_ns=cut_off.waiting_since_ns)
+        if cut_off is not None:  # what it was doing when it died stays in its summary, as abandon keeps it
+            self.table.keep_waiting(path, cut_off)
         if result.more:
             self.rounds.more(path)
         elif follower.live_model.ended is not None and follower.abandoned_at is None:
-            self._compact(follower)
-
-    def _rename(self, follower: Follower) -> None:
-        """Its name again, if its workspace.yaml changed with no new event (a rename): the views show it."""
-        summary = self._summaries.get(follower.path)
-        names = follower.names
-        assert names is not None  # made by Follower.__post_init__
-        if summary is not None and (name := names.of(follower.path.parent)) != summary.name:
-            self._summaries[follower.path] = replace(summary, name=name)
-            self._changed = True
+            self.table.compact(follower)
 
     def _deliver(self, follower: Follower, out: Outputs) -> None:
         """Count what a read produced, queue its spans, then the checkpoint position behind them."""
         self.outbox.outputs(out)
         if follower.live_model.ended is None:
-            self._watch(follower, resumed=bool(out.events.get("session.resume")))
+            self.housekeeping.watch(follower, resumed=bool(out.events.get("session.resume")))
         else:
-            self._unwatch(follower)
+            self.housekeeping.unwatch(follower)
         marker = follower.marker()
         if marker is not None:
             self.outbox.marker(marker)
-        self._summaries[follower.path] = follower.summary()
-        if follower.whole:
-            self._partial.discard(follower.path)
-        else:
-            self._partial.add(follower.path)
-        self._changed = True
-
-    def _watch(self, follower: Follower, *, resumed: bool = False) -> None:
-        if follower.path not in self._open and self._alive(follower):
-            self.notices.started(follower, resumed=resumed)
-        self._open[follower.path] = follower
-        self._liveness[follower.path] = follower.liveness()
-
-    def _unwatch(self, follower: Follower) -> None:
-        if follower.model is not None and follower.model.ended == END_SHUTDOWN:
-            self.notices.ended(follower, "shut down")
-        self._open.pop(follower.path, None)
-        if follower.abandoned_at is None:
-            self._liveness.pop(follower.path, None)
-        else:
-            self._liveness[follower.path] = follower.liveness()
-
-    def _compact(self, follower: Follower) -> None:
-        if follower.compact():
-            self._open.pop(follower.path, None)
-            self._liveness.pop(follower.path, None)
+        self.table.summarize(follower)
 
     def _forget(self, path: Path) -> None:
-        follower = self.sessions.pop(path, None)
+        follower = self.table.remove(path)
         self.admission.disown(path, None if follower is None else follower.tail)
-        self._open.pop(path, None)
-        self._abandoned.pop(path, None)
-        self._liveness.pop(path, None)
-        self._summaries.pop(path, None)
-        self._partial.discard(path)
-        self._changed = True
         self.rounds.drop(path)
         if follower is not None and follower.tail.identity is not None:
-            self._generations[path] = follower.generation + 1  # if it is written anew: a new generation
+            self.table.generations[path] = follower.generation + 1  # if it is written anew: a new generation
             self.moves.forget(path)
         if follower is not None:
             self.notices.forget(follower, "its log was deleted")
@@ -432,83 +355,3 @@ class Daemon:
             self.checkpoint.forget(str(path))
             if self.exports.shared is not None:
                 self.exports.shared.forget(str(path))
-
-    # ------------------------------------------------------------ housekeeping
-
-    def _housekeeping(self) -> None:
-        now = self.clock()
-        monotonic = time.monotonic()
-        check_liveness = monotonic >= self._next_liveness
-        if check_liveness:
-            self._next_liveness = monotonic + LIVENESS_EVERY
-            for path, follower in list(self._abandoned.items()):
-                if follower.abandoned_at is None or monotonic - follower.seen_at >= ABANDONED_RETENTION:
-                    del self._abandoned[path]
-                    follower.abandoned_at = None
-                    self._liveness.pop(path, None)
-                    self._compact(follower)
-        for follower in list(self._open.values()):
-            model = follower.live_model
-            # Quiet is measured on our clock: a backlog read late must not look quiet.
-            quiet = monotonic - follower.last_read
-            if model.awaiting_confirmation and quiet >= self.config.idle_quiet:
-                out = Outputs()
-                follower.confirm_end(out)
-                self._deliver(follower, out)
-            if not check_liveness or follower.path in self.rounds:
-                continue  # a log with more waiting to be read: its last event read is not its last one
-            decision = verdict(mid_turn=model.mid_turn, awaiting_confirmation=model.awaiting_confirmation,
-                               since_event=monotonic - follower.seen_at, quiet=quiet,
-                               alive=partial(self._alive, follower), locks_expected=follower.locks_expected)
-            if decision == ABANDON:
-                self._abandon(follower, monotonic)
-            elif decision == DORMANT:  # its process is gone and nothing is open: set aside until it grows
-                self.notices.ended(follower, "its CLI process exited")
-                self._open.pop(follower.path, None)
-                self._liveness.pop(follower.path, None)
-                self._compact(follower)
-            elif model.mid_turn or self.notices.is_stuck(follower):
-                live = live_state(follower.liveness(), now=now, policy=self.policy, alive=pid_alive,
-                                  monotonic=monotonic)
-                self.outbox.queue_spans(self.notices.check_stuck(follower, live, now))
-        if check_liveness:
-            self.notices.sweep(self._open)
-
-    def _alive(self, follower: Follower) -> bool:
-        """Is a process holding the session? The known lock pids first, the folder listed again if none lives."""
-        if any(pid_alive(pid) for pid in follower.pids):
-            return True
-        pids = lock_pids(follower.path.parent)
-        if pids != follower.pids:
-            follower.pids = pids
-            if follower.path in self._liveness:
-                self._liveness[follower.path] = follower.liveness()
-        return any(pid_alive(pid) for pid in pids)
-
-    def _found_abandoned(self, follower: Follower, before: SessionSummary) -> None:
-        """A log re-read after a restart ends mid-turn where a run before closed its work: that run found its
-        process gone. Abandoned it stays, by the rule `inspect` and `sessions --from-files` apply (no live
-        process, within ABANDONED_RETENTION of its last event): a restart changes no state."""
-        monotonic = time.monotonic()
-        if monotonic - follower.seen_at < ABANDONED_RETENTION and not self._alive(follower) \
-                and (follower.pids or follower.locks_expected):
-            follower.abandoned_at = monotonic
-            self._abandoned[follower.path] = follower
-            log.info("session %s was abandoned mid-turn before this start (waiting on %s)", follower.session_id,
-                     before.waiting_on or "the model")
-
-    def _abandon(self, follower: Follower, monotonic: float) -> None:
-        """The process that held a session died mid-turn: end its open spans as incomplete."""
-        self.notices.forget(follower, "abandoned")
-        if monotonic - follower.seen_at < ABANDONED_RETENTION:
-            follower.abandoned_at = monotonic
-            self._abandoned[follower.path] = follower
-            log.warning("session %s was abandoned mid-turn (its CLI process is gone)", follower.session_id)
-        before = follower.live_model.summary()
-        out = Outputs()
-        follower.finish(out, END_INCOMPLETE)
-        self._deliver(follower, out)
-        # What it was doing when it died stays in its summary (the web view and `sessions` show it).
-        self._summaries[follower.path] = replace(self._summaries[follower.path], waiting_on=before.waiting_on,
-                                                 waiting_since_ns=before.waiting_since_ns)
-        self._changed = True
