@@ -14,6 +14,9 @@ COPILOT_HOME) and, for each of --sessions, that many real-shaped sessions (bench
 reused). With --busy, a process spins on the CPU all along (the other core busy, on a 2-core machine); the load
 average before and after the runs is printed either way.
 
+With --stages, the CPU of each stage of a summary without state, over the largest corpus's logs in this process:
+reading the files, checking them, finding the lines, decoding them, feeding the events to the mirror.
+
 With --instructions, the instructions (callgrind) of each command's start: `--help`, `sessions --json` and
 `usage --json` of cached summaries, `inspect` and `inspect --json` of one session.
 
@@ -134,6 +137,58 @@ def start_instructions(fixtures: Path, work: Path, ours_bin: list[str]) -> None:
         print(f"{name:<40}{count / 1e6:>12.0f} M")
 
 
+def _walk(data: bytes, decode: bool) -> int:
+    """Each line of a log found and its type looked up (and, with ``decode``, decoded as quick_summary decodes it:
+    the kept types in full, the others skimmed where they lie); how many lines."""
+    from copilot_otel.catalog.quick import KNOWN
+    from copilot_otel.decode.lines import decode_kept, skim_at
+    from copilot_otel.model.sessions import READ_TYPES
+
+    start, last, lines = 0, data.rfind(b"\n"), 0
+    while start <= last:
+        end = data.find(b"\n", start)
+        kind = data[start + 9:data.find(b'"', start + 9, end)]
+        lines += kind in KNOWN
+        if decode and kind in READ_TYPES:
+            decode_kept(data[start:end], offset=start, line=lines)
+        elif decode:
+            skim_at(data, start, end, READ_TYPES, offset=start, line=lines, utf8=True)
+        start = end + 1
+    return lines
+
+
+def stages(home: Path, runs: int) -> None:
+    """Where a summary without state goes, in this process (this checkout's package): the CPU of each stage
+    over every log of ``home``, each stage adding to the one before (best of ``runs``)."""
+    from copilot_otel.catalog.quick import quick_summary, read_log
+    from copilot_otel.decode.lines import is_utf8
+
+    logs = sorted((home / "session-state").glob("*/events.jsonl"))
+
+    def read(_path: Path, data: bytes) -> object:
+        return data
+
+    def checked(_path: Path, data: bytes) -> object:
+        return b"\r" in data or b"\x00" in data or is_utf8(data)
+
+    steps = {"read each file in one block": read,
+             "+ its NUL, CR and UTF-8 checks": checked,
+             "+ each line found, its type looked up": lambda path, data: (checked(path, data), _walk(data, False)),
+             "+ each line decoded (kept types) or skimmed": lambda path, data: (checked(path, data), _walk(data, True)),
+             "+ the events fed to the mirror: quick_summary": lambda path, _data: quick_summary(path, "s", 1 << 26)}
+    print(f"\nwhere a summary without state goes ({len(logs)} logs, CPU s, best of {runs}):")
+    for name, step in steps.items():
+        best = float("inf")
+        for _ in range(runs):
+            began = time.process_time()
+            for path in logs:
+                data = read_log(path)
+                assert data is not None
+                step(path, data)
+            best = min(best, time.process_time() - began)
+        print(f"  {name:<48}{best:>8.3f}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sessions", type=int, nargs="+", default=[400, 2800],
@@ -146,6 +201,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--instructions", action="store_true", help="also count each command's start (callgrind)")
     parser.add_argument("--busy", action="store_true", help="keep one process spinning on the CPU during the runs")
     parser.add_argument("--checkout", type=Path, help="measure another checkout's package (e.g. main's worktree)")
+    parser.add_argument("--stages", action="store_true",
+                        help="also print where the largest corpus's summaries without state spend their CPU")
     args = parser.parse_args(argv)
     print(machine())
     ccusage = ccusage_bin(args.ccusage_prefix)
@@ -181,6 +238,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"load average after: {os.getloadavg()[0]:.1f}")
         if args.instructions:
             start_instructions(fixtures, work, ours)
+        if args.stages:
+            stages(list(corpora.values())[-1], args.runs)
     return 0
 
 
