@@ -128,8 +128,9 @@ class Daemon:
     # ------------------------------------------------------------ lifecycle
 
     def request_stop(self, *_args) -> None:
-        """Ask the loop to stop (signal handler)."""
+        """Ask the loop to stop (signal handler): at once, not after the pass's wait for changes."""
         self._stop.set()
+        self.discoverer.wake()
 
     def health(self) -> tuple[bool, str]:
         """Healthy while the reader loop turns and sessions can be seen; says whether exports succeed, and what

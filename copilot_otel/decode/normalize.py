@@ -38,7 +38,8 @@ def parse_version(text: object) -> tuple[int, ...] | None:
     if not isinstance(text, str):
         return None
     parts = text.split("-", 1)[0].split(".")
-    if not parts or not all(part.isdigit() for part in parts):
+    # ASCII digits only: str.isdigit() also takes '¹', which int() refuses
+    if not parts or not all(part.isascii() and part.isdigit() for part in parts):
         return None
     return tuple(int(part) for part in parts)
 

@@ -111,6 +111,7 @@ class Discoverer:
         self.rescan_interval = rescan_interval
         self._clock = clock
         self._cond = threading.Condition()
+        self._woken = False  # wake() was called: the next wait() returns at once
         self._files: set[Path] = set()
         self._lock_dirs: set[Path] = set()
         self._known: dict[str, tuple[int, int]] = {}  # events file -> (inode, size) at the last rescan
@@ -166,9 +167,10 @@ class Discoverer:
         elif now >= self._next_look:
             self.look()
         with self._cond:
-            if not self._files and not self._lock_dirs:
+            if not self._files and not self._lock_dirs and not self._woken:
                 due = min(self._next_rescan, self._next_look)
                 self._cond.wait(min(timeout, max(0.0, due - self._clock())))
+            self._woken = False
             files, dirs = self._files, self._lock_dirs
             self._files, self._lock_dirs = set(), set()
         return files, dirs
@@ -338,6 +340,12 @@ class Discoverer:
     def start(self) -> None:
         """Start watching (or, when the root does not exist yet, wait for it)."""
         self.rescan()
+
+    def wake(self) -> None:
+        """End the current ``wait()`` now, or the next one if none is under way (the daemon was asked to stop)."""
+        with self._cond:
+            self._woken = True
+            self._cond.notify_all()
 
     def stop(self) -> None:
         """Stop the watcher thread."""

@@ -27,6 +27,11 @@ from tests.support.tls import self_signed
 
 SPANS = [SpanRecord(7, n, None, f"span {n}", 1, 10, 20, {"n": n}) for n in range(1, 4)]
 SLACK = 1.5  # seconds a failure may come after its deadline on a busy machine
+# The OTLP timeout of the requests held past it: the time is what these tests measure, so it is short; a trickling
+# backend sends a byte every TRICKLE s, so every read gets an answer well within it and only a deadline on the
+# whole request ends one.
+DEADLINE = 0.5
+TRICKLE = 0.1
 
 
 def http(base: str, timeout: float = 5, **settings) -> OtlpSink:
@@ -142,28 +147,28 @@ def test_https_with_the_configured_certificate_and_without(tmp_path):
 
 @pytest.mark.parametrize("backend_kind", ["trickle", "silent"])
 def test_a_trickling_or_silent_http_backend_fails_within_the_timeout(backend_kind):
-    """A backend that sends its headers and then one byte a second, or accepts and never answers: the
-    request fails once the OTLP timeout (1 s) is over, whatever reads or writes were still coming."""
-    trickle = Answer(200, "application/x-protobuf", b"\0" * 60, trickle=1.0)
+    """A backend that sends its headers and then one byte every TRICKLE s, or accepts and never answers: the
+    request fails once the OTLP timeout (DEADLINE) is over, whatever reads or writes were still coming."""
+    trickle = Answer(200, "application/x-protobuf", b"\0" * 60, trickle=TRICKLE)
     with (LyingBackend(trickle) if backend_kind == "trickle" else Silent()) as backend:
         started = time.monotonic()
-        got = export(http(backend.base, timeout=1))
+        got = export(http(backend.base, timeout=DEADLINE))
         took = time.monotonic() - started
-    assert isinstance(got, ExportError) and "no answer within the OTLP timeout of 1 s" in str(got)
-    assert 1 <= took < 1 + SLACK, took
+    assert isinstance(got, ExportError) and f"no answer within the OTLP timeout of {DEADLINE:g} s" in str(got)
+    assert DEADLINE <= took < DEADLINE + SLACK, took
 
 
 def test_grpc_timeout_is_a_deadline_on_the_whole_call():
-    """A gRPC server that takes the call and never answers: DEADLINE_EXCEEDED once the OTLP timeout (1 s) is
+    """A gRPC server that takes the call and never answers: DEADLINE_EXCEEDED once the OTLP timeout (DEADLINE) is
     over, said as such; so is a socket that accepts and never speaks HTTP/2."""
     with HangingGrpc() as hanging, Silent() as silent:
         for endpoint in (hanging.endpoint, silent.base):
             started = time.monotonic()
-            got = export(OtlpSink(OtlpSettings(endpoint, "grpc", timeout=1)))
+            got = export(OtlpSink(OtlpSettings(endpoint, "grpc", timeout=DEADLINE)))
             took = time.monotonic() - started
             assert isinstance(got, ExportError) and "DEADLINE_EXCEEDED" in str(got), got
-            assert "no answer within the OTLP timeout of 1 s" in str(got)
-            assert 1 <= took < 1 + SLACK, took
+            assert f"no answer within the OTLP timeout of {DEADLINE:g} s" in str(got)
+            assert DEADLINE <= took < DEADLINE + SLACK, took
         assert hanging.calls == 1
 
 
@@ -212,17 +217,17 @@ def push(exporter: OtlpMetricExporter) -> MetricExportResult:
 
 
 def test_the_metrics_push_judges_answers_and_keeps_its_deadline():
-    """The OTLP metrics push fails on an HTML 200 (saying so), fails within its 1 s timeout against a
+    """The OTLP metrics push fails on an HTML 200 (saying so), fails within its timeout (DEADLINE) against a
     trickling backend, and succeeds against Rotel."""
-    trickle = Answer(200, "application/x-protobuf", b"\0" * 60, trickle=1.0)
+    trickle = Answer(200, "application/x-protobuf", b"\0" * 60, trickle=TRICKLE)
     with LyingBackend(LIES["html"]) as html, LyingBackend(trickle) as slow, OtlpReceiver() as receiver:
         lied_to = OtlpMetricExporter(OtlpSettings(html.base, "http/protobuf", timeout=5))
         assert push(lied_to) is MetricExportResult.FAILURE
         assert "answered 200 with text/html" in lied_to.last_error and "/v1/metrics" in lied_to.last_error
-        held = OtlpMetricExporter(OtlpSettings(slow.base, "http/protobuf", timeout=1))
+        held = OtlpMetricExporter(OtlpSettings(slow.base, "http/protobuf", timeout=DEADLINE))
         started = time.monotonic()
-        assert push(held) is MetricExportResult.FAILURE and time.monotonic() - started < 1 + SLACK
-        assert "no answer within the OTLP timeout of 1 s" in held.last_error
+        assert push(held) is MetricExportResult.FAILURE and time.monotonic() - started < DEADLINE + SLACK
+        assert f"no answer within the OTLP timeout of {DEADLINE:g} s" in held.last_error
         for protocol, endpoint in (("http/protobuf", receiver.http_base), ("grpc", receiver.grpc_endpoint)):
             assert push(OtlpMetricExporter(OtlpSettings(endpoint, protocol, timeout=5))) is MetricExportResult.SUCCESS
         receiver.wait_for_metric("copilot_otel_build_info", timeout=10)

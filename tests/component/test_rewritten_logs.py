@@ -99,8 +99,11 @@ def caught_up(daemon: InProcessDaemon, path: Path) -> bool:
     follower = daemon.daemon.sessions.get(path)
     data, st_now = path.read_bytes(), os.stat(path)
     tail = follower.tail if follower is not None else None
+    # tail.size is the size fstat gave at the tail's last read, which may have read on past it while the writer
+    # wrote: a tail at the file's end has seen it whole, whatever that size was.
     return (tail is not None and tail.identity is not None and tail.identity.inode == st_now.st_ino
-            and tail.size == len(data) and tail.offset == data.rfind(b"\n") + 1 and daemon.daemon.outbox.waiting == 0
+            and len(data) in (tail.size, tail.offset) and tail.offset == data.rfind(b"\n") + 1
+            and daemon.daemon.outbox.waiting == 0
             and daemon.daemon.queue.flush(0))  # nothing queued, nothing in flight: written to the trace file
 
 

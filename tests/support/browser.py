@@ -6,6 +6,7 @@ scripts/test.sh installs from Debian's packages. Each run gets a fresh user-data
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import tempfile
@@ -21,7 +22,8 @@ CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 VIEWPORT: ViewportSize = {"width": 1280, "height": 760}
-# Screenshots go to COPILOT_OTEL_SCREENSHOTS, else to one fresh temp dir per run (made on first use).
+# Screenshots go to COPILOT_OTEL_SCREENSHOTS, else to one fresh temp dir per run (made on first use), removed at
+# exit if no screenshot landed in it.
 _screenshots: list[Path] = []
 
 
@@ -29,8 +31,19 @@ def screenshots_dir() -> Path:
     """Where this run's screenshots go."""
     if not _screenshots:
         chosen = os.environ.get("COPILOT_OTEL_SCREENSHOTS")
-        _screenshots.append(Path(chosen) if chosen else Path(tempfile.mkdtemp(prefix="copilot-otel-screens-")))
+        if chosen:
+            _screenshots.append(Path(chosen))
+        else:
+            made = Path(tempfile.mkdtemp(prefix="copilot-otel-screens-"))
+            _screenshots.append(made)
+            atexit.register(_remove_if_empty, made, os.getpid())
     return _screenshots[0]
+
+
+def _remove_if_empty(folder: Path, creator: int) -> None:
+    if os.getpid() == creator:  # a forked child inherits the hook: only the maker removes the folder
+        with contextlib.suppress(OSError):  # not empty (the screenshots are what the folder is for), or gone
+            folder.rmdir()
 
 
 class Browser:

@@ -42,11 +42,19 @@ def close_at_once(sock: socket.socket) -> None:
     sock.close()
 
 
-def wait_until(predicate: Callable[[], T], timeout: float = 20.0, interval: float = 0.05, what: str = "",
-               *, seen: Callable[[], object] | None = None) -> T:
+# wait_until's polls when the caller names no interval: the first soon after the first look (most waits end within
+# milliseconds), each next one twice as late, then every POLL_EVERY.
+FIRST_POLL = 0.002
+POLL_EVERY = 0.05
+
+
+def wait_until(predicate: Callable[[], T], timeout: float = 20.0, interval: float | None = None,
+               what: str = "", *, seen: Callable[[], object] | None = None) -> T:
     """Poll until ``predicate()`` is truthy; return its value, or fail naming ``what`` and what it saw last:
-    ``seen()`` if given (what a yes/no predicate looked at), else the predicate's last value."""
+    ``seen()`` if given (what a yes/no predicate looked at), else the predicate's last value. ``interval``: the
+    time between polls; without it, FIRST_POLL doubling up to POLL_EVERY."""
     deadline = time.monotonic() + timeout
+    pause = interval if interval is not None else FIRST_POLL
     while True:
         value = predicate()
         if value:
@@ -54,7 +62,9 @@ def wait_until(predicate: Callable[[], T], timeout: float = 20.0, interval: floa
         if time.monotonic() > deadline:
             last = seen() if seen is not None else value
             raise AssertionError(f"timed out after {timeout} s waiting for {what or predicate}; last saw: {last!r}")
-        time.sleep(interval)  # the poll itself
+        time.sleep(pause)  # the poll itself
+        if interval is None:
+            pause = min(pause * 2, POLL_EVERY)
 
 
 def wait_until_steady(read: Callable[[], T | None], *, polls: int = 3, timeout: float = 30.0, interval: float = 0.5,

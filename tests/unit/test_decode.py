@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from copilot_otel.decode import lines as decode
 from copilot_otel.decode.events import DecodeError, Event
 from copilot_otel.decode.lines import decode_line, decode_object, parse_timestamp
+from copilot_otel.decode.normalize import parse_version
 from tests.support.events import SessionLog, event_line
 
 TS = "2026-12-03T12:01:45.787Z"
@@ -269,3 +270,13 @@ def test_a_tool_fails_as_the_cli_shows_it(data, exit_code, failed, error_type):
     assert view.success is data["success"]
     if failed:
         assert view.failure_type == error_type
+
+
+@pytest.mark.parametrize("text,version", [("1.0.24", (1, 0, 24)), ("1.0.24-3", (1, 0, 24)), ("0.0.400", (0, 0, 400)),
+                                          ("\u00b9", None), ("1.0.\u00b9", None), ("1.\u0661.2", None), ("1..2", None),
+                                          ("", None), ("v1.0", None), (1.0, None), (None, None)])
+def test_a_version_is_ascii_digits_between_dots(text, version):
+    """copilotVersion is read as a version only when it is ASCII digits between dots: a superscript digit (which
+    str.isdigit() takes and int() refuses; test_schema drew a session.start with '\u00b9', and the model failed on it)
+    or another script's digit is no version, as a word is."""
+    assert parse_version(text) == version

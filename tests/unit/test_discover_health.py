@@ -1,11 +1,13 @@
 """discover.py: what keeps the daemon from seeing sessions, which /healthz reports: an unreadable session
-folder, a watch that could not be set up; and a COPILOT_HOME not there yet, which it waits for."""
+folder, a watch that could not be set up; and a COPILOT_HOME not there yet, which it waits for. And the wait for
+changes, which a stop ends at once."""
 
 from __future__ import annotations
 
 import errno
+import time
 
-from copilot_otel.source.discover import Discoverer
+from copilot_otel.source.discover import LOOK_EVERY, Discoverer
 
 
 class Clock:
@@ -58,3 +60,20 @@ def test_a_watch_that_cannot_be_set_up_is_a_problem_unless_polling(tmp_path, mon
     polling = Discoverer(tmp_path / "session-state", poll=True)
     polling.rescan()
     assert polling.problem() is None
+
+
+def test_a_wake_ends_the_wait_for_changes_at_once(tmp_path):
+    """wake() (the daemon asked to stop) makes the wait for changes return at once with nothing changed, even
+    when it came just before the wait began; the wait after that waits again."""
+    (tmp_path / "session-state").mkdir()
+    clock = Clock()  # stands still: the next rescan is an hour away, the next look LOOK_EVERY
+    discoverer = Discoverer(tmp_path / "session-state", poll=True, rescan_interval=3600, clock=clock)
+    discoverer.rescan()
+    discoverer.look()
+    discoverer.wake()
+    started = time.monotonic()
+    assert discoverer.wait(30) == (set(), set())
+    assert time.monotonic() - started < LOOK_EVERY / 2  # not woken, it waits until the next look is due
+    started = time.monotonic()
+    assert discoverer.wait(0.05) == (set(), set())
+    assert time.monotonic() - started >= 0.05
